@@ -1,0 +1,23 @@
+"""bestk: @k-aware reinforcement learning for language models.
+
+Optimise the quality of the best of k samples (pass@k, best@k) instead of one sample:
+ArgMaxRL, MaxRL, KAPPO, SoftmaxGRPO and the baselines they are compared with, unbiased
+pass@k / best@k metrics, an embedded trainer, and verl / TRL adapters.
+"""
+
+from bestk.estimators import (
+    ESTIMATORS,
+    advantages,
+    estimator_options,
+    register_estimator,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ESTIMATORS",
+    "advantages",
+    "estimator_options",
+    "register_estimator",
+    "__version__",
+]

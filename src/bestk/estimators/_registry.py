@@ -1,0 +1,189 @@
+"""Estimator registry and the public entry point :func:`advantages`.
+
+An estimator is a plain function ``fn(rewards, groups, *, option=default, ...) -> Tensor``:
+
+* ``rewards`` is a 1-D float64 tensor of the batch's rewards (validated finite, non-empty);
+* ``groups`` is a :class:`bestk.groups.Groups` of the batch;
+* options are keyword-only parameters; their names are the options the user may pass;
+* the result is a 1-D float64 tensor of advantages, scaled so that the per-group
+  policy-gradient estimate is ``(1/N) * sum_i A_i * grad log pi(y_i | x)``.
+
+:func:`advantages` does all input conversion and validation, so estimators only check the
+values of their own options (raising ``ValueError``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from bestk.groups import Groups, block_groups, make_groups
+
+__all__ = ["ESTIMATORS", "register_estimator", "advantages", "estimator_options"]
+
+EstimatorFn = Callable[..., torch.Tensor]
+
+#: name -> estimator function. Use :func:`register_estimator` to add one.
+ESTIMATORS: dict[str, EstimatorFn] = {}
+
+
+def register_estimator(name: str, *, overwrite: bool = False) -> Callable[[EstimatorFn], EstimatorFn]:
+    """Decorator registering ``fn(rewards, groups, *, options...)`` under ``name``.
+
+    Example
+    -------
+    >>> import bestk
+    >>> @bestk.register_estimator("centered")
+    ... def centered(rewards, groups):
+    ...     return rewards - groups.mean(rewards)[groups.index]
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError("estimator name must be a non-empty string")
+
+    def decorator(fn: EstimatorFn) -> EstimatorFn:
+        if name in ESTIMATORS and not overwrite and ESTIMATORS[name] is not fn:
+            raise ValueError(
+                f"estimator {name!r} is already registered; pass overwrite=True to replace it"
+            )
+        params = list(inspect.signature(fn).parameters.values())
+        positional = [
+            p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        if len(positional) != 2:
+            raise ValueError(
+                f"estimator {name!r} must take (rewards, groups) positionally and options as "
+                "keyword-only parameters"
+            )
+        ESTIMATORS[name] = fn
+        return fn
+
+    return decorator
+
+
+def estimator_options(name: str) -> dict[str, Any]:
+    """Option names of estimator ``name`` with their defaults (``inspect.Parameter.empty``
+    for a required option)."""
+    fn = _lookup(name)
+    return {
+        p.name: p.default
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind == p.KEYWORD_ONLY
+    }
+
+
+def _lookup(name: str) -> EstimatorFn:
+    try:
+        return ESTIMATORS[name]
+    except (KeyError, TypeError):
+        valid = ", ".join(sorted(ESTIMATORS))
+        raise ValueError(f"unknown estimator {name!r}; valid estimators: {valid}") from None
+
+
+def _check_options(name: str, options: dict[str, Any]) -> None:
+    valid = estimator_options(name)
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        listing = ", ".join(valid) if valid else "none"
+        raise ValueError(
+            f"unknown option(s) {', '.join(map(repr, unknown))} for estimator {name!r}; "
+            f"valid options: {listing}"
+        )
+    missing = [k for k, v in valid.items() if v is inspect.Parameter.empty and k not in options]
+    if missing:
+        raise ValueError(f"estimator {name!r} requires option(s): {', '.join(missing)}")
+
+
+def _rewards_to_tensor(rewards: Any) -> tuple[torch.Tensor, Callable[[torch.Tensor], Any]]:
+    """Flatten-free conversion to float64 tensor + a function restoring the caller's type."""
+    if isinstance(rewards, torch.Tensor):
+        if rewards.is_complex():
+            raise ValueError("rewards must be real numbers, got a complex tensor")
+        out_dtype = rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype()
+        t = rewards.detach().to(torch.float64)
+
+        def restore(a: torch.Tensor) -> torch.Tensor:
+            return a.to(out_dtype)
+
+        return t, restore
+    try:
+        arr = np.asarray(rewards)
+    except ValueError as e:  # ragged nested lists
+        raise ValueError(f"rewards must be a 1-D or 2-D array of numbers: {e}") from None
+    if arr.dtype.kind not in "biuf":
+        raise ValueError(f"rewards must be numbers, got dtype {arr.dtype}")
+    t = torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float64))
+    return t, lambda a: a.cpu().numpy()
+
+
+def _validate(r: torch.Tensor) -> None:
+    if r.ndim not in (1, 2):
+        raise ValueError(
+            f"rewards must be 1-D (B,) or 2-D (G, N), got {r.ndim}-D shape {tuple(r.shape)}"
+        )
+    if r.numel() == 0:
+        raise ValueError(f"rewards are empty (shape {tuple(r.shape)})")
+    finite = torch.isfinite(r)
+    if not bool(finite.all()):
+        bad = torch.nonzero(~finite)[0].tolist()
+        where = bad[0] if r.ndim == 1 else tuple(bad)
+        raise ValueError(f"reward at index {where} is {r[tuple(bad)].item()} (must be finite)")
+
+
+def prepare(rewards: Any, group: Any = None) -> tuple[torch.Tensor, Groups, Callable]:
+    """Validate ``rewards``/``group`` as :func:`advantages` does.
+
+    Returns the flat float64 reward tensor, its :class:`Groups`, and a function mapping a flat
+    float64 result back to the caller's shape and type.
+    """
+    r, restore = _rewards_to_tensor(rewards)
+    _validate(r)
+    shape = r.shape
+    if r.ndim == 2:
+        if group is not None:
+            raise ValueError("group must be None when rewards are a 2-D (G, N) array")
+        groups = block_groups(shape[0], shape[1], r.device)
+        flat = r.reshape(-1)
+    else:
+        flat = r
+        groups = make_groups(group, shape[0], r.device)
+
+    def finish(a: torch.Tensor) -> Any:
+        return restore(a.reshape(shape))
+
+    return flat, groups, finish
+
+
+def advantages(name: str, rewards: Any, group: Any = None, **options: Any) -> Any:
+    """Per-sample advantages of estimator ``name``.
+
+    Parameters
+    ----------
+    name:
+        A key of :data:`ESTIMATORS` (``"argmaxrl"``, ``"maxrl"``, ``"softmax_grpo"``,
+        ``"grpo"``, ``"rloo"``, ``"reinforce"``, ``"pkpo"``, ``"kappo_grpo"``, or a user one).
+    rewards:
+        1-D sequence of ``B`` rewards (list, numpy array or tensor), or a 2-D ``(G, N)`` array
+        of ``G`` groups of ``N`` samples.
+    group:
+        For 1-D rewards: length-``B`` group labels (ints or any hashable, e.g. verl uids);
+        ``None`` means a single group. Must be ``None`` for 2-D rewards.
+    **options:
+        Estimator options (see ``docs/estimators.md``); unknown options raise ``ValueError``.
+
+    Returns
+    -------
+    Advantages with the shape of ``rewards``: a tensor (same dtype and device) for tensor
+    input, else a float64 numpy array. Scaled so that ``(1/N) sum_i A_i grad log pi(y_i|x)``
+    is the per-group gradient estimate (the GRPO convention).
+    """
+    fn = _lookup(name)
+    _check_options(name, options)
+    flat, groups, finish = prepare(rewards, group)
+    a = fn(flat, groups, **options)
+    if not bool(torch.isfinite(a).all()):  # pragma: no cover - estimator bug guard
+        raise ValueError(f"estimator {name!r} produced non-finite advantages")
+    return finish(a)
