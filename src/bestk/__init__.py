@@ -11,6 +11,14 @@ from bestk.estimators import (
     estimator_options,
     register_estimator,
 )
+from bestk.groups import Groups, make_groups
+from bestk.metrics import (
+    best_at_k,
+    best_at_k_curve,
+    gradient_allocation,
+    pass_at_k,
+    pass_at_k_curve,
+)
 
 __version__ = "0.1.0"
 
@@ -19,5 +27,12 @@ __all__ = [
     "advantages",
     "estimator_options",
     "register_estimator",
+    "Groups",
+    "make_groups",
+    "pass_at_k",
+    "best_at_k",
+    "pass_at_k_curve",
+    "best_at_k_curve",
+    "gradient_allocation",
     "__version__",
 ]

@@ -234,7 +234,8 @@ def _factorize_labels(group: Any, n: int, device: torch.device) -> tuple[torch.T
             arr[:] = list(group)
     else:
         raise ValueError(
-            f"group must be a 1-D sequence, numpy array or tensor of labels, got {type(group).__name__}"
+            "group must be a 1-D sequence, numpy array or tensor of labels, "
+            f"got {type(group).__name__}"
         )
     if arr.ndim != 1:
         raise ValueError(f"group must be 1-D, got shape {arr.shape}")

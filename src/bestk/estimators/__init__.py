@@ -12,3 +12,9 @@ from bestk.estimators._registry import (
 )
 
 __all__ = ["ESTIMATORS", "advantages", "estimator_options", "prepare", "register_estimator"]
+
+# Register the built-in estimators (import for side effects).
+from bestk.estimators import argmaxrl as _argmaxrl  # noqa: E402, F401
+from bestk.estimators import baselines as _baselines  # noqa: E402, F401
+from bestk.estimators import pkpo as _pkpo  # noqa: E402, F401
+from bestk.estimators import softmax_grpo as _softmax_grpo  # noqa: E402, F401

@@ -31,7 +31,9 @@ EstimatorFn = Callable[..., torch.Tensor]
 ESTIMATORS: dict[str, EstimatorFn] = {}
 
 
-def register_estimator(name: str, *, overwrite: bool = False) -> Callable[[EstimatorFn], EstimatorFn]:
+def register_estimator(
+    name: str, *, overwrite: bool = False
+) -> Callable[[EstimatorFn], EstimatorFn]:
     """Decorator registering ``fn(rewards, groups, *, options...)`` under ``name``.
 
     Example

@@ -1,0 +1,287 @@
+"""Unbiased pass@k / best@k metrics, curves over k with bootstrap CIs, gradient allocation.
+
+* :func:`pass_at_k` — ``1 - C(n-c, k) / C(n, k)`` from ``n`` samples with ``c`` correct
+  (Chen et al. 2021), unbiased for ``1 - (1-p)^k``.
+* :func:`best_at_k` — ``sum_{i>=k} r_(i) C(i-1,k-1)/C(n,k)`` per group (ascending sort),
+  unbiased for ``E[max of k iid rewards]`` (max@k); equals pass@k on 0/1 rewards.
+* :func:`pass_at_k_curve`, :func:`best_at_k_curve` — averages over prompts for many ``k`` with
+  percentile bootstrap CIs **over prompts**. (Bootstrapping best@k by resampling the ``n``
+  samples of a prompt *with replacement*, as some trainers log, is biased low; we never do it.)
+* :func:`gradient_allocation` — share of ``sum |A_i| x tokens_i`` per pass-rate bin
+  (SoftmaxGRPO Table 3).
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from bestk.estimators import prepare
+from bestk.estimators.pkpo import maxk_weights
+
+__all__ = [
+    "pass_at_k",
+    "best_at_k",
+    "Curve",
+    "pass_at_k_curve",
+    "best_at_k_curve",
+    "resolve_ks",
+    "gradient_allocation",
+    "PASS_RATE_BINS",
+]
+
+#: Pass-rate bins of SoftmaxGRPO Table 3: [0,.2), [.2,.5), [.5,.7), [.7,.9), [.9,1].
+PASS_RATE_BINS: tuple[float, ...] = (0.0, 0.2, 0.5, 0.7, 0.9, 1.0)
+
+
+def _int_array(name: str, x: Any) -> np.ndarray:
+    arr = np.asarray(x)
+    if arr.dtype.kind == "f":
+        if not np.isfinite(arr).all() or not np.all(arr == np.round(arr)):
+            raise ValueError(f"{name} must hold integers, got {x!r}")
+        arr = arr.astype(np.int64)
+    elif arr.dtype.kind not in "iu":
+        raise ValueError(f"{name} must hold integers, got dtype {arr.dtype}")
+    return arr.astype(np.int64)
+
+
+def pass_at_k(n: Any, c: Any, k: Any) -> Any:
+    """Unbiased pass@k estimate ``1 - C(n-c, k) / C(n, k)``; broadcasts over arrays.
+
+    Evaluated as the product ``1 - prod_{i=n-c+1}^{n} (1 - k/i)`` in log space (the log
+    of the product is a difference of log-gamma values, so ``n`` in the millions is fine);
+    exactly 1 when ``n - c < k``.
+
+    Parameters
+    ----------
+    n: number of samples per prompt (``>= 1``).
+    c: number of correct samples (``0 <= c <= n``).
+    k: budget (``1 <= k <= n``).
+
+    Returns a float for scalar inputs, else a float64 array of the broadcast shape.
+    """
+    n_a, c_a, k_a = (_int_array(nm, v) for nm, v in (("n", n), ("c", c), ("k", k)))
+    try:
+        n_b, c_b, k_b = np.broadcast_arrays(n_a, c_a, k_a)
+    except ValueError as e:
+        raise ValueError(f"pass_at_k: n, c and k do not broadcast: {e}") from None
+    if n_b.size == 0:
+        raise ValueError("pass_at_k: empty input")
+    if (n_b < 1).any():
+        raise ValueError(f"pass_at_k: n must be >= 1, got {n_b.min()}")
+    if ((c_b < 0) | (c_b > n_b)).any():
+        raise ValueError("pass_at_k: need 0 <= c <= n for every entry")
+    if ((k_b < 1) | (k_b > n_b)).any():
+        raise ValueError("pass_at_k: need 1 <= k <= n for every entry")
+    shape = n_b.shape
+    nt, ct, kt = (torch.tensor(a.reshape(-1), dtype=torch.float64) for a in (n_b, c_b, k_b))
+    all_fail = nt - ct < kt
+    # log prod_{i=n-c+1}^{n} (i-k)/i
+    #   = [lgamma(n-k+1) - lgamma(n-c-k+1)] - [lgamma(n+1) - lgamma(n-c+1)]
+    safe = torch.where(all_fail, kt, nt - ct)  # keep lgamma arguments positive where unused
+    log_fail = (
+        torch.lgamma(nt - kt + 1)
+        - torch.lgamma(safe - kt + 1)
+        - torch.lgamma(nt + 1)
+        + torch.lgamma(safe + 1)
+    )
+    out = torch.where(all_fail, torch.ones_like(nt), -torch.expm1(log_fail)).numpy()
+    out = np.clip(out, 0.0, 1.0).reshape(shape) + 0.0  # + 0.0 turns -0.0 into 0.0
+    return float(out) if out.ndim == 0 else out
+
+
+def best_at_k(rewards: Any, k: int, group: Any = None) -> Any:
+    """Unbiased best@k (max@k) estimate per group.
+
+    For a group of ``n`` rewards sorted ascending, ``sum_{i>=k} r_(i) C(i-1,k-1)/C(n,k)``
+    with the weights from the recursion ``w_n = k/n, w_{i-1} = w_i (i-k)/(i-1)``. Unbiased
+    for ``E[max(r_1..r_k)]`` of ``k`` iid draws; ties need no care.
+
+    Parameters
+    ----------
+    rewards: 1-D ``(B,)`` with ``group`` labels, or 2-D ``(G, N)`` (one row per prompt).
+    k: budget, ``1 <= k <= n`` for every group.
+    group: labels as in :func:`bestk.advantages`; ``None`` = one group.
+
+    Returns
+    -------
+    ``(G,)`` estimates in group order: rows for 2-D input, sorted unique labels for 1-D
+    (``numpy.unique`` order). A tensor for tensor input, else a float64 numpy array.
+    """
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+        raise ValueError(f"best_at_k: k must be an integer >= 1, got {k!r}")
+    flat, groups, _ = prepare(rewards, group)
+    sizes = groups.sizes
+    if bool((sizes < k).any()):
+        g = int(torch.nonzero(sizes < k)[0])
+        raise ValueError(
+            f"best_at_k: k={k} exceeds the size {int(sizes[g])} of group {groups.labels[g]!r}"
+        )
+    s = groups.sort(flat, descending=False)
+    w = maxk_weights(s, int(k), flat.dtype)
+    contrib = torch.zeros_like(flat)
+    contrib[s.perm] = w * s.gather(flat)
+    est = groups.sum(contrib)
+    if isinstance(rewards, torch.Tensor):
+        return est.to(rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype())
+    return est.numpy()
+
+
+@dataclass
+class Curve:
+    """A metric averaged over prompts for several ``k``, with a bootstrap CI over prompts."""
+
+    ks: np.ndarray
+    mean: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    num_prompts: int
+    ci: float
+    per_prompt: np.ndarray = field(repr=False)  # (P, len(ks))
+
+    def as_dict(self, prefix: str) -> dict[str, float]:
+        """``{f"{prefix}@{k}": mean}`` — the keys the trainer logs."""
+        return {f"{prefix}@{int(k)}": float(m) for k, m in zip(self.ks, self.mean, strict=True)}
+
+
+def resolve_ks(ks: Any, n: int) -> np.ndarray:
+    """``None`` or ``"all"`` -> 1..n; ``"pow2"`` -> 1, 2, 4, ... <= n; else the given ks."""
+    if ks is None or (isinstance(ks, str) and ks == "all"):
+        return np.arange(1, n + 1)
+    if isinstance(ks, str):
+        if ks != "pow2":
+            raise ValueError(f"ks must be None, 'all', 'pow2' or a sequence of ints, got {ks!r}")
+        return 2 ** np.arange(int(np.floor(np.log2(n))) + 1)
+    arr = _int_array("ks", ks).reshape(-1)
+    if arr.size == 0:
+        raise ValueError("ks is empty")
+    if (arr < 1).any() or (arr > n).any():
+        raise ValueError(f"every k must satisfy 1 <= k <= {n} (smallest group size)")
+    return arr
+
+
+def _bootstrap(
+    per_prompt: np.ndarray, ks: np.ndarray, n_boot: int, ci: float, seed: int
+) -> Curve:
+    if not 0 < ci < 1:
+        raise ValueError(f"ci must be in (0, 1), got {ci}")
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
+    P = per_prompt.shape[0]
+    rng = np.random.default_rng(seed)
+    # Resampling prompts with replacement == multinomial counts; (n_boot, P) @ (P, K).
+    counts = rng.multinomial(P, np.full(P, 1.0 / P), size=n_boot).astype(np.float64)
+    boots = counts @ per_prompt / P
+    alpha = (1 - ci) / 2
+    lo, hi = np.quantile(boots, [alpha, 1 - alpha], axis=0)
+    return Curve(ks, per_prompt.mean(0), lo, hi, P, ci, per_prompt)
+
+
+def pass_at_k_curve(
+    n: Any,
+    c: Any,
+    ks: Any = None,
+    *,
+    n_boot: int = 1000,
+    ci: float = 0.95,
+    seed: int = 0,
+) -> Curve:
+    """Mean unbiased pass@k over prompts for each ``k``, with a bootstrap CI over prompts.
+
+    ``n`` (scalar or per prompt) and ``c`` (per prompt) are sample and success counts; ``ks``
+    as in :func:`resolve_ks`, bounded by the smallest ``n``.
+    """
+    c_a = _int_array("c", c).reshape(-1)
+    n_a = np.broadcast_to(_int_array("n", n), c_a.shape)
+    if c_a.size == 0:
+        raise ValueError("pass_at_k_curve: no prompts")
+    ks_a = resolve_ks(ks, int(n_a.min()))
+    per_prompt = pass_at_k(n_a[:, None], c_a[:, None], ks_a[None, :])
+    return _bootstrap(np.asarray(per_prompt).reshape(c_a.size, ks_a.size), ks_a, n_boot, ci, seed)
+
+
+def best_at_k_curve(
+    rewards: Any,
+    group: Any = None,
+    ks: Any = None,
+    *,
+    n_boot: int = 1000,
+    ci: float = 0.95,
+    seed: int = 0,
+) -> Curve:
+    """Mean unbiased best@k over prompts for each ``k``, with a bootstrap CI over prompts.
+
+    ``rewards``/``group`` as in :func:`best_at_k`; ``ks`` bounded by the smallest group.
+    """
+    flat, groups, _ = prepare(rewards, group)
+    ks_a = resolve_ks(ks, int(groups.sizes.min()))
+    s = groups.sort(flat, descending=False)
+    g = s.gather(flat)
+    cols = []
+    for k in ks_a:  # loop over k only; each k is vectorised over all samples and prompts
+        contrib = torch.zeros_like(flat)
+        contrib[s.perm] = maxk_weights(s, int(k), flat.dtype) * g
+        cols.append(groups.sum(contrib))
+    per_prompt = torch.stack(cols, 1).cpu().numpy()
+    return _bootstrap(per_prompt, ks_a, n_boot, ci, seed)
+
+
+def gradient_allocation(
+    advantages: Any,
+    rewards: Any,
+    group: Any = None,
+    tokens: Any = None,
+    bins: Sequence[float] = PASS_RATE_BINS,
+) -> dict[str, Any]:
+    """Share of the gradient magnitude ``sum |A_i| x tokens_i`` by prompt pass rate.
+
+    The pass rate of a prompt is the mean reward of its group (the empirical pass rate on
+    0/1 rewards). Bins are left-closed, the last one closed on both ends
+    (``[0,.2), [.2,.5), [.5,.7), [.7,.9), [.9,1]`` by default, SoftmaxGRPO Table 3).
+
+    Returns ``{"bins": [labels], "share": [...], "prompts": [...], "samples": [...]}``;
+    shares sum to 1 unless every advantage is 0 (then all shares are 0).
+    """
+    flat_r, groups, _ = prepare(rewards, group)
+    flat_a, _, _ = prepare(advantages, None)
+    flat_a = flat_a.reshape(-1)
+    if flat_a.shape != flat_r.shape:
+        raise ValueError(
+            f"advantages have {flat_a.numel()} entries but rewards have {flat_r.numel()}"
+        )
+    weight = flat_a.abs()
+    if tokens is not None:
+        t, _, _ = prepare(tokens, None)
+        t = t.reshape(-1)
+        if t.shape != flat_r.shape:
+            raise ValueError(f"tokens have {t.numel()} entries but rewards have {flat_r.numel()}")
+        if bool((t < 0).any()):
+            raise ValueError("tokens must be non-negative")
+        weight = weight * t
+    edges = np.asarray(bins, dtype=np.float64)
+    if edges.ndim != 1 or edges.size < 2 or not np.all(np.diff(edges) > 0):
+        raise ValueError(f"bins must be an increasing sequence of >= 2 edges, got {bins!r}")
+    rate = groups.mean(flat_r).numpy()
+    b = np.clip(np.searchsorted(edges, rate, side="right") - 1, 0, edges.size - 2)
+    nbins = edges.size - 1
+    per_group = groups.sum(weight).numpy()
+    mass = np.bincount(b, weights=per_group, minlength=nbins)
+    total = mass.sum()
+    share = mass / total if total > 0 else np.zeros(nbins)
+    labels = [
+        f"[{lo:g},{hi:g}{']' if i == nbins - 1 else ')'}"
+        for i, (lo, hi) in enumerate(zip(edges[:-1], edges[1:], strict=True))
+    ]
+    return {
+        "bins": labels,
+        "share": share.tolist(),
+        "prompts": np.bincount(b, minlength=nbins).tolist(),
+        "samples": np.bincount(b, weights=groups.sizes.numpy(), minlength=nbins)
+        .astype(int)
+        .tolist(),
+    }
