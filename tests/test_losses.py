@@ -1,0 +1,114 @@
+"""bestk.losses against hand computation and independent (loop / autograd) derivations."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from bestk.losses import (
+    aggregate,
+    entropy_from_logits,
+    kl_penalty,
+    ppo_clip_loss,
+    token_logprobs,
+)
+
+
+def test_aggregate_modes_by_hand():
+    loss = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    # token-mean: (1 + 2 + 4) / 3
+    assert aggregate(loss, mask, "token-mean").item() == pytest.approx(7 / 3)
+    # seq-mean-token-mean: ((1+2)/2 + 4/1) / 2
+    assert aggregate(loss, mask, "seq-mean-token-mean").item() == pytest.approx((1.5 + 4) / 2)
+    # seq-mean-token-sum: ((1+2) + 4) / 2
+    assert aggregate(loss, mask, "seq-mean-token-sum").item() == pytest.approx(3.5)
+
+
+def test_aggregate_errors():
+    with pytest.raises(ValueError, match="unknown loss aggregation 'tok'"):
+        aggregate(torch.zeros(1, 2), torch.ones(1, 2), "tok")
+    with pytest.raises(ValueError, match="shape mismatch"):
+        aggregate(torch.zeros(1, 2), torch.ones(1, 3))
+
+
+def test_ppo_clip_by_hand():
+    # Four tokens, one sequence each; ratios 1.5, 0.5, 1.1, 0.7; clip_low 0.2, clip_high 0.3.
+    ratio = torch.tensor([[1.5], [0.5], [1.1], [0.7]], dtype=torch.float64)
+    old = torch.zeros(4, 1, dtype=torch.float64)
+    logp = ratio.log()
+    adv = torch.tensor([1.0, -1.0, 2.0, 1.0], dtype=torch.float64)
+    mask = torch.ones(4, 1)
+    loss, stats = ppo_clip_loss(logp, old, adv, mask, clip_low=0.2, clip_high=0.3)
+    # token 0: A>0, rho=1.5 > 1.3 -> clipped: -1.3
+    # token 1: A<0, rho=0.5 < 0.8 -> max(0.5, 0.8) = 0.8 (clipped branch)
+    # token 2: A>0, rho=1.1 inside -> -2.2
+    # token 3: A>0, rho=0.7 below floor -> max(-0.7, -0.8) = -0.7 (unclipped, pessimistic)
+    expected = (-1.3 + 0.8 - 2.2 - 0.7) / 4
+    assert loss.item() == pytest.approx(expected)
+    assert stats["clipfrac"] == pytest.approx(2 / 4)
+    assert stats["approx_kl"] == pytest.approx(-float(logp.mean()))
+
+
+def test_ppo_clip_on_policy_gradient_is_policy_gradient():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5, 7, dtype=torch.float64, requires_grad=True)
+    tokens = torch.randint(0, 7, (3, 5))
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]])
+    adv = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64)
+    logp = token_logprobs(logits, tokens)
+    loss, _ = ppo_clip_loss(logp, logp.detach(), adv, mask, agg="seq-mean-token-sum")
+    (g,) = torch.autograd.grad(loss, logits)
+    # Independent: REINFORCE surrogate -mean_b A_b sum_t logp_bt.
+    logp2 = token_logprobs(logits, tokens)
+    ref = -(adv[:, None] * logp2 * mask).sum(-1).mean()
+    (g2,) = torch.autograd.grad(ref, logits)
+    torch.testing.assert_close(g, g2)
+
+
+def test_ppo_clip_rejects_bad_clip():
+    z = torch.zeros(1, 1)
+    with pytest.raises(ValueError, match="clip_low"):
+        ppo_clip_loss(z, z, z, z, clip_low=1.0)
+    with pytest.raises(ValueError, match="clip_high"):
+        ppo_clip_loss(z, z, z, z, clip_high=-0.1)
+
+
+def test_kl_estimators_by_hand():
+    logp = torch.tensor([[math.log(0.5), math.log(0.2)]], dtype=torch.float64)
+    ref = torch.tensor([[math.log(0.25), math.log(0.4)]], dtype=torch.float64)
+    # log r = log(ref/pi) = [log 0.5, log 2]
+    k1 = kl_penalty(logp, ref, "k1")
+    k2 = kl_penalty(logp, ref, "k2")
+    k3 = kl_penalty(logp, ref, "k3")
+    f64 = torch.float64
+    torch.testing.assert_close(k1, torch.tensor([[math.log(2), -math.log(2)]], dtype=f64))
+    torch.testing.assert_close(k2, torch.tensor([[0.5 * math.log(2) ** 2] * 2], dtype=f64))
+    torch.testing.assert_close(
+        k3, torch.tensor([[0.5 - 1 + math.log(2), 2 - 1 - math.log(2)]], dtype=torch.float64)
+    )
+    with pytest.raises(ValueError, match="unknown KL estimator 'k4'"):
+        kl_penalty(logp, ref, "k4")
+
+
+def test_kl_k1_k3_unbiased_by_exact_enumeration():
+    # E_{y~pi}[k(y)] over a categorical equals the exact KL(pi || ref) for k1 and k3.
+    pi = torch.tensor([0.1, 0.6, 0.3], dtype=torch.float64)
+    ref = torch.tensor([0.3, 0.3, 0.4], dtype=torch.float64)
+    exact = float((pi * (pi / ref).log()).sum())
+    for est in ("k1", "k3"):
+        vals = kl_penalty(pi.log()[None], ref.log()[None], est)[0]
+        assert float((pi * vals).sum()) == pytest.approx(exact)
+
+
+def test_entropy_and_logprobs_by_hand():
+    logits = torch.tensor([[[0.0, 0.0, 0.0, 0.0], [math.log(3), 0.0, -1e9, -1e9]]])
+    h = entropy_from_logits(logits)
+    p = torch.tensor([0.75, 0.25])
+    assert h[0, 0].item() == pytest.approx(math.log(4))
+    assert h[0, 1].item() == pytest.approx(float(-(p * p.log()).sum()), rel=1e-5)
+    lp = token_logprobs(logits, torch.tensor([[2, 0]]))
+    assert lp[0, 0].item() == pytest.approx(math.log(0.25))
+    assert lp[0, 1].item() == pytest.approx(math.log(0.75), rel=1e-5)
