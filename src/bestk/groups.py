@@ -127,6 +127,11 @@ class Groups:
     def __repr__(self) -> str:
         return f"Groups(B={len(self)}, G={self.num_groups}, uniform_block={self._block})"
 
+    def label(self, g: int) -> Any:
+        """The original label of group ``g`` as a plain Python object (for messages)."""
+        v = self.labels[g]
+        return v.item() if isinstance(v, np.generic) else v
+
     # -- sizes -----------------------------------------------------------------------------
     @cached_property
     def sizes(self) -> torch.Tensor:

@@ -50,12 +50,39 @@ def _int_array(name: str, x: Any) -> np.ndarray:
     return arr.astype(np.int64)
 
 
+def _log_fail_product(
+    n: np.ndarray, c: np.ndarray, k: np.ndarray, skip: np.ndarray, budget: int = 1 << 22
+) -> np.ndarray:
+    """``log C(n-c, k)/C(n, k)`` as a sum of ``min(c, k)`` terms ``log1p(-a/(n-j))``.
+
+    ``C(n-c,k)/C(n,k) = prod_{i=n-c+1}^{n} (1 - k/i) = prod_{j=0}^{k-1} (1 - c/(n-j))``; the
+    shorter of the two products is summed in log space (``a = k`` if ``c <= k`` else ``c``),
+    on a padded ``(entries, width)`` grid processed in chunks of at most ``budget`` cells.
+    Entries flagged ``skip`` (``n - c < k``, pass@k = 1) get 0.
+    """
+    m = np.where(skip, 0, np.minimum(c, k)).astype(np.int64)
+    a = np.where(c <= k, k, c)
+    out = np.zeros(n.shape, dtype=np.float64)
+    width = int(m.max(initial=0))
+    if width == 0:
+        return out
+    j = np.arange(width, dtype=np.float64)
+    step = max(1, budget // width)
+    for lo in range(0, n.size, step):  # chunks bound memory; each chunk is vectorised
+        sl = slice(lo, lo + step)
+        used = j[None, :] < m[sl, None]
+        denom = np.where(used, n[sl, None] - j[None, :], 1.0)
+        terms = np.where(used, np.log1p(-np.where(used, a[sl, None], 0.0) / denom), 0.0)
+        out[sl] = terms.sum(1)
+    return out
+
+
 def pass_at_k(n: Any, c: Any, k: Any) -> Any:
     """Unbiased pass@k estimate ``1 - C(n-c, k) / C(n, k)``; broadcasts over arrays.
 
-    Evaluated as the product ``1 - prod_{i=n-c+1}^{n} (1 - k/i)`` in log space (the log
-    of the product is a difference of log-gamma values, so ``n`` in the millions is fine);
-    exactly 1 when ``n - c < k``.
+    Evaluated in the stable product form ``1 - prod_{i=n-c+1}^{n} (1 - k/i)`` (or the
+    equivalent ``prod_{j<k} (1 - c/(n-j))`` when ``k < c``), summed in log space with
+    ``log1p`` and finished with ``expm1``; exactly 1 when ``n - c < k``.
 
     Parameters
     ----------
@@ -79,18 +106,10 @@ def pass_at_k(n: Any, c: Any, k: Any) -> Any:
     if ((k_b < 1) | (k_b > n_b)).any():
         raise ValueError("pass_at_k: need 1 <= k <= n for every entry")
     shape = n_b.shape
-    nt, ct, kt = (torch.tensor(a.reshape(-1), dtype=torch.float64) for a in (n_b, c_b, k_b))
-    all_fail = nt - ct < kt
-    # log prod_{i=n-c+1}^{n} (i-k)/i
-    #   = [lgamma(n-k+1) - lgamma(n-c-k+1)] - [lgamma(n+1) - lgamma(n-c+1)]
-    safe = torch.where(all_fail, kt, nt - ct)  # keep lgamma arguments positive where unused
-    log_fail = (
-        torch.lgamma(nt - kt + 1)
-        - torch.lgamma(safe - kt + 1)
-        - torch.lgamma(nt + 1)
-        + torch.lgamma(safe + 1)
-    )
-    out = torch.where(all_fail, torch.ones_like(nt), -torch.expm1(log_fail)).numpy()
+    n_f, c_f, k_f = (a.reshape(-1).astype(np.float64) for a in (n_b, c_b, k_b))
+    all_fail = n_f - c_f < k_f
+    log_fail = _log_fail_product(n_f, c_f, k_f, all_fail)
+    out = np.where(all_fail, 1.0, -np.expm1(log_fail))
     out = np.clip(out, 0.0, 1.0).reshape(shape) + 0.0  # + 0.0 turns -0.0 into 0.0
     return float(out) if out.ndim == 0 else out
 
@@ -120,7 +139,7 @@ def best_at_k(rewards: Any, k: int, group: Any = None) -> Any:
     if bool((sizes < k).any()):
         g = int(torch.nonzero(sizes < k)[0])
         raise ValueError(
-            f"best_at_k: k={k} exceeds the size {int(sizes[g])} of group {groups.labels[g]!r}"
+            f"best_at_k: k={k} exceeds the size {int(sizes[g])} of group {groups.label(g)!r}"
         )
     s = groups.sort(flat, descending=False)
     w = maxk_weights(s, int(k), flat.dtype)

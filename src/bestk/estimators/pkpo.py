@@ -74,7 +74,7 @@ def _check_k(k: int, groups: Groups, variant: str) -> None:
     if bool(too_big.any()):
         g = int(torch.nonzero(too_big)[0])
         raise ValueError(
-            f"pkpo option k={k} is too large for group {groups.labels[g]!r} of size "
+            f"pkpo option k={k} is too large for group {groups.label(g)!r} of size "
             f"{int(sizes[g])} (needs {need})"
         )
 

@@ -1,0 +1,266 @@
+"""bestk.advantages against brute-force references, properties, types and bad input."""
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import bestk
+from tests._reference import (
+    argmaxrl_ref,
+    grpo_ref,
+    per_group,
+    pkpo_ref,
+    rloo_ref,
+    softmax_ref,
+)
+
+
+def ragged(seed=0, labels="str", n_groups=6, max_size=6, min_size=1):
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(min_size, max_size + 1, n_groups)
+    lab = np.repeat(np.arange(n_groups), sizes)
+    rng.shuffle(lab)
+    vals = rng.integers(-4, 5, lab.size) / 4  # ties and negatives
+    if labels == "str":
+        lab = [f"prompt-{x}" for x in lab]
+    return vals, lab
+
+
+CASES = [
+    ("argmaxrl", {}, lambda r: argmaxrl_ref(r, "loo")),
+    ("argmaxrl", {"baseline": "mean"}, lambda r: argmaxrl_ref(r, "mean")),
+    ("argmaxrl", {"baseline": "none"}, lambda r: argmaxrl_ref(r, "none")),
+    ("grpo", {}, grpo_ref),
+    ("grpo", {"scale": "none"}, lambda r: grpo_ref(r, "none")),
+    ("grpo", {"eps": 0.5}, lambda r: grpo_ref(r, eps=0.5)),
+    ("rloo", {}, rloo_ref),
+    ("reinforce", {}, lambda r: np.asarray(r, float)),
+    ("softmax_grpo", {}, softmax_ref),
+    ("softmax_grpo", {"tau": 2.0}, lambda r: softmax_ref(r, 2.0)),
+    ("pkpo", {"k": 1, "variant": "s"}, lambda r: pkpo_ref(r, 1, "s")),
+]
+
+
+@pytest.mark.parametrize("name, opts, ref", CASES)
+@pytest.mark.parametrize("labels", ["int", "str"])
+def test_matches_reference_on_ragged_shuffled_groups(name, opts, ref, labels):
+    vals, lab = ragged(seed=hash((name, labels)) % 1000, labels=labels)
+    got = bestk.advantages(name, vals, lab, **opts)
+    want = per_group(ref, vals, lab)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("variant", ["s", "sloo", "sloo_minus_one"])
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_pkpo_matches_subset_enumeration(variant, k):
+    min_size = k + 1 if variant == "sloo" else k
+    vals, lab = ragged(seed=10 * k, min_size=min_size, max_size=6)
+    got = bestk.advantages("pkpo", vals, lab, k=k, variant=variant)
+    want = per_group(lambda r: pkpo_ref(r, k, variant), vals, lab)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+
+
+def test_pkpo_large_groups_are_finite_and_exact_for_k1():
+    rng = np.random.default_rng(0)
+    r = rng.random(1024)
+    for k in (1, 2, 64, 512, 1023):
+        a = bestk.advantages("pkpo", r, k=k, variant="sloo")
+        assert np.isfinite(a).all()
+    s = bestk.advantages("pkpo", r, k=1, variant="s")
+    np.testing.assert_allclose(s, r, rtol=1e-12)
+    # k = n: the only n-subset contains every sample, so s_i = max for all i: A = n * max.
+    s_n = bestk.advantages("pkpo", r, k=1024, variant="s")
+    np.testing.assert_allclose(s_n, 1024 * r.max(), rtol=1e-10)
+
+
+def test_pkpo_s_sums_to_k_rho():
+    """sum_i s_i = k * rho_k (each k-subset max counted once per member)."""
+    r = np.random.default_rng(5).random(40)
+    for k in (2, 7, 40):
+        a = bestk.advantages("pkpo", r, k=k, variant="s") / len(r)
+        rho = bestk.best_at_k(r, k)[0]
+        assert a.sum() == pytest.approx(k * rho, rel=1e-10)
+
+
+def test_2d_input_equals_grouped_1d():
+    r = np.random.default_rng(2).integers(0, 3, (8, 5)).astype(float)
+    for name, opts in [("argmaxrl", {}), ("pkpo", {"k": 3}), ("grpo", {}), ("softmax_grpo", {})]:
+        a2 = bestk.advantages(name, r, **opts)
+        a1 = bestk.advantages(name, r.ravel(), np.repeat(np.arange(8), 5), **opts)
+        assert a2.shape == r.shape
+        np.testing.assert_allclose(a2.ravel(), a1, rtol=1e-12, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------- types
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_tensor_in_tensor_out(dtype):
+    vals, lab = ragged(seed=4, labels="int")
+    t = torch.tensor(vals, dtype=dtype)
+    a = bestk.advantages("argmaxrl", t, torch.tensor(lab))
+    assert isinstance(a, torch.Tensor) and a.dtype == dtype and a.device == t.device
+    ref = bestk.advantages("argmaxrl", vals, lab)
+    np.testing.assert_allclose(a.numpy(), ref, rtol=1e-5 if dtype == torch.float32 else 1e-12)
+
+
+def test_list_and_numpy_give_float64_numpy():
+    a = bestk.advantages("rloo", [1, 0, 1, 1], ["a", "b", "a", "b"])
+    assert isinstance(a, np.ndarray) and a.dtype == np.float64
+    np.testing.assert_allclose(a, [0, -1, 0, 1])
+    b = bestk.advantages("rloo", np.array([True, False]))
+    np.testing.assert_allclose(b, [1, -1])
+
+
+# ---------------------------------------------------------------------------- properties
+reward_lists = st.lists(st.integers(-3, 3).map(lambda x: x / 2), min_size=1, max_size=9)
+ALL = [
+    ("argmaxrl", {}),
+    ("argmaxrl", {"baseline": "mean"}),
+    ("argmaxrl", {"baseline": "none"}),
+    ("softmax_grpo", {"tau": 0.5}),
+    ("grpo", {}),
+    ("grpo", {"scale": "none"}),
+    ("rloo", {}),
+    ("reinforce", {}),
+    ("pkpo", {"k": 1}),
+]
+SHIFT_INVARIANT = [ALL[i] for i in (0, 1, 3, 4, 5, 6)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(r=reward_lists, seed=st.integers(0, 2**16))
+def test_permutation_equivariance_and_ties(r, seed):
+    perm = np.random.default_rng(seed).permutation(len(r))
+    r = np.array(r)
+    for name, opts in ALL + [("pkpo", {"k": len(r), "variant": "s"})]:
+        a = bestk.advantages(name, r, **opts)
+        ap = bestk.advantages(name, r[perm], **opts)
+        np.testing.assert_allclose(ap, a[perm], atol=1e-9, err_msg=name)
+        for v in np.unique(r):  # tied rewards, identical advantages
+            tied = a[r == v]
+            np.testing.assert_allclose(tied, tied[0], atol=1e-9, err_msg=name)
+
+
+@settings(max_examples=60, deadline=None)
+@given(r=reward_lists, c=st.floats(-50, 50))
+def test_shift_invariance_of_baselined_estimators(r, c):
+    r = np.array(r)
+    for name, opts in SHIFT_INVARIANT:
+        np.testing.assert_allclose(
+            bestk.advantages(name, r + c, **opts),
+            bestk.advantages(name, r, **opts),
+            atol=1e-7,
+            err_msg=name,
+        )
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 1), min_size=1, max_size=12))
+def test_maxrl_is_argmaxrl_on_binary_and_k_form(bits):
+    r = np.array(bits, dtype=float)
+    n, K = len(r), r.sum()
+    for baseline in ("loo", "mean", "none"):
+        np.testing.assert_allclose(
+            bestk.advantages("maxrl", r, baseline=baseline),
+            bestk.advantages("argmaxrl", r, baseline=baseline),
+        )
+    expected_none = n * r / K if K else np.zeros(n)
+    np.testing.assert_allclose(bestk.advantages("maxrl", r, baseline="none"), expected_none)
+    if n > 1 and K:  # MaxRL practical form (r - mean) / mean
+        np.testing.assert_allclose(
+            bestk.advantages("maxrl", r, baseline="mean"), (r - r.mean()) / r.mean()
+        )
+
+
+def test_argmaxrl_loo_identity_and_weight_sum():
+    """loo = mean + (r_(1) - r_(2)) on the top sample; sum of w equals r_(1)."""
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        r = rng.normal(size=7)
+        top = np.argmax(r)
+        gap = np.sort(r)[-1] - np.sort(r)[-2]
+        loo = bestk.advantages("argmaxrl", r)
+        mean = bestk.advantages("argmaxrl", r, baseline="mean")
+        diff = loo - mean
+        assert diff[top] == pytest.approx(gap)
+        np.testing.assert_allclose(np.delete(diff, top), 0, atol=1e-12)
+        w = bestk.advantages("argmaxrl", r, baseline="none") / len(r)
+        assert w.sum() == pytest.approx(r.max())
+
+
+def test_softmax_grpo_tends_to_maxrl_mean_as_tau_to_zero():
+    r = np.array([[1, 0, 0, 1, 0], [0, 0, 0, 0, 1], [1, 1, 1, 1, 0]], dtype=float)
+    limit = bestk.advantages("argmaxrl", r, baseline="mean")
+    for tau, tol in [(0.1, 1e-2), (0.02, 1e-9), (1e-3, 1e-12)]:
+        np.testing.assert_allclose(bestk.advantages("softmax_grpo", r, tau=tau), limit, atol=tol)
+
+
+def test_size_one_groups_get_zero_from_baselined_estimators():
+    r = [3.0, -1.0, 2.0]
+    lab = ["a", "b", "b"]
+    for name, opts in [
+        ("argmaxrl", {}),
+        ("argmaxrl", {"baseline": "mean"}),
+        ("grpo", {}),
+        ("rloo", {}),
+        ("softmax_grpo", {}),
+        ("pkpo", {"k": 1}),
+        ("pkpo", {"k": 2, "variant": "sloo_minus_one"}),
+    ]:
+        assert bestk.advantages(name, r, lab, **opts)[0] == 0, name
+    assert bestk.advantages("reinforce", r, lab)[0] == 3.0
+    assert bestk.advantages("argmaxrl", r, lab, baseline="none")[0] == 3.0
+
+
+# ---------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize(
+    "call, msg",
+    [
+        (lambda: bestk.advantages("nope", [1.0]), "unknown estimator 'nope'.*argmaxrl"),
+        (lambda: bestk.advantages("grpo", [1.0], tau=1), "unknown option.*'tau'.*grpo"),
+        (lambda: bestk.advantages("pkpo", [1.0, 2.0]), "requires option.*k"),
+        (lambda: bestk.advantages("argmaxrl", [1.0, np.nan]), "index 1 is nan"),
+        (lambda: bestk.advantages("argmaxrl", [[1.0, np.inf]]), r"index \(0, 1\) is inf"),
+        (lambda: bestk.advantages("argmaxrl", []), "empty"),
+        (lambda: bestk.advantages("argmaxrl", np.zeros((2, 2, 2))), "3-D"),
+        (lambda: bestk.advantages("argmaxrl", [1.0, 2.0], [0]), "1 labels but rewards have 2"),
+        (lambda: bestk.advantages("argmaxrl", [[1.0]], [0]), "group must be None"),
+        (lambda: bestk.advantages("argmaxrl", ["a", "b"]), "numbers"),
+        (lambda: bestk.advantages("argmaxrl", [[1.0], [1.0, 2.0]]), "1-D or 2-D"),
+        (lambda: bestk.advantages("argmaxrl", [1.0], baseline="max"), "baseline 'max'"),
+        (lambda: bestk.advantages("maxrl", [1.0, 0.5]), "index 1 is 0.5"),
+        (lambda: bestk.advantages("softmax_grpo", [1.0], tau=0), "tau must be > 0"),
+        (lambda: bestk.advantages("softmax_grpo", [1.0], tau="x"), "tau must be a finite"),
+        (lambda: bestk.advantages("grpo", [1.0], scale="mad"), "scale 'mad'"),
+        (lambda: bestk.advantages("grpo", [1.0], eps=-1), "eps must be"),
+        (lambda: bestk.advantages("pkpo", [1.0, 2.0], k=0), "k must be >= 1"),
+        (lambda: bestk.advantages("pkpo", [1.0, 2.0], k=2.5), "integer"),
+        (lambda: bestk.advantages("pkpo", [1.0, 2.0], k=2, variant="sloo"), "too large"),
+        (
+            lambda: bestk.advantages("pkpo", [1.0, 2, 3], ["x", "x", "y"], k=2, variant="s"),
+            "group 'y' of size 1",
+        ),
+        (lambda: bestk.advantages("pkpo", [1.0], k=1, variant="z"), "variant 'z'"),
+    ],
+)
+def test_bad_input_raises_clear_value_error(call, msg):
+    with pytest.raises(ValueError, match=msg):
+        call()
+
+
+def test_register_user_estimator_and_options_listing():
+    @bestk.register_estimator("test_centered_x2")
+    def centered(rewards, groups, *, factor: float = 2.0):
+        return factor * (rewards - groups.mean(rewards)[groups.index])
+
+    try:
+        a = bestk.advantages("test_centered_x2", [1.0, 3.0, 5.0, 5.0], [0, 0, 1, 1], factor=1)
+        np.testing.assert_allclose(a, [-1, 1, 0, 0])
+        assert bestk.estimator_options("test_centered_x2") == {"factor": 2.0}
+        with pytest.raises(ValueError, match="already registered"):
+            bestk.register_estimator("test_centered_x2")(lambda r, g: r)
+        with pytest.raises(ValueError, match="positionally"):
+            bestk.register_estimator("test_bad_sig")(lambda r: r)
+    finally:
+        bestk.ESTIMATORS.pop("test_centered_x2", None)
