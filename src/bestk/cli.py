@@ -48,6 +48,7 @@ def list_estimators() -> None:
 # ``register(app: typer.Typer) -> None`` and keeps heavy imports inside its command bodies,
 # so ``bestk --help`` stays fast.
 _COMMAND_MODULES: list[str] = [
+    "bestk.lab.commands",
 ]
 
 

@@ -1,0 +1,535 @@
+"""Exact-enumeration softmax bandits: what each estimator is unbiased for, measured exactly.
+
+Setting
+-------
+A ``K``-armed bandit with a fixed reward ``v_a`` per arm and a softmax policy
+``pi = softmax(theta)``. One "group" is ``N`` i.i.d. draws ``a_1..a_N ~ pi`` with rewards
+``r_i = v_{a_i}``; an estimator turns them into advantages ``A_i`` and the gradient estimate is
+(DESIGN.md section 2, GRPO convention)
+
+    g_hat = (1/N) sum_i A_i S_i,      S_i = grad_theta log pi(a_i) = e_{a_i} - pi.
+
+Exact moments
+-------------
+Every estimator in bestk is permutation-equivariant (``A_i`` depends on ``r_i`` and the multiset
+of the group's rewards), so the ``K^N`` ordered draws collapse onto the ``C(N+K-1, K-1)``
+multisets (count vectors ``c``) with multinomial weights ``N!/prod c_a! prod pi_a^{c_a}``:
+
+    E[g_hat] = sum_c P(c) g_hat(c),    Var = sum_c P(c) ||g_hat(c) - E[g_hat]||^2   (trace).
+
+``E[g_hat]`` is compared with ``grad_theta J`` of the objective the estimator claims, computed
+independently by autograd of the closed form of :func:`bestk.lab.exact.best_at_k_exact`:
+
+==============================  ==========================================================
+estimator (options)             unbiased for
+==============================  ==========================================================
+reinforce, rloo                 best@1 = E[r]
+grpo scale="none" (Dr.GRPO)     (1 - 1/N) best@1 (the mean includes the sample itself)
+grpo scale="std"                nothing (reference: best@1; std normalisation biases it)
+argmaxrl / maxrl "loo", "none"  J_N = sum_{k<=N} best@k / k     (argmaxrl-blog.md)
+argmaxrl / maxrl "mean"         J_{N-1} (the subtracted group max removes best@N / N)
+softmax_grpo tau                nothing in general (SoftmaxGRPO sec. 3.4); on binary rewards
+                                a p-weighting omega_{N,tau}(p) (Eq. 4) — reported as the
+                                implied weight E[g_hat].grad p / |grad p|^2
+pkpo k (all variants)           best@k (Walder & Karkhanis 2025)
+==============================  ==========================================================
+
+Learning curves
+---------------
+Each estimator trains the logits with Adam for a fixed number of rollouts (``steps * N``);
+all seeds are one ``(seeds, N)`` batch per estimator call, and the exact best@k of the policy
+is recorded along the way.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from bestk.lab._io import fmt, markdown_table, mean_ci, write_json_atomic, write_text_atomic
+from bestk.lab.exact import best_at_k_exact, j_objective
+
+__all__ = [
+    "Bandit",
+    "BANDITS",
+    "EstimatorSpec",
+    "BanditConfig",
+    "multisets",
+    "exact_moments",
+    "objective_gradient",
+    "bias_table",
+    "learning_curves",
+    "run_bandit",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# problems and estimators
+
+
+@dataclass(frozen=True)
+class Bandit:
+    """A ``K``-armed bandit: the reward of each arm and the initial policy."""
+
+    name: str
+    rewards: tuple[float, ...]
+    init_probs: tuple[float, ...]
+    description: str
+
+    def __post_init__(self) -> None:
+        if len(self.rewards) != len(self.init_probs) or len(self.rewards) < 2:
+            raise ValueError(f"bandit {self.name!r}: rewards and init_probs need the same K >= 2")
+        if abs(sum(self.init_probs) - 1.0) > 1e-9 or min(self.init_probs) <= 0:
+            raise ValueError(f"bandit {self.name!r}: init_probs must be positive and sum to 1")
+
+    @property
+    def binary(self) -> bool:
+        return set(self.rewards) <= {0.0, 1.0}
+
+    def values(self) -> torch.Tensor:
+        return torch.tensor(self.rewards, dtype=torch.float64)
+
+    def init_logits(self) -> torch.Tensor:
+        return torch.tensor(self.init_probs, dtype=torch.float64).log()
+
+
+#: The three testbeds: binary with a rare success, graded with ties, and negative rewards.
+BANDITS: dict[str, Bandit] = {
+    b.name: b
+    for b in [
+        Bandit(
+            "binary",
+            (1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0),
+            (0.04, 0.04, 0.32, 0.2, 0.1, 0.1, 0.1, 0.1),
+            "2 of 8 arms correct, initial pass rate 0.08",
+        ),
+        Bandit(
+            "graded",
+            (1.0, 0.8, 0.8, 0.5, 0.5, 0.2, 0.0, 0.0),
+            (0.02, 0.03, 0.03, 0.12, 0.12, 0.4, 0.14, 0.14),
+            "rewards in [0, 1] with ties (0.8, 0.8 and 0.5, 0.5); the best arm is rare",
+        ),
+        Bandit(
+            "negative",
+            (0.5, 0.2, 0.2, -0.3, -0.5, -1.0, -1.0, -2.0),
+            (0.02, 0.03, 0.03, 0.12, 0.12, 0.4, 0.14, 0.14),
+            "negative rewards with ties; the best arm is rare",
+        ),
+    ]
+}
+
+
+@dataclass(frozen=True)
+class EstimatorSpec:
+    """An estimator run with fixed options, and the objective it claims to be unbiased for.
+
+    ``objective`` is one of ``"best@1"``, ``"(1-1/N) best@1"``, ``"J_N"``, ``"J_N-1"``,
+    ``"best@k"`` (``k`` from the options) or ``"none"`` (then the reference is best@1).
+    """
+
+    label: str
+    name: str
+    options: dict[str, Any] = field(default_factory=dict)
+    objective: str = "none"
+    binary_only: bool = False
+
+    def applies(self, bandit: Bandit, n: int) -> bool:
+        if self.binary_only and not bandit.binary:
+            return False
+        k = self.options.get("k")
+        if k is not None:
+            need = k + 1 if self.options.get("variant") == "sloo" else k
+            return n >= need
+        return True
+
+
+BIAS_SPECS: list[EstimatorSpec] = [
+    EstimatorSpec("reinforce", "reinforce", {}, "best@1"),
+    EstimatorSpec("rloo", "rloo", {}, "best@1"),
+    EstimatorSpec("grpo(scale=none)", "grpo", {"scale": "none"}, "(1-1/N) best@1"),
+    EstimatorSpec("grpo", "grpo", {}, "none"),
+    EstimatorSpec("argmaxrl(loo)", "argmaxrl", {"baseline": "loo"}, "J_N"),
+    EstimatorSpec("argmaxrl(none)", "argmaxrl", {"baseline": "none"}, "J_N"),
+    EstimatorSpec("argmaxrl(mean)", "argmaxrl", {"baseline": "mean"}, "J_N-1"),
+    EstimatorSpec("argmaxrl(mean) vs J_N", "argmaxrl", {"baseline": "mean"}, "J_N"),
+    EstimatorSpec("maxrl", "maxrl", {}, "J_N", binary_only=True),
+    EstimatorSpec("softmax_grpo(tau=0.1)", "softmax_grpo", {"tau": 0.1}, "none"),
+    EstimatorSpec("softmax_grpo(tau=1)", "softmax_grpo", {"tau": 1.0}, "none"),
+    EstimatorSpec("pkpo(k=2,s)", "pkpo", {"k": 2, "variant": "s"}, "best@k"),
+    EstimatorSpec("pkpo(k=2,sloo)", "pkpo", {"k": 2, "variant": "sloo"}, "best@k"),
+    EstimatorSpec("pkpo(k=2,sloo-1)", "pkpo", {"k": 2, "variant": "sloo_minus_one"}, "best@k"),
+    EstimatorSpec("pkpo(k=4,sloo-1)", "pkpo", {"k": 4, "variant": "sloo_minus_one"}, "best@k"),
+]
+
+CURVE_SPECS: list[EstimatorSpec] = [
+    EstimatorSpec("reinforce", "reinforce", {}, "best@1"),
+    EstimatorSpec("rloo", "rloo", {}, "best@1"),
+    EstimatorSpec("grpo", "grpo", {}, "none"),
+    EstimatorSpec("softmax_grpo(tau=0.1)", "softmax_grpo", {"tau": 0.1}, "none"),
+    EstimatorSpec("maxrl", "maxrl", {}, "J_N", binary_only=True),
+    EstimatorSpec("argmaxrl", "argmaxrl", {}, "J_N"),
+    EstimatorSpec("pkpo(k=4)", "pkpo", {"k": 4}, "best@k"),
+]
+
+
+def objective_value(objective: str, options: dict[str, Any], probs: torch.Tensor,
+                    values: torch.Tensor, n: int) -> torch.Tensor:
+    """The closed-form objective named by an :class:`EstimatorSpec` (``"none"`` -> best@1)."""
+    if objective in ("best@1", "none"):
+        return best_at_k_exact(probs, values, [1])[..., 0]
+    if objective == "(1-1/N) best@1":
+        return (1.0 - 1.0 / n) * best_at_k_exact(probs, values, [1])[..., 0]
+    if objective == "J_N":
+        return j_objective(probs, values, n)
+    if objective == "J_N-1":
+        return j_objective(probs, values, n - 1)
+    if objective == "best@k":
+        return best_at_k_exact(probs, values, [int(options["k"])])[..., 0]
+    raise ValueError(f"unknown objective {objective!r}")
+
+
+def objective_gradient(objective: str, options: dict[str, Any], logits: torch.Tensor,
+                       values: torch.Tensor, n: int) -> torch.Tensor:
+    """``grad_theta J(softmax(theta))`` by autograd of the closed form."""
+    theta = logits.detach().clone().requires_grad_(True)
+    j = objective_value(objective, options, torch.softmax(theta, -1), values, n)
+    (g,) = torch.autograd.grad(j, theta)
+    return g
+
+
+# ---------------------------------------------------------------------------------------------
+# exact enumeration
+
+
+def multisets(k_arms: int, n: int) -> torch.Tensor:
+    """All count vectors ``c`` with ``K`` non-negative entries summing to ``n``:
+    ``(C(n+K-1, K-1), K)`` long tensor (stars and bars; setup code, not a hot path)."""
+    if k_arms < 1 or n < 1:
+        raise ValueError(f"need K >= 1 arms and n >= 1 draws, got K={k_arms}, n={n}")
+    bars = torch.tensor(list(itertools.combinations(range(n + k_arms - 1), k_arms - 1)),
+                        dtype=torch.long).reshape(-1, k_arms - 1)
+    m = bars.shape[0]
+    edges = torch.cat([torch.full((m, 1), -1), bars, torch.full((m, 1), n + k_arms - 1)], 1)
+    return edges[:, 1:] - edges[:, :-1] - 1
+
+
+def _draws_from_counts(counts: torch.Tensor) -> torch.Tensor:
+    """``(M, N)`` sorted arm indices of each multiset (arm ``a`` repeated ``c_a`` times)."""
+    n = int(counts[0].sum())
+    cum = counts.cumsum(1)
+    pos = torch.arange(n).expand(counts.shape[0], n).contiguous()
+    return torch.searchsorted(cum, pos, right=True)
+
+
+def exact_moments(spec: EstimatorSpec, logits: torch.Tensor, values: torch.Tensor,
+                  n: int) -> dict[str, torch.Tensor]:
+    """Exact mean ``(K,)`` and covariance trace of ``g_hat`` over all draws of ``n`` arms."""
+    import bestk
+
+    k_arms = logits.shape[0]
+    probs = torch.softmax(logits.to(torch.float64), -1)
+    counts = multisets(k_arms, n)
+    draws = _draws_from_counts(counts)  # (M, n)
+    log_w = (math.lgamma(n + 1) - torch.lgamma(counts.to(torch.float64) + 1).sum(1)
+             + (counts.to(torch.float64) * probs.log()).sum(1))
+    weight = log_w.exp()  # (M,)
+    rewards = values[draws]  # (M, n)
+    adv = bestk.advantages(spec.name, rewards, **spec.options)  # (M, n) float64 tensor
+    onehot_sum = torch.zeros(draws.shape[0], k_arms, dtype=torch.float64)
+    onehot_sum.scatter_add_(1, draws, adv)
+    g = (onehot_sum - adv.sum(1, keepdim=True) * probs) / n  # (M, K)
+    mean = (weight[:, None] * g).sum(0)
+    var = (weight * ((g - mean) ** 2).sum(1)).sum()
+    return {"mean": mean, "var": var, "total_prob": weight.sum()}
+
+
+def ordered_moments(spec: EstimatorSpec, logits: torch.Tensor, values: torch.Tensor,
+                    n: int) -> dict[str, torch.Tensor]:
+    """Same as :func:`exact_moments` by brute force over all ``K^n`` ordered draws (small
+    cases only; the independent check of the multiset reduction)."""
+    import bestk
+
+    k_arms = logits.shape[0]
+    if k_arms**n > 2_000_000:
+        raise ValueError(f"K^n = {k_arms}^{n} ordered draws is too many for brute force")
+    probs = torch.softmax(logits.to(torch.float64), -1)
+    draws = torch.cartesian_prod(*[torch.arange(k_arms)] * n).reshape(-1, n)
+    weight = probs[draws].prod(1)
+    adv = bestk.advantages(spec.name, values[draws], **spec.options)
+    score = torch.nn.functional.one_hot(draws, k_arms).to(torch.float64) - probs  # (M, n, K)
+    g = (adv[..., None] * score).sum(1) / n
+    mean = (weight[:, None] * g).sum(0)
+    var = (weight * ((g - mean) ** 2).sum(1)).sum()
+    return {"mean": mean, "var": var, "total_prob": weight.sum()}
+
+
+def bias_row(spec: EstimatorSpec, bandit: Bandit, n: int,
+             logits: torch.Tensor | None = None) -> dict[str, Any]:
+    """Exact bias / variance of one estimator on one bandit at group size ``n``."""
+    values = bandit.values()
+    logits = bandit.init_logits() if logits is None else logits
+    mom = exact_moments(spec, logits, values, n)
+    mean = mom["mean"]
+    ref = objective_gradient(spec.objective, spec.options, logits, values, n)
+    ref_norm = float(ref.norm())
+    mean_norm = float(mean.norm())
+    row: dict[str, Any] = {
+        "estimator": spec.label,
+        "name": spec.name,
+        "options": dict(spec.options),
+        "N": n,
+        "objective": spec.objective.replace("k", str(spec.options["k"]))
+        if spec.objective == "best@k" else spec.objective,
+        "unbiased_claim": spec.objective != "none",
+        "rel_bias": float((mean - ref).norm()) / ref_norm,
+        "abs_bias": float((mean - ref).norm()),
+        "cosine": float(mean @ ref) / (mean_norm * ref_norm) if mean_norm > 0 else 0.0,
+        "var": float(mom["var"]),
+        "var_over_signal": float(mom["var"]) / mean_norm**2 if mean_norm > 0 else float("inf"),
+        "expected_grad": mean.tolist(),
+        "objective_grad": ref.tolist(),
+    }
+    if bandit.binary:
+        # Implied prompt weight omega: E[g_hat] = omega * grad p (exact for binary rewards).
+        grad_p = objective_gradient("best@1", {}, logits, values, n)
+        row["implied_weight"] = float(mean @ grad_p) / float(grad_p @ grad_p)
+        row["pass_rate"] = float(best_at_k_exact(torch.softmax(logits, -1), values, [1])[0])
+    return row
+
+
+def bias_table(bandits: Sequence[Bandit], ns: Sequence[int],
+               specs: Sequence[EstimatorSpec] = BIAS_SPECS) -> list[dict[str, Any]]:
+    """:func:`bias_row` for every applicable (bandit, N, estimator)."""
+    rows = []
+    for b in bandits:
+        for n in ns:
+            for s in specs:
+                if s.applies(b, n):
+                    rows.append({"bandit": b.name, **bias_row(s, b, n)})
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# learning curves
+
+
+def learning_curves(bandit: Bandit, specs: Sequence[EstimatorSpec], *, n: int, steps: int,
+                    seeds: int, lr: float, ks: Sequence[int], eval_every: int,
+                    seed: int = 0, progress: Any = None) -> dict[str, Any]:
+    """Train the softmax policy with each estimator (Adam on the logits, ``steps`` groups of
+    ``n`` rollouts, ``seeds`` independent runs batched) and record the exact best@k.
+
+    Returns ``{"rollouts": [...], "curves": {label: (n_evals, seeds, len(ks)) list}}``.
+    """
+    import bestk
+
+    specs = [s for s in specs if s.applies(bandit, n)]
+    values = bandit.values()
+    k_arms = values.shape[0]
+    n_est = len(specs)
+    theta = bandit.init_logits().expand(n_est, seeds, k_arms).clone().requires_grad_(True)
+    opt = torch.optim.Adam([theta], lr=lr)
+    gen = torch.Generator().manual_seed(seed)
+    evals: list[torch.Tensor] = []
+    rollouts: list[int] = []
+
+    def record(step: int) -> None:
+        with torch.no_grad():
+            evals.append(best_at_k_exact(torch.softmax(theta, -1), values, ks))
+        rollouts.append(step * n)
+
+    record(0)
+    for step in range(1, steps + 1):
+        with torch.no_grad():
+            probs = torch.softmax(theta, -1)
+            draws = torch.multinomial(probs.reshape(-1, k_arms), n, replacement=True,
+                                      generator=gen).reshape(n_est, seeds, n)
+            rewards = values[draws]
+            adv = torch.stack([
+                bestk.advantages(s.name, rewards[e], **s.options) for e, s in enumerate(specs)
+            ])  # (E, S, n)
+            onehot_sum = torch.zeros_like(probs).scatter_add_(2, draws, adv)
+            g = (onehot_sum - adv.sum(2, keepdim=True) * probs) / n
+        opt.zero_grad()
+        theta.grad = -g  # gradient ascent on the estimated objective
+        opt.step()
+        if step % eval_every == 0 or step == steps:
+            record(step)
+        if progress is not None:
+            progress()
+    stacked = torch.stack(evals)  # (T, E, S, len(ks))
+    return {
+        "rollouts": rollouts,
+        "ks": list(ks),
+        "curves": {s.label: stacked[:, e].tolist() for e, s in enumerate(specs)},
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# the command
+
+
+@dataclass
+class BanditConfig:
+    """Knobs of ``bestk lab bandit``.
+
+    Attributes
+    ----------
+    bandits: names from :data:`BANDITS` to run.
+    ns: group sizes for the exact bias / variance table.
+    curve_n: group size used by the learning curves.
+    steps: optimisation steps per learning curve (rollouts = steps * curve_n).
+    seeds: independent runs per estimator (batched).
+    lr: Adam learning rate on the logits.
+    ks: k values of the recorded best@k.
+    eval_every: steps between two recorded points.
+    seed: base RNG seed (the whole run is deterministic given it).
+    """
+
+    bandits: tuple[str, ...] = ("binary", "graded", "negative")
+    ns: tuple[int, ...] = (4, 8)
+    curve_n: int = 8
+    steps: int = 300
+    seeds: int = 32
+    lr: float = 0.01
+    ks: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    eval_every: int = 10
+    seed: int = 0
+
+    def validate(self) -> None:
+        unknown = [b for b in self.bandits if b not in BANDITS]
+        if unknown:
+            raise ValueError(f"unknown bandit(s) {unknown}; valid: {', '.join(BANDITS)}")
+        for name in ("curve_n", "steps", "seeds", "eval_every"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.ns or min(self.ns) < 2:
+            raise ValueError(f"ns must be group sizes >= 2, got {self.ns}")
+        if not self.ks or min(self.ks) < 1:
+            raise ValueError(f"ks must be positive, got {self.ks}")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ValueError(f"lr must be a positive number, got {self.lr}")
+
+    @classmethod
+    def fast(cls) -> BanditConfig:
+        """Seconds-long settings for tests."""
+        return cls(ns=(4,), curve_n=4, steps=20, seeds=4, eval_every=5, ks=(1, 4))
+
+
+def _summary_rows(curves: dict[str, Any], t: int) -> list[list[str]]:
+    """``mean ± CI`` of best@k over seeds at recorded point ``t`` for each estimator."""
+    ks = curves["ks"]
+    rows = []
+    for label, c in curves["curves"].items():
+        final = np.asarray(c[t])  # (S, len(ks))
+        cells = []
+        for j in range(len(ks)):
+            m, h = mean_ci(final[:, j])
+            cells.append(f"{m:.3f} ± {h:.3f}")
+        rows.append([label, *cells])
+    return rows
+
+
+def render_markdown(result: dict[str, Any]) -> str:
+    """The markdown report of a bandit run (bias table + final best@k)."""
+    cfg = result["config"]
+    out = ["# bestk lab bandit\n",
+           "Exact enumeration over all multisets of N draws of a softmax policy "
+           "(the initial policy of each bandit). `rel. bias` = |E[g] - grad J| / |grad J| "
+           "against the gradient of the objective in column 2 (autograd of its closed form); "
+           "`none` means the estimator claims no objective and is compared with best@1. "
+           "`var` = trace of Cov[g_hat]; `var/‖E g‖²` is scale free.\n"]
+    for bname in cfg["bandits"]:
+        b = BANDITS[bname]
+        out.append(f"## {bname}: {b.description}\n")
+        out.append(f"rewards {list(b.rewards)}, initial policy {list(b.init_probs)}\n")
+        rows = [r for r in result["bias"] if r["bandit"] == bname]
+        header = ["N", "estimator", "unbiased for", "rel. bias", "cos(E g, grad J)", "var",
+                  "var/‖E g‖²"]
+        if b.binary:
+            header.append("implied weight ω(p)")
+        body = []
+        for r in rows:
+            line = [r["N"], r["estimator"], r["objective"], fmt(r["rel_bias"]),
+                    fmt(r["cosine"], 4), fmt(r["var"]), fmt(r["var_over_signal"])]
+            if b.binary:
+                line.append(fmt(r["implied_weight"]))
+            body.append(line)
+        out.append(markdown_table(header, body))
+        cur = result["curves"][bname]
+        n_points = len(cur["rollouts"])
+        for t in sorted({n_points // 2, n_points - 1}):
+            out.append(f"\nbest@k after {cur['rollouts'][t]} rollouts "
+                       f"(N={cfg['curve_n']}, Adam lr={cfg['lr']}, mean ± 95% CI over "
+                       f"{cfg['seeds']} seeds):\n")
+            out.append(markdown_table(["estimator", *[f"best@{k}" for k in cur["ks"]]],
+                                      _summary_rows(cur, t)))
+        out.append("")
+    return "\n".join(out)
+
+
+def plot_curves(result: dict[str, Any], path: Path) -> None:
+    """One row per bandit, one column per plotted k: mean best@k vs rollouts."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cfg = result["config"]
+    names = cfg["bandits"]
+    ks = cfg["ks"]
+    show = [k for k in (1, 4, 16) if k in ks] or list(ks)[:3]
+    fig, axes = plt.subplots(len(names), len(show), figsize=(4.2 * len(show), 3.2 * len(names)),
+                             squeeze=False)
+    for i, bname in enumerate(names):
+        cur = result["curves"][bname]
+        x = cur["rollouts"]
+        for j, k in enumerate(show):
+            ax = axes[i][j]
+            kj = cur["ks"].index(k)
+            for label, c in cur["curves"].items():
+                arr = np.asarray(c)[:, :, kj]  # (T, S)
+                m = arr.mean(1)
+                se = arr.std(1, ddof=1) / math.sqrt(arr.shape[1]) if arr.shape[1] > 1 else 0 * m
+                ax.plot(x, m, label=label)
+                ax.fill_between(x, m - 1.96 * se, m + 1.96 * se, alpha=0.15)
+            ax.set_title(f"{bname}: best@{k}")
+            ax.set_xlabel("rollouts")
+            ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def run_bandit(config: BanditConfig, out: str | Path, *, progress: bool = True) -> dict[str, Any]:
+    """Run the bias table and the learning curves; write ``results.json``, ``results.md``
+    and ``curves.png`` under ``out``. Returns the result dictionary."""
+    from rich.progress import Progress
+
+    config.validate()
+    out = Path(out)
+    bandits = [BANDITS[b] for b in config.bandits]
+    result: dict[str, Any] = {"config": asdict(config), "bias": bias_table(bandits, config.ns),
+                              "curves": {}}
+    with Progress(disable=not progress, transient=True) as bar:
+        for i, b in enumerate(bandits):
+            task = bar.add_task(f"bandit {b.name}", total=config.steps)
+            result["curves"][b.name] = learning_curves(
+                b, CURVE_SPECS, n=config.curve_n, steps=config.steps, seeds=config.seeds,
+                lr=config.lr, ks=config.ks, eval_every=config.eval_every,
+                seed=config.seed + 1000 * i, progress=lambda t=task: bar.advance(t))
+    write_json_atomic(out / "results.json", result)
+    write_text_atomic(out / "results.md", render_markdown(result))
+    plot_curves(result, out / "curves.png")
+    return result

@@ -1,0 +1,105 @@
+"""``bestk lab bandit`` and ``bestk lab digits`` (DESIGN.md section 8).
+
+Heavy imports stay inside the command bodies so ``bestk --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+__all__ = ["register"]
+
+lab_app = typer.Typer(
+    name="lab",
+    help="Fast testbeds with exact answers: softmax bandits and digits classification.",
+    no_args_is_help=True,
+)
+
+
+def _ints(text: str, name: str) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise typer.BadParameter(f"{name} must be comma-separated integers, got {text!r}") from None
+    if not vals:
+        raise typer.BadParameter(f"{name} is empty")
+    return vals
+
+
+def _fail(err: Exception) -> None:
+    typer.echo(f"error: {err}", err=True)
+    raise typer.Exit(code=2)
+
+
+@lab_app.command("bandit")
+def bandit_cmd(
+    out: Path = typer.Option(Path("runs/lab-bandit"), "--out", "-o", help="Output directory."),
+    fast: bool = typer.Option(False, "--fast", help="Seconds-long settings (tests, smoke runs)."),
+    ns: str = typer.Option(None, "--ns", help="Group sizes of the exact table, e.g. 4,8."),
+    steps: int = typer.Option(None, "--steps", help="Learning-curve steps."),
+    seeds: int = typer.Option(None, "--seeds", help="Learning-curve seeds."),
+    seed: int = typer.Option(None, "--seed", help="Base RNG seed."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+) -> None:
+    """Exact bias / variance of every estimator on softmax bandits + best@k learning curves.
+
+    Writes OUT/results.json, OUT/results.md and OUT/curves.png.
+    """
+    from bestk.lab.bandit import BanditConfig, run_bandit
+
+    cfg = BanditConfig.fast() if fast else BanditConfig()
+    if ns is not None:
+        cfg.ns = _ints(ns, "--ns")
+    for name, val in (("steps", steps), ("seeds", seeds), ("seed", seed)):
+        if val is not None:
+            setattr(cfg, name, val)
+    try:
+        run_bandit(cfg, out, progress=not quiet)
+    except ValueError as e:
+        _fail(e)
+    typer.echo(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'curves.png'}")
+
+
+@lab_app.command("digits")
+def digits_cmd(
+    out: Path = typer.Option(Path("runs/lab-digits"), "--out", "-o", help="Output directory."),
+    fast: bool = typer.Option(False, "--fast", help="Seconds-long settings (tests, smoke runs)."),
+    ns: str = typer.Option(None, "--ns", help="Rollouts per image, e.g. 2,4,8,16."),
+    rewards: str = typer.Option(None, "--rewards", help="binary,graded (or one of them)."),
+    learners: str = typer.Option(None, "--learners", help="Comma-separated learner labels."),
+    steps: int = typer.Option(None, "--steps", help="Adam steps per run."),
+    seeds: int = typer.Option(None, "--seeds", help="Seeds per learner."),
+    seed: int = typer.Option(None, "--seed", help="Base RNG seed."),
+    resume: bool = typer.Option(True, "--resume/--no-resume",
+                                help="Reuse finished settings of an identical earlier run."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+) -> None:
+    """SoftmaxGRPO sec. 6.1 on scikit-learn digits: exact ML vs the estimators at equal rollouts.
+
+    Writes OUT/results.json ({learner: {"test_accuracy", "pass@k", ...}}), OUT/results.md,
+    OUT/digits.png and OUT/config.json.
+    """
+    from bestk.lab.digits import DigitsConfig, run_digits
+
+    cfg = DigitsConfig.fast() if fast else DigitsConfig()
+    if ns is not None:
+        cfg.ns = _ints(ns, "--ns")
+    if rewards is not None:
+        cfg.rewards = tuple(x.strip() for x in rewards.split(",") if x.strip())
+    if learners is not None:
+        cfg.learners = tuple(x.strip() for x in learners.split(",") if x.strip())
+    for name, val in (("steps", steps), ("seeds", seeds), ("seed", seed)):
+        if val is not None:
+            setattr(cfg, name, val)
+    try:
+        run_digits(cfg, out, progress=not quiet, resume=resume)
+    except ValueError as e:
+        _fail(e)
+    typer.echo(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'digits.png'}")
+
+
+def register(app: typer.Typer) -> None:
+    """Attach the ``lab`` command group to the ``bestk`` app."""
+    app.add_typer(lab_app, name="lab")
