@@ -1,0 +1,52 @@
+"""KAPPO: @k adaptive pressure for policy optimisation (papers/kappo-paper.txt).
+
+Reference calibration (binary pass@k and continuous win-rate max@k), the closed-form optimal
+quantities, the ``kappo_grpo`` advantage estimator (registered on import), the @k-A*PO / @k-DPO
+losses, the discrete max@k reconstruction and the finite-bank error analysis. See docs/kappo.md.
+"""
+
+from bestk.kappo.binary import BinaryCalibration, binary_calibration, dpo_beta_eff, solve_p_star
+from bestk.kappo.calibration import KINDS, SCHEMA_VERSION, Calibration, bank_checksum, calibrate
+from bestk.kappo.estimator import kappo_grpo
+from bestk.kappo.losses import kappo_apo_loss, kappo_dpo_loss
+from bestk.kappo.reconstruction import (
+    MaxAtKReconstruction,
+    reconstruct_from_bank,
+    reconstruct_max_at_k,
+)
+from bestk.kappo.sensitivity import BankError, binomial_weights, finite_bank_error
+from bestk.kappo.winrate import (
+    winrate_constant,
+    winrate_G,
+    winrate_log_constant,
+    winrate_psi,
+    winrate_T,
+    winrate_table,
+)
+
+__all__ = [
+    "BankError",
+    "BinaryCalibration",
+    "Calibration",
+    "KINDS",
+    "MaxAtKReconstruction",
+    "SCHEMA_VERSION",
+    "bank_checksum",
+    "binary_calibration",
+    "binomial_weights",
+    "calibrate",
+    "dpo_beta_eff",
+    "finite_bank_error",
+    "kappo_apo_loss",
+    "kappo_dpo_loss",
+    "kappo_grpo",
+    "reconstruct_from_bank",
+    "reconstruct_max_at_k",
+    "solve_p_star",
+    "winrate_G",
+    "winrate_T",
+    "winrate_constant",
+    "winrate_log_constant",
+    "winrate_psi",
+    "winrate_table",
+]

@@ -1,0 +1,59 @@
+r"""The ``kappo_grpo`` advantage estimator (@k-GRPO, KAPPO App. 18, Eqs. 138-144).
+
+``bestk.advantages("kappo_grpo", rewards, prompt_ids, calibration=cal)``: the group labels are
+the prompt ids of the calibration bank (``groups.labels[groups.index]`` gives each sample's id).
+
+* Binary calibration (Eq. 140): :math:`A_i = \hat a_k(x)\,(R_i - \bar R)/(s_R + 10^{-6})`, the
+  prompt's multiplier applied *after* standardising, because standardising would cancel a
+  reward rescaling (Eq. 139). :math:`s_R` is the group std with N-1 (as ``grpo``).
+* Win-rate calibration: :math:`S_i = T_{j_i}` with :math:`j_i = \#\{r^{ref}_{x} \le R_i\}`, then
+  :math:`A_i = (S_i - \bar S)/(s_S + 10^{-6})` within the group.
+
+Objective: not an unbiased gradient of any fixed objective. Standardised GRPO reweights each
+prompt by a sample-dependent factor (App. 18), so @k-GRPO is the paper's *empirical* extension:
+its expected update is the GRPO update with each prompt's contribution scaled by
+:math:`\hat a_k(x)` (binary), or GRPO on the win-rate-transformed reward :math:`T(F_{ref}(R))`
+whose KL-regularised optimum is the max@k optimum of Prop. 4.7 (win-rate). For an unbiased
+@k route use @k-A*PO (:func:`bestk.kappo.kappo_apo_loss`) or ``scale="none"`` centring.
+Groups of size 1 get A = 0.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from bestk.estimators._registry import register_estimator
+from bestk.groups import Groups
+from bestk.kappo.calibration import Calibration
+
+__all__ = ["kappo_grpo"]
+
+_EPS = 1e-6
+
+
+@register_estimator("kappo_grpo")
+def kappo_grpo(rewards: torch.Tensor, groups: Groups, *, calibration: Calibration) -> torch.Tensor:
+    """@k-GRPO advantages from a reference :class:`~bestk.kappo.Calibration` (see module doc)."""
+    if not isinstance(calibration, Calibration):
+        raise ValueError(
+            "option 'calibration' must be a bestk.kappo.Calibration (from bestk.kappo.calibrate "
+            f"or Calibration.load), got {type(calibration).__name__}"
+        )
+    # One lookup per group (G unique labels), then broadcast to samples.
+    rows = calibration.index_of(groups.labels)
+    std_dev = groups.std  # (G,) per-group std, N-1
+    if calibration.kind == "binary":
+        bad = (rewards != 0) & (rewards != 1)
+        if bool(bad.any()):
+            i = int(torch.nonzero(bad)[0])
+            raise ValueError(
+                f"reward at index {i} is {rewards[i].item()!r}; kappo_grpo with a binary "
+                "calibration needs 0/1 rewards"
+            )
+        a_k = torch.from_numpy(calibration.values["a_k"][rows]).to(rewards)
+        centred = rewards - groups.mean(rewards)[groups.index]
+        z = centred / (std_dev(rewards)[groups.index] + _EPS)
+        return a_k[groups.index] * z
+    s = calibration.transform_rows(rows[groups.index.cpu().numpy()], rewards)
+    centred = s - groups.mean(s)[groups.index]
+    return centred / (std_dev(s)[groups.index] + _EPS)
