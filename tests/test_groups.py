@@ -106,6 +106,22 @@ def test_bad_group_labels(group, msg):
         make_groups(group, 3)
 
 
+def test_string_labels_survive_hash_collisions(monkeypatch):
+    import bestk.groups as mod
+
+    lab = np.array(["b", "a", "c", "a", "b"], dtype=object)
+    monkeypatch.setattr(mod, "_hash", np.frompyfunc(lambda v: 7, 1, 1))  # everything collides
+    g = make_groups(lab, 5)
+    assert list(g.labels) == ["a", "b", "c"] and g.index.tolist() == [1, 0, 2, 0, 1]
+
+
+def test_unhashable_labels_are_a_value_error():
+    lab = np.empty(2, dtype=object)
+    lab[0], lab[1] = [1], [2]
+    with pytest.raises(ValueError, match="hashable"):
+        make_groups(lab, 2)
+
+
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 4), st.integers(-5, 5)), min_size=1, max_size=30))
 def test_segment_sum_property(pairs):

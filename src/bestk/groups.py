@@ -219,6 +219,30 @@ class Groups:
         return SortedGroups(perm, rank, sizes[gid], start, None)
 
 
+_hash = np.frompyfunc(hash, 1, 1)
+
+
+def _factorize_hashable(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Factorise string / object labels by their hash, exactly.
+
+    Hashing is one C-level pass; ``numpy.unique`` then runs on int64 instead of comparing
+    Python objects. Every sample is checked against its group's representative, so a hash
+    collision between different labels cannot merge groups (it falls back to sorting the
+    labels). Groups are returned in sorted label order, as ``numpy.unique`` would give.
+    """
+    h = _hash(arr).astype(np.int64)
+    _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    reps = arr[first]
+    if not bool(np.all(arr == reps[inverse])):  # a hash collision between different labels
+        uniq, inverse = np.unique(arr, return_inverse=True)
+        return inverse.reshape(-1), uniq
+    order = np.argsort(reps, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return rank[inverse], reps[order]
+
+
 def _factorize_labels(group: Any, n: int, device: torch.device) -> tuple[torch.Tensor, np.ndarray]:
     """Map arbitrary labels to dense ids ``0..G-1`` (sorted label order) without Python loops."""
     if isinstance(group, torch.Tensor):
@@ -253,11 +277,19 @@ def _factorize_labels(group: Any, n: int, device: torch.device) -> tuple[torch.T
             bad = int(np.flatnonzero(~np.isfinite(arr))[0])
             raise ValueError(f"group label at index {bad} is not finite")
     try:
-        uniq, inverse = np.unique(arr, return_inverse=True)
+        if arr.dtype.kind in "USO":
+            inverse, uniq = _factorize_hashable(arr)
+        else:
+            uniq, inverse = np.unique(arr, return_inverse=True)
     except TypeError:
         # Unorderable mixed labels: fall back to first-appearance codes via a dict.
         codes: dict[Any, int] = {}
-        inverse = np.fromiter((codes.setdefault(v, len(codes)) for v in arr), np.int64, len(arr))
+        try:
+            inverse = np.fromiter(
+                (codes.setdefault(v, len(codes)) for v in arr), np.int64, len(arr)
+            )
+        except TypeError as e:
+            raise ValueError(f"group labels must be hashable: {e}") from None
         uniq = np.empty(len(codes), dtype=object)
         uniq[:] = list(codes)
     inverse = torch.from_numpy(np.asarray(inverse, dtype=np.int64).reshape(-1))
