@@ -49,6 +49,7 @@ def list_estimators() -> None:
 # so ``bestk --help`` stays fast.
 _COMMAND_MODULES: list[str] = [
     "bestk.lab.commands",
+    "bestk.kappo.commands",
 ]
 
 

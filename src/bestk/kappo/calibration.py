@@ -413,7 +413,8 @@ def _calibrate_bank(b: _Bank, k: int, beta: float, kind: str) -> Calibration:
             i = int(owner[np.flatnonzero(nonbin)[0]])
             v = b.values[np.flatnonzero(nonbin)[0]]
             raise ValueError(
-                f"prompt {b.ids[i].item()!r} has reward {v!r}; a binary bank needs 0/1 rewards"
+                f"prompt {b.ids[i].item()!r} has reward {float(v)!r}; a binary bank needs 0/1 "
+                "rewards"
             )
         n = np.bincount(owner, weights=b.values, minlength=len(b.ids)).round().astype(np.int64)
         # Solve once per distinct (N, M) pair (at most M+1 of them), then scatter.

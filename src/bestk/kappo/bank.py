@@ -1,0 +1,126 @@
+"""Reading reference banks from disk: JSONL or parquet rows -> a validated bank.
+
+Row formats (one JSON object per line, or one parquet row):
+
+* ``{"prompt_id": ID, "reward": R}`` -- one reference reward per row, or
+* ``{"prompt_id": ID, "rewards": [R1, R2, ...]}`` -- several per row.
+
+Rows of the same prompt are pooled; ``ID`` is an integer or a string. Every error (malformed
+JSON, missing or wrong-typed field, non-finite reward, a non-0/1 reward in a binary bank, a
+prompt with fewer than 2 rewards) is a one-line ``ValueError`` naming the file and row (1-based).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from numbers import Real
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bestk.kappo.calibration import _Bank, _finish_bank, _normalise_ids
+
+__all__ = ["load_bank", "read_bank_rows"]
+
+
+def _reward_list(row: dict, where: str) -> list[float]:
+    has_one, has_many = "reward" in row, "rewards" in row
+    if has_one == has_many:
+        raise ValueError(f"{where}: needs exactly one of 'reward' or 'rewards'")
+    vals = [row["reward"]] if has_one else row["rewards"]
+    if not isinstance(vals, (list, tuple)) or (has_many and len(vals) == 0):
+        raise ValueError(f"{where}: 'rewards' must be a non-empty list of numbers")
+    out = []
+    for v in vals:
+        if isinstance(v, bool) or not isinstance(v, Real) or not math.isfinite(v):
+            raise ValueError(f"{where}: reward {v!r} is not a finite number")
+        out.append(float(v))
+    return out
+
+
+def _prompt_id(row: dict, where: str) -> Any:
+    if "prompt_id" not in row:
+        raise ValueError(f"{where}: missing 'prompt_id'")
+    pid = row["prompt_id"]
+    if isinstance(pid, bool) or not isinstance(pid, (int, str)):
+        raise ValueError(f"{where}: prompt_id must be an integer or a string, got {pid!r}")
+    return pid
+
+
+def _iter_jsonl(path: Path):
+    with path.open() as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}: row {line_no}: invalid JSON ({e.msg})") from None
+            yield line_no, row
+
+
+def _iter_parquet(path: Path):
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:  # pragma: no cover - pyarrow is in the dev/plot extras
+        raise ValueError("reading parquet banks needs pyarrow (pip install pyarrow)") from None
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except Exception as e:  # pyarrow raises several error types for corrupt files
+        raise ValueError(f"{path}: cannot read parquet file ({e})") from None
+    for i, row in enumerate(rows, 1):
+        row = {k: v for k, v in row.items() if v is not None}
+        yield i, row
+
+
+def read_bank_rows(path: str | os.PathLike) -> tuple[list[Any], list[float], list[int]]:
+    """Flat ``(prompt ids, rewards, row numbers)`` of a JSONL or parquet bank file."""
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"bank file {str(path)!r} does not exist")
+    it = _iter_parquet(path) if path.suffix.lower() in (".parquet", ".pq") else _iter_jsonl(path)
+    ids: list[Any] = []
+    rewards: list[float] = []
+    rows: list[int] = []
+    for line_no, row in it:
+        where = f"{path}: row {line_no}"
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
+        pid = _prompt_id(row, where)
+        vals = _reward_list(row, where)
+        ids.extend([pid] * len(vals))
+        rewards.extend(vals)
+        rows.extend([line_no] * len(vals))
+    if not rewards:
+        raise ValueError(f"{path}: bank is empty (no rows)")
+    return ids, rewards, rows
+
+
+def load_bank(path: str | os.PathLike, *, binary: bool = False) -> _Bank:
+    """Read and validate a bank file (see the module docstring); ``binary`` demands 0/1 rewards."""
+    ids, rewards, rows = read_bank_rows(path)
+    vals = np.asarray(rewards, dtype=np.float64)
+    row_no = np.asarray(rows, dtype=np.int64)
+    if binary:
+        bad = np.flatnonzero((vals != 0) & (vals != 1))
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(
+                f"{path}: row {row_no[i]}: reward {float(vals[i])!r} is not 0/1 (binary bank)"
+            )
+    norm = _normalise_ids(ids)
+    uniq, owner = np.unique(norm, return_inverse=True)
+    owner = owner.reshape(-1)
+    counts = np.bincount(owner, minlength=len(uniq))
+    few = np.flatnonzero(counts < 2)
+    if few.size:
+        g = int(few[0])
+        first_row = int(row_no[np.flatnonzero(owner == g)[0]])
+        raise ValueError(
+            f"{path}: row {first_row}: prompt {uniq[g].item()!r} has {int(counts[g])} reference "
+            "reward(s); calibration needs >= 2"
+        )
+    return _finish_bank(uniq, owner, vals, [repr(u) for u in uniq.tolist()])

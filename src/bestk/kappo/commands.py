@@ -1,0 +1,188 @@
+"""``bestk calibrate`` and ``bestk plot weights``.
+
+Heavy imports (numpy math, matplotlib) stay inside the command bodies so ``bestk --help`` stays
+fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+__all__ = ["register", "plot_app"]
+
+plot_app = typer.Typer(
+    name="plot",
+    help="Figures of the closed-form theory (prompt weights, KAPPO pressure, win-rate transform).",
+    no_args_is_help=True,
+)
+
+
+def _fail(err: Exception) -> None:
+    typer.echo(f"error: {err}", err=True)
+    raise typer.Exit(code=2)
+
+
+def _floats(text: str, name: str) -> list[float]:
+    try:
+        vals = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{name} must be comma-separated numbers, got {text!r}") from None
+    if not vals or any(not v > 0 for v in vals):
+        raise typer.BadParameter(f"{name} must be positive numbers, got {text!r}")
+    return vals
+
+
+def calibrate_cmd(
+    bank: Path = typer.Argument(
+        ..., help='Reference bank: JSONL rows {"prompt_id", "reward"|"rewards"} or parquet.'
+    ),
+    k: int = typer.Option(..., "--k", help="The @k objective parameter (integer >= 1)."),
+    beta: float = typer.Option(..., "--beta", help="KL strength beta > 0."),
+    kind: str = typer.Option("binary", "--kind", help="binary (pass@k) or winrate (max@k)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Where to write the calibration JSON."),
+) -> None:
+    """Calibrate KAPPO from a reference bank (Algorithm 1 / 2) and save it as versioned JSON."""
+    import time
+
+    import numpy as np
+    from rich.console import Console
+    from rich.table import Table
+
+    from bestk.kappo._validate import check_k, check_positive
+    from bestk.kappo.bank import load_bank
+    from bestk.kappo.calibration import KINDS, _calibrate_bank
+
+    t0 = time.perf_counter()
+    try:
+        if kind not in KINDS:
+            raise ValueError(f"unknown --kind {kind!r}; valid: {', '.join(KINDS)}")
+        check_k(k, "--k")
+        check_positive(beta, "--beta")
+        b = load_bank(bank, binary=kind == "binary")
+        cal = _calibrate_bank(b, k, beta, kind)
+        cal.save(out)
+    except ValueError as e:
+        _fail(e)
+    elapsed = time.perf_counter() - t0
+
+    table = Table(title=f"KAPPO calibration ({kind}, k={k}, beta={beta})")
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    table.add_row("prompts", f"{cal.num_prompts:,}")
+    table.add_row("bank size M", str(cal.M))
+    table.add_row("reference rewards", f"{int(cal.bank_sizes.sum()):,}")
+    if kind == "binary":
+        n = cal.values["n_success"]
+        a = cal.values["a_k"]
+        table.add_row("prompts with N = 0 (a_k = k)", f"{int((n == 0).sum()):,}")
+        table.add_row("prompts with N = M", f"{int((n == cal.bank_sizes).sum()):,}")
+        table.add_row("mean reference pass rate", f"{float((n / cal.bank_sizes).mean()):.4f}")
+        qs = np.quantile(a, [0.0, 0.5, 1.0])
+        table.add_row("a_k min / median / max", " / ".join(f"{x:.4g}" for x in qs))
+        d = cal.values["dpo_beta_eff"]
+        table.add_row("@k-DPO beta_eff min / max", f"{d.min():.4g} / {d.max():.4g}")
+    else:
+        for m, t in sorted(cal.tables.items()):
+            table.add_row(f"T_0 / T_M (M={m})", f"{t[0]:.5g} / {t[-1]:.5g}")
+        table.add_row("log C", f"{cal.log_c:.6g}")
+    table.add_row("bank checksum", cal.checksum[:23] + "...")
+    table.add_row("written to", str(out))
+    table.add_row("time", f"{elapsed:.2f} s")
+    Console().print(table)
+
+
+@plot_app.command("weights")
+def plot_weights_cmd(
+    out: Path = typer.Option(Path("docs/img"), "--out", "-o", help="Output directory."),
+    group_size: int = typer.Option(8, "--group-size", "-M", help="Group size M (>= 2)."),
+    taus: str = typer.Option("0.1,0.3,1.0,3.0", "--taus", help="SoftmaxGRPO temperatures."),
+    beta: float = typer.Option(0.1, "--beta", help="KL strength for the KAPPO panels."),
+) -> None:
+    """Draw prompt weights omega(p), KAPPO beta_eff(p_ref) and the win-rate transform T(q)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from bestk import theory
+    from bestk.kappo import binary_calibration, winrate_T
+
+    tau_list = _floats(taus, "--taus")
+    if group_size < 2:
+        raise typer.BadParameter("--group-size must be >= 2")
+    if not beta > 0:
+        raise typer.BadParameter("--beta must be > 0")
+    out.mkdir(parents=True, exist_ok=True)
+    p = np.linspace(0.002, 0.998, 499)
+    M = group_size
+    written = []
+
+    # 1. Prompt weights (SoftmaxGRPO Fig. 1 / Table 1), each normalised to 1 at p = 0.5.
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+
+    def norm(w: np.ndarray) -> np.ndarray:
+        mid = np.interp(0.5, p, w)
+        return w / mid
+
+    ax.plot(p, norm(theory.reinforce_weight(p)), "k-", label="REINFORCE: 1")
+    ax.plot(p, norm(theory.ml_weight(p)), "k--", label="ML: 1/p")
+    ax.plot(p, norm(theory.grpo_weight(p)), "r-", label="GRPO: 1/sqrt(p(1-p))")
+    ax.plot(p, norm(theory.maxrl_weight(p, M - 1)), "b--", label=f"MaxRL(T={M - 1})")
+    for tau in tau_list:
+        w = theory.softmax_grpo_weight(p, M, tau)
+        ax.plot(p, norm(w), label=f"SoftmaxGRPO M={M}, tau={tau}")
+    ax.set_yscale("log")
+    ax.set_xlabel("pass rate p")
+    ax.set_ylabel("prompt weight omega(p) / omega(0.5)")
+    ax.set_title("Prompt weighting of binary-reward objectives")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    path = out / "weights.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    written.append(path)
+
+    # 2. KAPPO effective regularisation (KAPPO Fig. 1a).
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for k in (1, 2, 4):
+        cal = binary_calibration(p, k, beta)
+        ax.plot(p, cal.beta_eff, label=f"k={k}")
+    ax.set_yscale("log")
+    ax.set_xlabel("reference pass rate p_ref")
+    ax.set_ylabel("beta_eff = beta / (k (1-p*)^(k-1))")
+    ax.set_title(f"KAPPO prompt-adaptive regularisation (beta={beta})")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    path = out / "kappo_beta_eff.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    written.append(path)
+
+    # 3. Win-rate transform T(q) (Prop. 4.7).
+    q = np.linspace(0.0, 1.0, 401)
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for k in (1, 2, 4, 8):
+        ax.plot(q, winrate_T(q, k, beta), label=f"k={k}")
+    ax.set_xlabel("reference win rate q = F_ref(r)")
+    ax.set_ylabel("T(q) = beta log(C + G(q)^k / beta)")
+    ax.set_title(f"KAPPO win-rate transform (beta={beta})")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    path = out / "kappo_winrate_T.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    written.append(path)
+    for w in written:
+        typer.echo(f"wrote {w}")
+
+
+def register(app: typer.Typer) -> None:
+    """Attach ``calibrate`` and the ``plot`` group to the ``bestk`` app."""
+    app.command("calibrate")(calibrate_cmd)
+    app.add_typer(plot_app, name="plot")
