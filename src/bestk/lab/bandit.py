@@ -301,7 +301,27 @@ def bias_row(spec: EstimatorSpec, bandit: Bandit, n: int,
         grad_p = objective_gradient("best@1", {}, logits, values, n)
         row["implied_weight"] = float(mean @ grad_p) / float(grad_p @ grad_p)
         row["pass_rate"] = float(best_at_k_exact(torch.softmax(logits, -1), values, [1])[0])
+        row["theory_weight"] = theory_weight(spec, row["pass_rate"], n)
     return row
+
+
+def theory_weight(spec: EstimatorSpec, p: float, n: int) -> float | None:
+    """The binary prompt weight ``omega(p)`` that :mod:`bestk.theory` predicts for ``spec``
+    at group size ``n``, in the lab's ``(1/N) sum_i A_i S_i`` scaling (``None`` if the theory
+    module has no closed form for it). SoftmaxGRPO Eq. 4 is written for ``sum_i A_i S_i``,
+    hence the division by ``n``; MaxRL(T) is Table 1's ``(1-(1-p)^T)/p``."""
+    from bestk import theory
+
+    opts = spec.options
+    if spec.name in ("reinforce", "rloo"):
+        return float(theory.reinforce_weight(p))
+    if spec.name in ("maxrl", "argmaxrl") and opts.get("baseline", "loo") in ("loo", "none"):
+        return float(theory.maxrl_weight(p, n))
+    if spec.name in ("maxrl", "argmaxrl") and opts.get("baseline") == "mean":
+        return float(theory.maxrl_weight(p, n - 1))
+    if spec.name == "softmax_grpo":
+        return float(theory.softmax_grpo_weight(p, n, opts.get("tau", 0.1))) / n
+    return None
 
 
 def bias_table(bandits: Sequence[Bandit], ns: Sequence[int],
@@ -445,7 +465,10 @@ def render_markdown(result: dict[str, Any]) -> str:
            "(the initial policy of each bandit). `rel. bias` = |E[g] - grad J| / |grad J| "
            "against the gradient of the objective in column 2 (autograd of its closed form); "
            "`none` means the estimator claims no objective and is compared with best@1. "
-           "`var` = trace of Cov[g_hat]; `var/‖E g‖²` is scale free.\n"]
+           "`var` = trace of Cov[g_hat]; `var/‖E g‖²` is scale free. On binary rewards "
+           "E[g] = ω(p) grad p exactly; `implied weight` is that ω measured from the "
+           "enumeration, `bestk.theory ω(p)` the closed form (SoftmaxGRPO Table 1 / Eq. 4) in the "
+           "same (1/N) scaling.\n"]
     for bname in cfg["bandits"]:
         b = BANDITS[bname]
         out.append(f"## {bname}: {b.description}\n")
@@ -454,13 +477,14 @@ def render_markdown(result: dict[str, Any]) -> str:
         header = ["N", "estimator", "unbiased for", "rel. bias", "cos(E g, grad J)", "var",
                   "var/‖E g‖²"]
         if b.binary:
-            header.append("implied weight ω(p)")
+            header += ["implied weight ω(p)", "bestk.theory ω(p)"]
         body = []
         for r in rows:
             line = [r["N"], r["estimator"], r["objective"], fmt(r["rel_bias"]),
                     fmt(r["cosine"], 4), fmt(r["var"]), fmt(r["var_over_signal"])]
             if b.binary:
-                line.append(fmt(r["implied_weight"]))
+                tw = r.get("theory_weight")
+                line += [fmt(r["implied_weight"]), "–" if tw is None else fmt(tw)]
             body.append(line)
         out.append(markdown_table(header, body))
         cur = result["curves"][bname]
