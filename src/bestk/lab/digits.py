@@ -235,7 +235,7 @@ def _kappo_calibration(cfg: DigitsConfig, reward: str, model: BatchedMLP, slots:
 
     n_train = x_train.shape[0]
     with torch.no_grad():
-        logits = model(x_train.expand(len(slots), *x_train.shape))[slots]
+        logits = model(x_train.expand(model.w1.shape[0], *x_train.shape))[slots]
         probs = torch.softmax(logits.double(), -1).reshape(-1, N_CLASSES)
         draws = torch.multinomial(probs, cfg.kappo_bank, replacement=True, generator=gen)
         draws = draws.reshape(len(slots), n_train, cfg.kappo_bank)
@@ -267,6 +267,10 @@ def run_setting(cfg: DigitsConfig, reward: str, n: int, data=None, progress: Any
     lists over seeds of the final metrics, training curves and gradient allocation."""
     import bestk
 
+    try:  # registers "kappo_grpo"
+        import bestk.kappo  # noqa: F401
+    except ImportError:  # pragma: no cover - a bestk without KAPPO: the learner is skipped
+        pass
     if data is None:
         data = load_digits_split(cfg.test_fraction, cfg.seed)
     x_train, y_train, x_test, y_test = data
