@@ -5,6 +5,10 @@ ArgMaxRL, MaxRL, KAPPO, SoftmaxGRPO and the baselines they are compared with, un
 pass@k / best@k metrics, an embedded trainer, and verl / TRL adapters.
 """
 
+from bestk import (
+    kappo,  # noqa: F401  (registers the kappo_grpo estimator)
+    theory,  # noqa: F401
+)
 from bestk.estimators import (
     ESTIMATORS,
     advantages,
@@ -34,5 +38,7 @@ __all__ = [
     "pass_at_k_curve",
     "best_at_k_curve",
     "gradient_allocation",
+    "kappo",
+    "theory",
     "__version__",
 ]
