@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["write_text_atomic", "write_json_atomic", "mean_ci", "markdown_table", "fmt"]
+__all__ = ["write_text_atomic", "write_json_atomic", "t95", "mean_ci", "markdown_table", "fmt"]
 
 # Two-sided 95% Student-t quantiles for 1..30 degrees of freedom (normal beyond).
 _T95 = [
@@ -42,6 +42,13 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
     write_text_atomic(path, json.dumps(obj, indent=1, sort_keys=False) + "\n")
 
 
+def t95(df: int) -> float:
+    """Two-sided 95% Student-t quantile for ``df`` degrees of freedom (normal beyond 30)."""
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
+    return _T95[df - 1] if df <= len(_T95) else 1.960
+
+
 def mean_ci(x: Sequence[float] | np.ndarray) -> tuple[float, float]:
     """Mean and half-width of the two-sided 95% Student-t interval over the values ``x``
     (half-width ``nan`` for a single value)."""
@@ -51,9 +58,7 @@ def mean_ci(x: Sequence[float] | np.ndarray) -> tuple[float, float]:
     m = float(a.mean())
     if a.size == 1:
         return m, float("nan")
-    df = a.size - 1
-    t = _T95[df - 1] if df <= len(_T95) else 1.960
-    return m, float(t * a.std(ddof=1) / math.sqrt(a.size))
+    return m, float(t95(a.size - 1) * a.std(ddof=1) / math.sqrt(a.size))
 
 
 def fmt(x: float, digits: int = 3) -> str:

@@ -247,6 +247,21 @@ def _kappo_calibration(cfg: DigitsConfig, reward: str, model: BatchedMLP, slots:
     return calibrate(bank, cfg.kappo_k, cfg.kappo_winrate_beta, kind="winrate")
 
 
+def _calibration_summary(cal: Any) -> dict[str, Any]:
+    """What the KAPPO calibration from the initial policy looked like (for the report)."""
+    summary: dict[str, Any] = {"kind": cal.kind, "k": cal.k, "beta": cal.beta,
+                               "prompts": cal.num_prompts}
+    if cal.kind == "binary":
+        a_k = np.asarray(cal.values["a_k"], dtype=np.float64)
+        n_succ = np.asarray(cal.values["n_success"])
+        summary.update({
+            "a_k_min": float(a_k.min()), "a_k_median": float(np.median(a_k)),
+            "a_k_max": float(a_k.max()),
+            "share_no_success": float(np.mean(n_succ == 0)),
+        })
+    return summary
+
+
 def _evaluate(model: BatchedMLP, x: torch.Tensor, y: torch.Tensor, rmat: torch.Tensor,
               ks: Sequence[int]) -> dict[str, torch.Tensor]:
     """Exact test metrics of every model: ``(P,)`` accuracy, ``(P, len(ks))`` pass@k, best@k."""
@@ -359,6 +374,8 @@ def run_setting(cfg: DigitsConfig, reward: str, n: int, data=None, progress: Any
     final = curves[-1]
     out: dict[str, Any] = {"setting": tag, "reward": reward, "N": n, "steps": curve_steps,
                            "rollouts_per_image_per_step": n, "skipped": skipped, "learners": {}}
+    if calibration is not None:
+        out["kappo_calibration"] = _calibration_summary(calibration)
     for li, lr in enumerate(active):
         sl = slice(li * n_s, (li + 1) * n_s)
         tot = alloc[li].sum(1, keepdim=True)
@@ -400,6 +417,8 @@ def aggregate(cfg: DigitsConfig, settings: dict[str, dict[str, Any]]) -> dict[st
                 a = np.asarray(d["allocation"])
                 alloc = {b: _stat(a[:, j].tolist()) for j, b in enumerate(BIN_LABELS)}
             entry["settings"][tag] = {
+                **({"calibration": st["kappo_calibration"]}
+                   if label.startswith("kappo") and "kappo_calibration" in st else {}),
                 "test_accuracy": _stat(d["test_accuracy"]),
                 "pass@k": {k: _stat(v) for k, v in d["pass@k"].items()},
                 "best@k": {k: _stat(v) for k, v in d["best@k"].items()},

@@ -1,0 +1,61 @@
+"""Verdict rules of bestk.lab.claims on synthetic lab outputs (no training needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bestk.lab.claims import Diff, _dominance_verdict, evaluate_claims, paired_diff, render_claims
+from bestk.lab.digits import BIN_LABELS
+
+
+def _stat(seeds):
+    return {"mean": sum(seeds) / len(seeds), "ci95": 0.0, "seeds": list(seeds)}
+
+
+def _setting(base: float, slope: float, alloc_top: float):
+    ks = ["1", "4", "16"]
+    jitter = [0.0, 0.001, -0.001]
+    metric = {k: _stat([min(1.0, base + slope * i) + j for j in jitter])
+              for i, k in enumerate(ks)}
+    rest = (1 - alloc_top) / 4
+    alloc = {b: _stat([rest] * 3) for b in BIN_LABELS[:-1]}
+    alloc[BIN_LABELS[-1]] = _stat([alloc_top] * 3)
+    return {"test_accuracy": metric["1"], "pass@k": metric, "best@k": metric,
+            "allocation": alloc}
+
+
+def _digits(better: float):
+    learners = {"ml": (0.95, 0.0, 0.0), "grpo": (0.9, 0.02, 0.3), "rloo": (0.9, 0.02, 0.3),
+                "reinforce": (0.5, 0.02, 0.3), "maxrl": (0.9 + better, 0.03, 0.1),
+                "argmaxrl": (0.9 + better, 0.03, 0.1),
+                "softmax_grpo(tau=0.1)": (0.94, 0.02, 0.1),
+                "pkpo(k=4)": (0.8, 0.09, 0.0), "kappo_grpo(k=4)": (0.8, 0.09, 0.0)}
+    out = {}
+    for lb, (b, s, a) in learners.items():
+        sets = {f"{r}/N={n}": _setting(b, s, a) for r in ("binary", "graded") for n in (4, 8)}
+        out[lb] = {"test_accuracy": b, "pass@k": {}, "settings": sets}
+    return out
+
+
+def test_paired_diff_and_dominance_rules():
+    d = paired_diff({"seeds": [1.0, 2.0, 3.0]}, {"seeds": [0.0, 1.0, 2.0]})
+    assert d.mean == pytest.approx(1.0) and d.ci95 == pytest.approx(0.0) and d.better
+    assert _dominance_verdict([Diff(0.1, 0.01, 3)])[0] == "reproduced"
+    assert _dominance_verdict([Diff(0.1, 0.01, 3), Diff(-0.1, 0.01, 3)])[0] == "partly"
+    assert _dominance_verdict([Diff(0.1, 0.5, 3)])[0] == "not reproduced"
+    assert _dominance_verdict([Diff(-0.1, 0.01, 3)])[0] == "not reproduced"
+
+
+def test_claim_verdicts_follow_the_data():
+    good = {c.title: c.verdict for c in evaluate_claims(None, _digits(better=0.02))}
+    bad = {c.title: c.verdict for c in evaluate_claims(None, _digits(better=-0.02))}
+    assert good["MaxRL Pareto-dominates GRPO across k"] == "reproduced"
+    assert bad["MaxRL Pareto-dominates GRPO across k"] == "not reproduced"
+    assert good["ArgMaxRL improves best@k on graded rewards"] == "reproduced"
+    assert bad["ArgMaxRL improves best@k on graded rewards"] == "not reproduced"
+    assert good["SoftmaxGRPO moves gradient away from near-solved prompts"] == "reproduced"
+    # REINFORCE 0.45 below ML and SoftmaxGRPO closer to ML than GRPO at every N
+    assert good["SoftmaxGRPO tracks exact ML where GRPO lags and REINFORCE fails"] == "reproduced"
+    assert good["@k training with k > 1 raises pass@k at large k"] == "reproduced"
+    md = render_claims(evaluate_claims(None, _digits(better=0.02)))
+    assert md.startswith("## Summary") and "**reproduced**" in md
