@@ -510,6 +510,8 @@ def plot_curves(result: dict[str, Any], path: Path) -> None:
     names = cfg["bandits"]
     ks = cfg["ks"]
     show = [k for k in (1, 4, 16) if k in ks] or list(ks)[:3]
+    cmap = plt.get_cmap("tab10")
+    color = {s.label: cmap(i % 10) for i, s in enumerate(CURVE_SPECS)}
     fig, axes = plt.subplots(len(names), len(show), figsize=(4.2 * len(show), 3.2 * len(names)),
                              squeeze=False)
     for i, bname in enumerate(names):
@@ -522,8 +524,9 @@ def plot_curves(result: dict[str, Any], path: Path) -> None:
                 arr = np.asarray(c)[:, :, kj]  # (T, S)
                 m = arr.mean(1)
                 se = arr.std(1, ddof=1) / math.sqrt(arr.shape[1]) if arr.shape[1] > 1 else 0 * m
-                ax.plot(x, m, label=label)
-                ax.fill_between(x, m - 1.96 * se, m + 1.96 * se, alpha=0.15)
+                c = color.get(label)
+                ax.plot(x, m, label=label, color=c)
+                ax.fill_between(x, m - 1.96 * se, m + 1.96 * se, alpha=0.15, color=c)
             ax.set_title(f"{bname}: best@{k}")
             ax.set_xlabel("rollouts")
             ax.grid(alpha=0.3)
@@ -539,9 +542,12 @@ def plot_curves(result: dict[str, Any], path: Path) -> None:
 def run_bandit(config: BanditConfig, out: str | Path, *, progress: bool = True) -> dict[str, Any]:
     """Run the bias table and the learning curves; write ``results.json``, ``results.md``
     and ``curves.png`` under ``out``. Returns the result dictionary."""
+    import time
+
     from rich.progress import Progress
 
     config.validate()
+    t0 = time.perf_counter()
     out = Path(out)
     bandits = [BANDITS[b] for b in config.bandits]
     result: dict[str, Any] = {"config": asdict(config), "bias": bias_table(bandits, config.ns),
@@ -553,6 +559,7 @@ def run_bandit(config: BanditConfig, out: str | Path, *, progress: bool = True) 
                 b, CURVE_SPECS, n=config.curve_n, steps=config.steps, seeds=config.seeds,
                 lr=config.lr, ks=config.ks, eval_every=config.eval_every,
                 seed=config.seed + 1000 * i, progress=lambda t=task: bar.advance(t))
+    result["wall_seconds"] = time.perf_counter() - t0
     write_json_atomic(out / "results.json", result)
     write_text_atomic(out / "results.md", render_markdown(result))
     plot_curves(result, out / "curves.png")

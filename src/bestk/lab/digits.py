@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -495,6 +496,8 @@ def plot(cfg: DigitsConfig, results: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     n_show = 8 if 8 in cfg.ns else max(cfg.ns)
+    cmap = plt.get_cmap("tab10")
+    color = {lb: cmap(i % 10) for i, lb in enumerate(cfg.learners)}
     fig, axes = plt.subplots(2, len(cfg.rewards), figsize=(5.5 * len(cfg.rewards), 8),
                              squeeze=False)
     for j, reward in enumerate(cfg.rewards):
@@ -511,11 +514,12 @@ def plot(cfg: DigitsConfig, results: dict[str, Any], path: Path) -> None:
                 ms.append(st["mean"])
                 hs.append(0.0 if math.isnan(st["ci95"]) else st["ci95"])
             if xs:
-                ax.errorbar(xs, ms, yerr=hs, marker="o", capsize=3, label=label)
+                ax.errorbar(xs, ms, yerr=hs, marker="o", capsize=3, label=label,
+                            color=color[label], alpha=0.85)
             s = res["settings"].get(f"{reward}/N={n_show}")
             if s is not None:
                 ax2.plot(list(cfg.ks), [s[key][str(k)]["mean"] for k in cfg.ks], marker="o",
-                         label=label)
+                         label=label, color=color[label])
         ax.set_xscale("log", base=2)
         ax.set_xlabel("rollouts per image N")
         ax.set_ylabel("test accuracy" if reward == "binary" else "test best@1")
@@ -570,12 +574,16 @@ def _run_digits(cfg: DigitsConfig, out: Path, *, progress: bool, resume: bool) -
                         settings[saved["setting"]] = saved
                         continue
                 task = bar.add_task(f"digits {reward} N={n}", total=cfg.steps)
+                t0 = time.perf_counter()
                 st = run_setting(cfg, reward, n, data, progress=lambda t=task: bar.advance(t))
+                st["wall_seconds"] = time.perf_counter() - t0
                 st["config_key"] = key
                 write_json_atomic(part, st)
                 settings[st["setting"]] = st
     results = aggregate(cfg, settings)
-    write_json_atomic(out / "config.json", {**asdict(cfg), "config_key": key})
+    wall = sum(st.get("wall_seconds", 0.0) for st in settings.values())
+    write_json_atomic(out / "config.json", {**asdict(cfg), "config_key": key,
+                                            "training_wall_seconds": wall})
     write_json_atomic(out / "results.json", results)
     write_text_atomic(out / "results.md", render_markdown(cfg, results, settings))
     plot(cfg, results, out / "digits.png")
