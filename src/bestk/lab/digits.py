@@ -421,6 +421,7 @@ def aggregate(cfg: DigitsConfig, settings: dict[str, dict[str, Any]]) -> dict[st
                 **({"calibration": st["kappo_calibration"]}
                    if label.startswith("kappo") and "kappo_calibration" in st else {}),
                 "test_accuracy": _stat(d["test_accuracy"]),
+                "initial_pass@1": _stat(d["curve_pass@1"][0]),
                 "pass@k": {k: _stat(v) for k, v in d["pass@k"].items()},
                 "best@k": {k: _stat(v) for k, v in d["best@k"].items()},
                 "allocation": alloc,
