@@ -1,0 +1,22 @@
+"""Tasks for the embedded trainer: prompts, held-out prompts and reward functions.
+
+A reward function is ``(prompt, completion, **example) -> float``, registered by name
+(:func:`register_reward`) or given as ``"module:function"``. Tasks are registered builders
+(:func:`register_task`); :func:`load_task` builds one by name with options.
+"""
+
+from bestk.tasks import builtin as _builtin  # noqa: F401  (registers the built-in tasks)
+from bestk.tasks.base import TASKS, Task, load_task, register_task, task_options
+from bestk.tasks.rewards import REWARDS, RewardSpec, get_reward, register_reward
+
+__all__ = [
+    "TASKS",
+    "Task",
+    "load_task",
+    "register_task",
+    "task_options",
+    "REWARDS",
+    "RewardSpec",
+    "get_reward",
+    "register_reward",
+]

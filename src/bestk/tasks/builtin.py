@@ -1,0 +1,286 @@
+"""Built-in tasks: ``arithmetic`` (the embedded default), ``reasoning_gym``, ``jsonl``,
+``math`` and ``similarity``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bestk.tasks.base import Task, register_task
+from bestk.tasks.rewards import REWARDS, RewardSpec, get_reward
+
+__all__ = ["arithmetic_task", "reasoning_gym_task", "jsonl_task", "math_task", "similarity_task"]
+
+_OPS = {"+": np.add, "-": np.subtract, "*": np.multiply}
+
+
+@register_task("arithmetic")
+def arithmetic_task(
+    *,
+    seed: int = 0,
+    reward: RewardSpec | None = None,
+    digits: int = 2,
+    ops: str = "+",
+    num_eval: int = 64,
+    graded: bool = True,
+) -> Task:
+    """Integer arithmetic ``"a+b="`` -> ``"c"`` with operands of at most ``digits`` digits.
+
+    All ``len(ops) * 10^(2 digits)`` problems are enumerated once; ``num_eval`` of them
+    (drawn with ``seed``) are held out, the rest are the training prompts. ``graded=True``
+    scores with the graded closeness reward ``1/(1+|pred-target|)`` (so ArgMaxRL / best@k
+    have something to work on); ``graded=False`` with exact match. Either way a completion
+    succeeds iff it is exactly right.
+    """
+    if not 1 <= digits <= 3:
+        raise ValueError(f"arithmetic option digits must be 1, 2 or 3, got {digits}")
+    bad = sorted(set(ops) - set(_OPS)) if ops else ["(empty)"]
+    if bad:
+        raise ValueError(f"arithmetic option ops has unknown operator(s) {bad}; valid: + - *")
+    hi = 10**digits
+    a, b = np.meshgrid(np.arange(hi), np.arange(hi), indexing="ij")
+    a, b = a.reshape(-1), b.reshape(-1)
+    problems = [(int(x), op, int(y)) for op in ops for x, y in zip(a, b, strict=True)]
+    if not 1 <= num_eval < len(problems):
+        raise ValueError(
+            f"arithmetic option num_eval must be in [1, {len(problems) - 1}], got {num_eval}"
+        )
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(problems))
+    examples = []
+    for i, (x, op, y) in enumerate(problems):
+        value = int(_OPS[op](x, y))
+        examples.append({"id": i, "prompt": f"{x}{op}{y}=", "answer": str(value)})
+    held = [examples[i] for i in order[:num_eval]]
+    train = [examples[i] for i in np.sort(order[num_eval:])]
+    spec = reward or REWARDS["arithmetic" if graded else "exact"]
+    width = len(str(max(abs(int(_OPS[op](hi - 1, hi - 1))) for op in ops))) + 1
+    return Task("arithmetic", train, held, spec, "0123456789-+*=", max_answer_chars=width)
+
+
+_STRING_OPS = {
+    "reverse": lambda s: s[::-1],
+    "sort": lambda s: "".join(sorted(s)),
+    "copy": lambda s: s,
+}
+
+
+@register_task("strings")
+def strings_task(
+    *,
+    seed: int = 0,
+    reward: RewardSpec | None = None,
+    op: str = "reverse",
+    min_len: int = 3,
+    max_len: int = 6,
+    symbols: str = "0123456789",
+    num_train: int = 4096,
+    num_eval: int = 64,
+    graded: bool = True,
+) -> Task:
+    """String transformation ``"op:s="`` -> ``op(s)`` (``reverse``, ``sort`` or ``copy``) of
+    random strings over ``symbols`` with length in ``[min_len, max_len]``.
+
+    ``num_train`` training strings and ``num_eval`` held-out strings are drawn with ``seed``
+    without overlap. ``graded=True`` scores with the ``positional`` reward (share of correct
+    positions); ``graded=False`` with exact match. Success = exactly right.
+    """
+    if op not in _STRING_OPS:
+        raise ValueError(f"strings option op must be one of {', '.join(_STRING_OPS)}, got {op!r}")
+    if not 1 <= min_len <= max_len <= 32:
+        raise ValueError(f"strings needs 1 <= min_len <= max_len <= 32, got {min_len}, {max_len}")
+    if len(set(symbols)) < 2 or any(ch in ":=" for ch in symbols):
+        raise ValueError(
+            f"strings option symbols needs >= 2 symbols other than ':' and '=', got {symbols!r}"
+        )
+    space = sum(len(set(symbols)) ** n for n in range(min_len, max_len + 1))
+    want = num_train + num_eval
+    if num_train < 1 or num_eval < 1 or want > space // 2:
+        raise ValueError(
+            f"strings: num_train + num_eval = {want} is too many for {space} distinct strings"
+        )
+    rng = np.random.default_rng(seed)
+    alphabet = np.array(sorted(set(symbols)))
+    seen: dict[str, None] = {}
+    while len(seen) < want:
+        n = int(rng.integers(min_len, max_len + 1))
+        seen.setdefault("".join(rng.choice(alphabet, size=n)), None)
+    strs = list(seen)
+    fn = _STRING_OPS[op]
+    examples = [
+        {"id": i, "prompt": f"{op[:3]}:{s}=", "answer": fn(s)} for i, s in enumerate(strs)
+    ]
+    spec = reward or REWARDS["positional" if graded else "exact"]
+    chars = "".join(alphabet) + op[:3] + ":="
+    return Task(
+        f"strings/{op}", examples[:num_train], examples[num_train:], spec, chars,
+        max_answer_chars=max_len,
+    )
+
+
+@register_task("reasoning_gym")
+def reasoning_gym_task(
+    *,
+    seed: int = 0,
+    reward: RewardSpec | None = None,
+    dataset: str = "",
+    config: dict | None = None,
+    size: int = 1000,
+    num_eval: int = 64,
+    template: str = "{question}\nAnswer: ",
+    max_answer_chars: int = 64,
+) -> Task:
+    """Any reasoning-gym dataset by name and config (``reasoning_gym.create_dataset``).
+
+    Training prompts: ``size`` items generated with ``seed``; held-out prompts: ``num_eval``
+    items generated with seed ``seed + 1_000_003`` (a different stream, so a different set).
+    The reward is the dataset's own ``score_answer`` (raw score as the graded reward); a
+    completion succeeds (pass@k) when the score is exactly 1.
+    """
+    if not dataset:
+        raise ValueError("task reasoning_gym needs option dataset (a reasoning-gym dataset name)")
+    import reasoning_gym
+
+    cfg = dict(config or {})
+    try:
+        train_ds = reasoning_gym.create_dataset(dataset, seed=seed, size=size, **cfg)
+        eval_ds = reasoning_gym.create_dataset(
+            dataset, seed=seed + 1_000_003, size=num_eval, **cfg
+        )
+    except (KeyError, ValueError, TypeError, AssertionError) as e:
+        raise ValueError(f"reasoning_gym dataset {dataset!r} with config {cfg}: {e}") from None
+
+    def convert(ds: Any, offset: int) -> list[dict[str, Any]]:
+        out = []
+        for i, entry in enumerate(ds):
+            out.append({
+                "id": offset + i,
+                "prompt": template.format(question=entry["question"]),
+                "answer": str(entry["answer"]),
+                "entry": entry,
+            })
+        return out
+
+    train = convert(train_ds, 0)
+    held = convert(eval_ds, size)
+    return Task(
+        f"reasoning_gym/{dataset}",
+        train,
+        held,
+        reward or REWARDS["reasoning_gym"],
+        None,
+        max_answer_chars=max_answer_chars,
+    )
+
+
+def _read_jsonl(path: str) -> list[dict[str, Any]]:
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"jsonl file {path!r} does not exist")
+    rows = []
+    with p.open() as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}:{n}: not valid JSON ({e})") from None
+    return rows
+
+
+@register_task("jsonl")
+def jsonl_task(
+    *,
+    seed: int = 0,
+    reward: RewardSpec | None = None,
+    path: str = "",
+    eval_path: str = "",
+    num_eval: int = 64,
+    prompt_field: str = "prompt",
+    answer_field: str = "answer",
+    reward_name: str = "exact",
+    template: str = "{prompt}",
+    max_answer_chars: int = 128,
+) -> Task:
+    """Prompts and reference answers from a JSON-lines file (one object per line).
+
+    Each row needs ``prompt_field`` and ``answer_field``; all its fields reach the reward
+    function. Held-out prompts come from ``eval_path`` if given, else ``num_eval`` rows of
+    ``path`` drawn with ``seed``. ``reward_name`` is a registered reward or
+    ``module:function`` (the ``reward`` config key overrides it).
+    """
+    if not path:
+        raise ValueError("task jsonl needs option path (a .jsonl file)")
+    rows = _read_jsonl(path)
+    spec = reward or get_reward(reward_name)
+
+    def convert(rows: list[dict[str, Any]], src: str, offset: int) -> list[dict[str, Any]]:
+        out = []
+        for i, row in enumerate(rows):
+            for f in (prompt_field, answer_field):
+                if f not in row:
+                    raise ValueError(f"{src}: row {i + 1} has no field {f!r}")
+            ex = dict(row)
+            ex["prompt"] = template.format(**{**row, "prompt": row[prompt_field]})
+            ex["answer"] = str(row[answer_field])
+            ex["id"] = offset + i
+            out.append(ex)
+        return out
+
+    if eval_path:
+        train = convert(rows, path, 0)
+        held = convert(_read_jsonl(eval_path), eval_path, len(rows))
+    else:
+        if not 1 <= num_eval < len(rows):
+            raise ValueError(f"num_eval must be in [1, {len(rows) - 1}] for {path}, got {num_eval}")
+        examples = convert(rows, path, 0)
+        order = np.random.default_rng(seed).permutation(len(rows))
+        held = [examples[i] for i in order[:num_eval]]
+        train = [examples[i] for i in np.sort(order[num_eval:])]
+    return Task(f"jsonl/{Path(path).stem}", train, held, spec, None, max_answer_chars)
+
+
+@register_task("math")
+def math_task(
+    *,
+    seed: int = 0,
+    reward: RewardSpec | None = None,
+    path: str = "",
+    eval_path: str = "",
+    num_eval: int = 64,
+    prompt_field: str = "question",
+    answer_field: str = "answer",
+    template: str = "{prompt}\nPut the final answer in \\boxed{{}}.\n",
+    max_answer_chars: int = 512,
+) -> Task:
+    """Math word problems from a JSON-lines file, checked with math-verify (binary reward)."""
+    return jsonl_task(
+        seed=seed, reward=reward or REWARDS["math_verify"], path=path, eval_path=eval_path,
+        num_eval=num_eval, prompt_field=prompt_field, answer_field=answer_field,
+        template=template, max_answer_chars=max_answer_chars,
+    )
+
+
+@register_task("similarity")
+def similarity_task(
+    *,
+    seed: int = 0,
+    reward: RewardSpec | None = None,
+    path: str = "",
+    eval_path: str = "",
+    num_eval: int = 64,
+    prompt_field: str = "prompt",
+    answer_field: str = "answer",
+    template: str = "{prompt}",
+    max_answer_chars: int = 512,
+) -> Task:
+    """Open-ended prompts from a JSON-lines file scored by SoftmaxGRPO's ``r_sim`` against the
+    reference (graded; success = a perfect match, ``r_sim == 1``)."""
+    return jsonl_task(
+        seed=seed, reward=reward or REWARDS["similarity"], path=path, eval_path=eval_path,
+        num_eval=num_eval, prompt_field=prompt_field, answer_field=answer_field,
+        template=template, max_answer_chars=max_answer_chars,
+    )

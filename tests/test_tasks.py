@@ -1,0 +1,157 @@
+"""bestk.tasks: every reward function against hand-computed values, and the task builders."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+import pytest
+
+from bestk.tasks import REWARDS, get_reward, load_task, task_options
+from bestk.tasks.rewards import (
+    arithmetic_reward,
+    exact_reward,
+    math_verify_reward,
+    positional_reward,
+    similarity_reward,
+    squad_f1,
+)
+
+
+def test_exact_reward():
+    assert exact_reward("p", " 42 ", answer="42") == 1.0
+    assert exact_reward("p", "420", answer="42") == 0.0
+
+
+def test_arithmetic_reward_closeness():
+    assert arithmetic_reward("1+1=", "2", answer="2") == 1.0
+    assert arithmetic_reward("1+1=", "3", answer="2") == pytest.approx(1 / 2)
+    assert arithmetic_reward("1+1=", "-2", answer="2") == pytest.approx(1 / 5)
+    assert arithmetic_reward("1+1=", "12x", answer="2") == pytest.approx(1 / 11)
+    assert arithmetic_reward("1+1=", "x", answer="2") == 0.0
+    assert arithmetic_reward("1+1=", "", answer="2") == 0.0
+
+
+def test_positional_reward():
+    assert positional_reward("p", "1234", answer="1234") == 1.0
+    assert positional_reward("p", "1294", answer="1234") == pytest.approx(3 / 4)
+    assert positional_reward("p", "12", answer="1234") == pytest.approx(2 / 4)
+    assert positional_reward("p", "123456", answer="1234") == pytest.approx(4 / 6)
+    assert positional_reward("p", "", answer="1") == 0.0
+
+
+def test_squad_f1_by_hand():
+    # normalisation drops case, punctuation and articles
+    assert squad_f1("The Cat, sat!", "cat sat") == 1.0
+    # pred: {cat, sat, down} ref: {cat, sat, on, mat}: common 2, P=2/3, R=2/4
+    p, r = 2 / 3, 2 / 4
+    assert squad_f1("cat sat down", "the cat sat on a mat") == pytest.approx(2 * p * r / (p + r))
+    assert squad_f1("", "") == 1.0
+    assert squad_f1("x", "") == 0.0
+    assert squad_f1("dog", "cat") == 0.0
+
+
+def test_similarity_reward_is_06_f1_plus_04_rougeL():
+    # ROUGE-L by hand: ref "the cat sat on the mat" (6 tokens), pred "the cat sat" (3 tokens),
+    # LCS = 3 -> P = 1, R = 1/2, F = 2/3.  F1_SQuAD after dropping articles: pred {cat, sat},
+    # ref {cat, sat, on, mat} -> P = 1, R = 1/2, F1 = 2/3.
+    r = similarity_reward("q", "the cat sat", answer="the cat sat on the mat")
+    assert r == pytest.approx(0.6 * (2 / 3) + 0.4 * (2 / 3))
+    assert similarity_reward("q", "a b c", answer="a b c") == pytest.approx(1.0)
+    assert similarity_reward("q", "zzz", answer="a b c") == 0.0
+
+
+def test_math_verify_reward():
+    assert math_verify_reward("q", "The answer is $\\frac{1}{2}$", answer="0.5") == 1.0
+    assert math_verify_reward("q", "so \\boxed{4}", answer="4") == 1.0
+    assert math_verify_reward("q", "\\boxed{5}", answer="4") == 0.0
+    assert math_verify_reward("q", "no idea", answer="4") == 0.0
+
+
+def test_reasoning_gym_task_and_reward():
+    task = load_task(
+        "reasoning_gym", {"dataset": "basic_arithmetic", "size": 5, "num_eval": 3}, seed=1
+    )
+    assert len(task.train) == 5 and len(task.eval) == 3
+    ex = task.train[0]
+    good = task.score([ex, ex, ex], [ex["answer"], "no number", ex["answer"] + "7"])
+    assert good[:2].tolist() == [1.0, 0.0]
+    assert 0.0 <= good[2] < 1.0  # the dataset's own partial credit, never success
+    assert task.success(good).tolist() == [True, False, False]
+    assert task.graded
+    with pytest.raises(ValueError, match="no_such_dataset"):
+        load_task("reasoning_gym", {"dataset": "no_such_dataset"})
+
+
+def test_arithmetic_task_answers_and_split():
+    task = load_task("arithmetic", {"digits": 1, "ops": "+-", "num_eval": 20}, seed=3)
+    assert len(task.train) + len(task.eval) == 200
+    train_p = {e["prompt"] for e in task.train}
+    assert not train_p & {e["prompt"] for e in task.eval}
+    for e in task.train[:50] + task.eval:
+        assert str(eval(e["prompt"][:-1])) == e["answer"]  # noqa: S307 (digits and +/- only)
+    assert task.graded
+    exact = load_task("arithmetic", {"digits": 1, "graded": False, "num_eval": 5})
+    assert not exact.graded
+    assert exact.score([exact.eval[0]], ["-999"]).tolist() == [0.0]
+
+
+def test_strings_task():
+    task = load_task("strings", {"op": "sort", "num_train": 50, "num_eval": 10}, seed=0)
+    for e in task.train + task.eval:
+        s = e["prompt"][4:-1]
+        assert e["answer"] == "".join(sorted(s))
+    assert not {e["prompt"] for e in task.train} & {e["prompt"] for e in task.eval}
+    assert set(task.alphabet) >= set("".join(e["prompt"] + e["answer"] for e in task.train))
+    with pytest.raises(ValueError, match="op must be one of"):
+        load_task("strings", {"op": "shuffle"})
+
+
+def test_jsonl_math_and_similarity_tasks(tmp_path):
+    path = tmp_path / "d.jsonl"
+    rows = [{"question": f"What is {i}+{i}?", "answer": str(2 * i)} for i in range(10)]
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    m = load_task("math", {"path": str(path), "num_eval": 2})
+    assert len(m.train) == 8 and not m.graded
+    ex = m.train[0]
+    assert m.score([ex], [f"\\boxed{{{ex['answer']}}}"]).tolist() == [1.0]
+    s = load_task("similarity", {"path": str(path), "prompt_field": "question", "num_eval": 2})
+    assert s.graded and s.score([s.eval[0]], [s.eval[0]["answer"]]).tolist() == [1.0]
+    with pytest.raises(ValueError, match="has no field 'prompt'"):
+        load_task("jsonl", {"path": str(path), "num_eval": 2})
+
+
+def test_custom_reward_module_function(monkeypatch):
+    mod = types.ModuleType("my_rewards_mod")
+    mod.length_reward = lambda prompt, completion, **ex: float(len(completion))
+    monkeypatch.setitem(sys.modules, "my_rewards_mod", mod)
+    spec = get_reward("my_rewards_mod:length_reward")
+    assert spec.graded
+    opts = {"digits": 1, "num_eval": 5}
+    task = load_task("arithmetic", opts, reward="my_rewards_mod:length_reward")
+    assert task.score(task.eval[:2], ["abc", ""]).tolist() == [3.0, 0.0]
+
+
+def test_errors_name_the_problem(monkeypatch):
+    with pytest.raises(ValueError, match="unknown reward 'nope'; valid: .*exact"):
+        get_reward("nope")
+    with pytest.raises(ValueError, match="cannot load reward function"):
+        get_reward("no_such_module_xyz:f")
+    with pytest.raises(ValueError, match="unknown task 'nope'"):
+        load_task("nope")
+    with pytest.raises(ValueError, match="unknown option\\(s\\) 'digit' for task 'arithmetic'"):
+        load_task("arithmetic", {"digit": 2})
+    assert "digits" in task_options("arithmetic")
+    mod = types.ModuleType("bad_rewards_mod")
+    mod.nan_reward = lambda prompt, completion, **ex: float("nan")
+    monkeypatch.setitem(sys.modules, "bad_rewards_mod", mod)
+    opts = {"digits": 1, "num_eval": 5}
+    task = load_task("arithmetic", opts, reward="bad_rewards_mod:nan_reward")
+    with pytest.raises(ValueError, match="returned nan for prompt"):
+        task.score(task.eval[:1], ["1"])
+
+
+def test_registry_lists_builtins():
+    names = {"exact", "arithmetic", "positional", "math_verify", "similarity", "reasoning_gym"}
+    assert names <= set(REWARDS)
