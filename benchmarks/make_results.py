@@ -27,7 +27,7 @@ import torch
 from bestk.lab._io import t95, write_text_atomic
 from bestk.lab.bandit import BanditConfig, plot_curves, render_markdown, run_bandit
 from bestk.lab.claims import evaluate_claims, render_claims
-from bestk.lab.digits import DigitsConfig, run_digits
+from bestk.lab.digits import AT_K, DigitsConfig, run_digits
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         f"(lr {dcfg.lr}) of {dcfg.batch_size} images × N rollouts, N ∈ {list(dcfg.ns)}, "
         f"rewards {list(dcfg.rewards)}, {dcfg.seeds} seeds (base seed {dcfg.seed}); every "
         "learner of a seed starts from the same weights and sees the same minibatches. "
-        f"KAPPO @k-GRPO: k={dcfg.kappo_k}, β={dcfg.kappo_beta} (binary) / "
+        f"KAPPO @k-GRPO: k={AT_K}, β={dcfg.kappo_beta} (binary) / "
         f"{dcfg.kappo_winrate_beta} (win-rate), bank of {dcfg.kappo_bank} samples per image "
         "from the initial policy. Test metrics are exact (pass@k = 1 − (1 − p)^k with "
         "p = π(label | x); best@k from the closed form), so the only noise is between seeds.\n",

@@ -49,6 +49,8 @@ N_CLASSES = 10
 BINS: tuple[float, ...] = (0.0, 0.2, 0.5, 0.7, 0.9, 1.0)
 BIN_LABELS = ["[0,.2)", "[.2,.5)", "[.5,.7)", "[.7,.9)", "[.9,1]"]
 REWARDS = ("binary", "graded")
+#: k of the @k learners (PKPO, KAPPO @k-GRPO), as in the task and their labels.
+AT_K = 4
 
 
 @dataclass(frozen=True)
@@ -67,8 +69,8 @@ class Learner:
 
 #: Every learner the lab knows (``DigitsConfig.learners`` picks a subset by label).
 LEARNERS: dict[str, Learner] = {
-    lr.label: lr
-    for lr in [
+    x.label: x
+    for x in [
         Learner("ml", None),
         Learner("reinforce", "reinforce"),
         Learner("rloo", "rloo"),
@@ -77,8 +79,8 @@ LEARNERS: dict[str, Learner] = {
         Learner("softmax_grpo(tau=0.3)", "softmax_grpo", (("tau", 0.3),)),
         Learner("maxrl", "maxrl", binary_only=True),
         Learner("argmaxrl", "argmaxrl"),
-        Learner("pkpo(k=4)", "pkpo", (("k", 4),), min_n=4),
-        Learner("kappo_grpo(k=4)", "kappo_grpo"),
+        Learner(f"pkpo(k={AT_K})", "pkpo", (("k", AT_K),), min_n=AT_K),
+        Learner(f"kappo_grpo(k={AT_K})", "kappo_grpo"),
     ]
 }
 
@@ -100,10 +102,9 @@ class DigitsConfig:
     test_fraction: held-out share of the 1797 images (stratified split, fixed by ``seed``).
     ks: k values of the reported pass@k / best@k.
     eval_every: steps between two evaluation points of the training curves.
-    kappo_k, kappo_beta, kappo_winrate_beta: @k-GRPO objective k and KL strengths
-        (binary / win-rate calibration).
+    kappo_beta, kappo_winrate_beta: @k-GRPO KL strengths (binary / win-rate calibration);
+        the objective's k is :data:`AT_K` = 4, as in the learner labels.
     kappo_bank: reference rewards per training image drawn from the initial policy.
-    pkpo_k: k of the PKPO learner.
     seed: base seed; the whole run is deterministic given it.
     threads: torch CPU threads (0 keeps torch's default; 1 is fastest for these tiny MLPs).
     """
@@ -119,11 +120,9 @@ class DigitsConfig:
     test_fraction: float = 0.3
     ks: tuple[int, ...] = (1, 2, 4, 8, 16)
     eval_every: int = 25
-    kappo_k: int = 4
     kappo_beta: float = 0.1
     kappo_winrate_beta: float = 0.1
     kappo_bank: int = 30
-    pkpo_k: int = 4
     seed: int = 0
     threads: int = 1
 
@@ -136,8 +135,7 @@ class DigitsConfig:
             raise ValueError(f"unknown reward variant(s) {bad}; valid: {', '.join(REWARDS)}")
         if not self.ns or min(self.ns) < 2:
             raise ValueError(f"ns must be rollout counts >= 2, got {self.ns}")
-        for name in ("seeds", "hidden", "steps", "batch_size", "eval_every", "kappo_k",
-                     "kappo_bank", "pkpo_k"):
+        for name in ("seeds", "hidden", "steps", "batch_size", "eval_every", "kappo_bank"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not (0.05 <= self.test_fraction <= 0.9):
@@ -156,10 +154,7 @@ class DigitsConfig:
                    ks=(1, 4), kappo_bank=8)
 
     def learner(self, label: str) -> Learner:
-        base = LEARNERS[label]
-        if base.estimator == "pkpo":
-            return Learner(base.label, "pkpo", (("k", self.pkpo_k),), min_n=self.pkpo_k)
-        return base
+        return LEARNERS[label]
 
     def key(self) -> str:
         """Hash of everything that changes results (for resuming a partial run)."""
@@ -244,8 +239,8 @@ def _kappo_calibration(cfg: DigitsConfig, reward: str, model: BatchedMLP, slots:
     ids = np.arange(len(slots) * n_train)
     bank = dict(zip(ids.tolist(), bank_r.reshape(-1, cfg.kappo_bank).numpy(), strict=True))
     if reward == "binary":
-        return calibrate(bank, cfg.kappo_k, cfg.kappo_beta, kind="binary")
-    return calibrate(bank, cfg.kappo_k, cfg.kappo_winrate_beta, kind="winrate")
+        return calibrate(bank, AT_K, cfg.kappo_beta, kind="binary")
+    return calibrate(bank, AT_K, cfg.kappo_winrate_beta, kind="winrate")
 
 
 def _calibration_summary(cal: Any) -> dict[str, Any]:
@@ -295,14 +290,14 @@ def run_setting(cfg: DigitsConfig, reward: str, n: int, data=None, progress: Any
     learners = [cfg.learner(lb) for lb in cfg.learners]
     skipped: dict[str, str] = {}
     active = []
-    for lr in learners:
-        if not lr.applies(reward, n):
-            skipped[lr.label] = ("binary rewards only" if lr.binary_only and reward != "binary"
-                                 else f"needs N >= {lr.min_n}")
-        elif lr.estimator is not None and lr.estimator not in bestk.ESTIMATORS:
-            skipped[lr.label] = f"estimator {lr.estimator!r} is not registered in this bestk"
+    for lrn in learners:
+        if not lrn.applies(reward, n):
+            skipped[lrn.label] = ("binary rewards only" if lrn.binary_only and reward != "binary"
+                                 else f"needs N >= {lrn.min_n}")
+        elif lrn.estimator is not None and lrn.estimator not in bestk.ESTIMATORS:
+            skipped[lrn.label] = f"estimator {lrn.estimator!r} is not registered in this bestk"
         else:
-            active.append(lr)
+            active.append(lrn)
     n_l, n_s = len(active), cfg.seeds
     tag = f"{reward}/N={n}"
     setting_seed = cfg.seed * 1_000_003 + (REWARDS.index(reward) + 1) * 10_007 + n
@@ -316,8 +311,8 @@ def run_setting(cfg: DigitsConfig, reward: str, n: int, data=None, progress: Any
     batch_gen = torch.Generator().manual_seed(cfg.seed * 31 + 1)  # same batches for every N
 
     calibration = None
-    for li, lr in enumerate(active):
-        if lr.estimator == "kappo_grpo":
+    for li, lrn in enumerate(active):
+        if lrn.estimator == "kappo_grpo":
             slots = [li * n_s + s for s in range(n_s)]
             calibration = _kappo_calibration(cfg, reward, model, slots, x_train, y_train, rmat,
                                              gen)
@@ -344,19 +339,19 @@ def run_setting(cfg: DigitsConfig, reward: str, n: int, data=None, progress: Any
             rewards = rmat[yb[..., None].expand_as(draws), draws]  # (P, b, n)
             p_true = probs.gather(2, yb[..., None])[..., 0]  # (P, b) exact pass rate
         losses = []
-        for li, lr in enumerate(active):
+        for li, lrn in enumerate(active):
             sl = slice(li * n_s, (li + 1) * n_s)
-            if lr.estimator is None:
+            if lrn.estimator is None:
                 losses.append(-logp[sl].gather(2, yb[sl, :, None]).mean() * n_s)
                 continue
             r = rewards[sl]  # (S, b, n)
-            opts = dict(lr.options)
-            if lr.estimator == "kappo_grpo":
+            opts = dict(lrn.options)
+            if lrn.estimator == "kappo_grpo":
                 gid = (torch.arange(n_s)[:, None] * n_train + idx)[..., None].expand_as(r)
                 adv = bestk.advantages("kappo_grpo", r.reshape(-1), gid.reshape(-1),
                                        calibration=calibration).reshape(r.shape)
             else:
-                adv = bestk.advantages(lr.estimator, r.reshape(-1, n), **opts).reshape(r.shape)
+                adv = bestk.advantages(lrn.estimator, r.reshape(-1, n), **opts).reshape(r.shape)
             adv = adv.to(torch.float32)
             lp = logp[sl].gather(2, draws[sl])  # (S, b, n)
             losses.append(-(adv * lp).mean() * n_s)  # mean over images and rollouts = (1/N)sum
@@ -377,15 +372,15 @@ def run_setting(cfg: DigitsConfig, reward: str, n: int, data=None, progress: Any
                            "rollouts_per_image_per_step": n, "skipped": skipped, "learners": {}}
     if calibration is not None:
         out["kappo_calibration"] = _calibration_summary(calibration)
-    for li, lr in enumerate(active):
+    for li, lrn in enumerate(active):
         sl = slice(li * n_s, (li + 1) * n_s)
         tot = alloc[li].sum(1, keepdim=True)
         share = torch.where(tot > 0, alloc[li] / tot.clamp_min(1e-300), torch.zeros_like(tot))
-        out["learners"][lr.label] = {
+        out["learners"][lrn.label] = {
             "test_accuracy": final["accuracy"][sl].tolist(),
             "pass@k": {str(k): final["pass"][sl, j].tolist() for j, k in enumerate(cfg.ks)},
             "best@k": {str(k): final["best"][sl, j].tolist() for j, k in enumerate(cfg.ks)},
-            "allocation": share.tolist() if lr.estimator is not None else None,
+            "allocation": share.tolist() if lrn.estimator is not None else None,
             "curve_accuracy": [c["accuracy"][sl].tolist() for c in curves],
             "curve_pass@1": [c["pass"][sl, 0].tolist() for c in curves],
         }
