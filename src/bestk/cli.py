@@ -50,6 +50,7 @@ def list_estimators() -> None:
 _COMMAND_MODULES: list[str] = [
     "bestk.lab.commands",
     "bestk.kappo.commands",
+    "bestk.train.commands",
 ]
 
 

@@ -1,0 +1,200 @@
+"""``bestk train``, ``bestk eval`` and ``bestk compare`` (DESIGN.md section 6).
+
+Heavy imports (transformers, matplotlib) happen inside the command bodies so ``bestk --help``
+stays fast. Configuration errors exit with status 2 and a one-line message naming the
+offending key / estimator / option and the valid choices.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+__all__ = ["register"]
+
+
+def _fail(msg: str) -> None:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(2)
+
+
+def train_command(
+    config: Path | None = typer.Option(None, "--config", help="YAML config file."),
+    out: str | None = typer.Option(None, "--out", help="Run directory (default runs/bestk)."),
+    estimator: str | None = typer.Option(None, "--estimator", help="Advantage estimator."),
+    max_steps: int | None = typer.Option(None, "--max-steps", help="RL steps."),
+    resume: Path | None = typer.Option(None, "--resume", help="Continue the run in this DIR."),
+    set_: list[str] = typer.Option(
+        [], "--set", help="Override a config key: --set rollout.n=16 (repeatable)."
+    ),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+) -> None:
+    """Train a policy with @k-aware RL; no argument needed (runs the embedded default)."""
+    from bestk.train.config import (
+        TrainConfig,
+        apply_overrides,
+        config_to_dict,
+        load_config,
+        validate,
+    )
+    from bestk.train.loop import Trainer
+
+    try:
+        if resume is not None:
+            if config is not None:
+                _fail("--resume continues a run with its own config.yaml; drop --config")
+            import yaml
+
+            from bestk.train.config import config_from_dict
+
+            cfg_path = resume / "config.yaml"
+            if not cfg_path.is_file():
+                _fail(f"--resume {str(resume)!r}: no config.yaml there (not a run directory)")
+            cfg = config_from_dict(yaml.safe_load(cfg_path.read_text()))
+            if estimator is not None and estimator != cfg.estimator:
+                _fail(f"--resume keeps the run's estimator {cfg.estimator!r}")
+            if max_steps is not None:
+                cfg.max_steps = max_steps
+            apply_overrides(cfg, set_)
+            cfg.out = str(resume)
+            validate(cfg)
+            trainer = Trainer.resume(resume, overrides=config_to_dict(cfg))
+        else:
+            cfg = load_config(config) if config is not None else TrainConfig()
+            if out is not None:
+                cfg.out = out
+            if estimator is not None:
+                cfg.estimator = estimator
+            if max_steps is not None:
+                cfg.max_steps = max_steps
+            apply_overrides(cfg, set_)
+            validate(cfg)
+            trainer = Trainer(cfg)
+    except ValueError as e:
+        _fail(str(e))
+    last = trainer.run(progress=not quiet)
+    if trainer.interrupted:
+        raise typer.Exit(130)
+    n = trainer.cfg.eval.n
+    if last:
+        typer.echo(
+            f"done: held-out pass@1={last['pass@1']:.3f} pass@{n}={last[f'pass@{n}']:.3f}; "
+            f"report: {trainer.out / 'report.md'}"
+        )
+
+
+def eval_command(
+    model: Path = typer.Option(..., "--model", help="HF model directory (e.g. RUN/final)."),
+    task: str = typer.Option("arithmetic", "--task", help="Task name."),
+    n: int = typer.Option(8, "-n", "--samples", help="Samples per held-out prompt."),
+    set_: list[str] = typer.Option(
+        [], "--set", help="Task / eval overrides: --set task.options.digits=2, eval.temperature"
+    ),
+    json_out: Path | None = typer.Option(None, "--json", help="Write the metrics as JSON."),
+    bank_out: Path | None = typer.Option(
+        None, "--bank", help="Also write a KAPPO reference bank (JSONL prompt_id, rewards) "
+        "sampled on the TRAINING prompts (see --bank-prompts).",
+    ),
+    bank_prompts: int = typer.Option(256, "--bank-prompts", help="Training prompts in the bank."),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Unbiased pass@k / best@k curves (k = 1..n) of a model on a task's held-out prompts."""
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from bestk.train.config import TrainConfig, apply_overrides, validate
+    from bestk.train.evaluate import evaluate
+
+    try:
+        cfg = TrainConfig()
+        cfg.task.name = task
+        cfg.model.path = str(model)
+        cfg.eval.n = n
+        cfg.seed = seed
+        apply_overrides(cfg, set_)
+        validate(cfg)
+        from bestk.tasks import load_task
+        from bestk.train.policy import load_policy
+
+        t = load_task(cfg.task.name, cfg.task.options, seed=cfg.seed, reward=cfg.task.reward)
+        mdl, tok = load_policy(cfg.model, t.alphabet)
+    except ValueError as e:
+        _fail(str(e))
+    max_new = cfg.rollout.max_new_tokens or t.max_answer_chars + 2
+    examples = t.eval[: cfg.eval.num_prompts or len(t.eval)]
+    res = evaluate(
+        mdl, tok, t, examples, n=n, temperature=cfg.eval.temperature, top_p=cfg.eval.top_p,
+        max_new_tokens=max_new, seed=seed,
+    )
+    table = Table(title=f"{t.name}: {len(examples)} held-out prompts x {n} samples")
+    table.add_column("k")
+    table.add_column("pass@k [95% CI]")
+    if t.graded:
+        table.add_column("best@k [95% CI]")
+    m = res.metrics
+    for k in range(1, n + 1):
+        row = [str(k), f"{m[f'pass@{k}']:.3f} [{m[f'pass@{k}_lo']:.3f}, {m[f'pass@{k}_hi']:.3f}]"]
+        if t.graded:
+            row.append(f"{m[f'best@{k}']:.3f} [{m[f'best@{k}_lo']:.3f}, {m[f'best@{k}_hi']:.3f}]")
+        table.add_row(*row)
+    Console().print(table)
+    typer.echo(
+        f"reward_mean={m['reward_mean']:.3f} entropy={m['entropy']:.3f} "
+        f"distinct={m['distinct']:.2f}"
+    )
+    if json_out is not None:
+        json_out.write_text(json.dumps(m, indent=1))
+    if bank_out is not None:
+        bank_ex = t.train[:bank_prompts]
+        b = evaluate(
+            mdl, tok, t, bank_ex, n=n, temperature=cfg.eval.temperature, top_p=cfg.eval.top_p,
+            max_new_tokens=max_new, seed=seed + 1,
+        )
+        with open(bank_out, "w") as f:
+            for ex, row in zip(bank_ex, b.rewards, strict=True):
+                f.write(json.dumps({"prompt_id": ex["id"], "rewards": row.tolist()}) + "\n")
+        typer.echo(f"bank of {len(bank_ex)} prompts x {n} rewards -> {bank_out}")
+
+
+def compare_command(
+    estimators: str = typer.Option(
+        "grpo,argmaxrl,maxrl,softmax_grpo,pkpo", "--estimators", help="Comma-separated names."
+    ),
+    seeds: int = typer.Option(3, "--seeds", help="Seeds per estimator."),
+    out: Path = typer.Option(Path("runs/compare"), "--out", help="Directory of the runs."),
+    config: Path | None = typer.Option(None, "--config", help="Base YAML config."),
+    max_steps: int | None = typer.Option(None, "--max-steps"),
+    set_: list[str] = typer.Option([], "--set", help="Base config overrides (all runs)."),
+    quiet: bool = typer.Option(False, "--quiet"),
+) -> None:
+    """Matched runs of several estimators (same data, seeds, rollouts budget, optimiser);
+    a table of final pass@k / best@k with CIs over seeds and one overlay plot."""
+    from bestk.train.compare import run_compare
+
+    names = [e.strip() for e in estimators.split(",") if e.strip()]
+    try:
+        table = run_compare(
+            names, seeds=seeds, out=out, config=config, max_steps=max_steps, overrides=set_,
+            progress=not quiet,
+        )
+    except ValueError as e:
+        _fail(str(e))
+    typer.echo(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Attach ``train``, ``eval`` and ``compare`` to the ``bestk`` app."""
+    app.command("train")(train_command)
+    app.command("eval")(eval_command)
+    app.command("compare")(compare_command)
+
+
+def _main(argv: list[str] | None = None) -> Any:  # pragma: no cover - debugging helper
+    app = typer.Typer()
+    register(app)
+    return app(argv or sys.argv[1:])

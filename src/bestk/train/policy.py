@@ -1,0 +1,113 @@
+"""Policy construction: a local Hugging Face causal LM, or a tiny one built from a config.
+
+Nothing is downloaded. The default policy is a small model of a standard transformers
+architecture (Qwen2 or Llama) with a character-level tokenizer built with ``tokenizers`` for
+the task's alphabet; it saves and loads as a plain HF directory (``AutoModelForCausalLM`` /
+``AutoTokenizer``).
+"""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bestk.train.config import ModelConfig
+
+__all__ = ["build_char_tokenizer", "build_tiny_model", "load_policy", "count_parameters"]
+
+PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
+
+
+def build_char_tokenizer(alphabet: str | None) -> Any:
+    """A character-level ``PreTrainedTokenizerFast``: one token per character of ``alphabet``
+    (printable ASCII when ``None``) plus ``<pad>``, ``<eos>``, ``<unk>``.
+
+    Built locally with ``tokenizers`` (WordLevel over single characters, a ``Fuse`` decoder);
+    ``save_pretrained`` gives a directory ``AutoTokenizer`` loads.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    chars = alphabet if alphabet is not None else string.printable
+    uniq = list(dict.fromkeys(chars))
+    vocab = {PAD: 0, EOS: 1, UNK: 2}
+    for ch in uniq:
+        vocab.setdefault(ch, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token=PAD, eos_token=EOS, unk_token=UNK
+    )
+    fast.padding_side = "left"
+    return fast
+
+
+def build_tiny_model(cfg: ModelConfig, tokenizer: Any, seed: int = 0) -> Any:
+    """A freshly initialised Qwen2 / Llama causal LM sized by ``cfg`` for ``tokenizer``."""
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+
+    if cfg.hidden_size % cfg.num_heads:
+        raise ValueError(
+            f"model.hidden_size ({cfg.hidden_size}) must be divisible by model.num_heads "
+            f"({cfg.num_heads})"
+        )
+    common = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_heads,
+        max_position_embeddings=cfg.max_positions,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
+    conf = Qwen2Config(**common) if cfg.arch == "qwen2" else LlamaConfig(**common)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(conf, dtype=_dtype(cfg.dtype))
+    return model
+
+
+def _dtype(name: str) -> torch.dtype:
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[name]
+
+
+def load_policy(cfg: ModelConfig, alphabet: str | None, seed: int = 0) -> tuple[Any, Any]:
+    """``(model, tokenizer)``: from ``cfg.path`` if set, else the tiny default for ``alphabet``.
+
+    A tokenizer without a pad token gets its EOS token as pad; padding is on the left (the
+    rollout left-pads prompts).
+    """
+    if cfg.path is None:
+        tok = build_char_tokenizer(alphabet)
+        return build_tiny_model(cfg, tok, seed), tok
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(cfg.path)
+    if not path.is_dir():
+        raise ValueError(f"model.path {cfg.path!r} is not a directory")
+    try:
+        tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(
+            path, local_files_only=True, dtype=_dtype(cfg.dtype)
+        )
+    except (OSError, ValueError) as e:
+        raise ValueError(f"cannot load a causal LM from {cfg.path!r}: {e}") from None
+    if tok.eos_token_id is None:
+        raise ValueError(f"the tokenizer in {cfg.path!r} has no EOS token")
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return model, tok
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    """Number of distinct parameters (tied weights counted once)."""
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,178 @@
+"""Batched sampling with a KV cache, and sequence log-probabilities for the update.
+
+:func:`sample` left-pads the prompts, repeats each ``n`` times, runs one prefill forward, then
+one single-token forward per new token reusing the model's KV cache (temperature, nucleus
+top-p, stop at EOS, a length cap). It is a loop over *tokens* only; everything per token is
+one batched forward. :func:`sequence_logprobs` recomputes the log-probabilities (and token
+entropies) of the sampled completions in one forward pass, which the PPO update
+differentiates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from bestk.losses import entropy_from_logits, token_logprobs
+
+__all__ = ["Rollout", "sample", "sequence_logprobs", "top_p_filter"]
+
+
+@dataclass
+class Rollout:
+    """A batch of ``B = len(prompts) * n`` sampled completions (sample ``i`` answers prompt
+    ``i // n``).
+
+    Attributes
+    ----------
+    prompt_ids, prompt_mask: ``(B, P)`` left-padded prompt tokens and their attention mask.
+    completion_ids, completion_mask: ``(B, T)`` sampled tokens (EOS included, padding after)
+        and 1 on real completion tokens.
+    texts: decoded completions without special tokens.
+    logprobs: ``(B, T)`` log-probabilities of the sampled tokens at sampling time (under the
+        temperature-scaled distribution).
+    entropy: ``(B, T)`` entropy of the temperature-scaled next-token distribution.
+    finished: ``(B,)`` whether the completion ended with EOS (not cut by the length cap).
+    """
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+    texts: list[str]
+    logprobs: torch.Tensor
+    entropy: torch.Tensor
+    finished: torch.Tensor
+
+
+def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Set to ``-inf`` the logits outside the smallest set of tokens with mass ``>= top_p``
+    (the most likely token is always kept)."""
+    if top_p >= 1.0:
+        return logits
+    sorted_logits, idx = torch.sort(logits, dim=-1, descending=True)
+    probs = torch.softmax(sorted_logits, -1)
+    mass_before = probs.cumsum(-1) - probs
+    drop_sorted = mass_before >= top_p
+    drop = torch.zeros_like(drop_sorted).scatter(-1, idx, drop_sorted)
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def _cache_kwarg(model: Any) -> str:
+    """Name of the KV-cache argument of ``model.forward`` (``cache`` in transformers >= 5.2x,
+    ``past_key_values`` before)."""
+    import inspect
+
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def _out_cache(out: Any) -> Any:
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else getattr(out, "past_key_values", None)
+
+
+def _positions(mask: torch.Tensor) -> torch.Tensor:
+    return (mask.long().cumsum(-1) - 1).clamp_min(0)
+
+
+@torch.no_grad()
+def sample(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    *,
+    n: int = 1,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_new_tokens: int = 16,
+    generator: torch.Generator | None = None,
+) -> Rollout:
+    """Sample ``n`` completions for each prompt (see the module docstring)."""
+    if not prompts:
+        raise ValueError("sample: no prompts")
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    device = next(model.parameters()).device
+    enc = tokenizer(list(prompts), padding=True, return_tensors="pt", add_special_tokens=False)
+    prompt_ids = enc["input_ids"].to(device).repeat_interleave(n, 0)
+    prompt_mask = enc["attention_mask"].to(device).repeat_interleave(n, 0)
+    B = prompt_ids.shape[0]
+    eos = tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+
+    was_training = model.training
+    model.eval()
+    attn = prompt_mask
+    pos = _positions(attn)
+    cache_kw = _cache_kwarg(model)
+    out = model(input_ids=prompt_ids, attention_mask=attn, position_ids=pos, use_cache=True)
+    past = _out_cache(out)
+    next_logits = out.logits[:, -1, :]
+    last_pos = pos[:, -1]
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    toks, lps, ents, masks = [], [], [], []
+    for t in range(max_new_tokens):
+        z = next_logits.float() / temperature
+        logp_full = torch.log_softmax(z, -1)
+        ents.append(entropy_from_logits(z))
+        zf = top_p_filter(z, top_p)
+        probs = torch.softmax(zf, -1)
+        tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        tok = torch.where(done, torch.full_like(tok, pad), tok)
+        toks.append(tok)
+        lps.append(logp_full.gather(-1, tok[:, None]).squeeze(-1))
+        masks.append(~done)
+        done = done | (tok == eos)
+        if bool(done.all()) or t == max_new_tokens - 1:
+            break
+        attn = torch.cat([attn, torch.ones(B, 1, dtype=attn.dtype, device=device)], 1)
+        last_pos = last_pos + 1
+        out = model(
+            input_ids=tok[:, None],
+            attention_mask=attn,
+            position_ids=last_pos[:, None],
+            use_cache=True,
+            **{cache_kw: past},
+        )
+        past = _out_cache(out)
+        next_logits = out.logits[:, -1, :]
+    model.train(was_training)
+    completion_ids = torch.stack(toks, 1)
+    completion_mask = torch.stack(masks, 1)
+    texts = tokenizer.batch_decode(completion_ids.cpu(), skip_special_tokens=True)
+    return Rollout(
+        prompt_ids,
+        prompt_mask,
+        completion_ids,
+        completion_mask.to(prompt_mask.dtype),
+        texts,
+        torch.stack(lps, 1) * completion_mask,
+        torch.stack(ents, 1) * completion_mask,
+        done,
+    )
+
+
+def sequence_logprobs(
+    model: Any,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(B, T)`` log-probs of ``completion_ids`` given the prompts (temperature-scaled), and
+    optionally the ``(B, T)`` token entropies, from one forward pass (differentiable)."""
+    ids = torch.cat([prompt_ids, completion_ids], 1)
+    mask = torch.cat([prompt_mask, completion_mask.to(prompt_mask.dtype)], 1)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask))
+    P = prompt_ids.shape[1]
+    logits = out.logits[:, P - 1 : -1, :].float() / temperature
+    logp = token_logprobs(logits, completion_ids)
+    ent = entropy_from_logits(logits) if with_entropy else None
+    return logp, ent

@@ -1,0 +1,244 @@
+"""The embedded trainer end to end on a tiny model: a 2-step run, the run directory, resume
+after a simulated crash (identical to an uninterrupted run), atomic checkpoints, config
+errors, and the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from bestk.train.checkpoint import latest_checkpoint, list_checkpoints, save_checkpoint
+from bestk.train.config import TrainConfig, apply_overrides, load_config, validate
+from bestk.train.loop import Trainer, read_metrics
+
+TINY = [
+    "threads=1",
+    "model.hidden_size=32",
+    "model.num_layers=1",
+    "model.num_heads=2",
+    "model.intermediate_size=64",
+    "task.name=strings",
+    "task.options={num_train: 64, num_eval: 4, max_len: 4}",
+    "sft.steps=3",
+    "sft.batch_size=8",
+    "rollout.prompts_per_step=2",
+    "rollout.n=4",
+    "eval.n=4",
+    "eval.every=2",
+]
+
+
+def tiny_config(out: Path, *extra: str) -> TrainConfig:
+    cfg = TrainConfig()
+    apply_overrides(cfg, [*TINY, f"out={out}", *extra])
+    return cfg
+
+
+def test_two_step_run_writes_the_run_directory(tmp_path):
+    out = tmp_path / "run"
+    cfg = tiny_config(out, "max_steps=2", "estimator=argmaxrl")
+    last = Trainer(cfg).run(progress=False)
+    assert {"config.yaml", "metrics.jsonl", "report.md", "passk.png", "training.png"} <= {
+        p.name for p in out.iterdir()
+    }
+    assert (out / "bestk.png").is_file()  # graded task -> best@k plot
+    rows = read_metrics(out / "metrics.jsonl")
+    evals = [r for r in rows if r["phase"] == "eval"]
+    trains = [r for r in rows if r["phase"] == "train"]
+    assert [r["step"] for r in evals] == [0, 2] and [r["step"] for r in trains] == [1, 2]
+    for k in range(1, 5):
+        assert 0.0 <= evals[-1][f"pass@{k}"] <= 1.0 and f"best@{k}" in evals[-1]
+    assert evals[-1] == last
+    # pass@k is non-decreasing in k, best@1 is the mean reward
+    assert all(evals[-1][f"pass@{k}"] <= evals[-1][f"pass@{k + 1}"] + 1e-12 for k in range(1, 4))
+    assert evals[-1]["best@1"] == pytest.approx(evals[-1]["reward_mean"])
+    # final/ is a plain HF directory
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(out / "final")
+    tok = AutoTokenizer.from_pretrained(out / "final")
+    assert tok.decode(tok("rev:12=")["input_ids"]) == "rev:12="
+    assert model.config.model_type == "qwen2"
+    ckpts = list_checkpoints(out / "checkpoints")
+    assert [p.name for p in ckpts] == ["step_0000000.safetensors", "step_0000002.safetensors"]
+    assert "pass@k" in (out / "report.md").read_text()
+
+
+class Crash(RuntimeError):
+    pass
+
+
+def _params(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_resume_after_crash_matches_uninterrupted_run(tmp_path):
+    extra = ["max_steps=4", "checkpoint_every=2", "loss.kl_coef=0.05", "estimator=grpo"]
+    ref = Trainer(tiny_config(tmp_path / "a", *extra))
+    ref.run(progress=False)
+
+    def crash(step, metrics):
+        if step == 3:  # step 3 is logged but its checkpoint is not written yet
+            raise Crash
+
+    run = Trainer(tiny_config(tmp_path / "b", *extra), on_step=crash)
+    with pytest.raises(Crash):
+        run.run(progress=False)
+    assert latest_checkpoint(tmp_path / "b" / "checkpoints").name == "step_0000002.safetensors"
+    assert not (tmp_path / "b" / "final").exists()
+
+    resumed = Trainer.resume(tmp_path / "b")
+    assert resumed.step == 2
+    resumed.run(progress=False)
+    a, b = _params(ref.model), _params(resumed.model)
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0)
+    keys = ("step", "reward_mean", "loss", "kl_ref")
+    ra = [{k: r[k] for k in keys} for r in read_metrics(tmp_path / "a/metrics.jsonl")
+          if r["phase"] == "train"]
+    rb = [{k: r[k] for k in keys} for r in read_metrics(tmp_path / "b/metrics.jsonl")
+          if r["phase"] == "train"]
+    assert ra == rb and [r["step"] for r in rb] == [1, 2, 3, 4]
+
+    # A larger max_steps extends the finished run.
+    more = Trainer.resume(tmp_path / "b", overrides={"max_steps": 5})
+    assert more.step == 4
+    more.run(progress=False)
+    steps = [r["step"] for r in read_metrics(tmp_path / "b/metrics.jsonl") if r["phase"] == "train"]
+    assert steps == [1, 2, 3, 4, 5]
+
+
+def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    d = tmp_path / "ck"
+    first = save_checkpoint(d, 1, model, opt, {"note": "one"})
+    before = first.read_bytes()
+
+    import safetensors.torch
+
+    def torn_write(tensors, filename, metadata=None):
+        Path(filename).write_bytes(b"partial")  # a crash in the middle of the write
+        raise OSError("disk full")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", torn_write)
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(d, 2, model, opt, {"note": "two"})
+    assert [p.name for p in d.iterdir()] == [first.name]  # no torn file, no temporary left
+    assert first.read_bytes() == before
+    # a stray temporary from a killed process is never taken for a checkpoint
+    (d / ".tmp-abc.safetensors").write_bytes(b"junk")
+    assert latest_checkpoint(d) == first
+
+
+def test_checkpoint_roundtrip_restores_optimizer_and_rng(tmp_path):
+    from bestk.train.checkpoint import load_checkpoint
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    for _ in range(2):
+        model(torch.randn(2, 4)).pow(2).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    path = save_checkpoint(tmp_path, 7, model, opt, {"extra": 1}, keep=1)
+    expected_draw = torch.rand(3)
+    model2 = torch.nn.Linear(4, 3)
+    opt2 = torch.optim.AdamW(model2.parameters(), lr=0.5)
+    meta = load_checkpoint(path, model2, opt2)
+    assert meta["step"] == 7 and meta["extra"] == 1
+    torch.testing.assert_close(torch.rand(3), expected_draw)  # RNG restored
+    for p, q in zip(model.parameters(), model2.parameters(), strict=True):
+        torch.testing.assert_close(p, q)
+        s1, s2 = opt.state[p], opt2.state[q]
+        torch.testing.assert_close(s1["exp_avg_sq"], s2["exp_avg_sq"])
+    assert opt2.param_groups[0]["lr"] == 0.01
+
+
+def test_config_errors_name_the_key():
+    cfg = TrainConfig()
+    with pytest.raises(ValueError, match="unknown config key 'rollout.nn'.*rollout.n"):
+        apply_overrides(cfg, ["rollout.nn=3"])
+    with pytest.raises(ValueError, match="unknown config key 'bogus'; valid keys: estimator"):
+        apply_overrides(cfg, ["bogus=1"])
+    with pytest.raises(ValueError, match="'rollout.n' must be an integer"):
+        apply_overrides(cfg, ["rollout.n=abc"])
+    with pytest.raises(ValueError, match="key=value"):
+        apply_overrides(cfg, ["rollout.n"])
+    bad = TrainConfig(estimator="nope")
+    with pytest.raises(ValueError, match="unknown estimator 'nope'; valid: .*argmaxrl"):
+        validate(bad)
+    bad = TrainConfig(estimator="softmax_grpo", estimator_options={"temp": 1})
+    with pytest.raises(ValueError, match="unknown option\\(s\\) 'temp' .*valid options: tau"):
+        validate(bad)
+    with pytest.raises(ValueError, match="requires option\\(s\\): k"):
+        validate(TrainConfig(estimator="pkpo"))
+    bad = TrainConfig()
+    bad.loss.agg = "mean"
+    with pytest.raises(ValueError, match="'loss.agg' must be token-mean"):
+        validate(bad)
+    bad = TrainConfig()
+    bad.task.options = {"digitz": 3}
+    with pytest.raises(ValueError, match="'digitz' for task 'arithmetic'"):
+        validate(bad)
+
+
+def test_yaml_config_file(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("estimator: softmax_grpo\nestimator_options: {tau: 0.3}\nrollout: {n: 4}\n")
+    cfg = load_config(p)
+    assert cfg.estimator == "softmax_grpo" and cfg.estimator_options == {"tau": 0.3}
+    assert cfg.rollout.n == 4 and cfg.rollout.prompts_per_step == 16
+    p.write_text("rollout: {nope: 4}\n")
+    with pytest.raises(ValueError, match="unknown config key 'rollout.nope'"):
+        load_config(p)
+
+
+def test_cli_errors_exit_nonzero_with_one_line(tmp_path):
+    from bestk.cli import app
+
+    runner = CliRunner()
+    r = runner.invoke(app, ["train", "--estimator", "nope", "--out", str(tmp_path / "x")])
+    assert r.exit_code == 2
+    assert "unknown estimator 'nope'" in r.output and "argmaxrl" in r.output
+    r = runner.invoke(app, ["train", "--set", "estimator_options.tau=1", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "unknown option(s) 'tau' for estimator 'argmaxrl'" in r.output
+    r = runner.invoke(app, ["train", "--set", "optim.lrr=1"])
+    assert r.exit_code == 2 and "unknown config key 'optim.lrr'" in r.output
+    r = runner.invoke(app, ["train", "--resume", str(tmp_path / "none")])
+    assert r.exit_code == 2 and "not a run directory" in r.output
+
+
+def test_cli_train_then_eval(tmp_path):
+    from bestk.cli import app
+
+    runner = CliRunner()
+    out = tmp_path / "run"
+    args = ["train", "--out", str(out), "--max-steps", "1", "--estimator", "softmax_grpo",
+            "--quiet"]
+    for s in TINY:
+        args += ["--set", s]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert "pass@1=" in r.output
+    cfg = json.loads(json.dumps(__import__("yaml").safe_load((out / "config.yaml").read_text())))
+    assert cfg["estimator"] == "softmax_grpo"
+    r = runner.invoke(app, [
+        "eval", "--model", str(out / "final"), "--task", "strings", "-n", "3",
+        "--set", "task.options={num_train: 64, num_eval: 4, max_len: 4}",
+        "--json", str(tmp_path / "m.json"),
+    ])
+    assert r.exit_code == 0, r.output
+    m = json.loads((tmp_path / "m.json").read_text())
+    assert {"pass@1", "pass@3", "best@3", "distinct"} <= set(m)
+    # resuming a finished run with a larger --max-steps extends it
+    r = runner.invoke(app, ["train", "--resume", str(out), "--max-steps", "2", "--quiet"])
+    assert r.exit_code == 0, r.output
+    steps = [x["step"] for x in read_metrics(out / "metrics.jsonl") if x["phase"] == "train"]
+    assert steps == [1, 2]
