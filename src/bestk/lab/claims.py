@@ -217,8 +217,27 @@ def _claim_softmax_tracks_ml(digits: dict[str, Any]) -> Claim:
         rule="reproduced when SoftmaxGRPO's mean gap to ML is smaller than GRPO's at every N "
              "and REINFORCE is > 0.2 below ML at every N; partly when SoftmaxGRPO is closer at "
              "a majority of N",
-        tables=[markdown_table(["learner − ml", *[f"N={n}" for n in ns]], rows)],
+        tables=[markdown_table(["learner − ml", *[f"N={n}" for n in ns]], rows),
+                *_graded_gap_table(digits, learners)],
     )
+
+
+def _graded_gap_table(digits: dict[str, Any], learners: list[str]) -> list[str]:
+    """Supplementary (not in the verdict): graded-reward test best@1 minus exact ML."""
+    gn = _ns(digits, "graded")
+    rows = []
+    for x in learners:
+        cells = []
+        for n in gn:
+            s, ml = _setting(digits, x, f"graded/N={n}"), _setting(digits, "ml", f"graded/N={n}")
+            cells.append("n/a" if s is None or ml is None
+                         else str(paired_diff(s["best@k"]["1"], ml["best@k"]["1"])))
+        rows.append([x, *cells])
+    if not gn or not rows:
+        return []
+    return ["Supplementary, not used for the verdict (graded rewards are not the paper's "
+            "setting): test best@1 (expected graded reward) minus exact ML, paired by seed:\n\n"
+            + markdown_table(["learner − ml", *[f"N={n}" for n in gn]], rows)]
 
 
 def _claim_allocation(digits: dict[str, Any]) -> Claim:
