@@ -61,6 +61,9 @@ class BinaryCalibration:
         (``q = 1`` and ``k > 1``: the prompt is frozen at the reference policy).
     beta_log_z:
         :math:`\\beta \\log Z = \\beta\\log(1 - q + q e^{a_k/\\beta})`, the A*PO regression offset.
+    logit_p_star:
+        :math:`\\log(p^*/(1-p^*))`, the solver's variable (exact even where ``p_star`` rounds
+        to 1); ``-inf`` / ``inf`` at q = 0 / 1.
     k, beta:
         The objective parameters.
     """
@@ -70,6 +73,7 @@ class BinaryCalibration:
     a_k: np.ndarray
     beta_eff: np.ndarray
     beta_log_z: np.ndarray
+    logit_p_star: np.ndarray
     k: int
     beta: float
 
@@ -136,6 +140,7 @@ def binary_calibration(q: Any, k: int, beta: float) -> BinaryCalibration:
     p_star = np.where(qf >= 1, 1.0, 0.0)
     a_k = np.where(qf >= 1, 1.0 if k == 1 else 0.0, float(k))
     beta_log_z = np.where(qf >= 1, a_k, 0.0)
+    logit = np.where(qf >= 1, np.inf, -np.inf)
 
     if qi.size:
         t_q = np.log(qi) - np.log1p(-qi)
@@ -143,9 +148,14 @@ def binary_calibration(q: Any, k: int, beta: float) -> BinaryCalibration:
         log_one_minus_p = _log_sigmoid(-t)
         a_i = k * np.exp((k - 1) * log_one_minus_p)
         p_star[interior] = np.exp(_log_sigmoid(t))
+        logit[interior] = t
         a_k[interior] = a_i
-        # beta log(1 - q + q e^{a/beta}) = beta logaddexp(log(1-q), log q + a/beta)
-        beta_log_z[interior] = beta * np.logaddexp(np.log1p(-qi), np.log(qi) + a_i / beta)
+        # beta log(1 - q + q e^{a/beta}): log1p(q expm1(a/beta)) is exact for small a/beta;
+        # logaddexp(log(1-q), log q + a/beta) cannot overflow for large a/beta.
+        x = a_i / beta
+        small = beta * np.log1p(qi * np.expm1(np.minimum(x, 1.0)))
+        large = beta * np.logaddexp(np.log1p(-qi), np.log(qi) + x)
+        beta_log_z[interior] = np.where(x <= 1.0, small, large)
 
     with np.errstate(divide="ignore"):
         beta_eff = np.where(a_k > 0, beta / np.where(a_k > 0, a_k, 1.0), np.inf)
@@ -155,6 +165,7 @@ def binary_calibration(q: Any, k: int, beta: float) -> BinaryCalibration:
         a_k=a_k.reshape(shape),
         beta_eff=beta_eff.reshape(shape),
         beta_log_z=beta_log_z.reshape(shape),
+        logit_p_star=logit.reshape(shape),
         k=k,
         beta=beta,
     )
