@@ -48,7 +48,7 @@ def test_root_solves_eq6(k, beta):
         ctx.prec = 60
         ref = [
             float(D(beta) * (1 - D(qi) + D(qi) * (D(a) / D(beta)).exp()).ln())
-            for qi, a in zip(q.tolist(), cal.a_k.tolist())
+            for qi, a in zip(q.tolist(), cal.a_k.tolist(), strict=True)
         ]
     np.testing.assert_allclose(cal.beta_log_z, ref, rtol=1e-12)
     assert np.all(np.isfinite(cal.beta_log_z))

@@ -57,7 +57,7 @@ def test_table_matches_independent_quadrature(k, beta):
     assert table[0] == pytest.approx(beta * math.log(C), rel=1e-12, abs=1e-15)
     assert table[-1] == pytest.approx(beta * math.log(C + 1 / beta), rel=1e-12)
     for j in range(1, M):
-        z = brentq(lambda z: psi_quad(z, C, k, beta) - j / M, 0, 1, xtol=1e-15, rtol=1e-14)
+        z = brentq(lambda z, t=j / M: psi_quad(z, C, k, beta) - t, 0, 1, xtol=1e-15, rtol=1e-14)
         assert table[j] == pytest.approx(beta * math.log(C + z**k / beta), rel=1e-8, abs=1e-11)
     assert np.all(np.diff(table) > 0)
 
