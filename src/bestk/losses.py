@@ -169,3 +169,5 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     z = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
     picked = torch.gather(z, -1, tokens.unsqueeze(-1)).squeeze(-1)
     return picked - torch.logsumexp(z, -1)
+
+from bestk.kappo.losses import kappo_apo_loss, kappo_dpo_loss  # noqa: E402, F401  (@k losses)
