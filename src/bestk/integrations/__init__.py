@@ -1,0 +1,16 @@
+"""Adapters that run bestk's estimators inside the distributed RL frameworks people already use.
+
+* :mod:`bestk.integrations.verl` — a verl plugin: importing it registers ``argmaxrl``,
+  ``maxrl``, ``softmax_grpo``, ``pkpo`` and ``kappo_grpo`` with
+  ``verl.trainer.ppo.core_algos.register_adv_est``. verl loads it by itself through the
+  ``verl.plugins`` entry point that bestk's package metadata declares (or through
+  ``VERL_USE_EXTERNAL_MODULES=bestk.integrations.verl``), so
+  ``algorithm.adv_estimator=argmaxrl`` works in an unmodified verl.
+* :mod:`bestk.integrations.trl` — ``BestkGRPOTrainer``, a TRL ``GRPOTrainer`` subclass whose
+  advantages come from ``bestk.advantages``.
+
+Both need their framework installed (``pip install "bestk[verl]"`` / ``"bestk[trl]"``); this
+package itself imports neither, so ``import bestk.integrations`` is always cheap.
+"""
+
+__all__: list[str] = []
