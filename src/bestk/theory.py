@@ -97,7 +97,9 @@ def softmax_grpo_weight(p: Any, M: int, tau: float) -> Any:
     flat = pt.reshape(-1, 1)
     s = torch.arange(M, dtype=torch.float64)  # successes among the other M-1 samples
     n = M - 1
-    log_binom = math.lgamma(n + 1) - torch.lgamma(s + 1) - torch.lgamma(n - s + 1)
+    # one lgamma implementation for all three terms, so the end terms cancel exactly
+    lg_n = torch.lgamma(torch.full_like(s, n + 1.0))
+    log_binom = lg_n - torch.lgamma(s + 1) - torch.lgamma(n - s + 1)
     log_pmf = log_binom + torch.xlogy(s, flat) + torch.xlogy(n - s, 1 - flat)  # (P, M)
     ld = _log_d(tau)
     log_m = math.log(M)
