@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import tempfile
 from collections.abc import Mapping
@@ -260,7 +261,9 @@ class Calibration:
     # -- persistence -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         def clean(a: np.ndarray) -> list[Any]:
-            return [None if not np.isfinite(x) else float(x) for x in a.tolist()]
+            if np.isfinite(a).all():
+                return a.tolist()
+            return [None if not math.isfinite(x) else x for x in a.tolist()]  # JSON has no inf
 
         per_prompt: dict[str, Any] = {}
         for name, arr in self.values.items():
