@@ -4,10 +4,11 @@ r"""@k losses that fit the KAPPO optimal policy directly (KAPPO Sec. 5, Eqs. 13-
   :math:`(\hat a_k R - \beta\log\hat Z - \beta\log\frac{\pi_\theta(y|x)}{\pi_{ref}(y|x)})^2`
   for binary rewards, or :math:`(T_j - \beta\log\frac{\pi_\theta}{\pi_{ref}})^2` for win-rate
   rewards (:math:`Z = 1`). Targets come from :meth:`bestk.kappo.Calibration.regression_target`.
-  With on-policy-independent sampling (:math:`y \sim \pi_{old}` covering the support), its
-  population minimiser is the closed-form pass@k / win-rate max@k optimum
-  :math:`\pi^* = \pi_{ref}\exp((\hat a_k R - \beta \log \hat Z)/\beta)` -- exactly the policy
-  that maximises the KL-regularised pass@k objective (Prop. 4.1) when the calibration is exact.
+  For any sampling policy :math:`\pi_{old}` with full support the loss is minimised (to 0) by
+  :math:`\pi^* = \pi_{ref}\exp((\hat a_k R - \beta \log \hat Z)/\beta)` -- the closed-form
+  maximiser of the KL-regularised pass@k objective (Prop. 4.1) when the calibration is exact,
+  or the win-rate max@k optimum (Prop. 4.7). It is a regression loss, not a policy-gradient
+  estimator.
 * :func:`kappo_dpo_loss` -- @k-DPO (Eq. 13): the DPO logistic loss with a per-prompt
   :math:`\beta_{eff}(x)` (from :meth:`Calibration.get` ``("dpo_beta_eff", ids)``):
   :math:`-\log\sigma(\beta_{eff}(x)[\log\frac{\pi_\theta(y_w)}{\pi_{ref}(y_w)} -
