@@ -281,3 +281,17 @@ def test_kappo_grpo_bad_input():
         bestk.advantages("kappo_grpo", [1.0, 0.0], ["nope"] * 2, calibration=cal)
     with pytest.raises(ValueError, match="finite"):
         bestk.advantages("kappo_grpo", [1.0, math.nan], ["prompt-1"] * 2, calibration=cal)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("kind", ["binary", "winrate"])
+def test_kappo_grpo_cuda_matches_cpu(kind):
+    bank = binary_bank() if kind == "binary" else winrate_bank(ints=False)
+    cal = calibrate(bank, 4, 0.1, kind=kind)
+    rng = np.random.default_rng(7)
+    ids = [list(bank)[i] for i in rng.integers(0, len(bank), 64)]
+    r = (rng.random(64) < 0.5).astype(float) if kind == "binary" else rng.normal(size=64)
+    cpu = bestk.advantages("kappo_grpo", torch.tensor(r), ids, calibration=cal)
+    gpu = bestk.advantages("kappo_grpo", torch.tensor(r, device="cuda"), ids, calibration=cal)
+    assert gpu.device.type == "cuda"
+    torch.testing.assert_close(gpu.cpu(), cpu, rtol=1e-12, atol=1e-12)

@@ -33,7 +33,14 @@ _EPS = 1e-6
 
 @register_estimator("kappo_grpo")
 def kappo_grpo(rewards: torch.Tensor, groups: Groups, *, calibration: Calibration) -> torch.Tensor:
-    """@k-GRPO advantages from a reference :class:`~bestk.kappo.Calibration` (see module doc)."""
+    """@k-GRPO advantages from a reference :class:`~bestk.kappo.Calibration`.
+
+    Binary: ``A_i = a_k(x) (R_i - mean) / (std + 1e-6)`` (Eq. 140); win-rate: ``T_j`` of each
+    reward, standardised within the group. The group labels must be the calibration's prompt
+    ids (pass 1-D rewards with ``group``). Not an unbiased gradient of any fixed objective (GRPO's
+    std-normalisation reweights prompts by sample-dependent factors); the expected update is
+    GRPO's with each prompt scaled by a_k(x) -- see the module docstring.
+    """
     if not isinstance(calibration, Calibration):
         raise ValueError(
             "option 'calibration' must be a bestk.kappo.Calibration (from bestk.kappo.calibrate "
