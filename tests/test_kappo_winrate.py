@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.integrate import quad
 from scipy.optimize import brentq
 
@@ -90,6 +92,22 @@ def test_tiny_beta_is_finite():
             t = winrate_table(30, k, 1e-3)
         assert np.all(np.isfinite(t)) and np.all(np.diff(t) >= 0)
         assert t[-1] == pytest.approx(1e-3 * math.log(winrate_constant(k, 1e-3) + 1e3))
+
+
+@settings(max_examples=40, deadline=None)
+@given(k=st.integers(1, 32), log_beta=st.floats(-5 * math.log(10), 3 * math.log(10)))
+def test_property_wide_parameter_range(k, log_beta):
+    beta = math.exp(log_beta)
+    C = winrate_constant(k, beta)
+    assert 0 <= C <= 1
+    with np.errstate(over="raise", invalid="raise", divide="raise"):
+        t = winrate_table(16, k, beta)
+    assert np.all(np.isfinite(t)) and np.all(np.diff(t) >= 0)
+    lc = winrate_log_constant(k, beta)
+    assert t[0] == pytest.approx(beta * lc, rel=1e-12, abs=1e-300)
+    assert t[-1] == pytest.approx(beta * np.logaddexp(lc, -math.log(beta)), rel=1e-12)
+    if k >= 2:
+        assert psi_quad(1.0, C, k, beta) == pytest.approx(1.0, abs=1e-8)
 
 
 def test_transform_is_maxatk_optimum_of_winrate_reward():

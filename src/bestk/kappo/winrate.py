@@ -116,7 +116,9 @@ def _psi(z: np.ndarray, log_c: float, k: int, beta: float) -> np.ndarray:
         Y = np.asarray(z, dtype=np.float64) * math.exp(-log_l) if log_l > -700 else None
     if Y is None:  # L below float range: every z > 0 is far in the tail
         Y = np.where(np.asarray(z) > 0, np.inf, 0.0)
-    return math.exp(log_l - log_c) * _I(k, Y)
+    with np.errstate(over="ignore"):  # far below the root C: Psi is huge, inf compares fine
+        scale = np.exp(log_l - log_c)
+    return scale * _I(k, Y)
 
 
 @lru_cache(maxsize=256)
