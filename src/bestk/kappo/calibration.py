@@ -113,7 +113,7 @@ def _finish_bank(ids: np.ndarray, owner: np.ndarray, values: np.ndarray, names: 
     return _Bank(ids=ids[order_ids], sizes=sizes[order_ids], values=values[perm])
 
 
-@dataclass
+@dataclass(eq=False)
 class Calibration:
     """A reference calibration for one (kind, k, beta); see :func:`calibrate`.
 
