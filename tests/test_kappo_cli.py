@@ -49,6 +49,15 @@ def test_calibrate_jsonl(tmp_path, kind):
         np.testing.assert_array_equal(cal.values[name], arr)
 
 
+def test_python_calibrate_accepts_a_bank_path(tmp_path):
+    rows, bank = bank_rows(binary=False)
+    src = write_jsonl(tmp_path / "bank.jsonl", rows)
+    cal = calibrate(src, 2, 0.3, kind="winrate")
+    assert cal.checksum == calibrate(bank, 2, 0.3, kind="winrate").checksum
+    with pytest.raises(ValueError, match="not 0/1"):
+        calibrate(str(src), 2, 0.3, kind="binary")
+
+
 def test_calibrate_parquet(tmp_path):
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")

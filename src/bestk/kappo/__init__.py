@@ -5,6 +5,7 @@ quantities, the ``kappo_grpo`` advantage estimator (registered on import), the @
 losses, the discrete max@k reconstruction and the finite-bank error analysis. See docs/kappo.md.
 """
 
+from bestk.kappo.bank import load_bank
 from bestk.kappo.binary import BinaryCalibration, binary_calibration, dpo_beta_eff, solve_p_star
 from bestk.kappo.calibration import KINDS, SCHEMA_VERSION, Calibration, bank_checksum, calibrate
 from bestk.kappo.estimator import kappo_grpo
@@ -40,6 +41,7 @@ __all__ = [
     "kappo_apo_loss",
     "kappo_dpo_loss",
     "kappo_grpo",
+    "load_bank",
     "reconstruct_from_bank",
     "reconstruct_max_at_k",
     "solve_p_star",

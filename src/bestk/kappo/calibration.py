@@ -393,7 +393,8 @@ def calibrate(bank: Any, k: int, beta: float, kind: str = "binary") -> Calibrati
     bank:
         Mapping prompt id -> sequence of M reference rewards (at least 2 per prompt; sizes may
         differ between prompts). Ids are ints, or anything else (stored as ``str``). Binary
-        banks must hold 0/1 rewards.
+        banks must hold 0/1 rewards. A path (``str`` / ``PathLike``) to a JSONL or parquet
+        bank file is read with :func:`bestk.kappo.bank.load_bank`.
     k, beta:
         Objective parameter (integer >= 1) and KL strength (> 0).
     kind:
@@ -403,7 +404,12 @@ def calibrate(bank: Any, k: int, beta: float, kind: str = "binary") -> Calibrati
     beta = check_positive(beta, "beta")
     if kind not in KINDS:
         raise ValueError(f"unknown calibration kind {kind!r}; valid: {', '.join(KINDS)}")
-    b = bank if isinstance(bank, _Bank) else _bank_from_mapping(bank)
+    if isinstance(bank, (str, os.PathLike)):
+        from bestk.kappo.bank import load_bank  # bank.py imports this module
+
+        b = load_bank(bank, binary=kind == "binary")
+    else:
+        b = bank if isinstance(bank, _Bank) else _bank_from_mapping(bank)
     return _calibrate_bank(b, k, beta, kind)
 
 
