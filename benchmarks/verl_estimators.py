@@ -32,8 +32,13 @@ def make_batch(rollouts: int, group_size: int, response_length: int, seed: int =
         raise ValueError("--rollouts must be a multiple of --group-size")
     g = torch.Generator().manual_seed(seed)
     prompts = rollouts // group_size
-    uids = np.array([str(uuid.UUID(int=int(x))) for x in torch.randint(
-        0, 2**62, (prompts,), generator=g).tolist()], dtype=object)
+    uids = np.array(
+        [
+            str(uuid.UUID(int=int(x)))
+            for x in torch.randint(0, 2**62, (prompts,), generator=g).tolist()
+        ],
+        dtype=object,
+    )
     index = np.repeat(uids, group_size)
     lengths = torch.randint(1, response_length + 1, (rollouts,), generator=g)
     pos = torch.arange(response_length)

@@ -68,7 +68,7 @@ try:
     from verl.trainer.ppo import core_algos as _core_algos
 except ImportError as e:  # pragma: no cover - exercised only without verl
     raise ImportError(
-        "bestk.integrations.verl needs verl; install it with `pip install \"bestk[verl]\"`"
+        'bestk.integrations.verl needs verl; install it with `pip install "bestk[verl]"`'
     ) from e
 
 __all__ = [

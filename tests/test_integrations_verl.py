@@ -1,0 +1,293 @@
+"""bestk's verl plugin, tested against the installed verl (CI installs it: the ``verl`` extra).
+
+* discovery: a fresh interpreter that never imports bestk gets our estimators from verl's own
+  ``get_adv_estimator_fn`` through the ``verl.plugins`` entry point, and through
+  ``VERL_USE_EXTERNAL_MODULES`` with entry points switched off;
+* values: on ragged batches with string uids, non-contiguous group members and verl padding
+  rows, verl's estimator equals ``bestk.advantages`` on the real rows and the naive per-group
+  references of ``tests/_reference.py``; padding rows get 0 and do not change real groups;
+* options: ``+algorithm.bestk.*`` overrides composed with Hydra on verl's own
+  ``ppo_trainer.yaml`` reach the estimator; verl's ``compute_advantage`` runs end to end.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+verl = pytest.importorskip("verl")  # the `verl` extra; CI installs it
+
+from verl.trainer.ppo import core_algos  # noqa: E402
+
+import bestk  # noqa: E402
+from bestk.integrations import verl as bverl  # noqa: E402
+from tests._reference import argmaxrl_ref, per_group, pkpo_ref, softmax_ref  # noqa: E402
+
+L = 7  # response_length
+
+
+def verl_batch(seed=0, n_groups=7, min_size=1, max_size=6, binary=False, n_pad=3):
+    """(token_level_rewards, response_mask, uid, real) like verl's, ragged and shuffled.
+
+    The outcome reward sits on the last response token; a small per-token term (as a KL
+    penalty in the reward would add; not with ``binary``) is spread over the response. Some
+    real rows start with a masked token (multi-turn). Padding rows have an all-zero mask,
+    non-zero rewards, and uids that either copy a real uid or are a shared ``pad<hex>`` uid.
+    """
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(min_size, max_size + 1, n_groups)
+    lab = np.repeat(np.arange(n_groups), sizes)
+    rng.shuffle(lab)
+    uid = np.array([f"{u:08x}-uid-{u}" for u in lab], dtype=object)
+    b = len(lab)
+    if binary:
+        score = rng.integers(0, 2, b).astype(np.float64)
+    else:
+        score = rng.integers(-4, 9, b) / 4.0  # ties and negatives
+    lengths = rng.integers(1, L + 1, b)
+    mask = (np.arange(L)[None, :] < lengths[:, None]).astype(np.int64)
+    first_masked = rng.random(b) < 0.3
+    mask[first_masked & (lengths > 1), 0] = 0
+    noise = 0.0 if binary else rng.integers(-2, 3, (b, L)) / 64.0
+    tok = np.where(mask > 0, noise, 0.0)
+    tok[np.arange(b), lengths - 1] += score
+    pad_uid = np.array([uid[0]] + ["pad0123abcd"] * (n_pad - 1), dtype=object)[:n_pad]
+    pad_tok = rng.integers(1, 5, (n_pad, L)) / 2.0
+    order = rng.permutation(b + n_pad)
+    rewards = np.concatenate([tok, pad_tok])[order]
+    masks = np.concatenate([mask, np.zeros((n_pad, L), np.int64)])[order]
+    uids = np.concatenate([uid, pad_uid])[order]
+    real = np.concatenate([np.ones(b, bool), np.zeros(n_pad, bool)])[order]
+    return torch.tensor(rewards, dtype=torch.float32), torch.tensor(masks), uids, real
+
+
+def expected(name, rewards, mask, uid, real, **options):
+    """Reference: per-sequence scores of the real rows -> naive per-group formula."""
+    scores = rewards.double().sum(-1).numpy()
+    refs = {
+        "argmaxrl": lambda r: argmaxrl_ref(r, options.get("baseline", "loo")),
+        "maxrl": lambda r: argmaxrl_ref(r, options.get("baseline", "loo")),
+        "softmax_grpo": lambda r: softmax_ref(r, options.get("tau", 0.1)),
+        "pkpo": lambda r: pkpo_ref(r, options["k"], options.get("variant", "sloo_minus_one")),
+    }
+    a = np.zeros(len(scores))
+    a[real] = per_group(refs[name], scores[real], list(uid[real]))
+    return torch.tensor(a[:, None] * mask.numpy(), dtype=torch.float32)
+
+
+def run_python(code: str, **env) -> str:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_USE_EXTERNAL")}
+    full_env.update(env)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+DISCOVERY = """
+import sys
+from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+for name in ("argmaxrl", "maxrl", "softmax_grpo", "pkpo", "kappo_grpo"):
+    print(name, get_adv_estimator_fn(name).__module__)
+print("grpo", get_adv_estimator_fn("grpo").__module__)
+print("bestk-imported-by-verl", "bestk.integrations.verl" in sys.modules)
+"""
+
+
+def _check_discovery(out: str) -> None:
+    lines = dict(line.split(" ", 1) for line in out.strip().splitlines())
+    for name in bverl.VERL_ESTIMATORS:
+        assert lines[name] == "bestk.integrations.verl"
+    assert lines["grpo"] == "verl.trainer.ppo.core_algos"  # verl's own names stay verl's
+    assert lines["bestk-imported-by-verl"] == "True"
+
+
+def test_verl_loads_plugin_from_entry_point():
+    _check_discovery(run_python(DISCOVERY))
+
+
+def test_verl_loads_plugin_from_external_modules_env():
+    out = run_python(
+        DISCOVERY,
+        VERL_USE_EXTERNAL_PLUGINS="none",
+        VERL_USE_EXTERNAL_MODULES="bestk.integrations.verl",
+    )
+    _check_discovery(out)
+
+
+def test_entry_points_off_means_not_registered():
+    """Control for the two tests above: without either mechanism verl does not know us."""
+    code = (
+        "from verl.trainer.ppo.core_algos import get_adv_estimator_fn\n"
+        "try:\n    get_adv_estimator_fn('argmaxrl')\nexcept ValueError:\n    print('unknown')\n"
+    )
+    assert run_python(code, VERL_USE_EXTERNAL_PLUGINS="none").strip() == "unknown"
+
+
+CASES = [
+    ("argmaxrl", {}, {}),
+    ("argmaxrl", {"baseline": "mean"}, {}),
+    ("argmaxrl", {"baseline": "none"}, {}),
+    ("maxrl", {}, {"binary": True}),
+    ("softmax_grpo", {}, {}),
+    ("softmax_grpo", {"tau": 0.7}, {}),
+    ("pkpo", {"k": 2}, {"min_size": 2}),
+    ("pkpo", {"k": 3, "variant": "s"}, {"min_size": 3}),
+]
+
+
+@pytest.mark.parametrize("name,options,batch", CASES)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_verl_estimator_matches_reference_and_bestk(name, options, batch, seed):
+    rewards, mask, uid, real = verl_batch(seed=seed, **batch)
+    fn = core_algos.get_adv_estimator_fn(name)
+    adv, ret = fn(
+        token_level_rewards=rewards,
+        response_mask=mask,
+        index=uid,
+        config={"norm_adv_by_std_in_grpo": True, "bestk": options},
+    )
+    assert adv.shape == rewards.shape and ret.shape == rewards.shape
+    assert adv.dtype == rewards.dtype
+    torch.testing.assert_close(adv, expected(name, rewards, mask, uid, real, **options))
+    torch.testing.assert_close(ret, adv)
+    # The same numbers as the public API on the real rows.
+    scores = rewards.sum(-1)
+    keep = torch.from_numpy(real)
+    a = bestk.advantages(name, scores[keep], group=uid[real], **options)
+    first_tok = mask[keep].argmax(-1)
+    torch.testing.assert_close(adv[keep, first_tok], a)
+    assert not adv[~keep].any()
+
+
+def test_padding_rows_do_not_change_real_advantages():
+    rewards, mask, uid, real = verl_batch(seed=3, n_pad=4)
+    fn = core_algos.get_adv_estimator_fn("argmaxrl")
+    with_pad, _ = fn(token_level_rewards=rewards, response_mask=mask, index=uid)
+    keep = torch.from_numpy(real)
+    without, _ = fn(token_level_rewards=rewards[keep], response_mask=mask[keep], index=uid[real])
+    torch.testing.assert_close(with_pad[keep], without)
+    # All rows padding: all zeros, no error.
+    z, _ = fn(token_level_rewards=rewards, response_mask=torch.zeros_like(mask), index=uid)
+    assert not z.any()
+
+
+def test_integer_index_and_tensor_index():
+    rewards, mask, uid, real = verl_batch(seed=5)
+    fn = core_algos.get_adv_estimator_fn("softmax_grpo")
+    codes = np.unique(uid, return_inverse=True)[1].reshape(-1)
+    a_str, _ = fn(token_level_rewards=rewards, response_mask=mask, index=uid)
+    a_int, _ = fn(token_level_rewards=rewards, response_mask=mask, index=codes)
+    a_t, _ = fn(token_level_rewards=rewards, response_mask=mask, index=torch.from_numpy(codes))
+    torch.testing.assert_close(a_int, a_str)
+    torch.testing.assert_close(a_t, a_str)
+
+
+def _compose(*overrides):
+    from hydra import compose, initialize_config_dir
+
+    cfg_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+    with initialize_config_dir(config_dir=cfg_dir, version_base=None):
+        return compose(config_name="ppo_trainer", overrides=list(overrides))
+
+
+def test_hydra_plus_overrides_reach_the_estimator_through_verl_compute_advantage():
+    """``+algorithm.bestk.tau=...`` on verl's real config, through verl's compute_advantage."""
+    from verl import DataProto
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    cfg = _compose("algorithm.adv_estimator=softmax_grpo", "+algorithm.bestk.tau=0.3")
+    assert bverl.options_from_config(cfg.algorithm) == {"tau": 0.3}
+    rewards, mask, uid, real = verl_batch(seed=2)
+    data = DataProto.from_dict(
+        tensors={"token_level_rewards": rewards, "response_mask": mask},
+        non_tensors={"uid": uid},
+    )
+    out = compute_advantage(
+        data, adv_estimator=cfg.algorithm.adv_estimator, num_repeat=4, config=cfg.algorithm
+    )
+    want = expected("softmax_grpo", rewards, mask, uid, real, tau=0.3)
+    torch.testing.assert_close(out.batch["advantages"], want)
+    torch.testing.assert_close(out.batch["returns"], want)
+    # tau really reached the estimator: the default tau gives different numbers.
+    default = expected("softmax_grpo", rewards, mask, uid, real)
+    assert not torch.allclose(out.batch["advantages"], default)
+
+
+def test_hydra_config_without_plus_and_dataclass_conversion_fail_as_documented():
+    from hydra.errors import ConfigCompositionException
+    from verl.utils.config import omega_conf_to_dataclass
+
+    with pytest.raises(ConfigCompositionException, match=r"\+algorithm\.bestk\.tau"):
+        _compose("algorithm.bestk.tau=0.3")
+    cfg = _compose("+algorithm.bestk.tau=0.3")
+    with pytest.raises(Exception, match="bestk"):
+        omega_conf_to_dataclass(cfg.algorithm)
+    # verl's AlgoConfig itself (no bestk key) means "estimator defaults".
+    algo = omega_conf_to_dataclass(_compose().algorithm)
+    assert bverl.options_from_config(algo) == {}
+    assert bverl.options_from_config(None) == {}
+
+
+def test_bad_input_and_options_are_clear_value_errors():
+    rewards, mask, uid, _ = verl_batch(seed=4, min_size=2)
+    fn = core_algos.get_adv_estimator_fn("pkpo")
+    with pytest.raises(ValueError, match="requires option.*k"):
+        fn(token_level_rewards=rewards, response_mask=mask, index=uid, config={"bestk": {}})
+    argmax = core_algos.get_adv_estimator_fn("argmaxrl")
+    with pytest.raises(ValueError, match="unknown option.*'tau'"):
+        argmax(rewards, mask, uid, config={"bestk": {"tau": 0.1}})
+    with pytest.raises(ValueError, match="algorithm.bestk must be a mapping"):
+        argmax(rewards, mask, uid, config={"bestk": 3})
+    with pytest.raises(ValueError, match="index has"):
+        argmax(rewards, mask, uid[:-1])
+    with pytest.raises(ValueError, match="needs the group labels"):
+        argmax(rewards, mask)
+    with pytest.raises(ValueError, match="response_mask must be"):
+        argmax(rewards, mask[:, :-1], uid)
+    with pytest.raises(ValueError, match="2-D"):
+        argmax(rewards[:, 0], mask[:, 0], uid)
+    bad = rewards.clone()
+    bad[int(np.flatnonzero(mask[:, -1].numpy())[0]), -1] = float("nan")
+    with pytest.raises(ValueError, match="finite"):
+        argmax(bad, mask, uid)
+    maxrl = core_algos.get_adv_estimator_fn("maxrl")
+    with pytest.raises(ValueError, match="0/1|binary"):
+        maxrl(rewards, mask, uid)
+
+
+def test_kappo_grpo_from_calibration_file(tmp_path):
+    from bestk.kappo import calibrate
+
+    rng = np.random.default_rng(0)
+    prompts = [f"gsm8k-{i}" for i in range(5)]
+    bank = {p: rng.integers(0, 2, 30).tolist() for p in prompts}
+    cal = calibrate(bank, k=4, beta=0.1, kind="binary")
+    path = cal.save(tmp_path / "cal.json")
+    labels = np.array([prompts[i] for i in rng.integers(0, 5, 24)], dtype=object)
+    scores = torch.tensor(rng.integers(0, 2, 24), dtype=torch.float32)
+    mask = torch.ones(24, L, dtype=torch.int64)
+    rewards = torch.zeros(24, L)
+    rewards[:, -1] = scores
+    fn = core_algos.get_adv_estimator_fn("kappo_grpo")
+    adv, _ = fn(rewards, mask, labels, config={"bestk": {"calibration": str(path)}})
+    want = bestk.advantages("kappo_grpo", scores, group=labels, calibration=cal)
+    torch.testing.assert_close(adv[:, 0], want)
+    # Stock verl's uuid uids are not calibration prompt ids: a clear error naming one.
+    uuids = np.array([f"uuid-{i // 4}" for i in range(24)], dtype=object)
+    with pytest.raises(ValueError, match="uuid-0.*not in the calibration"):
+        fn(rewards, mask, uuids, config={"bestk": {"calibration": str(path)}})
+    with pytest.raises(ValueError, match="cannot be read"):
+        fn(rewards, mask, labels, config={"bestk": {"calibration": str(tmp_path / "no.json")}})
+
+
+def test_register_is_idempotent():
+    before = {n: core_algos.get_adv_estimator_fn(n) for n in bverl.VERL_ESTIMATORS}
+    assert bverl.register() == list(bverl.VERL_ESTIMATORS)
+    assert {n: core_algos.get_adv_estimator_fn(n) for n in bverl.VERL_ESTIMATORS} == before
