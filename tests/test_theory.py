@@ -103,6 +103,12 @@ def test_table1_weights():
     np.testing.assert_allclose(theory.maxrl_weight(p[1:], 1), 1.0)
     np.testing.assert_allclose(theory.maxrl_weight(0.25, 2000), 4.0, rtol=1e-12)
     assert float(theory.maxrl_weight(1e-12, 50)) == pytest.approx(50.0, rel=1e-9)
+    assert float(theory.maxrl_weight(5e-324, 2)) == 2.0  # subnormal p
+    # the small-p series and the closed form agree where they switch (p T = 1e-6)
+    for T in (2, 50, 10_000):
+        p0 = 1e-6 / T
+        lo, hi = theory.maxrl_weight(np.array([p0 * (1 - 1e-9), p0 * (1 + 1e-9)]), T)
+        assert lo == pytest.approx(hi, rel=1e-11)
 
 
 def test_tensor_in_tensor_out():

@@ -134,12 +134,15 @@ def softmax_grpo_weight_large_m(p: Any, tau: float) -> Any:
 
 
 def maxrl_weight(p: Any, T: int) -> Any:
-    """MaxRL(T) weight :math:`(1-(1-p)^T)/p` (= T at p = 0), computed with ``expm1``/``log1p``."""
+    """MaxRL(T) weight :math:`(1-(1-p)^T)/p` (= T at p = 0), via ``expm1``/``log1p``."""
     T = _check_int(T, "T", 1)
     pt, is_t = _prob(p)
     num = -torch.expm1(T * torch.log1p(-pt))
     safe = torch.where(pt > 0, pt, torch.ones_like(pt))
-    w = torch.where(pt > 0, num / safe, torch.full_like(pt, float(T)))
+    # For p T < 1e-6 use the series T - T(T-1)p/2 (relative error < (pT)^2/6): the closed form
+    # loses everything for subnormal p.
+    series = T - 0.5 * T * (T - 1) * pt
+    w = torch.where(pt * T < 1e-6, series, num / safe)
     return _out(w, is_t)
 
 
