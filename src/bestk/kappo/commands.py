@@ -101,8 +101,10 @@ def plot_weights_cmd(
     beta: float = typer.Option(0.1, "--beta", help="KL strength for the KAPPO panels."),
 ) -> None:
     """Draw prompt weights omega(p), KAPPO beta_eff(p_ref) and the win-rate transform T(q)."""
-    import matplotlib
-
+    try:
+        import matplotlib
+    except ImportError:
+        _fail(ValueError("bestk plot needs matplotlib: pip install 'bestk[plot]'"))
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
