@@ -1,0 +1,224 @@
+r"""TRL integration: ``BestkGRPOTrainer``, a ``trl.GRPOTrainer`` trained on bestk advantages.
+
+.. code-block:: python
+
+    from bestk.integrations.trl import BestkGRPOTrainer
+
+    trainer = BestkGRPOTrainer(
+        model=..., reward_funcs=[...], args=GRPOConfig(...), train_dataset=...,
+        estimator="argmaxrl",                 # any bestk estimator name
+        estimator_options={"baseline": "loo"},
+    )
+    trainer.train()
+
+Everything else is TRL's: generation, reward functions, the clipped surrogate, KL, logging,
+multi-process training. Only the advantages change. TRL has no hook smaller than
+``_generate_and_score_completions`` (it computes the group-normalised advantages inline), so
+the subclass
+
+1. records the reward matrix TRL computes in ``_calculate_rewards`` -- ``(B, n_funcs)``, already
+   gathered over all processes, ``NaN`` where a reward function returned ``None``;
+2. lets TRL's ``_generate_and_score_completions`` run unchanged;
+3. replaces ``output["advantages"]`` with this process's slice of :func:`bestk_advantages`,
+   computed on the *gathered* rewards (groups of ``num_generations`` consecutive completions of
+   one prompt, as TRL lays them out), and rewrites the advantage log column to match.
+
+:func:`bestk_advantages` is TRL's reward aggregation followed by a bestk estimator:
+``rewards = nansum_j(w_j * rewards_per_func[:, j])`` (TRL's ``sum_then_normalize``, where a
+``None`` from one reward function contributes 0) and
+``A = bestk.advantages(estimator, rewards.view(-1, num_generations), **estimator_options)``.
+A completion for which *every* reward function returned ``None`` is unscorable: like TRL, it
+is left out of its group's estimate (the group becomes smaller) and gets advantage 0.
+
+What each estimator is an unbiased gradient of (or that it is not) is in its docstring, e.g.
+:func:`bestk.estimators.argmaxrl.argmaxrl`; the advantages use the GRPO scale, so TRL's loss
+(``loss_type``, clipping, ``beta``) applies unchanged. TRL's ``scale_rewards`` only affects
+TRL's own standardisation and is ignored (the estimator defines the scale);
+``multi_objective_aggregation="normalize_then_sum"`` would change the rewards the @k
+objective is defined on, so it is rejected.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+import bestk
+
+try:
+    from trl import GRPOTrainer
+except ImportError as e:  # pragma: no cover - exercised only without trl
+    raise ImportError(
+        'bestk.integrations.trl needs TRL; install it with `pip install "bestk[trl]"`'
+    ) from e
+
+__all__ = ["BestkGRPOTrainer", "bestk_advantages", "check_estimator"]
+
+
+def check_estimator(estimator: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Validate an estimator name and its option names up front; returns the options dict.
+
+    Values are validated by the estimator itself on the first batch.
+    """
+    if options is not None and not isinstance(options, Mapping):
+        raise ValueError(
+            f"estimator_options must be a mapping of option names to values, got "
+            f"{type(options).__name__}"
+        )
+    valid = bestk.estimator_options(estimator)  # ValueError for an unknown estimator
+    opts = dict(options or {})
+    unknown = sorted(set(opts) - set(valid))
+    if unknown:
+        listing = ", ".join(valid) if valid else "none"
+        raise ValueError(
+            f"unknown option(s) {', '.join(map(repr, unknown))} for estimator {estimator!r}; "
+            f"valid options: {listing}"
+        )
+    missing = [k for k, v in valid.items() if v is inspect.Parameter.empty and k not in opts]
+    if missing:
+        raise ValueError(f"estimator {estimator!r} requires option(s): {', '.join(missing)}")
+    return opts
+
+
+def bestk_advantages(
+    rewards_per_func: torch.Tensor,
+    reward_weights: torch.Tensor,
+    num_generations: int,
+    estimator: str,
+    estimator_options: Mapping[str, Any] | None = None,
+) -> torch.Tensor:
+    """Advantages of ``estimator`` for TRL's gathered ``(B, n_funcs)`` reward matrix.
+
+    ``B`` must be a multiple of ``num_generations``; rows ``g*N .. g*N+N-1`` are the ``N``
+    completions of prompt ``g``. Returns a ``(B,)`` float32 tensor on the rewards' device.
+    """
+    if rewards_per_func.ndim != 2:
+        raise ValueError(
+            f"rewards_per_func must be (B, n_funcs), got shape {tuple(rewards_per_func.shape)}"
+        )
+    b, n_funcs = rewards_per_func.shape
+    if reward_weights.shape != (n_funcs,):
+        raise ValueError(
+            f"reward_weights must have one weight per reward function ({n_funcs}), got shape "
+            f"{tuple(reward_weights.shape)}"
+        )
+    if isinstance(num_generations, bool) or not isinstance(num_generations, int):
+        raise ValueError(f"num_generations must be an int, got {num_generations!r}")
+    if num_generations < 1 or b % num_generations:
+        raise ValueError(
+            f"{b} completions are not whole groups of num_generations={num_generations}"
+        )
+    opts = dict(estimator_options or {})
+    w = reward_weights.to(device=rewards_per_func.device, dtype=rewards_per_func.dtype)
+    rewards = (rewards_per_func * w.unsqueeze(0)).nansum(dim=1)
+    scorable = ~torch.isnan(rewards_per_func).all(dim=1)
+    if bool(scorable.all()):
+        adv = bestk.advantages(estimator, rewards.view(-1, num_generations), **opts).reshape(-1)
+    else:
+        adv = torch.zeros_like(rewards)
+        if bool(scorable.any()):
+            prompt = torch.arange(b, device=rewards.device) // num_generations
+            adv[scorable] = bestk.advantages(
+                estimator, rewards[scorable], group=prompt[scorable], **opts
+            )
+    return adv.to(torch.float32)
+
+
+class BestkGRPOTrainer(GRPOTrainer):
+    """``trl.GRPOTrainer`` whose advantages are ``bestk.advantages(estimator, ...)``.
+
+    Parameters
+    ----------
+    *args, **kwargs:
+        Everything ``GRPOTrainer`` takes (``model``, ``reward_funcs``, ``args``,
+        ``train_dataset``, ``processing_class``, ...).
+    estimator:
+        A bestk estimator name (``bestk estimators`` lists them): ``"argmaxrl"`` (default),
+        ``"maxrl"``, ``"softmax_grpo"``, ``"pkpo"``, ``"grpo"``, ``"rloo"``, ...
+    estimator_options:
+        Its options, e.g. ``{"tau": 0.1}`` for ``softmax_grpo`` or ``{"k": 4}`` for ``pkpo``.
+        Unknown names and missing required options raise ``ValueError`` at construction.
+
+    Attributes
+    ----------
+    last_rewards, last_advantages:
+        The gathered rewards (after weighting and ``nansum``, NaN for unscorable completions) and
+        the gathered advantages of the latest generation batch (for inspection and tests).
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        estimator: str = "argmaxrl",
+        estimator_options: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ):
+        self.estimator_options = check_estimator(estimator, estimator_options)
+        self.estimator = estimator
+        self._bestk_rewards_per_func: torch.Tensor | None = None
+        self.last_rewards: torch.Tensor | None = None
+        self.last_advantages: torch.Tensor | None = None
+        super().__init__(*args, **kwargs)
+        aggregation = getattr(self, "multi_objective_aggregation", "sum_then_normalize")
+        if aggregation != "sum_then_normalize":
+            raise ValueError(
+                f"BestkGRPOTrainer needs multi_objective_aggregation='sum_then_normalize' (the "
+                f"@k objective is defined on the weighted sum of rewards), got {aggregation!r}"
+            )
+
+    def _calculate_rewards(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        rewards_per_func = super()._calculate_rewards(*args, **kwargs)
+        self._bestk_rewards_per_func = rewards_per_func
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        mode = "train" if self.model.training else "eval"
+        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
+        self._bestk_rewards_per_func = None
+        output = super()._generate_and_score_completions(inputs)
+        rewards_per_func = self._bestk_rewards_per_func
+        self._bestk_rewards_per_func = None
+        if rewards_per_func is None:  # pragma: no cover - guards against a TRL refactor
+            raise RuntimeError(
+                "TRL's GRPOTrainer no longer computes rewards through _calculate_rewards; this "
+                "TRL version is not supported by bestk.integrations.trl"
+            )
+        adv_all = bestk_advantages(
+            rewards_per_func,
+            self.reward_weights,
+            int(num_generations),
+            self.estimator,
+            self.estimator_options,
+        )
+        local = output["advantages"]
+        n_local = local.shape[0]
+        start = self.accelerator.process_index * n_local
+        if start + n_local > adv_all.shape[0]:  # pragma: no cover - TRL layout changed
+            raise RuntimeError(
+                f"gathered batch of {adv_all.shape[0]} rewards does not cover process "
+                f"{self.accelerator.process_index}'s {n_local} completions"
+            )
+        output["advantages"] = adv_all[start : start + n_local].to(
+            device=local.device, dtype=local.dtype
+        )
+        w = self.reward_weights.to(rewards_per_func.device)
+        rewards = (rewards_per_func * w.unsqueeze(0)).nansum(dim=1)
+        rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+        self.last_rewards = rewards.detach().cpu()
+        self.last_advantages = adv_all.detach().cpu()
+        self._relog_advantages(adv_all)
+        return output
+
+    def _relog_advantages(self, adv_all: torch.Tensor) -> None:
+        """Replace the advantages TRL just logged (its own) with the ones used."""
+        logs = getattr(self, "_logs", None)
+        column = logs.get("advantages") if isinstance(logs, dict) else None
+        if column is None:  # pragma: no cover - TRL without completion logs
+            return
+        kept = list(column)[: len(column) - min(adv_all.shape[0], len(column))]
+        column.clear()
+        column.extend(kept)
+        column.extend(adv_all.tolist())

@@ -1,0 +1,280 @@
+"""``BestkGRPOTrainer`` against the installed TRL (CI installs it: the ``trl`` extra).
+
+* A real 2-step ``BestkGRPOTrainer`` run on CPU (a tiny Qwen2 built from a config, a character
+  tokenizer built with ``tokenizers``, an in-memory dataset, two weighted reward functions that
+  return ``None`` for some completions): the advantages TRL trains on equal the naive per-group
+  ArgMaxRL reference on rewards recomputed from what the reward functions returned, TRL's loss
+  sees exactly those advantages, and TRL's advantage log matches.
+* :func:`bestk_advantages` (TRL's reward aggregation + a bestk estimator) on hand-made
+  matrices, the per-process slice with a faked 2-process accelerator, and bad input.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("trl")  # the `trl` extra; CI installs it
+
+import bestk  # noqa: E402
+from bestk.integrations.trl import BestkGRPOTrainer, bestk_advantages  # noqa: E402
+from tests._reference import argmaxrl_ref, per_group, softmax_ref  # noqa: E402
+
+N = 4  # num_generations
+ALPHABET = "abcdefgh xyz"
+
+
+def tiny_policy(seed=0):
+    """A ~20k-parameter Qwen2 and a character tokenizer, built locally (nothing downloaded)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Config
+
+    vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2}
+    for ch in ALPHABET:
+        vocab.setdefault(ch, len(vocab))
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
+    )
+    tok.padding_side = "left"
+    conf = Qwen2Config(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=None,
+    )
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(conf), tok
+
+
+class Recorder:
+    """Reward functions that remember what they returned, call by call."""
+
+    def __init__(self):
+        self.calls: list[tuple[list, list]] = []  # (reward_len values, reward_char values)
+        self._pending: list | None = None
+
+    def reward_len(self, completions, tag, **_):
+        out = []
+        for i, (c, t) in enumerate(zip(completions, tag, strict=True)):
+            if t == "partial" or (t == "mixed" and i % 2 == 0):
+                out.append(None)
+            else:
+                out.append((len(c) % 5) / 4)
+        self._pending = out
+        return out
+
+    def reward_char(self, completions, tag, **_):
+        out = []
+        for i, c in enumerate(completions):
+            out.append(None if tag[i] == "mixed" and i % 2 == 0 else c.count("a") / 2)
+        self.calls.append((self._pending, out))
+        return out
+
+
+class Probe(BestkGRPOTrainer):
+    """Records what generation hands to the loss and what the loss receives."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.generated: list[torch.Tensor] = []
+        self.trained: list[torch.Tensor] = []
+
+    def _generate_and_score_completions(self, inputs):
+        out = super()._generate_and_score_completions(inputs)
+        self.generated.append(out["advantages"].detach().cpu().clone())
+        return out
+
+    def compute_loss(self, model, inputs, *a, **kw):
+        self.trained.append(inputs["advantages"].detach().cpu().clone())
+        return super().compute_loss(model, inputs, *a, **kw)
+
+
+def expected_from_calls(calls, weights, ref):
+    """Independent recomputation: weighted nansum, unscorable rows out, naive per-group ref."""
+    out = []
+    for len_vals, char_vals in calls:
+        m = np.array(
+            [
+                [np.nan if v is None else v for v in pair]
+                for pair in zip(len_vals, char_vals, strict=True)
+            ],
+            dtype=np.float64,
+        )
+        rewards = np.nansum(m * np.asarray(weights)[None, :], axis=1)
+        ok = ~np.isnan(m).all(axis=1)
+        group = np.arange(len(m)) // N
+        a = np.zeros(len(m))
+        a[ok] = per_group(ref, rewards[ok], list(group[ok]))
+        out.append(torch.tensor(a, dtype=torch.float32))
+    return out
+
+
+def test_two_step_run_trains_on_bestk_advantages(tmp_path):
+    from datasets import Dataset
+    from trl import GRPOConfig
+
+    model, tok = tiny_policy()
+    rows = [
+        {"prompt": "abc", "tag": "full"},
+        {"prompt": "hex", "tag": "partial"},
+        {"prompt": "gaze", "tag": "mixed"},
+        {"prompt": "bad", "tag": "full"},
+        {"prompt": "fade", "tag": "mixed"},
+        {"prompt": "cab", "tag": "full"},
+    ]
+    rec = Recorder()
+    weights = [1.0, 0.5]
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=3 * N,
+        num_generations=N,
+        steps_per_generation=1,
+        gradient_accumulation_steps=1,
+        max_completion_length=6,
+        max_steps=2,
+        learning_rate=1e-3,
+        reward_weights=weights,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        beta=0.0,
+        seed=0,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    trainer = Probe(
+        model=model,
+        reward_funcs=[rec.reward_len, rec.reward_char],
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tok,
+        estimator="argmaxrl",
+    )
+    trainer.train()
+
+    assert len(rec.calls) == 2 and len(trainer.generated) == 2
+    want = expected_from_calls(rec.calls, weights, lambda r: argmaxrl_ref(r, "loo"))
+    for got, exp in zip(trainer.generated, want, strict=True):
+        torch.testing.assert_close(got, exp, atol=1e-6, rtol=1e-6)
+    # The loss saw exactly these advantages (TRL shuffles rows within the generation batch).
+    for seen, gen in zip(trainer.trained, trainer.generated, strict=True):
+        torch.testing.assert_close(seen.sort().values, gen.sort().values)
+    # Unscorable completions (every reward function returned None) carry advantage 0, and
+    # something was unscorable, so the ragged path ran.
+    assert any(all(v is None for v in pair) for c in rec.calls for pair in zip(*c, strict=True))
+    # TRL's completion log shows the advantages actually used, not TRL's own.
+    logged = list(trainer._logs["advantages"])[-len(want[-1]) :]
+    np.testing.assert_allclose(logged, want[-1].numpy(), atol=1e-6)
+    # Not TRL's default: GRPO standardisation of the same rewards gives other numbers.
+    r = trainer.last_rewards.numpy()
+    ok = ~np.isnan(r)
+    grpo = (r - np.nanmean(r.reshape(-1, N), 1).repeat(N)) / (
+        np.nanstd(r.reshape(-1, N), 1, ddof=1).repeat(N) + 1e-4
+    )
+    assert not np.allclose(np.nan_to_num(grpo)[ok], want[-1].numpy()[ok], atol=1e-3)
+    assert all(
+        math.isfinite(v)
+        for h in trainer.state.log_history
+        for v in h.values()
+        if isinstance(v, float)
+    )
+
+
+def test_bestk_advantages_matches_estimator_and_handles_none():
+    rng = np.random.default_rng(0)
+    m = torch.tensor(rng.integers(0, 5, (12, 3)) / 4.0, dtype=torch.float32)
+    w = torch.tensor([1.0, 0.5, 2.0])
+    a = bestk_advantages(m, w, 4, "softmax_grpo", {"tau": 0.5})
+    rewards = (m.double() * w.double()).sum(1).numpy()
+    ref = per_group(lambda r: softmax_ref(r, 0.5), rewards, list(np.arange(12) // 4))
+    np.testing.assert_allclose(a.numpy(), ref, atol=1e-6)
+    assert a.dtype == torch.float32
+    # A None from one function counts 0 (nansum); all None: left out of the group, A = 0.
+    m2 = m.clone()
+    m2[1, 0] = torch.nan
+    m2[5, :] = torch.nan
+    a2 = bestk_advantages(m2, w, 4, "argmaxrl")
+    r2 = (torch.nan_to_num(m2).double() * w.double()).sum(1).numpy()
+    keep = np.ones(12, bool)
+    keep[5] = False
+    ref2 = np.zeros(12)
+    ref2[keep] = per_group(argmaxrl_ref, r2[keep], list((np.arange(12) // 4)[keep]))
+    np.testing.assert_allclose(a2.numpy(), ref2, atol=1e-6)
+    assert a2[5] == 0
+    # Whole batch unscorable: zeros, no error.
+    assert not bestk_advantages(torch.full((8, 2), torch.nan), w[:2], 4, "argmaxrl").any()
+
+
+def test_bestk_advantages_bad_input():
+    m = torch.zeros(8, 2)
+    w = torch.ones(2)
+    with pytest.raises(ValueError, match="whole groups"):
+        bestk_advantages(m, w, 3, "argmaxrl")
+    with pytest.raises(ValueError, match="one weight per reward"):
+        bestk_advantages(m, torch.ones(3), 4, "argmaxrl")
+    with pytest.raises(ValueError, match=r"\(B, n_funcs\)"):
+        bestk_advantages(m[:, 0], w, 4, "argmaxrl")
+    with pytest.raises(ValueError, match="unknown estimator 'nope'"):
+        bestk_advantages(m, w, 4, "nope")
+    with pytest.raises(ValueError, match="tau"):
+        bestk_advantages(m, w, 4, "softmax_grpo", {"tau": -1.0})
+    bad = m.clone()
+    bad[0, 0] = torch.inf
+    with pytest.raises(ValueError, match="finite"):
+        bestk_advantages(bad, w, 4, "argmaxrl")
+
+
+def test_constructor_rejects_bad_estimator_before_building_anything():
+    with pytest.raises(ValueError, match="unknown estimator 'argmax'"):
+        BestkGRPOTrainer(estimator="argmax")
+    with pytest.raises(ValueError, match="unknown option.*'tau'.*argmaxrl"):
+        BestkGRPOTrainer(estimator="argmaxrl", estimator_options={"tau": 0.1})
+    with pytest.raises(ValueError, match="requires option.*k"):
+        BestkGRPOTrainer(estimator="pkpo")
+    with pytest.raises(ValueError, match="mapping"):
+        BestkGRPOTrainer(estimator="pkpo", estimator_options=[("k", 2)])
+
+
+def test_each_process_gets_its_slice_of_the_gathered_advantages(monkeypatch):
+    """Process 1 of 2: advantages computed on all 16 gathered rows, rows 8..15 returned."""
+    from trl import GRPOTrainer
+
+    rng = np.random.default_rng(1)
+    gathered = torch.tensor(rng.integers(0, 4, (16, 1)) / 3.0, dtype=torch.float32)
+
+    def fake_generate(self, inputs):
+        self._calculate_rewards(inputs, None, None, None)
+        self._logs["advantages"].extend([99.0] * 16)  # what TRL would log
+        return {"advantages": torch.full((len(inputs),), 7.0)}
+
+    monkeypatch.setattr(GRPOTrainer, "_calculate_rewards", lambda self, *a: gathered)
+    monkeypatch.setattr(GRPOTrainer, "_generate_and_score_completions", fake_generate)
+    t = object.__new__(BestkGRPOTrainer)
+    t.estimator, t.estimator_options = "argmaxrl", {}
+    t.model = types.SimpleNamespace(training=True)
+    t.num_generations, t.num_generations_eval = N, N
+    t.reward_weights = torch.ones(1)
+    t.accelerator = types.SimpleNamespace(process_index=1)
+    from collections import deque
+
+    t._logs = {"advantages": deque([5.0, 6.0], maxlen=20)}
+    out = t._generate_and_score_completions([{}] * 8)
+    full = bestk.advantages("argmaxrl", gathered[:, 0].view(-1, N)).reshape(-1)
+    torch.testing.assert_close(out["advantages"], full[8:])
+    assert list(t._logs["advantages"]) == [5.0, 6.0] + full.tolist()
