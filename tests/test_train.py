@@ -184,6 +184,7 @@ def test_config_errors_name_the_key():
     with pytest.raises(ValueError, match="'loss.agg' must be token-mean"):
         validate(bad)
     bad = TrainConfig()
+    bad.task.name = "arithmetic"
     bad.task.options = {"digitz": 3}
     with pytest.raises(ValueError, match="'digitz' for task 'arithmetic'"):
         validate(bad)
@@ -194,7 +195,8 @@ def test_yaml_config_file(tmp_path):
     p.write_text("estimator: softmax_grpo\nestimator_options: {tau: 0.3}\nrollout: {n: 4}\n")
     cfg = load_config(p)
     assert cfg.estimator == "softmax_grpo" and cfg.estimator_options == {"tau": 0.3}
-    assert cfg.rollout.n == 4 and cfg.rollout.prompts_per_step == 16
+    assert cfg.rollout.n == 4
+    assert cfg.rollout.prompts_per_step == TrainConfig().rollout.prompts_per_step
     p.write_text("rollout: {nope: 4}\n")
     with pytest.raises(ValueError, match="unknown config key 'rollout.nope'"):
         load_config(p)

@@ -77,8 +77,8 @@ def strings_task(
     min_len: int = 3,
     max_len: int = 6,
     symbols: str = "0123456789",
-    num_train: int = 4096,
-    num_eval: int = 64,
+    num_train: int = 50000,
+    num_eval: int = 128,
     graded: bool = True,
 ) -> Task:
     """String transformation ``"op:s="`` -> ``op(s)`` (``reverse``, ``sort`` or ``copy``) of

@@ -63,8 +63,9 @@ class ModelConfig:
 class TaskConfig:
     """What the policy is trained on (see ``bestk.tasks``)."""
 
-    name: str = "arithmetic"
-    """Registered task: ``arithmetic``, ``reasoning_gym``, ``jsonl``, ``math``, ``similarity``."""
+    name: str = "strings"
+    """Registered task: ``strings`` (default: reverse digit strings, graded), ``arithmetic``,
+    ``reasoning_gym``, ``jsonl``, ``math``, ``similarity``."""
     options: dict[str, Any] = field(default_factory=dict)
     """Task options, e.g. ``{digits: 2}`` or ``{dataset: basic_arithmetic, config: {...}}``."""
     reward: str | None = None
@@ -87,7 +88,7 @@ class SFTConfig:
 class RolloutConfig:
     """Sampling of the training completions."""
 
-    prompts_per_step: int = 16
+    prompts_per_step: int = 64
     """Prompts per RL step (each gets ``n`` completions; the group of a prompt is its ``n``)."""
     n: int = 8
     """Completions per prompt (the group size ``N`` of the estimators)."""
@@ -125,8 +126,9 @@ class LossConfig:
 class OptimConfig:
     """AdamW."""
 
-    lr: float = 1e-3
-    """Learning rate of RL (constant after ``warmup_steps``)."""
+    lr: float = 3e-4
+    """Learning rate of RL (constant after ``warmup_steps``). Adam's first steps move every
+    weight by about ``lr``: 1e-3 already wrecks the tiny default model."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     beta1: float = 0.9
@@ -173,13 +175,14 @@ class TrainConfig:
     """Write an atomic checkpoint every this many RL steps (and at the end / on Ctrl-C)."""
     keep_checkpoints: int = 2
     """Checkpoints kept on disk (older ones are deleted)."""
-    threads: int | None = None
-    """torch CPU threads (``None`` = torch's default)."""
+    threads: int | None = 1
+    """torch CPU threads (``None`` = torch's default). Tiny models run fastest on one thread,
+    and much faster than on several when the machine is shared."""
     device: str = "cpu"
     """``cpu``, ``cuda`` or ``cuda:N``."""
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
-    sft: SFTConfig = field(default_factory=lambda: SFTConfig(steps=150))
+    sft: SFTConfig = field(default_factory=lambda: SFTConfig(steps=100))
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)

@@ -1,0 +1,119 @@
+"""KV-cache sampling, log-probabilities, top-p, the tiny policy, and evaluation metrics."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from bestk.tasks import load_task
+from bestk.train.config import ModelConfig
+from bestk.train.evaluate import evaluate
+from bestk.train.policy import build_char_tokenizer, count_parameters, load_policy
+from bestk.train.rollout import sample, sequence_logprobs, top_p_filter
+
+SMALL = ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
+
+
+@pytest.fixture(scope="module")
+def policy():
+    torch.set_num_threads(1)
+    return load_policy(SMALL, "0123456789+=", seed=0)
+
+
+def test_char_tokenizer_roundtrip():
+    tok = build_char_tokenizer("ab=")
+    ids = tok("ab=ba", add_special_tokens=False)["input_ids"]
+    assert len(ids) == 5 and tok.decode(ids) == "ab=ba"
+    assert tok.decode(ids + [tok.eos_token_id], skip_special_tokens=True) == "ab=ba"
+    assert tok.padding_side == "left"
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_default_model_size_and_arch(arch):
+    model, tok = load_policy(ModelConfig(arch=arch), "0123456789+=", seed=0)
+    assert model.config.model_type == arch
+    assert 500_000 <= count_parameters(model) <= 5_000_000
+
+
+def test_sampled_logprobs_match_a_full_forward(policy):
+    model, tok = policy
+    gen = torch.Generator().manual_seed(0)
+    # prompts of different lengths -> left padding; temperature != 1 on both sides
+    ro = sample(model, tok, ["1+2=", "12+345=", "9="], n=3, temperature=0.7,
+                max_new_tokens=6, generator=gen)
+    assert ro.completion_ids.shape[0] == 9 and len(ro.texts) == 9
+    lp, ent = sequence_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
+                                ro.completion_mask, temperature=0.7, with_entropy=True)
+    m = ro.completion_mask.float()
+    torch.testing.assert_close(lp * m, ro.logprobs, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ent * m, ro.entropy, atol=1e-5, rtol=1e-5)
+    # each prompt's log-prob of its first completion token equals a single unpadded forward
+    for i, p in enumerate(["1+2=", "12+345=", "9="]):
+        ids = torch.tensor([tok(p, add_special_tokens=False)["input_ids"]])
+        logits = model(input_ids=ids).logits[0, -1] / 0.7
+        first = ro.completion_ids[3 * i, 0]
+        expect = torch.log_softmax(logits, -1)[first].detach()
+        assert float(ro.logprobs[3 * i, 0]) == pytest.approx(float(expect), abs=1e-5)
+
+
+def test_sampling_stops_at_eos_and_masks_after(policy):
+    model, tok = policy
+    gen = torch.Generator().manual_seed(1)
+    ro = sample(model, tok, ["1+1="] * 4, n=8, max_new_tokens=12, generator=gen)
+    eos = tok.eos_token_id
+    for ids, mask, done in zip(ro.completion_ids, ro.completion_mask, ro.finished, strict=True):
+        ids, mask = ids.tolist(), mask.tolist()
+        if eos in ids:
+            j = ids.index(eos)
+            assert mask[: j + 1] == [1] * (j + 1) and not any(mask[j + 1 :])
+            assert bool(done)
+        else:
+            assert all(mask) and not bool(done)
+
+
+def test_same_generator_seed_same_samples(policy):
+    model, tok = policy
+    a = sample(model, tok, ["3+4="], n=5, generator=torch.Generator().manual_seed(3))
+    b = sample(model, tok, ["3+4="], n=5, generator=torch.Generator().manual_seed(3))
+    assert a.texts == b.texts
+
+
+def test_top_p_filter_by_hand():
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
+    out = top_p_filter(probs.log(), 0.8)
+    # cumulative mass before each token: 0, .5, .8, .95 -> keep the first two
+    assert torch.isfinite(out).tolist() == [[True, True, False, False]]
+    out = top_p_filter(probs.log(), 0.81)
+    assert torch.isfinite(out).tolist() == [[True, True, True, False]]
+    assert torch.equal(top_p_filter(probs.log(), 1.0), probs.log())
+
+
+def test_evaluate_pass_at_k_matches_brute_force(policy):
+    model, tok = policy
+    task = load_task("arithmetic", {"digits": 1, "num_eval": 6}, seed=0)
+    # a reward that succeeds often enough to exercise 0 < c < n
+    from bestk.tasks.rewards import RewardSpec
+
+    task.reward = RewardSpec(lambda p, c, **ex: float(len(c.strip()) % 2 == 1), graded=True)
+    res = evaluate(model, tok, task, task.eval, n=5, max_new_tokens=4, seed=0)
+    succ = res.rewards >= 1.0
+    for k in range(1, 6):
+        # brute force: average over all k-subsets of each prompt's samples
+        per_prompt = [
+            np.mean([row[list(s)].any() for s in itertools.combinations(range(5), k)])
+            for row in succ
+        ]
+        assert res.metrics[f"pass@{k}"] == pytest.approx(np.mean(per_prompt))
+        best = [
+            np.mean([row[list(s)].max() for s in itertools.combinations(range(5), k)])
+            for row in res.rewards
+        ]
+        assert res.metrics[f"best@{k}"] == pytest.approx(np.mean(best))
+    assert res.metrics["reward_mean"] == pytest.approx(res.rewards.mean())
+    distinct = np.mean([len({t.strip() for t in res.texts[i * 5 : i * 5 + 5]}) for i in range(6)])
+    assert res.metrics["distinct"] == pytest.approx(distinct)
+    assert math.isfinite(res.metrics["entropy"]) and res.metrics["entropy"] > 0
