@@ -68,6 +68,21 @@ def test_two_step_run_writes_the_run_directory(tmp_path):
     assert "pass@k" in (out / "report.md").read_text()
 
 
+def test_off_policy_minibatches_and_entropy_bonus(tmp_path):
+    cfg = tiny_config(
+        tmp_path / "mb", "max_steps=1", "loss.ppo_epochs=2", "loss.minibatches=2",
+        "loss.entropy_coef=0.01", "loss.agg=seq-mean-token-mean", "estimator=rloo",
+        "rollout.top_p=0.9",
+    )
+    tr = Trainer(cfg)
+    tr.run(progress=False)
+    assert tr.opt_steps == 4  # 2 epochs x 2 minibatches
+    row = [r for r in read_metrics(tmp_path / "mb/metrics.jsonl") if r["phase"] == "train"][0]
+    assert 0.0 <= row["clipfrac"] <= 1.0 and row["grad_norm"] >= 0
+    with pytest.raises(ValueError, match="'loss.minibatches' \\(3\\) must divide"):
+        validate(tiny_config(tmp_path / "x", "loss.minibatches=3"))
+
+
 class Crash(RuntimeError):
     pass
 

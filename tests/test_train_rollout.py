@@ -117,3 +117,19 @@ def test_evaluate_pass_at_k_matches_brute_force(policy):
     distinct = np.mean([len({t.strip() for t in res.texts[i * 5 : i * 5 + 5]}) for i in range(6)])
     assert res.metrics["distinct"] == pytest.approx(distinct)
     assert math.isfinite(res.metrics["entropy"]) and res.metrics["entropy"] > 0
+
+
+def test_shared_prompt_encoding_equals_full_forward(policy):
+    model, tok = policy
+    ro = sample(model, tok, ["1+2=", "12+345=", "9="], n=4, max_new_tokens=5,
+                generator=torch.Generator().manual_seed(2))
+    args = (ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
+    m = ro.completion_mask.float()
+    lp1, _ = sequence_logprobs(model, *args, temperature=0.9)
+    lp4, _ = sequence_logprobs(model, *args, temperature=0.9, group_size=4)
+    torch.testing.assert_close(lp1 * m, lp4 * m, atol=1e-5, rtol=1e-5)
+    params = list(model.parameters())
+    g1 = torch.autograd.grad((lp1 * m).sum(), params)
+    g4 = torch.autograd.grad((lp4 * m).sum(), params)
+    for a, b in zip(g1, g4, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)

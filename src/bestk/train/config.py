@@ -119,7 +119,8 @@ class LossConfig:
     ppo_epochs: int = 1
     """Passes over each rollout batch."""
     minibatches: int = 1
-    """Optimizer steps per pass (the rollout batch is split in this many minibatches)."""
+    """Optimizer steps per pass (the rollout batch is split in this many minibatches of whole
+    groups; must divide ``rollout.prompts_per_step``)."""
 
 
 @dataclass
@@ -391,9 +392,9 @@ def validate(cfg: TrainConfig) -> None:
             section, _, name = key.rpartition(".")
             obj = getattr(cfg, section) if section else cfg
             raise ValueError(f"config key {key!r} must be {want}, got {getattr(obj, name)!r}")
-    total = cfg.rollout.prompts_per_step * cfg.rollout.n
-    if total % cfg.loss.minibatches:
+    if cfg.rollout.prompts_per_step % cfg.loss.minibatches:
         raise ValueError(
-            f"config key 'loss.minibatches' ({cfg.loss.minibatches}) must divide the rollout "
-            f"batch prompts_per_step * n = {total}"
+            f"config key 'loss.minibatches' ({cfg.loss.minibatches}) must divide "
+            f"rollout.prompts_per_step ({cfg.rollout.prompts_per_step}): minibatches hold "
+            "whole groups"
         )

@@ -301,6 +301,7 @@ class Trainer:
                 old_logp, _ = sequence_logprobs(
                     self.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
                     ro.completion_mask, temperature=cfg.rollout.temperature,
+                    group_size=cfg.rollout.n,
                 )
         ref_logp = None
         if lc.kl_coef > 0:
@@ -308,6 +309,7 @@ class Trainer:
                 ref_logp, _ = sequence_logprobs(
                     self.ref_model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
                     ro.completion_mask, temperature=cfg.rollout.temperature,
+                    group_size=cfg.rollout.n,
                 )
         self.model.train()
         mb = B // lc.minibatches
@@ -319,7 +321,7 @@ class Trainer:
                 logp, ent = sequence_logprobs(
                     self.model, ro.prompt_ids[sl], ro.prompt_mask[sl], ro.completion_ids[sl],
                     mask, temperature=cfg.rollout.temperature,
-                    with_entropy=lc.entropy_coef > 0,
+                    with_entropy=lc.entropy_coef > 0, group_size=cfg.rollout.n,
                 )
                 old = logp.detach() if on_policy else old_logp[sl]
                 loss, st = ppo_clip_loss(

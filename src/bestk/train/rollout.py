@@ -98,20 +98,34 @@ def sample(
         raise ValueError(f"temperature must be > 0, got {temperature}")
     device = next(model.parameters()).device
     enc = tokenizer(list(prompts), padding=True, return_tensors="pt", add_special_tokens=False)
-    prompt_ids = enc["input_ids"].to(device).repeat_interleave(n, 0)
-    prompt_mask = enc["attention_mask"].to(device).repeat_interleave(n, 0)
+    uniq_ids = enc["input_ids"].to(device)
+    uniq_mask = enc["attention_mask"].to(device)
+    prompt_ids = uniq_ids.repeat_interleave(n, 0)
+    prompt_mask = uniq_mask.repeat_interleave(n, 0)
     B = prompt_ids.shape[0]
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
 
     was_training = model.training
     model.eval()
-    attn = prompt_mask
-    pos = _positions(attn)
     cache_kw = _cache_kwarg(model)
-    out = model(input_ids=prompt_ids, attention_mask=attn, position_ids=pos, use_cache=True)
+    # Prefill each distinct prompt once, then give each of its n samples a copy of the cache.
+    pos = _positions(uniq_mask)
+    out = model(input_ids=uniq_ids, attention_mask=uniq_mask, position_ids=pos, use_cache=True)
     past = _out_cache(out)
     next_logits = out.logits[:, -1, :]
+    if n > 1:
+        if hasattr(past, "batch_repeat_interleave"):
+            past.batch_repeat_interleave(n)
+            next_logits = next_logits.repeat_interleave(n, 0)
+            pos = pos.repeat_interleave(n, 0)
+        else:  # a cache without the helper: prefill every copy
+            pos = _positions(prompt_mask)
+            out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=pos,
+                        use_cache=True)
+            past = _out_cache(out)
+            next_logits = out.logits[:, -1, :]
+    attn = prompt_mask
     last_pos = pos[:, -1]
     done = torch.zeros(B, dtype=torch.bool, device=device)
     toks, lps, ents, masks = [], [], [], []
@@ -165,14 +179,51 @@ def sequence_logprobs(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    group_size: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(B, T)`` log-probs of ``completion_ids`` given the prompts (temperature-scaled), and
-    optionally the ``(B, T)`` token entropies, from one forward pass (differentiable)."""
-    ids = torch.cat([prompt_ids, completion_ids], 1)
-    mask = torch.cat([prompt_mask, completion_mask.to(prompt_mask.dtype)], 1)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask))
+    optionally the ``(B, T)`` token entropies (differentiable).
+
+    With ``group_size = n > 1`` and rows in groups of ``n`` identical prompts (the layout of
+    :func:`sample`), each distinct prompt is encoded once and its KV cache shared by its ``n``
+    completions (gradients flow back through the shared prompt encoding); otherwise one
+    forward pass over ``prompt + completion``. Both give the same values.
+    """
     P = prompt_ids.shape[1]
-    logits = out.logits[:, P - 1 : -1, :].float() / temperature
+    B, T = completion_ids.shape
+    mask = torch.cat([prompt_mask, completion_mask.to(prompt_mask.dtype)], 1)
+    pos = _positions(mask)
+    n = group_size
+    shared = n > 1 and B % n == 0
+    if shared:
+        uniq_ids = prompt_ids[::n]
+        grouped = prompt_ids.view(B // n, n, P)
+        shared = bool((grouped == uniq_ids[:, None, :]).all())
+    if shared:
+        uniq_mask = prompt_mask[::n]
+        out = model(input_ids=uniq_ids, attention_mask=uniq_mask, position_ids=pos[::n, :P],
+                    use_cache=True)
+        cache = _out_cache(out)
+        shared = cache is not None and hasattr(cache, "batch_repeat_interleave")
+    if shared:
+        cache.batch_repeat_interleave(n)
+        first = out.logits[:, -1:, :].repeat_interleave(n, 0)
+        if T > 1:
+            out2 = model(
+                input_ids=completion_ids[:, :-1],
+                attention_mask=mask[:, :-1],
+                position_ids=pos[:, P:-1],
+                use_cache=True,
+                **{_cache_kwarg(model): cache},
+            )
+            logits = torch.cat([first, out2.logits], 1)
+        else:
+            logits = first
+    else:
+        ids = torch.cat([prompt_ids, completion_ids], 1)
+        out = model(input_ids=ids, attention_mask=mask, position_ids=pos)
+        logits = out.logits[:, P - 1 : -1, :]
+    logits = logits.float() / temperature
     logp = token_logprobs(logits, completion_ids)
     ent = entropy_from_logits(logits) if with_entropy else None
     return logp, ent
