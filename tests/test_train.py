@@ -259,3 +259,32 @@ def test_cli_train_then_eval(tmp_path):
     assert r.exit_code == 0, r.output
     steps = [x["step"] for x in read_metrics(out / "metrics.jsonl") if x["phase"] == "train"]
     assert steps == [1, 2]
+
+
+def test_kappo_grpo_with_a_calibration_made_from_an_eval_bank(tmp_path):
+    from bestk.cli import app
+
+    runner = CliRunner()
+    exact = ["--set", "task.options={num_train: 64, num_eval: 4, max_len: 4, graded: false}"]
+    base = [a for s in TINY if not s.startswith("task.options") for a in ("--set", s)] + exact
+    out = tmp_path / "ref"
+    r = runner.invoke(app, ["train", "--out", str(out), "--max-steps", "1", "--quiet", *base])
+    assert r.exit_code == 0, r.output
+    bank = tmp_path / "bank.jsonl"
+    r = runner.invoke(app, ["eval", "--model", str(out / "final"), "--task", "strings", "-n", "4",
+                            "--bank", str(bank), "--bank-prompts", "8", *exact])
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(line) for line in bank.read_text().splitlines()]
+    assert len(rows) == 8 and all(len(x["rewards"]) == 4 for x in rows)
+    cal = tmp_path / "cal.json"
+    r = runner.invoke(app, ["calibrate", str(bank), "--k", "4", "--beta", "0.1", "--kind",
+                            "binary", "-o", str(cal)])
+    assert r.exit_code == 0, r.output
+    run = tmp_path / "kappo"
+    cfg = tiny_config(run, "max_steps=1", "estimator=kappo_grpo",
+                      f"estimator_options.calibration={cal}",
+                      "task.options={num_train: 64, num_eval: 4, max_len: 4, graded: false}")
+    tr = Trainer(cfg)
+    assert {e["id"] for e in tr.task.train} == {x["prompt_id"] for x in rows}
+    tr.run(progress=False)
+    assert [r["step"] for r in read_metrics(run / "metrics.jsonl") if r["phase"] == "train"] == [1]

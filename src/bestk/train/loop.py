@@ -98,6 +98,11 @@ class Trainer:
         self.max_new_tokens = cfg.rollout.max_new_tokens or (self.task.max_answer_chars + 2)
         self.eval_examples = self.task.eval[: cfg.eval.num_prompts or len(self.task.eval)]
         self.estimator_options = self._estimator_options()
+        if len(self.task.train) < cfg.rollout.prompts_per_step:
+            raise ValueError(
+                f"rollout.prompts_per_step ({cfg.rollout.prompts_per_step}) exceeds the "
+                f"{len(self.task.train)} training prompts of task {self.task.name!r}"
+            )
         self.ref_model = None
         self.optimizer = self._make_optimizer(cfg.optim.lr)
         self.step = 0
@@ -135,6 +140,15 @@ class Trainer:
                 opts["calibration"] = Calibration.load(cal)
             except (OSError, ValueError) as e:
                 raise ValueError(f"cannot load calibration {cal!r}: {e}") from None
+            # Train only on the prompts the calibration knows (its bank's prompt ids).
+            known = {int(x) if str(x).lstrip("-").isdigit() else x
+                     for x in opts["calibration"].prompt_ids.tolist()}
+            self.task.train = [e for e in self.task.train if e["id"] in known]
+            if not self.task.train:
+                raise ValueError(
+                    f"calibration {cal!r} shares no prompt id with the training prompts of task "
+                    f"{self.task.name!r} (make the bank with `bestk eval --bank`)"
+                )
         return opts
 
     def _make_optimizer(self, lr: float) -> torch.optim.Optimizer:
