@@ -288,3 +288,24 @@ def test_kappo_grpo_with_a_calibration_made_from_an_eval_bank(tmp_path):
     assert {e["id"] for e in tr.task.train} == {x["prompt_id"] for x in rows}
     tr.run(progress=False)
     assert [r["step"] for r in read_metrics(run / "metrics.jsonl") if r["phase"] == "train"] == [1]
+
+
+def test_compare_matched_runs(tmp_path):
+    from bestk.train.compare import run_compare
+
+    table = run_compare(
+        ["grpo", "pkpo"], seeds=2, out=tmp_path / "cmp", max_steps=1, overrides=TINY,
+        progress=False,
+    )
+    assert "| grpo |" in table and "| pkpo |" in table and "(start of RL)" in table
+    res = json.loads((tmp_path / "cmp/results.json").read_text())
+    assert set(res) == {"grpo", "pkpo"} and set(res["grpo"]) == {"seed0", "seed1"}
+    # matched: per seed, both estimators start RL from the same weights -> same step-0 eval
+    for s in ("seed0", "seed1"):
+        assert res["grpo"][s]["start"] == res["pkpo"][s]["start"]
+    assert res["grpo"]["seed0"]["start"] != res["grpo"]["seed1"]["start"]
+    cfg = __import__("yaml").safe_load((tmp_path / "cmp/pkpo/seed0/config.yaml").read_text())
+    assert cfg["estimator_options"] == {"k": 4}
+    assert (tmp_path / "cmp/compare.png").is_file() and (tmp_path / "cmp/compare.md").is_file()
+    with pytest.raises(ValueError, match="unknown estimator\\(s\\) 'nope'"):
+        run_compare(["nope"], seeds=1, out=tmp_path / "x")
