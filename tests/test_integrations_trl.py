@@ -103,10 +103,11 @@ class Probe(BestkGRPOTrainer):
         return super().compute_loss(model, inputs, *a, **kw)
 
 
-def expected_from_calls(calls, weights, ref):
-    """Independent recomputation: weighted nansum, unscorable rows out, naive per-group ref."""
+def expected_from_calls(calls, weights, ref, pids):
+    """Independent recomputation: weighted nansum, unscorable rows out, then ``ref(values,
+    prompt_id)`` group by group (one call per group)."""
     out = []
-    for len_vals, char_vals in calls:
+    for (len_vals, char_vals), ids in zip(calls, pids, strict=True):
         m = np.array(
             [
                 [np.nan if v is None else v for v in pair]
@@ -116,26 +117,47 @@ def expected_from_calls(calls, weights, ref):
         )
         rewards = np.nansum(m * np.asarray(weights)[None, :], axis=1)
         ok = ~np.isnan(m).all(axis=1)
-        group = np.arange(len(m)) // N
         a = np.zeros(len(m))
-        a[ok] = per_group(ref, rewards[ok], list(group[ok]))
+        for g in range(len(m) // N):
+            rows = [i for i in range(g * N, (g + 1) * N) if ok[i]]
+            if rows:
+                a[rows] = ref(rewards[rows], ids[g * N])
         out.append(torch.tensor(a, dtype=torch.float32))
     return out
 
 
-def test_two_step_run_trains_on_bestk_advantages(tmp_path):
+ROWS = [
+    {"prompt": "abc", "tag": "full", "pid": "p-abc"},
+    {"prompt": "hex", "tag": "partial", "pid": "p-hex"},
+    {"prompt": "gaze", "tag": "mixed", "pid": "p-gaze"},
+    {"prompt": "bad", "tag": "full", "pid": "p-bad"},
+    {"prompt": "fade", "tag": "mixed", "pid": "p-fade"},
+    {"prompt": "cab", "tag": "full", "pid": "p-cab"},
+]
+
+
+def _winrate_calibration():
+    from bestk.kappo import calibrate
+
+    rng = np.random.default_rng(7)
+    bank = {r["pid"]: (rng.integers(0, 9, 30) / 4).tolist() for r in ROWS}
+    return calibrate(bank, k=4, beta=0.1, kind="winrate")
+
+
+def _kappo_ref(cal):
+    def ref(values, pid):
+        values = np.asarray(values)
+        return bestk.advantages("kappo_grpo", values, group=[pid] * len(values), calibration=cal)
+
+    return ref
+
+
+@pytest.mark.parametrize("estimator", ["argmaxrl", "kappo_grpo"])
+def test_two_step_run_trains_on_bestk_advantages(tmp_path, estimator):
     from datasets import Dataset
     from trl import GRPOConfig
 
     model, tok = tiny_policy()
-    rows = [
-        {"prompt": "abc", "tag": "full"},
-        {"prompt": "hex", "tag": "partial"},
-        {"prompt": "gaze", "tag": "mixed"},
-        {"prompt": "bad", "tag": "full"},
-        {"prompt": "fade", "tag": "mixed"},
-        {"prompt": "cab", "tag": "full"},
-    ]
     rec = Recorder()
     weights = [1.0, 0.5]
     args = GRPOConfig(
@@ -158,18 +180,34 @@ def test_two_step_run_trains_on_bestk_advantages(tmp_path):
         disable_tqdm=True,
         dataloader_num_workers=0,
     )
-    trainer = Probe(
+    if estimator == "kappo_grpo":
+        cal = _winrate_calibration()
+        path = cal.save(tmp_path / "cal.json")
+        extra = {"estimator_options": {"calibration": str(path)}, "prompt_id_column": "pid"}
+        ref = _kappo_ref(cal)
+    else:
+        extra = {}
+        ref = lambda r, _pid: argmaxrl_ref(r, "loo")  # noqa: E731
+    pids: list[list] = []
+
+    class PidProbe(Probe):
+        def _generate_and_score_completions(self, inputs):
+            pids.append([x["pid"] for x in inputs])
+            return super()._generate_and_score_completions(inputs)
+
+    trainer = PidProbe(
         model=model,
         reward_funcs=[rec.reward_len, rec.reward_char],
         args=args,
-        train_dataset=Dataset.from_list(rows),
+        train_dataset=Dataset.from_list(ROWS),
         processing_class=tok,
-        estimator="argmaxrl",
+        estimator=estimator,
+        **extra,
     )
     trainer.train()
 
     assert len(rec.calls) == 2 and len(trainer.generated) == 2
-    want = expected_from_calls(rec.calls, weights, lambda r: argmaxrl_ref(r, "loo"))
+    want = expected_from_calls(rec.calls, weights, ref, pids)
     for got, exp in zip(trainer.generated, want, strict=True):
         torch.testing.assert_close(got, exp, atol=1e-6, rtol=1e-6)
     # The loss saw exactly these advantages (TRL shuffles rows within the generation batch).
@@ -251,12 +289,18 @@ def test_constructor_rejects_bad_estimator_before_building_anything():
         BestkGRPOTrainer(estimator="pkpo", estimator_options=[("k", 2)])
 
 
-def test_each_process_gets_its_slice_of_the_gathered_advantages(monkeypatch):
-    """Process 1 of 2: advantages computed on all 16 gathered rows, rows 8..15 returned."""
+@pytest.mark.parametrize("with_ids", [False, True])
+def test_each_process_gets_its_slice_of_the_gathered_advantages(monkeypatch, with_ids):
+    """Process 1 of 2: advantages computed on all 16 gathered rows, rows 8..15 returned.
+
+    With prompt ids, groups 0 and 2 carry the same id (one prompt drawn twice): they pool.
+    """
+    import accelerate.utils
     from trl import GRPOTrainer
 
     rng = np.random.default_rng(1)
     gathered = torch.tensor(rng.integers(0, 4, (16, 1)) / 3.0, dtype=torch.float32)
+    ids = np.repeat(["x", "y", "x", "z"], N).tolist()
 
     def fake_generate(self, inputs):
         self._calculate_rewards(inputs, None, None, None)
@@ -265,8 +309,10 @@ def test_each_process_gets_its_slice_of_the_gathered_advantages(monkeypatch):
 
     monkeypatch.setattr(GRPOTrainer, "_calculate_rewards", lambda self, *a: gathered)
     monkeypatch.setattr(GRPOTrainer, "_generate_and_score_completions", fake_generate)
+    monkeypatch.setattr(accelerate.utils, "gather_object", lambda local: ids)
     t = object.__new__(BestkGRPOTrainer)
     t.estimator, t.estimator_options = "argmaxrl", {}
+    t.prompt_id_column = "pid" if with_ids else None
     t.model = types.SimpleNamespace(training=True)
     t.num_generations, t.num_generations_eval = N, N
     t.reward_weights = torch.ones(1)
@@ -274,7 +320,31 @@ def test_each_process_gets_its_slice_of_the_gathered_advantages(monkeypatch):
     from collections import deque
 
     t._logs = {"advantages": deque([5.0, 6.0], maxlen=20)}
-    out = t._generate_and_score_completions([{}] * 8)
-    full = bestk.advantages("argmaxrl", gathered[:, 0].view(-1, N)).reshape(-1)
+    out = t._generate_and_score_completions([{"pid": p} for p in ids[8:]])
+    r = gathered[:, 0].double().numpy()
+    labels = ids if with_ids else list(np.arange(16) // N)
+    full = torch.tensor(per_group(argmaxrl_ref, r, labels), dtype=torch.float32)
     torch.testing.assert_close(out["advantages"], full[8:])
-    assert list(t._logs["advantages"]) == [5.0, 6.0] + full.tolist()
+    np.testing.assert_allclose(list(t._logs["advantages"]), [5.0, 6.0] + full.tolist(), atol=1e-6)
+    if with_ids:  # pooling really happened: differs from per-block groups
+        blocks = per_group(argmaxrl_ref, r, list(np.arange(16) // N))
+        assert not np.allclose(blocks, full.numpy(), atol=1e-4)
+        with pytest.raises(ValueError, match="missing from dataset row 0"):
+            t._generate_and_score_completions([{}] * 8)
+
+
+def test_prompt_ids_checks():
+    m = torch.ones(8, 1)
+    w = torch.ones(1)
+    with pytest.raises(ValueError, match="differs from 'a'"):
+        bestk_advantages(m, w, 4, "argmaxrl", prompt_ids=list("aaabbbbb"))
+    with pytest.raises(ValueError, match="prompt_ids has 4 labels"):
+        bestk_advantages(m, w, 4, "argmaxrl", prompt_ids=list("aaaa"))
+    with pytest.raises(ValueError, match="kappo_grpo needs prompt_id_column"):
+        BestkGRPOTrainer(estimator="kappo_grpo", estimator_options={"calibration": "x.json"})
+    with pytest.raises(ValueError, match="cannot be read"):
+        BestkGRPOTrainer(
+            estimator="kappo_grpo",
+            estimator_options={"calibration": "/nonexistent/cal.json"},
+            prompt_id_column="pid",
+        )

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -291,3 +292,115 @@ def test_register_is_idempotent():
     before = {n: core_algos.get_adv_estimator_fn(n) for n in bverl.VERL_ESTIMATORS}
     assert bverl.register() == list(bverl.VERL_ESTIMATORS)
     assert {n: core_algos.get_adv_estimator_fn(n) for n in bverl.VERL_ESTIMATORS} == before
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bool, torch.int32])
+def test_caller_mask_is_not_modified(dtype):
+    rewards, mask, uid, real = verl_batch(seed=6)
+    m = mask.to(dtype)
+    before = m.clone()
+    adv, _ = core_algos.get_adv_estimator_fn("argmaxrl")(rewards, m, uid)
+    assert torch.equal(m, before)
+    torch.testing.assert_close(adv, expected("argmaxrl", rewards, mask, uid, real))
+
+
+def test_preflight_checks_a_command_line():
+    out = bverl.preflight(
+        [
+            "algorithm.adv_estimator=softmax_grpo",
+            "+algorithm.bestk.tau=0.2",
+            "actor_rollout_ref.rollout.n=5",
+        ]
+    )
+    assert "compute_bestk_softmax_grpo_outcome_advantage" in out and "{'tau': 0.2}" in out
+    assert "groups of 5" in out
+    assert "verl's own" in bverl.preflight(["algorithm.adv_estimator=grpo"])
+    with pytest.raises(ValueError, match="requires option.*k"):
+        bverl.preflight(["algorithm.adv_estimator=pkpo"])
+    with pytest.raises(ValueError, match="Unknown advantage estimator"):
+        bverl.preflight(["algorithm.adv_estimator=argmax"])
+    with pytest.raises(ValueError, match="needs \\+algorithm.bestk.calibration"):
+        bverl.preflight(["algorithm.adv_estimator=kappo_grpo"])
+    assert bverl._main(["algorithm.adv_estimator=argmaxrl", "+algorithm.bestk.baseline=nope"]) == 1
+
+
+def test_example_launch_script_dry_run():
+    """examples/verl/run_gsm8k_argmaxrl.sh: every override composes on verl's real config."""
+    script = os.path.join(
+        os.path.dirname(__file__), "..", "examples", "verl", "run_gsm8k_argmaxrl.sh"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_USE_EXTERNAL")}
+    env.update(DRY_RUN="1", ESTIMATOR="pkpo")
+    out = subprocess.run(
+        ["bash", script, "+algorithm.bestk.k=4"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "algorithm.bestk={'k': 4}" in out.stdout and out.stdout.strip().endswith("OK")
+
+
+def test_example_kappo_bank_and_calibrate_cli(tmp_path, monkeypatch):
+    """examples/verl/make_kappo_bank.py on a verl-generation-shaped parquet, then `bestk
+    calibrate`, then the verl estimator with that calibration file."""
+    import runpy
+
+    import pandas as pd
+    from typer.testing import CliRunner
+
+    from bestk.cli import app
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(4):
+        truth = str(10 + i)
+        resp = [f"so #### {truth if rng.random() < 0.3 + 0.15 * i else 0}" for _ in range(30)]
+        rows.append(
+            {"responses": resp, "reward_model": {"ground_truth": truth}, "extra_info": {"index": i}}
+        )
+    pd.DataFrame(rows).to_parquet(tmp_path / "ref.parquet")
+    script = os.path.join(os.path.dirname(__file__), "..", "examples", "verl", "make_kappo_bank.py")
+    monkeypatch.setattr(
+        sys, "argv", [script, str(tmp_path / "ref.parquet"), str(tmp_path / "bank.jsonl")]
+    )
+    runpy.run_path(script, run_name="__main__")
+    bank = [json.loads(x) for x in (tmp_path / "bank.jsonl").read_text().splitlines()]
+    assert [b["prompt_id"] for b in bank] == [0, 1, 2, 3]
+    for b, r in zip(bank, rows, strict=True):
+        want = [float(x.endswith(r["reward_model"]["ground_truth"])) for x in r["responses"]]
+        assert b["rewards"] == want
+    res = CliRunner().invoke(
+        app,
+        [
+            "calibrate",
+            str(tmp_path / "bank.jsonl"),
+            "--k",
+            "4",
+            "--beta",
+            "0.1",
+            "--kind",
+            "binary",
+            "-o",
+            str(tmp_path / "cal.json"),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    labels = np.repeat(np.arange(4), 6)
+    scores = torch.tensor(rng.integers(0, 2, 24), dtype=torch.float32)
+    rewards = torch.zeros(24, L)
+    rewards[:, -1] = scores
+    fn = core_algos.get_adv_estimator_fn("kappo_grpo")
+    adv, _ = fn(
+        rewards,
+        torch.ones(24, L),
+        labels,
+        config={"bestk": {"calibration": str(tmp_path / "cal.json")}},
+    )
+    from bestk.kappo import Calibration
+
+    cal = Calibration.load(tmp_path / "cal.json")
+    torch.testing.assert_close(
+        adv[:, 0], bestk.advantages("kappo_grpo", scores, labels, calibration=cal)
+    )

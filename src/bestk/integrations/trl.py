@@ -29,6 +29,12 @@ the subclass
 ``A = bestk.advantages(estimator, rewards.view(-1, num_generations), **estimator_options)``.
 A completion for which *every* reward function returned ``None`` is unscorable: like TRL, it
 is left out of its group's estimate (the group becomes smaller) and gets advantage 0.
+With ``prompt_id_column="..."`` the groups are labelled by that dataset column (gathered
+across processes like the rewards) instead of by position; ``kappo_grpo`` needs this, since
+its calibration is keyed by prompt id::
+
+    BestkGRPOTrainer(..., estimator="kappo_grpo", prompt_id_column="prompt_id",
+                     estimator_options={"calibration": "cal.json"})  # from `bestk calibrate`
 
 What each estimator is an unbiased gradient of (or that it is not) is in its docstring, e.g.
 :func:`bestk.estimators.argmaxrl.argmaxrl`; the advantages use the GRPO scale, so TRL's loss
@@ -41,12 +47,15 @@ objective is defined on, so it is rejected.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 import bestk
+import bestk.kappo  # noqa: F401  (registers kappo_grpo)
+from bestk.integrations._common import load_calibration
 
 try:
     from trl import GRPOTrainer
@@ -89,11 +98,15 @@ def bestk_advantages(
     num_generations: int,
     estimator: str,
     estimator_options: Mapping[str, Any] | None = None,
+    prompt_ids: Sequence[Any] | None = None,
 ) -> torch.Tensor:
     """Advantages of ``estimator`` for TRL's gathered ``(B, n_funcs)`` reward matrix.
 
     ``B`` must be a multiple of ``num_generations``; rows ``g*N .. g*N+N-1`` are the ``N``
-    completions of prompt ``g``. Returns a ``(B,)`` float32 tensor on the rewards' device.
+    completions of prompt ``g``. ``prompt_ids`` (length ``B``, constant within each of those
+    blocks) labels the groups instead of the block number: rows of the same prompt then form
+    one group even when the prompt was drawn twice, and ``kappo_grpo`` finds the prompt in its
+    calibration. Returns a ``(B,)`` float32 tensor on the rewards' device.
     """
     if rewards_per_func.ndim != 2:
         raise ValueError(
@@ -112,18 +125,38 @@ def bestk_advantages(
             f"{b} completions are not whole groups of num_generations={num_generations}"
         )
     opts = dict(estimator_options or {})
+    if "calibration" in opts:
+        opts["calibration"] = load_calibration(opts["calibration"])
+    labels = None
+    if prompt_ids is not None:
+        labels = np.empty(len(prompt_ids), dtype=object)
+        labels[:] = list(prompt_ids)
+        if labels.shape[0] != b:
+            raise ValueError(f"prompt_ids has {labels.shape[0]} labels but there are {b} rows")
+        blocks = labels.reshape(-1, num_generations)
+        same = blocks == blocks[:, :1]
+        if not bool(np.all(same)):
+            g, j = np.argwhere(~same)[0]
+            raise ValueError(
+                f"prompt id {blocks[g, j]!r} at row {g * num_generations + j} differs from "
+                f"{blocks[g, 0]!r}, the id of its group's first row (TRL puts the "
+                f"num_generations={num_generations} completions of a prompt together)"
+            )
     w = reward_weights.to(device=rewards_per_func.device, dtype=rewards_per_func.dtype)
     rewards = (rewards_per_func * w.unsqueeze(0)).nansum(dim=1)
     scorable = ~torch.isnan(rewards_per_func).all(dim=1)
-    if bool(scorable.all()):
+    if bool(scorable.all()) and labels is None:
         adv = bestk.advantages(estimator, rewards.view(-1, num_generations), **opts).reshape(-1)
+    elif bool(scorable.all()):
+        adv = bestk.advantages(estimator, rewards, group=labels, **opts)
     else:
         adv = torch.zeros_like(rewards)
         if bool(scorable.any()):
-            prompt = torch.arange(b, device=rewards.device) // num_generations
-            adv[scorable] = bestk.advantages(
-                estimator, rewards[scorable], group=prompt[scorable], **opts
-            )
+            if labels is None:
+                group = (torch.arange(b, device=rewards.device) // num_generations)[scorable]
+            else:
+                group = labels[scorable.cpu().numpy()]
+            adv[scorable] = bestk.advantages(estimator, rewards[scorable], group=group, **opts)
     return adv.to(torch.float32)
 
 
@@ -139,8 +172,13 @@ class BestkGRPOTrainer(GRPOTrainer):
         A bestk estimator name (``bestk estimators`` lists them): ``"argmaxrl"`` (default),
         ``"maxrl"``, ``"softmax_grpo"``, ``"pkpo"``, ``"grpo"``, ``"rloo"``, ...
     estimator_options:
-        Its options, e.g. ``{"tau": 0.1}`` for ``softmax_grpo`` or ``{"k": 4}`` for ``pkpo``.
-        Unknown names and missing required options raise ``ValueError`` at construction.
+        Its options, e.g. ``{"tau": 0.1}`` for ``softmax_grpo`` or ``{"k": 4}`` for ``pkpo``;
+        ``kappo_grpo``'s ``calibration`` may be a path to a ``bestk calibrate`` file. Unknown
+        names and missing required options raise ``ValueError`` at construction.
+    prompt_id_column:
+        A dataset column holding a prompt id (gathered across processes with the rewards).
+        Groups are then labelled by it (see :func:`bestk_advantages`). Required by
+        ``kappo_grpo``, whose calibration is keyed by these ids.
 
     Attributes
     ----------
@@ -154,10 +192,21 @@ class BestkGRPOTrainer(GRPOTrainer):
         *args: Any,
         estimator: str = "argmaxrl",
         estimator_options: Mapping[str, Any] | None = None,
+        prompt_id_column: str | None = None,
         **kwargs: Any,
     ):
         self.estimator_options = check_estimator(estimator, estimator_options)
         self.estimator = estimator
+        if estimator == "kappo_grpo" and prompt_id_column is None:
+            raise ValueError(
+                "kappo_grpo needs prompt_id_column: the dataset column with the prompt ids of "
+                "its calibration bank"
+            )
+        if "calibration" in self.estimator_options:
+            self.estimator_options["calibration"] = load_calibration(
+                self.estimator_options["calibration"]
+            )
+        self.prompt_id_column = prompt_id_column
         self._bestk_rewards_per_func: torch.Tensor | None = None
         self.last_rewards: torch.Tensor | None = None
         self.last_advantages: torch.Tensor | None = None
@@ -177,6 +226,18 @@ class BestkGRPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         mode = "train" if self.model.training else "eval"
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
+        prompt_ids = None
+        if self.prompt_id_column is not None:
+            col = self.prompt_id_column
+            missing = [i for i, x in enumerate(inputs) if col not in x]
+            if missing:
+                raise ValueError(
+                    f"prompt_id_column {col!r} is missing from dataset row {missing[0]} of this "
+                    "batch"
+                )
+            from accelerate.utils import gather_object
+
+            prompt_ids = gather_object([x[col] for x in inputs])
         self._bestk_rewards_per_func = None
         output = super()._generate_and_score_completions(inputs)
         rewards_per_func = self._bestk_rewards_per_func
@@ -192,6 +253,7 @@ class BestkGRPOTrainer(GRPOTrainer):
             int(num_generations),
             self.estimator,
             self.estimator_options,
+            prompt_ids,
         )
         local = output["advantages"]
         n_local = local.shape[0]

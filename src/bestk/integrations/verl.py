@@ -29,7 +29,8 @@ Loading. bestk's package metadata declares this module under the ``verl.plugins`
 group, which ``import verl`` loads automatically (``VERL_USE_EXTERNAL_PLUGINS``, default
 ``auto``); ``VERL_USE_EXTERNAL_MODULES=bestk.integrations.verl`` works too. Either way
 ``algorithm.adv_estimator=argmaxrl`` works in an unmodified verl. verl swallows a plugin's
-import error (it logs it at DEBUG level): run ``python -m bestk.integrations.verl`` to check.
+import error (it logs it at DEBUG level): check a command line before launching with
+``python -m bestk.integrations.verl algorithm.adv_estimator=argmaxrl ...`` (:func:`preflight`).
 
 Options. Estimator options are read from ``config.bestk`` where ``config`` is the
 ``algorithm`` section verl passes to estimators. ``algorithm`` in verl's ``ppo_trainer.yaml``
@@ -55,6 +56,7 @@ the first uid that is not in the calibration (see ``docs/integrations.md``).
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -63,6 +65,7 @@ import torch
 
 import bestk
 import bestk.kappo  # noqa: F401  (registers kappo_grpo)
+from bestk.integrations._common import load_calibration as _load_calibration
 
 try:
     from verl.trainer.ppo import core_algos as _core_algos
@@ -76,12 +79,12 @@ __all__ = [
     "options_from_config",
     "outcome_advantages",
     "register",
+    "compose_verl_config",
+    "preflight",
 ]
 
 #: The bestk estimators registered with verl (verl keeps its own grpo / rloo).
 VERL_ESTIMATORS: tuple[str, ...] = ("argmaxrl", "maxrl", "softmax_grpo", "pkpo", "kappo_grpo")
-
-_CALIBRATIONS: dict[tuple[str, int, int], Any] = {}
 
 
 def options_from_config(config: Any) -> dict[str, Any]:
@@ -111,31 +114,6 @@ def options_from_config(config: Any) -> dict[str, Any]:
             f"(e.g. +algorithm.bestk.tau=0.1), got {type(section).__name__}: {section!r}"
         )
     return dict(section)
-
-
-def _load_calibration(value: Any) -> Any:
-    """A :class:`bestk.kappo.Calibration` from itself or from a file path (cached)."""
-    from bestk.kappo import Calibration
-
-    if isinstance(value, Calibration):
-        return value
-    if not isinstance(value, (str, os.PathLike)):
-        raise ValueError(
-            "kappo_grpo option 'calibration' must be a path to a `bestk calibrate` file or a "
-            f"bestk.kappo.Calibration, got {type(value).__name__}"
-        )
-    path = os.path.abspath(os.fspath(value))
-    try:
-        st = os.stat(path)
-    except OSError as e:
-        raise ValueError(f"kappo_grpo calibration file {path!r} cannot be read: {e}") from None
-    key = (path, st.st_mtime_ns, st.st_size)
-    cal = _CALIBRATIONS.get(key)
-    if cal is None:
-        cal = Calibration.load(path)
-        _CALIBRATIONS.clear()  # keep only the file in use
-        _CALIBRATIONS[key] = cal
-    return cal
 
 
 def _select_labels(index: Any, keep: torch.Tensor) -> Any:
@@ -272,7 +250,73 @@ def register() -> list[str]:
 register()
 
 
-if __name__ == "__main__":  # `python -m bestk.integrations.verl`: check the plugin loads
-    fn_names = {n: _core_algos.get_adv_estimator_fn(n).__name__ for n in VERL_ESTIMATORS}
-    for n, f in fn_names.items():
-        print(f"verl adv_estimator {n!r} -> {f}")
+def compose_verl_config(overrides: list[str] | tuple[str, ...] = ()) -> Any:
+    """verl's own ``ppo_trainer`` config composed with Hydra ``overrides`` (no GPU needed)."""
+    import verl
+    from hydra import compose, initialize_config_dir
+
+    cfg_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+    with initialize_config_dir(config_dir=cfg_dir, version_base=None):
+        return compose(config_name="ppo_trainer", overrides=list(overrides))
+
+
+def preflight(overrides: list[str] | tuple[str, ...] = ()) -> str:
+    """Check a ``verl.trainer.main_ppo`` command line before launching it on GPUs.
+
+    Composes verl's config with ``overrides`` (so misspelt keys and a missing ``+`` fail
+    here), looks ``algorithm.adv_estimator`` up in verl's registry (so the plugin must have
+    loaded), and for a bestk estimator validates its ``algorithm.bestk`` options by running it
+    on a small batch of ``actor_rollout_ref.rollout.n``-sample groups (``kappo_grpo``: loads the
+    calibration instead). Returns a one-paragraph summary; raises on any problem.
+    """
+    cfg = compose_verl_config(overrides)
+    name = str(cfg.algorithm.adv_estimator)
+    fn = _core_algos.get_adv_estimator_fn(name)
+    n = int(cfg.actor_rollout_ref.rollout.n)
+    lines = [
+        f"algorithm.adv_estimator={name} -> {fn.__module__}.{fn.__name__}",
+        f"actor_rollout_ref.rollout.n={n}",
+    ]
+    if getattr(fn, "__bestk_estimator__", None) is None:
+        lines.append("not a bestk estimator: verl's own implementation")
+        return "\n".join(lines)
+    options = options_from_config(cfg.algorithm)
+    lines.append(f"algorithm.bestk={options}")
+    if name == "kappo_grpo":
+        if "calibration" not in options:
+            raise ValueError("kappo_grpo needs +algorithm.bestk.calibration=PATH")
+        cal = _load_calibration(options["calibration"])
+        lines.append(f"calibration: {cal!r}")
+        return "\n".join(lines)
+    groups = 4
+    gen = torch.Generator().manual_seed(0)
+    scores = torch.randint(0, 2, (groups * n,), generator=gen).to(torch.float32)
+    rewards = torch.zeros(groups * n, 3)
+    rewards[:, -1] = scores
+    mask = torch.ones(groups * n, 3, dtype=torch.int64)
+    uid = np.repeat(np.array([f"uid-{g}" for g in range(groups)], dtype=object), n)
+    adv, _ = fn(token_level_rewards=rewards, response_mask=mask, index=uid, config=cfg.algorithm)
+    if not bool(torch.isfinite(adv).all()):  # pragma: no cover - bestk.advantages guards this
+        raise ValueError(f"{name} produced non-finite advantages")
+    lines.append(f"ran on {groups} groups of {n}: advantages finite, shape {tuple(adv.shape)}")
+    return "\n".join(lines)
+
+
+def _main(argv: list[str]) -> int:
+    if argv and argv[0] in ("-h", "--help"):
+        print(
+            "usage: python -m bestk.integrations.verl [HYDRA_OVERRIDE ...]\n\n"
+            + (preflight.__doc__ or "")
+        )
+        return 0
+    try:
+        print(preflight(argv))
+    except Exception as e:  # report any problem on one line, exit non-zero
+        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    print("OK")
+    return 0
+
+
+if __name__ == "__main__":  # `python -m bestk.integrations.verl OVERRIDES...`
+    raise SystemExit(_main(sys.argv[1:]))
