@@ -309,3 +309,17 @@ def test_compare_matched_runs(tmp_path):
     assert (tmp_path / "cmp/compare.png").is_file() and (tmp_path / "cmp/compare.md").is_file()
     with pytest.raises(ValueError, match="unknown estimator\\(s\\) 'nope'"):
         run_compare(["nope"], seeds=1, out=tmp_path / "x")
+
+
+def test_maxrl_on_a_graded_task_uses_success_indicators(tmp_path):
+    tr = Trainer(tiny_config(tmp_path / "m", "max_steps=1", "estimator=maxrl"))
+    assert tr.binary_advantages
+    tr.run(progress=False)
+    from bestk.tasks import register_reward
+
+    register_reward("half_for_test", graded=True)(lambda prompt, completion, **ex: 0.5)
+    raw = Trainer(tiny_config(tmp_path / "r", "max_steps=1", "estimator=maxrl",
+                              "advantage_reward=raw", "task.reward=half_for_test"))
+    assert not raw.binary_advantages
+    with pytest.raises(ValueError, match="maxrl needs binary 0/1 rewards"):
+        raw.run(progress=False)

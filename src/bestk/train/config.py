@@ -166,6 +166,10 @@ class TrainConfig:
     """Advantage estimator (a key of ``bestk.ESTIMATORS``)."""
     estimator_options: dict[str, Any] = field(default_factory=dict)
     """Options of the estimator, e.g. ``{tau: 0.3}``; ``calibration`` may be a file path."""
+    advantage_reward: str = "auto"
+    """What the estimator sees: ``raw`` (the task's reward), ``success`` (0/1: reward >= the
+    task's success threshold), or ``auto`` = ``success`` for estimators that need binary
+    rewards (``maxrl``; ``kappo_grpo`` with a binary calibration), ``raw`` otherwise."""
     max_steps: int = 100
     """RL steps (one rollout batch each)."""
     seed: int = 0
@@ -360,6 +364,8 @@ def validate(cfg: TrainConfig) -> None:
         )
     checks = [
         ("max_steps", cfg.max_steps >= 0, ">= 0"),
+        ("advantage_reward", cfg.advantage_reward in ("auto", "raw", "success"),
+         "auto, raw or success"),
         ("checkpoint_every", cfg.checkpoint_every >= 1, ">= 1"),
         ("keep_checkpoints", cfg.keep_checkpoints >= 1, ">= 1"),
         ("model.arch", cfg.model.arch in ("qwen2", "llama"), "qwen2 or llama"),

@@ -98,6 +98,7 @@ class Trainer:
         self.max_new_tokens = cfg.rollout.max_new_tokens or (self.task.max_answer_chars + 2)
         self.eval_examples = self.task.eval[: cfg.eval.num_prompts or len(self.task.eval)]
         self.estimator_options = self._estimator_options()
+        self.binary_advantages = self._binary_advantages()
         if len(self.task.train) < cfg.rollout.prompts_per_step:
             raise ValueError(
                 f"rollout.prompts_per_step ({cfg.rollout.prompts_per_step}) exceeds the "
@@ -150,6 +151,15 @@ class Trainer:
                     f"{self.task.name!r} (make the bank with `bestk eval --bank`)"
                 )
         return opts
+
+    def _binary_advantages(self) -> bool:
+        mode = self.cfg.advantage_reward
+        if mode != "auto":
+            return mode == "success"
+        if self.cfg.estimator == "maxrl":
+            return True
+        cal = self.estimator_options.get("calibration")
+        return self.cfg.estimator == "kappo_grpo" and getattr(cal, "kind", None) == "binary"
 
     def _make_optimizer(self, lr: float) -> torch.optim.Optimizer:
         o = self.cfg.optim
@@ -279,15 +289,16 @@ class Trainer:
         flat_exs = [e for e in exs for _ in range(r.n)]
         rewards = self.task.score(flat_exs, ro.texts)
         prompt_ids = np.asarray([e["id"] for e in flat_exs], dtype=np.int64)
+        succ = self.task.success(rewards)
+        adv_input = succ.astype(np.float64) if self.binary_advantages else rewards
         adv = bestk.advantages(
-            cfg.estimator, torch.from_numpy(rewards), group=torch.from_numpy(prompt_ids),
+            cfg.estimator, torch.from_numpy(adv_input), group=torch.from_numpy(prompt_ids),
             **self.estimator_options,
         ).to(torch.float32).to(self.device)
         t_score = time.perf_counter()
         stats = self._update(ro, adv)
         t_upd = time.perf_counter()
         mask = ro.completion_mask.float()
-        succ = self.task.success(rewards)
         return {
             "phase": "train",
             "step": step,
