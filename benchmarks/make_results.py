@@ -40,6 +40,34 @@ def _git_commit() -> str:
         return "unknown"
 
 
+#: The language-task comparison: the trainer's embedded default (tiny Qwen2, reverse digit
+#: strings with a graded positional reward, SFT warm-up then 100 RL steps), matched seeds.
+LANGUAGE = {"estimators": ["grpo", "argmaxrl", "pkpo"], "seeds": 3, "max_steps": None,
+            "overrides": ["threads=1"]}
+LANGUAGE_FAST = {"estimators": ["grpo", "argmaxrl"], "seeds": 2, "max_steps": 1,
+                 "overrides": ["threads=1", "model.hidden_size=32", "model.num_layers=1",
+                               "model.num_heads=2", "model.intermediate_size=64",
+                               "task.options={num_train: 64, num_eval: 4, max_len: 4}",
+                               "sft.steps=3", "rollout.prompts_per_step=4", "rollout.n=4",
+                               "eval.n=4"]}
+
+
+def run_language(out: Path, *, reuse: bool, fast: bool) -> dict:
+    """``bestk compare`` on the trainer's default task (reused when the same spec ran)."""
+    from bestk.train.compare import run_compare
+
+    spec = LANGUAGE_FAST if fast else LANGUAGE
+    done = out / "lab_spec.json"
+    if not (reuse and done.exists() and json.loads(done.read_text())["spec"] == spec):
+        t0 = time.time()
+        run_compare(spec["estimators"], seeds=spec["seeds"], out=out,
+                    max_steps=spec["max_steps"], overrides=spec["overrides"],
+                    progress=sys.stdout.isatty())
+        write_text_atomic(done, json.dumps({"spec": spec, "wall_seconds": time.time() - t0}))
+    meta = json.loads(done.read_text())
+    return {"results": json.loads((out / "results.json").read_text()), **meta}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=Path, default=ROOT / "runs" / "lab",
@@ -48,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reuse", action="store_true",
                     help="re-render from existing outputs in --runs (run what is missing)")
     ap.add_argument("--fast", action="store_true", help="seconds-long smoke configuration")
+    ap.add_argument("--language", action="store_true",
+                    help="also run the language task with `bestk compare` (~20 min on 1 core)")
     args = ap.parse_args(argv)
 
     torch.set_num_threads(1)
@@ -68,17 +98,24 @@ def main(argv: list[str] | None = None) -> int:
     digits = run_digits(dcfg, ddir, progress=sys.stdout.isatty(), resume=args.reuse)
     t_digits = time.time() - t1
 
+    language = None
+    if args.language:
+        language = run_language(args.runs / "language", reuse=args.reuse, fast=args.fast)
+
     # Wall time of the runs themselves (not of a --reuse re-render).
     t_bandit = bandit.get("wall_seconds", t_bandit)
     t_digits = json.loads((ddir / "config.json").read_text()).get("training_wall_seconds",
                                                                    t_digits)
-    claims = evaluate_claims(bandit, digits)
+    claims = evaluate_claims(bandit, digits, language)
     img_dir = args.doc.parent / "results"
     img_dir.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(bdir / "curves.png", img_dir / "bandit_curves.png")
     shutil.copyfile(ddir / "digits.png", img_dir / "digits.png")
     shutil.copyfile(bdir / "results.md", img_dir / "bandit.md")
     shutil.copyfile(ddir / "results.md", img_dir / "digits.md")
+    if language is not None:
+        shutil.copyfile(args.runs / "language" / "compare.png", img_dir / "language.png")
+        shutil.copyfile(args.runs / "language" / "compare.md", img_dir / "language.md")
     rel = img_dir.relative_to(args.doc.parent)
     head = [
         "# Results: the papers' claims, reproduced small\n",
@@ -113,9 +150,13 @@ def main(argv: list[str] | None = None) -> int:
     plots = [
         f"\n## Plots\n\n![bandit learning curves]({rel}/bandit_curves.png)\n\n"
         f"![digits]({rel}/digits.png)\n",
+        *([f"\n![language task: pass@k after RL]({rel}/language.png)\n"]
+          if language is not None else []),
         "\n## Full tables\n\nThe complete per-command reports (every estimator, N and k, "
         f"learning curves, allocation for both reward kinds): [{rel}/bandit.md]({rel}/bandit.md) "
-        f"and [{rel}/digits.md]({rel}/digits.md).\n",
+        f"and [{rel}/digits.md]({rel}/digits.md)"
+        + (f"; language task: [{rel}/language.md]({rel}/language.md)" if language else "")
+        + ".\n",
     ]
     write_text_atomic(args.doc, "\n".join(head) + "\n" + render_claims(claims) + "".join(plots))
     print(f"wrote {args.doc} ({len(claims)} claims); bandit {t_bandit:.0f}s, "

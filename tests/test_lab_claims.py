@@ -59,3 +59,29 @@ def test_claim_verdicts_follow_the_data():
     assert good["@k training with k > 1 raises pass@k at large k"] == "reproduced"
     md = render_claims(evaluate_claims(None, _digits(better=0.02)))
     assert md.startswith("## Summary") and "**reproduced**" in md
+
+
+def _compare_results(delta: float):
+    def ev(shift):
+        out = {}
+        for k in (1, 2, 4, 8):
+            out[f"pass@{k}"] = min(1.0, 0.1 * k + shift)
+            out[f"best@{k}"] = min(1.0, 0.5 + 0.05 * k + shift)
+        return out
+
+    res = {}
+    for name, shift in (("grpo", 0.0), ("argmaxrl", delta), ("pkpo", delta)):
+        res[name] = {f"seed{s}": {"start": ev(0.01 * s), "end": ev(shift + 0.01 * s + 1e-3 * (
+            s % 2) * (name != "grpo"))} for s in range(3)}
+    spec = {"estimators": ["grpo", "argmaxrl", "pkpo"], "seeds": 3}
+    return {"results": res, "spec": spec, "wall_seconds": 60.0}
+
+
+def test_language_claims_follow_the_compare_results():
+    up = {c.title: c for c in evaluate_claims(None, None, _compare_results(0.05))}
+    down = {c.title: c for c in evaluate_claims(None, None, _compare_results(-0.05))}
+    t_arg = "Language task: ArgMaxRL improves best@k over GRPO (graded rewards)"
+    t_pk = "Language task: PKPO (k=4) raises pass@k at large k over GRPO"
+    assert up[t_arg].verdict == "reproduced" and up[t_pk].verdict == "reproduced"
+    assert down[t_arg].verdict == "not reproduced" and down[t_pk].verdict == "not reproduced"
+    assert "must be 0" in up[t_arg].tables[0]

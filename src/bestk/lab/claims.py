@@ -416,7 +416,65 @@ def _claim_softmax_limit(bandit: dict[str, Any]) -> Claim:
     )
 
 
-def evaluate_claims(bandit: dict[str, Any] | None, digits: dict[str, Any] | None) -> list[Claim]:
+def _lang_stat(runs: dict[str, Any], key: str) -> dict[str, Any]:
+    return {"seeds": [runs[s]["end"][key] for s in sorted(runs)]}
+
+
+def _claims_language(language: dict[str, Any]) -> list[Claim]:
+    """``bestk compare`` on the trainer's default task: ArgMaxRL and PKPO vs GRPO."""
+    res = language["results"]
+    spec = language["spec"]
+    if "grpo" not in res:
+        return []
+    any_end = next(iter(next(iter(res.values())).values()))["end"]
+    ks = sorted(int(k.split("@")[1]) for k in any_end if k.startswith("pass@") and
+                k.split("@")[1].isdigit())
+    show = [k for k in ks if k & (k - 1) == 0]  # powers of two
+    testbed = (f"language: `bestk compare --estimators {','.join(spec['estimators'])} --seeds "
+               f"{spec['seeds']}` on the trainer's embedded default (tiny Qwen2, reverse digit "
+               "strings, graded positional reward, SFT warm-up then RL; "
+               f"{language.get('wall_seconds', float('nan')) / 60:.0f} min), held-out metrics "
+               "at the end of RL, paired by seed")
+    claims = []
+    for lb, title, source in (
+        ("argmaxrl", "Language task: ArgMaxRL improves best@k over GRPO (graded rewards)",
+         "argmaxrl-blog"),
+        ("pkpo", "Language task: PKPO (k=4) raises pass@k at large k over GRPO", "PKPO; KAPPO"),
+    ):
+        if lb not in res:
+            continue
+        rows, diffs_main = [], []
+        for metric in ("best", "pass"):
+            cells = []
+            for k in show:
+                key = f"{metric}@{k}"
+                if key not in any_end:
+                    cells.append("n/a")
+                    continue
+                d = paired_diff(_lang_stat(res[lb], key), _lang_stat(res["grpo"], key))
+                cells.append(str(d))
+                if (lb == "argmaxrl" and metric == "best") or (lb == "pkpo" and metric == "pass"
+                                                                and k >= 4):
+                    diffs_main.append(d)
+            rows.append([f"Δ{metric}@k ({lb} − grpo)", *cells])
+        start = [str(paired_diff(
+            {"seeds": [res[lb][s]["start"][f"pass@{k}"] for s in sorted(res[lb])]},
+            {"seeds": [res["grpo"][s]["start"][f"pass@{k}"] for s in sorted(res["grpo"])]}))
+            for k in show]
+        rows.append(["Δpass@k at the start of RL (same SFT weights: must be 0)", *start])
+        verdict, text = _dominance_verdict(diffs_main)
+        which = "best@k, all k" if lb == "argmaxrl" else "pass@k for k ≥ 4"
+        claims.append(Claim(
+            title=title, source=source, testbed=testbed, verdict=verdict,
+            summary=f"on {which}: {text}.",
+            rule=f"dominance rule of claim 3 applied to {which}",
+            tables=[markdown_table(["", *[f"k={k}" for k in show]], rows)],
+        ))
+    return claims
+
+
+def evaluate_claims(bandit: dict[str, Any] | None, digits: dict[str, Any] | None,
+                    language: dict[str, Any] | None = None) -> list[Claim]:
     """All claims, in the order of docs/results.md."""
     claims = []
     if bandit is not None:
@@ -429,6 +487,8 @@ def evaluate_claims(bandit: dict[str, Any] | None, digits: dict[str, Any] | None
             _claim_at_k(digits),
             _claim_argmaxrl_graded(digits, bandit),
         ]
+    if language is not None:
+        claims += _claims_language(language)
     return claims
 
 
