@@ -71,6 +71,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
     ap.add_argument(
+        "--breakdown", action="store_true", help="also time the stages of the argmaxrl call"
+    )
+    ap.add_argument(
         "--estimators",
         default="grpo_vectorized,grpo,rloo,rloo_vectorized,grpo_passk,"
         "argmaxrl,maxrl,softmax_grpo,pkpo",
@@ -110,6 +113,33 @@ def main() -> None:
     for name, (med, best) in results.items():
         src = "bestk" if name in bestk_names else "verl"
         print(f"{name:<18} {src:<6} {med * 1e3:>10.1f} {best * 1e3:>8.1f} {med / base:>10.2f}")
+    if args.breakdown:
+        breakdown(rewards, mask, index, args.repeats)
+
+
+def breakdown(rewards, mask, index, repeats: int) -> None:
+    """Median time of each stage of the plugin's argmaxrl call."""
+    import bestk
+    from bestk.groups import make_groups
+    from bestk.integrations.verl import _real_rows
+
+    scores = rewards.sum(-1)
+    adv = bestk.advantages("argmaxrl", scores, group=index)
+    stages = {
+        "token_level_rewards.sum(-1)": lambda: rewards.sum(-1),
+        "padding-row detection": lambda: _real_rows(mask),
+        "make_groups(uid) (string factorisation)": lambda: make_groups(index, len(index)),
+        "bestk.advantages(argmaxrl, incl. factorisation)": lambda: bestk.advantages(
+            "argmaxrl", scores, group=index
+        ),
+        "broadcast A[:, None] * response_mask": lambda: mask.to(dtype=adv.dtype, copy=True).mul_(
+            adv.unsqueeze(-1)
+        ),
+    }
+    times = time_interleaved({k: (f, {}) for k, f in stages.items()}, repeats)
+    print("argmaxrl stages (median ms):")
+    for k, (med, _) in times.items():
+        print(f"  {k:<50} {med * 1e3:8.1f}")
 
 
 if __name__ == "__main__":
