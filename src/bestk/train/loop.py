@@ -474,7 +474,7 @@ class Trainer:
             self.interrupted = True
             if self.sft_done and latest_checkpoint(self.ckpt_dir) is not None:
                 self.checkpoint()
-            console.print(
+            Console(stderr=True).print(
                 f"interrupted after step {self.step}; checkpoint saved. Continue with "
                 f"`bestk train --resume {self.out}`"
             )
