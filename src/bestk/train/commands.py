@@ -88,7 +88,7 @@ def train_command(
 
 def eval_command(
     model: Path = typer.Option(..., "--model", help="HF model directory (e.g. RUN/final)."),
-    task: str = typer.Option("arithmetic", "--task", help="Task name."),
+    task: str = typer.Option("strings", "--task", help="Task name (default: the train default)."),
     n: int = typer.Option(8, "-n", "--samples", help="Samples per held-out prompt."),
     set_: list[str] = typer.Option(
         [], "--set", help="Task / eval overrides: --set task.options.digits=2, eval.temperature"

@@ -100,13 +100,17 @@ def write_report(out: str | Path) -> Path:
     rows = read_metrics(out / "metrics.jsonl")
     cfg_path = out / "config.yaml"
     cfg = yaml.safe_load(cfg_path.read_text()) if cfg_path.is_file() else {}
+    model = cfg.get("model", {})
     train = [r for r in rows if r.get("phase") == "train"]
     evals = [r for r in rows if r.get("phase") == "eval"]
     sft = [r for r in rows if r.get("phase") == "sft"]
     lines = [f"# bestk training report: `{out}`", ""]
     lines += [
-        f"- task: `{cfg.get('task', {}).get('name')}` {cfg.get('task', {}).get('options') or ''}",
-        f"- estimator: `{cfg.get('estimator')}` {cfg.get('estimator_options') or ''}",
+        f"- task: `{cfg.get('task', {}).get('name')}` "
+        f"{cfg.get('task', {}).get('options') or '(default options)'}",
+        f"- estimator: `{cfg.get('estimator')}` "
+        f"{cfg.get('estimator_options') or '(default options)'}",
+        f"- model: `{model.get('path') or 'tiny ' + str(model.get('arch'))}`",
         f"- RL steps: {train[-1]['step'] if train else 0} of {cfg.get('max_steps')}; "
         f"rollout {cfg.get('rollout', {}).get('prompts_per_step')} prompts x "
         f"{cfg.get('rollout', {}).get('n')} samples",
