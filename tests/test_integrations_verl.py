@@ -113,6 +113,11 @@ def test_verl_loads_plugin_from_entry_point():
     _check_discovery(run_python(DISCOVERY))
 
 
+def test_importing_the_plugin_before_verl_is_fine():
+    """Our import pulls in verl, whose entry-point loop re-enters our half-imported module."""
+    _check_discovery(run_python("import bestk.integrations.verl\n" + DISCOVERY))
+
+
 def test_verl_loads_plugin_from_external_modules_env():
     out = run_python(
         DISCOVERY,
@@ -128,7 +133,9 @@ def test_entry_points_off_means_not_registered():
         "from verl.trainer.ppo.core_algos import get_adv_estimator_fn\n"
         "try:\n    get_adv_estimator_fn('argmaxrl')\nexcept ValueError:\n    print('unknown')\n"
     )
-    assert run_python(code, VERL_USE_EXTERNAL_PLUGINS="none").strip() == "unknown"
+    code += "import bestk.integrations.verl\nprint(get_adv_estimator_fn('argmaxrl').__module__)\n"
+    out = run_python(code, VERL_USE_EXTERNAL_PLUGINS="none").split()
+    assert out == ["unknown", "bestk.integrations.verl"]  # an explicit import registers
 
 
 CASES = [
