@@ -212,6 +212,12 @@ def test_yaml_config_file(tmp_path):
     assert cfg.estimator == "softmax_grpo" and cfg.estimator_options == {"tau": 0.3}
     assert cfg.rollout.n == 4
     assert cfg.rollout.prompts_per_step == TrainConfig().rollout.prompts_per_step
+    import yaml
+
+    from bestk.train.config import config_to_dict
+
+    p.write_text(yaml.safe_dump(config_to_dict(TrainConfig())))  # config.yaml round trip
+    assert config_to_dict(load_config(p)) == config_to_dict(TrainConfig())
     p.write_text("rollout: {nope: 4}\n")
     with pytest.raises(ValueError, match="unknown config key 'rollout.nope'"):
         load_config(p)
