@@ -152,15 +152,10 @@ def _kappo_ref(cal):
     return ref
 
 
-@pytest.mark.parametrize("estimator", ["argmaxrl", "kappo_grpo"])
-def test_two_step_run_trains_on_bestk_advantages(tmp_path, estimator):
-    from datasets import Dataset
+def _config(tmp_path, weights):
     from trl import GRPOConfig
 
-    model, tok = tiny_policy()
-    rec = Recorder()
-    weights = [1.0, 0.5]
-    args = GRPOConfig(
+    return GRPOConfig(
         output_dir=str(tmp_path),
         per_device_train_batch_size=3 * N,
         num_generations=N,
@@ -180,6 +175,16 @@ def test_two_step_run_trains_on_bestk_advantages(tmp_path, estimator):
         disable_tqdm=True,
         dataloader_num_workers=0,
     )
+
+
+@pytest.mark.parametrize("estimator", ["argmaxrl", "kappo_grpo"])
+def test_two_step_run_trains_on_bestk_advantages(tmp_path, estimator):
+    from datasets import Dataset
+
+    model, tok = tiny_policy()
+    rec = Recorder()
+    weights = [1.0, 0.5]
+    args = _config(tmp_path, weights)
     if estimator == "kappo_grpo":
         cal = _winrate_calibration()
         path = cal.save(tmp_path / "cal.json")
@@ -348,3 +353,40 @@ def test_prompt_ids_checks():
             estimator_options={"calibration": "/nonexistent/cal.json"},
             prompt_id_column="pid",
         )
+
+
+def test_grpo_estimator_reproduces_trls_own_advantages(tmp_path):
+    """Cross-check of the plumbing against TRL itself: bestk's ``grpo`` with TRL's epsilon
+    (1e-4) must give TRL's own advantages, None handling and weights included, on the same
+    seeded run (identical completions, so identical updates)."""
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    runs = {}
+    for kind in ("trl", "bestk"):
+        rec = Recorder()
+        captured = []
+        base = GRPOTrainer if kind == "trl" else BestkGRPOTrainer
+        extra = {} if kind == "trl" else {"estimator": "grpo", "estimator_options": {"eps": 1e-4}}
+
+        class Capture(base):
+            sink = captured
+
+            def _generate_and_score_completions(self, inputs):
+                out = super()._generate_and_score_completions(inputs)
+                self.sink.append(out["advantages"].detach().cpu().clone())
+                return out
+
+        model, tok = tiny_policy()
+        Capture(
+            model=model,
+            reward_funcs=[rec.reward_len, rec.reward_char],
+            args=_config(tmp_path / kind, [1.0, 0.5]),
+            train_dataset=Dataset.from_list(ROWS),
+            processing_class=tok,
+            **extra,
+        ).train()
+        runs[kind] = (rec.calls, captured)
+    assert runs["trl"][0] == runs["bestk"][0]  # same completions were scored
+    for ours, theirs in zip(runs["bestk"][1], runs["trl"][1], strict=True):
+        torch.testing.assert_close(ours, theirs, atol=2e-5, rtol=1e-5)
