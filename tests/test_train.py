@@ -15,6 +15,15 @@ from bestk.train.checkpoint import latest_checkpoint, list_checkpoints, save_che
 from bestk.train.config import TrainConfig, apply_overrides, load_config, validate
 from bestk.train.loop import Trainer, read_metrics
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _restore_torch_threads():
+    """The trainer sets torch's global thread count; give other test modules theirs back."""
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
 TINY = [
     "threads=1",
     "model.hidden_size=32",
