@@ -264,3 +264,11 @@ def test_register_user_estimator_and_options_listing():
             bestk.register_estimator("test_bad_sig")(lambda r: r)
     finally:
         bestk.ESTIMATORS.pop("test_centered_x2", None)
+
+
+def test_argmaxrl_reward_shift_adds_c_over_n_to_every_weight():
+    r = np.random.default_rng(11).normal(size=6)
+    shifted = bestk.advantages("argmaxrl", r + 1.7, baseline="none")
+    np.testing.assert_allclose(
+        (shifted - bestk.advantages("argmaxrl", r, baseline="none")) / 6, 1.7 / 6
+    )

@@ -58,8 +58,9 @@ def argmaxrl(rewards: torch.Tensor, groups: Groups, *, baseline: str = "loo") ->
       ``grad J_N`` (the baseline does not depend on ``y_i``), invariant to a reward shift, and
       near-centred. It equals the ``mean`` form plus ``r_(1) - r_(2)`` on the top sample.
 
-    Rewards may be negative: a shift ``r + c`` adds ``c`` to ``w`` of the top-ranked sample
-    only, a zero-mean term. Groups of size 1 get ``A = 0`` with the ``loo``/``mean``
+    Rewards may be negative: a shift ``r + c`` changes only the last difference
+    ``r_(N) - 0``, so it adds ``c/N`` to every ``w_i``: the term ``(c/N) sum_i S_i`` has zero
+    mean. Groups of size 1 get ``A = 0`` with the ``loo``/``mean``
     baselines.
     """
     _check_baseline(baseline)
