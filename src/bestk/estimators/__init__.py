@@ -6,12 +6,22 @@ Importing this package registers the built-in estimators in :data:`ESTIMATORS`.
 from bestk.estimators._registry import (
     ESTIMATORS,
     advantages,
+    check_estimator_options,
+    check_option_names,
     estimator_options,
     prepare,
     register_estimator,
 )
 
-__all__ = ["ESTIMATORS", "advantages", "estimator_options", "prepare", "register_estimator"]
+__all__ = [
+    "ESTIMATORS",
+    "advantages",
+    "check_estimator_options",
+    "check_option_names",
+    "estimator_options",
+    "prepare",
+    "register_estimator",
+]
 
 # Register the built-in estimators (import for side effects).
 from bestk.estimators import argmaxrl as _argmaxrl  # noqa: E402, F401

@@ -23,7 +23,14 @@ import torch
 
 from bestk.groups import Groups, block_groups, make_groups
 
-__all__ = ["ESTIMATORS", "register_estimator", "advantages", "estimator_options"]
+__all__ = [
+    "ESTIMATORS",
+    "register_estimator",
+    "advantages",
+    "estimator_options",
+    "check_estimator_options",
+    "check_option_names",
+]
 
 EstimatorFn = Callable[..., torch.Tensor]
 
@@ -85,18 +92,27 @@ def _lookup(name: str) -> EstimatorFn:
         raise ValueError(f"unknown estimator {name!r}; valid estimators: {valid}") from None
 
 
-def _check_options(name: str, options: dict[str, Any]) -> None:
-    valid = estimator_options(name)
-    unknown = sorted(set(options) - set(valid))
+def check_option_names(kind: str, name: str, given: Any, valid: dict[str, Any]) -> None:
+    """Raise ``ValueError`` for option names of ``kind`` ``name`` (an estimator, a task...)
+    that are unknown, or required (default ``inspect.Parameter.empty``) and missing.
+
+    ``valid`` maps option names to defaults, as :func:`estimator_options` returns.
+    """
+    unknown = sorted(set(given) - set(valid))
     if unknown:
         listing = ", ".join(valid) if valid else "none"
         raise ValueError(
-            f"unknown option(s) {', '.join(map(repr, unknown))} for estimator {name!r}; "
+            f"unknown option(s) {', '.join(map(repr, unknown))} for {kind} {name!r}; "
             f"valid options: {listing}"
         )
-    missing = [k for k, v in valid.items() if v is inspect.Parameter.empty and k not in options]
+    missing = [k for k, v in valid.items() if v is inspect.Parameter.empty and k not in given]
     if missing:
-        raise ValueError(f"estimator {name!r} requires option(s): {', '.join(missing)}")
+        raise ValueError(f"{kind} {name!r} requires option(s): {', '.join(missing)}")
+
+
+def check_estimator_options(name: str, options: Any) -> None:
+    """Validate an estimator name and its option *names* (values are checked when it runs)."""
+    check_option_names("estimator", name, options, estimator_options(name))
 
 
 def _rewards_to_tensor(rewards: Any) -> tuple[torch.Tensor, Callable[[torch.Tensor], Any]]:
@@ -183,7 +199,7 @@ def advantages(name: str, rewards: Any, group: Any = None, **options: Any) -> An
     is the per-group gradient estimate (the GRPO convention).
     """
     fn = _lookup(name)
-    _check_options(name, options)
+    check_estimator_options(name, options)
     flat, groups, finish = prepare(rewards, group)
     a = fn(flat, groups, **options)
     if not bool(torch.isfinite(a).all()):  # pragma: no cover - estimator bug guard

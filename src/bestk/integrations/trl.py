@@ -46,7 +46,6 @@ objective is defined on, so it is rejected.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -55,6 +54,7 @@ import torch
 
 import bestk
 import bestk.kappo  # noqa: F401  (registers kappo_grpo)
+from bestk.estimators import check_estimator_options
 from bestk.integrations._common import load_calibration
 
 try:
@@ -77,18 +77,8 @@ def check_estimator(estimator: str, options: Mapping[str, Any] | None) -> dict[s
             f"estimator_options must be a mapping of option names to values, got "
             f"{type(options).__name__}"
         )
-    valid = bestk.estimator_options(estimator)  # ValueError for an unknown estimator
     opts = dict(options or {})
-    unknown = sorted(set(opts) - set(valid))
-    if unknown:
-        listing = ", ".join(valid) if valid else "none"
-        raise ValueError(
-            f"unknown option(s) {', '.join(map(repr, unknown))} for estimator {estimator!r}; "
-            f"valid options: {listing}"
-        )
-    missing = [k for k, v in valid.items() if v is inspect.Parameter.empty and k not in opts]
-    if missing:
-        raise ValueError(f"estimator {estimator!r} requires option(s): {', '.join(missing)}")
+    check_estimator_options(estimator, opts)  # also a ValueError for an unknown estimator
     return opts
 
 

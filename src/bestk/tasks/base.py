@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from bestk.estimators import check_option_names
 from bestk.tasks.rewards import RewardSpec, get_reward
 
 __all__ = ["Task", "TASKS", "register_task", "load_task", "task_options"]
@@ -116,16 +117,7 @@ def load_task(
     """Build task ``name`` with ``options``; ``reward`` (a name or ``module:function``)
     replaces the task's default reward. Unknown tasks/options raise ``ValueError``."""
     options = dict(options or {})
-    valid = task_options(name)
-    unknown = sorted(set(options) - set(valid))
-    if unknown:
-        raise ValueError(
-            f"unknown option(s) {', '.join(map(repr, unknown))} for task {name!r}; "
-            f"valid options: {', '.join(valid) or 'none'}"
-        )
-    missing = [k for k, v in valid.items() if v is inspect.Parameter.empty and k not in options]
-    if missing:
-        raise ValueError(f"task {name!r} requires option(s): {', '.join(missing)}")
+    check_option_names("task", name, options, task_options(name))
     spec = get_reward(reward) if reward else None
     task = TASKS[name](seed=seed, reward=spec, **options)
     if not task.train:

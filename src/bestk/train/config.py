@@ -329,9 +329,8 @@ def apply_overrides(cfg: TrainConfig, overrides: list[str] | None) -> TrainConfi
 
 def validate(cfg: TrainConfig) -> None:
     """Check names and value ranges; raise ``ValueError`` naming the offending key."""
-    import inspect
-
     import bestk
+    from bestk.estimators import check_estimator_options, check_option_names
     from bestk.losses import AGG_MODES, KL_ESTIMATORS
     from bestk.tasks import task_options
 
@@ -339,29 +338,8 @@ def validate(cfg: TrainConfig) -> None:
         raise ValueError(
             f"unknown estimator {cfg.estimator!r}; valid: {', '.join(sorted(bestk.ESTIMATORS))}"
         )
-    valid = bestk.estimator_options(cfg.estimator)
-    unknown = sorted(set(cfg.estimator_options) - set(valid))
-    if unknown:
-        raise ValueError(
-            f"unknown option(s) {', '.join(map(repr, unknown))} for estimator "
-            f"{cfg.estimator!r}; valid options: {', '.join(valid) or 'none'}"
-        )
-    missing = [
-        k for k, v in valid.items()
-        if v is inspect.Parameter.empty and k not in cfg.estimator_options
-    ]
-    if missing:
-        raise ValueError(
-            f"estimator {cfg.estimator!r} requires option(s): {', '.join(missing)} "
-            f"(--set estimator_options.{missing[0]}=...)"
-        )
-    topts = task_options(cfg.task.name)
-    unknown = sorted(set(cfg.task.options) - set(topts))
-    if unknown:
-        raise ValueError(
-            f"unknown option(s) {', '.join(map(repr, unknown))} for task {cfg.task.name!r}; "
-            f"valid options: {', '.join(topts) or 'none'}"
-        )
+    check_estimator_options(cfg.estimator, cfg.estimator_options)
+    check_option_names("task", cfg.task.name, cfg.task.options, task_options(cfg.task.name))
     checks = [
         ("max_steps", cfg.max_steps >= 0, ">= 0"),
         ("advantage_reward", cfg.advantage_reward in ("auto", "raw", "success"),
