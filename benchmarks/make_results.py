@@ -22,6 +22,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from bestk.lab._io import t95, write_text_atomic
@@ -41,31 +42,131 @@ def _git_commit() -> str:
 
 
 #: The language-task comparison: the trainer's embedded default (tiny Qwen2, reverse digit
-#: strings with a graded positional reward, SFT warm-up then 100 RL steps), matched seeds.
-LANGUAGE = {"estimators": ["grpo", "argmaxrl", "pkpo"], "seeds": 3, "max_steps": None,
-            "overrides": ["threads=1"]}
-LANGUAGE_FAST = {"estimators": ["grpo", "argmaxrl"], "seeds": 2, "max_steps": 1,
+#: strings with a graded positional reward, SFT warm-up then 100 RL steps), matched seeds;
+#: held-out evaluation at the start and the end of RL with n = 64 samples per prompt. The grid
+#: is split over ``workers`` processes by estimator (each redoes the seeded, deterministic SFT).
+#: KAPPO @k-GRPO is calibrated per seed from a bank of the SFT policy's 0/1 successes on the
+#: first ``bank_prompts`` training prompts (``bank_n`` samples each); the trainer then trains
+#: kappo_grpo on those bank prompts only (the calibration knows no other prompt).
+LANGUAGE = {"estimators": ["grpo", "argmaxrl", "maxrl", "softmax_grpo", "pkpo", "kappo_grpo"],
+            "seeds": 3, "max_steps": None,
+            "overrides": ["threads=1", "eval.n=64", "eval.every=100"],
+            "kappo": {"k": 4, "beta": 0.1, "bank_prompts": 2048, "bank_n": 8},
+            "workers": 2}
+LANGUAGE_FAST = {"estimators": ["grpo", "argmaxrl", "maxrl", "softmax_grpo", "pkpo",
+                                "kappo_grpo"],
+                 "seeds": 2, "max_steps": 1,
                  "overrides": ["threads=1", "model.hidden_size=32", "model.num_layers=1",
                                "model.num_heads=2", "model.intermediate_size=64",
                                "task.options={num_train: 64, num_eval: 4, max_len: 4}",
                                "sft.steps=3", "rollout.prompts_per_step=4", "rollout.n=4",
-                               "eval.n=4"]}
+                               "eval.n=8"],
+                 "kappo": {"k": 4, "beta": 0.1, "bank_prompts": 16, "bank_n": 4},
+                 "workers": 2}
+
+
+def _partition(estimators: list[str], workers: int) -> list[list[str]]:
+    """Contiguous, nearly equal chunks of the estimator list (order kept)."""
+    w = max(1, min(workers, len(estimators)))
+    size, extra = divmod(len(estimators), w)
+    parts, i = [], 0
+    for j in range(w):
+        n = size + (j < extra)
+        parts.append(estimators[i:i + n])
+        i += n
+    return parts
+
+
+def _kappo_calibrations(spec: dict, out: Path) -> str:
+    """Per seed: SFT (as ``bestk compare`` does it), a 0/1 bank on training prompts, then
+    ``bestk.kappo.calibrate(kind="binary")``. Returns the ``{seed}`` path template."""
+    from bestk.kappo import calibrate
+    from bestk.train.compare import _base_config
+    from bestk.train.evaluate import evaluate
+    from bestk.train.loop import Trainer
+
+    kp = spec["kappo"]
+    cal_dir = out / "calibration"
+    for s in range(spec["seeds"]):
+        cfg = _base_config(None, spec["max_steps"], list(spec["overrides"]))
+        cfg.estimator, cfg.estimator_options = "grpo", {}
+        cfg.seed += s
+        cfg.out = str(cal_dir / f"sft_seed{s}")
+        if Path(cfg.out).exists():
+            shutil.rmtree(cfg.out)
+        tr = Trainer(cfg)
+        tr.sft()
+        exs = tr.task.train[:kp["bank_prompts"]]
+        res = evaluate(tr.model, tr.tokenizer, tr.task, exs, n=kp["bank_n"],
+                       temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+                       max_new_tokens=tr.max_new_tokens, seed=cfg.seed + 1)
+        succ = tr.task.success(res.rewards).astype(float)
+        bank = {int(ex["id"]): row.tolist() for ex, row in zip(exs, succ, strict=True)}
+        write_text_atomic(cal_dir / f"bank_seed{s}.jsonl", "".join(
+            json.dumps({"prompt_id": i, "rewards": r}) + "\n" for i, r in bank.items()))
+        cal = calibrate(bank, k=kp["k"], beta=kp["beta"], kind="binary")
+        cal.save(cal_dir / f"seed{s}.json")
+        shutil.rmtree(cfg.out)  # only the bank and the calibration are kept
+    return str(cal_dir / "seed{seed}.json")
+
+
+def _language_part(spec: dict, out: Path, estimators: list[str]) -> None:
+    """One worker: ``run_compare`` on a subset of the estimators into ``out``."""
+    from bestk.train.compare import run_compare
+
+    opts = {}
+    if "kappo_grpo" in estimators:
+        opts["kappo_grpo"] = {"calibration": _kappo_calibrations(spec, out)}
+    run_compare(estimators, seeds=spec["seeds"], out=out, max_steps=spec["max_steps"],
+                overrides=spec["overrides"], progress=False, estimator_options=opts)
 
 
 def run_language(out: Path, *, reuse: bool, fast: bool) -> dict:
     """``bestk compare`` on the trainer's default task (reused when the same spec ran)."""
-    from bestk.train.compare import run_compare
+    from bestk.train.compare import _base_config, write_summary
 
     spec = LANGUAGE_FAST if fast else LANGUAGE
     done = out / "lab_spec.json"
     if not (reuse and done.exists() and json.loads(done.read_text())["spec"] == spec):
         t0 = time.time()
-        run_compare(spec["estimators"], seeds=spec["seeds"], out=out,
-                    max_steps=spec["max_steps"], overrides=spec["overrides"],
-                    progress=sys.stdout.isatty())
-        write_text_atomic(done, json.dumps({"spec": spec, "wall_seconds": time.time() - t0}))
+        parts = _partition(spec["estimators"], spec["workers"])
+        out.mkdir(parents=True, exist_ok=True)
+        procs = []
+        for i in range(len(parts)):
+            log = open(out / f"part{i}.log", "w")  # noqa: SIM115 (closed below)
+            cmd = [sys.executable, __file__, "--language-part", str(i),
+                   "--runs", str(out.parent), *(["--fast"] if fast else [])]
+            procs.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log))
+        failed = []
+        for i, (pr, log) in enumerate(procs):
+            if pr.wait() != 0:
+                failed.append(i)
+            log.close()
+        if failed:
+            raise RuntimeError(f"language worker(s) {failed} failed; see "
+                               f"{', '.join(str(out / f'part{i}.log') for i in failed)}")
+        results = {}
+        for i in range(len(parts)):
+            results.update(json.loads((out / f"part{i}" / "results.json").read_text()))
+        results = {e: results[e] for e in spec["estimators"]}
+        write_text_atomic(out / "results.json", json.dumps(results, indent=1))
+        n = _base_config(None, spec["max_steps"], list(spec["overrides"])).eval.n
+        write_summary(out, results, n)
+        write_text_atomic(done, json.dumps({"spec": spec, "wall_seconds": time.time() - t0,
+                                            "parts": parts}))
     meta = json.loads(done.read_text())
-    return {"results": json.loads((out / "results.json").read_text()), **meta}
+    cal = {}
+    for p in sorted(out.glob("part*/calibration/seed*.json")):
+        from bestk.kappo import Calibration
+
+        c = Calibration.load(p)
+        a = np.asarray(c.values["a_k"], dtype=float)
+        ns = np.asarray(c.values["n_success"], dtype=float)
+        cal[p.stem] = {"a_k_median": float(np.median(a)), "a_k_min": float(a.min()),
+                       "a_k_max": float(a.max()), "share_no_success": float((ns == 0).mean()),
+                       "prompts": int(a.size)}
+    return {"results": json.loads((out / "results.json").read_text()), "calibration": cal,
+            **meta}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,9 +179,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fast", action="store_true", help="seconds-long smoke configuration")
     ap.add_argument("--language", action="store_true",
                     help="also run the language task with `bestk compare` (~20 min on 1 core)")
+    ap.add_argument("--language-part", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
     torch.set_num_threads(1)
+    if args.language_part is not None:  # worker process of run_language
+        spec = LANGUAGE_FAST if args.fast else LANGUAGE
+        ests = _partition(spec["estimators"], spec["workers"])[args.language_part]
+        _language_part(spec, args.runs / "language" / f"part{args.language_part}", ests)
+        return 0
     bcfg = BanditConfig.fast() if args.fast else BanditConfig()
     dcfg = DigitsConfig.fast() if args.fast else DigitsConfig()
     bdir, ddir = args.runs / "bandit", args.runs / "digits"

@@ -61,19 +61,23 @@ def test_claim_verdicts_follow_the_data():
     assert md.startswith("## Summary") and "**reproduced**" in md
 
 
-def _compare_results(delta: float):
+def _compare_results(delta: float, names=("grpo", "argmaxrl", "pkpo")):
     def ev(shift):
         out = {}
         for k in (1, 2, 4, 8):
             out[f"pass@{k}"] = min(1.0, 0.1 * k + shift)
             out[f"best@{k}"] = min(1.0, 0.5 + 0.05 * k + shift)
+        out["distinct"] = 3.0 + 10 * shift
+        out["entropy"] = 0.5 + shift
+        out["n"], out["num_prompts"] = 8.0, 16.0
         return out
 
     res = {}
-    for name, shift in (("grpo", 0.0), ("argmaxrl", delta), ("pkpo", delta)):
+    for name in names:
+        shift = 0.0 if name == "grpo" else delta
         res[name] = {f"seed{s}": {"start": ev(0.01 * s), "end": ev(shift + 0.01 * s + 1e-3 * (
             s % 2) * (name != "grpo"))} for s in range(3)}
-    spec = {"estimators": ["grpo", "argmaxrl", "pkpo"], "seeds": 3}
+    spec = {"estimators": list(names), "seeds": 3}
     return {"results": res, "spec": spec, "wall_seconds": 60.0}
 
 
@@ -85,3 +89,23 @@ def test_language_claims_follow_the_compare_results():
     assert up[t_arg].verdict == "reproduced" and up[t_pk].verdict == "reproduced"
     assert down[t_arg].verdict == "not reproduced" and down[t_pk].verdict == "not reproduced"
     assert "must be 0" in up[t_arg].tables[0]
+    assert "16 prompts × 8 samples" in up[t_arg].testbed
+
+
+def test_language_claims_for_all_six_estimators_and_diversity():
+    names = ("grpo", "argmaxrl", "maxrl", "softmax_grpo", "pkpo", "kappo_grpo")
+    up = evaluate_claims(None, None, _compare_results(0.05, names))
+    down = evaluate_claims(None, None, _compare_results(-0.05, names))
+    assert len(up) == 6  # one claim per learner vs grpo + diversity
+    assert all(c.verdict == "reproduced" for c in up), [(c.title, c.verdict) for c in up]
+    assert all(c.verdict == "not reproduced" for c in down)
+    div = up[-1]
+    assert "diverse" in div.title and "distinct" in div.tables[0] and "entropy" in div.tables[0]
+    # the diversity verdict follows 'distinct' alone: raise it for one @k learner only
+    mixed = _compare_results(0.0, names)
+    for s, r in mixed["results"]["pkpo"].items():
+        r["end"]["distinct"] += 1.0 + 0.01 * int(s[-1])
+    assert evaluate_claims(None, None, mixed)[-1].verdict == "partly"
+    # no learner but grpo: only the diversity claim, "not measured"
+    only = evaluate_claims(None, None, _compare_results(0.05, ("grpo",)))
+    assert [c.verdict for c in only] == ["not measured"]

@@ -326,6 +326,31 @@ def test_compare_matched_runs(tmp_path):
         run_compare(["nope"], seeds=1, out=tmp_path / "x")
 
 
+def test_compare_per_estimator_options_with_a_per_seed_calibration(tmp_path):
+    from bestk.kappo import Calibration, calibrate
+    from bestk.train.compare import run_compare
+
+    for s, beta in ((0, 0.1), (1, 0.3)):  # one calibration per seed (ids 0..63 = train set)
+        calibrate({i: [0, 1, 0, 0] for i in range(64)}, k=2, beta=beta, kind="binary").save(
+            tmp_path / f"cal{s}.json")
+    run_compare(
+        ["grpo", "kappo_grpo"], seeds=2, out=tmp_path / "cmp", max_steps=1, overrides=TINY,
+        progress=False,
+        estimator_options={"kappo_grpo": {"calibration": str(tmp_path / "cal{seed}.json")}},
+    )
+    yaml = __import__("yaml")
+    for s, beta in ((0, 0.1), (1, 0.3)):
+        cfg = yaml.safe_load((tmp_path / f"cmp/kappo_grpo/seed{s}/config.yaml").read_text())
+        assert cfg["estimator_options"] == {"calibration": str(tmp_path / f"cal{s}.json")}
+        assert Calibration.load(cfg["estimator_options"]["calibration"]).beta == beta
+        assert yaml.safe_load((tmp_path / f"cmp/grpo/seed{s}/config.yaml").read_text())[
+            "estimator_options"] == {}
+    res = json.loads((tmp_path / "cmp/results.json").read_text())
+    assert res["kappo_grpo"]["seed1"]["start"] == res["grpo"]["seed1"]["start"]
+    with pytest.raises(ValueError, match="estimator_options for 'pkpo'"):
+        run_compare(["grpo"], seeds=1, out=tmp_path / "x", estimator_options={"pkpo": {"k": 2}})
+
+
 def test_maxrl_on_a_graded_task_uses_success_indicators(tmp_path):
     tr = Trainer(tiny_config(tmp_path / "m", "max_steps=1", "estimator=maxrl"))
     assert tr.binary_advantages

@@ -416,31 +416,53 @@ def _claim_softmax_limit(bandit: dict[str, Any]) -> Claim:
     )
 
 
-def _lang_stat(runs: dict[str, Any], key: str) -> dict[str, Any]:
-    return {"seeds": [runs[s]["end"][key] for s in sorted(runs)]}
+def _lang_stat(runs: dict[str, Any], key: str, when: str = "end") -> dict[str, Any]:
+    return {"seeds": [runs[s][when][key] for s in sorted(runs)]}
+
+
+#: Language-task claims: (learner, title, source, metrics in the verdict, smallest k in it).
+_LANGUAGE_CLAIMS = (
+    ("argmaxrl", "Language task: ArgMaxRL improves best@k over GRPO (graded rewards)",
+     "argmaxrl-blog", ("best",), 1),
+    ("maxrl", "Language task: MaxRL Pareto-dominates GRPO on pass@k across k",
+     "MaxRL (Tajwar et al. 2026), as quoted in argmaxrl-blog", ("pass",), 1),
+    ("softmax_grpo", "Language task: SoftmaxGRPO improves over GRPO under identical rewards",
+     "SoftmaxGRPO abstract and section 6", ("pass", "best"), 1),
+    ("pkpo", "Language task: PKPO (k=4) raises pass@k at large k over GRPO", "PKPO; KAPPO",
+     ("pass",), 4),
+    ("kappo_grpo", "Language task: KAPPO @k-GRPO (k=4) raises pass@k at large k over GRPO",
+     "KAPPO section 5 (Fig. 2)", ("pass",), 4),
+)
+
+
+def _language_testbed(language: dict[str, Any], any_end: dict[str, Any]) -> str:
+    spec = language["spec"]
+    n, prompts = int(any_end.get("n", 0)), int(any_end.get("num_prompts", 0))
+    text = (f"language: `bestk compare` of {', '.join(spec['estimators'])} with "
+            f"{spec['seeds']} seeds on the trainer's embedded default (tiny Qwen2, reverse digit "
+            "strings, graded positional reward, SFT warm-up then RL"
+            + (f", overrides {' '.join(spec.get('overrides', []))}" if spec.get("overrides")
+               else "")
+            + f"; {language.get('wall_seconds', float('nan')) / 60:.0f} min wall)")
+    if n:
+        text += (f"; held-out metrics at the end of RL on {prompts} prompts × {n} samples "
+                 f"(unbiased pass@k / best@k, k = 1..{n})")
+    return text + ", paired by seed"
 
 
 def _claims_language(language: dict[str, Any]) -> list[Claim]:
-    """``bestk compare`` on the trainer's default task: ArgMaxRL and PKPO vs GRPO."""
+    """``bestk compare`` on the trainer's default task: each learner vs GRPO, plus diversity."""
     res = language["results"]
-    spec = language["spec"]
     if "grpo" not in res:
         return []
     any_end = next(iter(next(iter(res.values())).values()))["end"]
     ks = sorted(int(k.split("@")[1]) for k in any_end if k.startswith("pass@") and
                 k.split("@")[1].isdigit())
     show = [k for k in ks if k & (k - 1) == 0]  # powers of two
-    testbed = (f"language: `bestk compare --estimators {','.join(spec['estimators'])} --seeds "
-               f"{spec['seeds']}` on the trainer's embedded default (tiny Qwen2, reverse digit "
-               "strings, graded positional reward, SFT warm-up then RL; "
-               f"{language.get('wall_seconds', float('nan')) / 60:.0f} min), held-out metrics "
-               "at the end of RL, paired by seed")
+    testbed = _language_testbed(language, any_end)
+    kp = language.get("spec", {}).get("kappo")
     claims = []
-    for lb, title, source in (
-        ("argmaxrl", "Language task: ArgMaxRL improves best@k over GRPO (graded rewards)",
-         "argmaxrl-blog"),
-        ("pkpo", "Language task: PKPO (k=4) raises pass@k at large k over GRPO", "PKPO; KAPPO"),
-    ):
+    for lb, title, source, metrics, kmin in _LANGUAGE_CLAIMS:
         if lb not in res:
             continue
         rows, diffs_main = [], []
@@ -453,24 +475,88 @@ def _claims_language(language: dict[str, Any]) -> list[Claim]:
                     continue
                 d = paired_diff(_lang_stat(res[lb], key), _lang_stat(res["grpo"], key))
                 cells.append(str(d))
-                if (lb == "argmaxrl" and metric == "best") or (lb == "pkpo" and metric == "pass"
-                                                                and k >= 4):
+                if metric in metrics and k >= kmin:
                     diffs_main.append(d)
             rows.append([f"Δ{metric}@k ({lb} − grpo)", *cells])
-        start = [str(paired_diff(
-            {"seeds": [res[lb][s]["start"][f"pass@{k}"] for s in sorted(res[lb])]},
-            {"seeds": [res["grpo"][s]["start"][f"pass@{k}"] for s in sorted(res["grpo"])]}))
-            for k in show]
+        start = [str(paired_diff(_lang_stat(res[lb], f"pass@{k}", "start"),
+                                 _lang_stat(res["grpo"], f"pass@{k}", "start"))) for k in show]
         rows.append(["Δpass@k at the start of RL (same SFT weights: must be 0)", *start])
         verdict, text = _dominance_verdict(diffs_main)
-        which = "best@k, all k" if lb == "argmaxrl" else "pass@k for k ≥ 4"
+        which = " and ".join(f"{m}@k" for m in metrics) + (
+            ", all k" if kmin == 1 else f" for k ≥ {kmin}")
+        summary = f"on {which}: {text}."
+        if lb == "kappo_grpo" and kp:
+            summary += (f" Calibration per seed from the SFT policy: a bank of {kp['bank_n']} "
+                        f"samples on each of the first {kp['bank_prompts']} training prompts, "
+                        f"binary, k = {kp['k']}, β = {kp['beta']}; kappo_grpo trains on those "
+                        "bank prompts only (the other learners draw from all training prompts)")
+            cal = language.get("calibration") or {}
+            if cal:
+                summary += "; a_k median " + ", ".join(
+                    f"{c['a_k_median']:.2f}" for c in cal.values()) + " (per seed), " + (
+                    ", ".join(f"{100 * c['share_no_success']:.0f}%" for c in cal.values())
+                    + " of bank prompts without a success (a_k = k there, Eq. 148)")
+            summary += "."
         claims.append(Claim(
-            title=title, source=source, testbed=testbed, verdict=verdict,
-            summary=f"on {which}: {text}.",
+            title=title, source=source, testbed=testbed, verdict=verdict, summary=summary,
             rule=f"dominance rule of claim 3 applied to {which}",
             tables=[markdown_table(["", *[f"k={k}" for k in show]], rows)],
         ))
+    claims.append(_claim_language_diversity(res, testbed, int(any_end.get("n", 0))))
     return claims
+
+
+_DIV_TITLE = "Language task: @k-aware training keeps more diverse samples than GRPO"
+_DIV_SOURCE = ("argmaxrl-blog (GRPO's mode collapse; best@k keeps diversity); KAPPO section 5 "
+               "(@k training controls sharpening)")
+
+
+def _claim_language_diversity(res: dict[str, Any], testbed: str, n: int) -> Claim:
+    """Distinct completions per prompt and token entropy at the end of RL, vs GRPO."""
+    keys = [k for k in ("distinct", "entropy") if all(
+        k in r["end"] for runs in res.values() for r in runs.values())]
+    if not keys:
+        return Claim(_DIV_TITLE, _DIV_SOURCE, testbed, "not measured",
+                     "no diversity metrics logged", "")
+    rows = []
+    for lb, runs in res.items():
+        cells = []
+        for k in keys:
+            m, h = mean_ci(_lang_stat(runs, k)["seeds"])
+            cells.append(f"{m:.3f} ± {fmt(h)}")
+            cells.append("—" if lb == "grpo" else
+                         str(paired_diff(_lang_stat(runs, k), _lang_stat(res["grpo"], k))))
+        rows.append([lb, *cells])
+    start = []
+    for k in keys:
+        m, h = mean_ci(_lang_stat(res["grpo"], k, "start")["seeds"])
+        start += [f"{m:.3f} ± {fmt(h)}", "—"]
+    rows.append(["(start of RL)", *start])
+    learners = [lb for lb in ("argmaxrl", "pkpo", "kappo_grpo") if lb in res]
+    more = {lb: paired_diff(_lang_stat(res[lb], keys[0]), _lang_stat(res["grpo"], keys[0]))
+            for lb in learners}
+    good = [lb for lb, d in more.items() if d.better]
+    verdict = ("not measured" if not learners else "reproduced" if len(good) == len(learners)
+               else "partly" if good else "not reproduced")
+    summary = "; ".join(f"{lb} − grpo: Δ{keys[0]} = {d}" for lb, d in more.items())
+    summary += (f". `distinct` counts distinct completions among the {n} samples of a held-out "
+                "prompt; the reversed string is the only correct answer, so distinct correct "
+                "answers per prompt are 0 or 1 and their mean is pass@"
+                f"{n} (in the tables above). Entropy is the mean per-token entropy of the "
+                "sampling distribution on the held-out completions.")
+    header = ["learner"]
+    for k in keys:
+        header += [k, f"Δ{k} vs grpo"]
+    return Claim(
+        title=_DIV_TITLE,
+        source=_DIV_SOURCE,
+        testbed=testbed + "; diversity of the held-out samples at the end of RL",
+        verdict=verdict,
+        summary=summary,
+        rule=f"reproduced when every @k-aware learner (argmaxrl, pkpo, kappo_grpo) has "
+             f"significantly more {keys[0]} completions than GRPO, partly when some have",
+        tables=[markdown_table(header, rows)],
+    )
 
 
 def evaluate_claims(bandit: dict[str, Any] | None, digits: dict[str, Any] | None,

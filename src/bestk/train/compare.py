@@ -20,7 +20,7 @@ import numpy as np
 
 from bestk.train.config import TrainConfig, apply_overrides, load_config, validate
 
-__all__ = ["run_compare", "DEFAULT_OPTIONS", "summarize"]
+__all__ = ["run_compare", "DEFAULT_OPTIONS", "summarize", "write_summary"]
 
 #: Options an estimator needs that the base config does not give (``pkpo`` needs ``k``).
 DEFAULT_OPTIONS: dict[str, dict[str, Any]] = {"pkpo": {"k": 4}}
@@ -58,8 +58,15 @@ def run_compare(
     max_steps: int | None = None,
     overrides: list[str] | None = None,
     progress: bool = True,
+    estimator_options: dict[str, dict[str, Any]] | None = None,
 ) -> str:
-    """Run the matched grid; return the markdown table (also written to ``compare.md``)."""
+    """Run the matched grid; return the markdown table (also written to ``compare.md``).
+
+    ``estimator_options`` maps an estimator name to its options (over
+    :data:`DEFAULT_OPTIONS`), e.g. ``{"kappo_grpo": {"calibration": "cal/seed{seed}.json"}}``:
+    a string value containing ``{seed}`` is formatted with the seed index ``0..seeds-1``
+    (a KAPPO calibration is made from each seed's own SFT policy).
+    """
     import copy
 
     import bestk
@@ -69,6 +76,10 @@ def run_compare(
         raise ValueError("--estimators is empty")
     if seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
+    extra = [e for e in (estimator_options or {}) if e not in estimators]
+    if extra:
+        raise ValueError(f"estimator_options for {', '.join(map(repr, extra))}, which "
+                         f"is not among the compared estimators {estimators}")
     unknown = [e for e in estimators if e not in bestk.ESTIMATORS]
     if unknown:
         raise ValueError(
@@ -84,6 +95,10 @@ def run_compare(
             cfg.estimator = name
             opts = dict(DEFAULT_OPTIONS.get(name, {})) if name != base.estimator else {}
             opts.update(base.estimator_options if name == base.estimator else {})
+            opts.update({
+                k: v.format(seed=s) if isinstance(v, str) and "{seed}" in v else v
+                for k, v in (estimator_options or {}).get(name, {}).items()
+            })
             if "k" in opts and isinstance(opts["k"], int):
                 opts["k"] = min(opts["k"], cfg.rollout.n)
             cfg.estimator_options = opts
@@ -111,11 +126,13 @@ def run_compare(
             evals = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["phase"] == "eval"]
             results.setdefault(name, {})[f"seed{s}"] = {"start": evals[0], "end": evals[-1]}
     (out / "results.json").write_text(json.dumps(results, indent=1))
-    table = _write_summary(out, results, base.eval.n)
+    table = write_summary(out, results, base.eval.n)
     return table
 
 
-def _write_summary(out: Path, results: dict[str, dict[str, Any]], n: int) -> str:
+def write_summary(out: Path, results: dict[str, dict[str, Any]], n: int) -> str:
+    """Write ``compare.md`` / ``compare.png`` for ``results`` (``{estimator: {"seedS": {"start":
+    eval record, "end": eval record}}}``, as in ``results.json``); return the tables."""
     ks = [k for k in (1, 2, 4, 8, 16, 32, 64) if k <= n]
     if n not in ks:
         ks.append(n)
