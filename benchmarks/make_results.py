@@ -169,6 +169,42 @@ def run_language(out: Path, *, reuse: bool, fast: bool) -> dict:
             **meta}
 
 
+def _language_bullet(language: dict) -> str:
+    """What the language comparison ran, from its recorded spec and results."""
+    from bestk.train.compare import _base_config
+
+    spec, res = language["spec"], language["results"]
+    end = next(iter(next(iter(res.values())).values()))["end"]
+    cfg = _base_config(None, spec["max_steps"], list(spec["overrides"]))
+    kp = spec.get("kappo")
+    text = (f"- `bestk compare` (language task; `bestk.train.compare.run_compare`) — the "
+            f"trainer's embedded default configuration (tiny {cfg.model.arch} from scratch, "
+            f"{cfg.model.num_layers} blocks of width {cfg.model.hidden_size}; task "
+            f"`{cfg.task.name}`: "
+            "reverse digit strings, graded positional reward, success = exact answer; "
+            f"{cfg.sft.steps} SFT steps then {cfg.max_steps} RL steps of "
+            f"{cfg.rollout.prompts_per_step} prompts × {cfg.rollout.n} completions, lr "
+            f"{cfg.optim.lr}) with the overrides "
+            f"`{' '.join(spec['overrides'])}`; estimators {', '.join(spec['estimators'])}; "
+            f"{spec['seeds']} seeds (per seed every estimator starts RL from the same SFT "
+            "weights and draws the same prompts and sampling noise); held-out evaluation at "
+            f"the start and the end of RL on {int(end['num_prompts'])} prompts × "
+            f"{int(end['n'])} samples (pass@k and best@k for k = 1..{int(end['n'])}, "
+            "entropy, distinct completions). ")
+    if len(language.get("parts", [])) > 1:
+        text += (f"The grid ran in {len(language['parts'])} single-threaded processes ("
+                 + "; ".join(", ".join(p) for p in language["parts"]) + "), each "
+                 "redoing the seeded SFT; the 'Δpass@k at the start of RL' rows (must be 0) "
+                 "check that they start from identical weights. ")
+    if kp and "kappo_grpo" in spec["estimators"]:
+        text += (f"kappo_grpo: binary calibration (k = {kp['k']}, β = {kp['beta']}) per seed "
+                 f"from a bank of {kp['bank_n']} samples of that seed's SFT policy on each of "
+                 f"the first {kp['bank_prompts']} training prompts (0/1 success); the trainer "
+                 "trains it on those bank prompts only, and `advantage_reward: auto` feeds it "
+                 "(and maxrl) the 0/1 success, the others the graded reward. ")
+    return text + f"Wall time {language['wall_seconds'] / 60:.1f} min.\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=Path, default=ROOT / "runs" / "lab",
@@ -178,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="re-render from existing outputs in --runs (run what is missing)")
     ap.add_argument("--fast", action="store_true", help="seconds-long smoke configuration")
     ap.add_argument("--language", action="store_true",
-                    help="also run the language task with `bestk compare` (~20 min on 1 core)")
+                    help="also run the language task with `bestk compare` (~20 min on 2 cores)")
     ap.add_argument("--language-part", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
@@ -232,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         f"runs: bandit {t_bandit:.0f} s, digits {t_digits:.0f} s"
         f"{' (fast smoke mode)' if args.fast else ''}. The runs are seeded and single-threaded: "
         "a rerun on the same machine and torch build gives bit-identical results.json.\n",
-        "Every number below comes from two seeded commands (their raw outputs are in "
+        f"Every number below comes from {'three' if language else 'two'} seeded commands "
+        "(their raw outputs are in "
         f"`{args.runs.relative_to(ROOT) if args.runs.is_relative_to(ROOT) else args.runs}/`):\n",
         f"- `bestk lab bandit` — {len(bcfg.bandits)} softmax bandits with 8 arms "
         f"({', '.join(bcfg.bandits)}); exact bias/variance at N ∈ {list(bcfg.ns)} by "
@@ -246,7 +283,9 @@ def main(argv: list[str] | None = None) -> int:
         f"KAPPO @k-GRPO: k={AT_K}, β={dcfg.kappo_beta} (binary) / "
         f"{dcfg.kappo_winrate_beta} (win-rate), bank of {dcfg.kappo_bank} samples per image "
         "from the initial policy. Test metrics are exact (pass@k = 1 − (1 − p)^k with "
-        "p = π(label | x); best@k from the closed form), so the only noise is between seeds.\n",
+        "p = π(label | x); best@k from the closed form), so the only noise is between seeds."
+        + ("\n" if language is None else ""),
+        *([_language_bullet(language)] if language is not None else []),
         "Comparisons are paired by seed: `a ± h` is the mean per-seed difference and its "
         "two-sided 95% Student-t half-width; `(sig.)` marks intervals that exclude 0. With "
         f"{dcfg.seeds} seeds the t quantile is large "

@@ -438,12 +438,9 @@ _LANGUAGE_CLAIMS = (
 def _language_testbed(language: dict[str, Any], any_end: dict[str, Any]) -> str:
     spec = language["spec"]
     n, prompts = int(any_end.get("n", 0)), int(any_end.get("num_prompts", 0))
-    text = (f"language: `bestk compare` of {', '.join(spec['estimators'])} with "
-            f"{spec['seeds']} seeds on the trainer's embedded default (tiny Qwen2, reverse digit "
-            "strings, graded positional reward, SFT warm-up then RL"
-            + (f", overrides {' '.join(spec.get('overrides', []))}" if spec.get("overrides")
-               else "")
-            + f"; {language.get('wall_seconds', float('nan')) / 60:.0f} min wall)")
+    text = (f"language: `bestk compare` of {', '.join(spec['estimators'])}, {spec['seeds']} "
+            "seeds, on the trainer's embedded default task (tiny Qwen2, reverse digit strings, "
+            "graded positional reward, SFT warm-up then RL)")
     if n:
         text += (f"; held-out metrics at the end of RL on {prompts} prompts × {n} samples "
                  f"(unbiased pass@k / best@k, k = 1..{n})")
