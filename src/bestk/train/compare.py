@@ -168,9 +168,12 @@ def write_summary(out: Path, results: dict[str, dict[str, Any]], n: int) -> str:
             cells.append(f"{mean:+.3f} ± {half:.3f}")
         gains.append(f"| {name} | " + " | ".join(cells) + " |")
     seeds = len(next(iter(results.values())))
+    prompts = "draws its training prompts from the same seeded stream"
+    if "kappo_grpo" in results:
+        prompts += " (kappo_grpo only among the prompts of its calibration bank)"
     text = (
         f"Final held-out metrics, mean ± 95% t-interval over {seeds} seed(s); every estimator "
-        "starts from the same SFT weights per seed and sees the same prompts.\n\n"
+        f"starts from the same SFT weights per seed and {prompts}.\n\n"
         + "\n".join(lines)
         + "\n\nGain over the start of RL (paired by seed), mean ± 95% t-interval:\n\n"
         + "\n".join(gains)
@@ -190,22 +193,25 @@ def _plot(path: Path, results: dict[str, dict[str, Any]]) -> None:
 
     from bestk.train.report import curve_of
 
-    fig, ax = plt.subplots(figsize=(5.5, 4))
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
     start_done = False
-    for name, runs in results.items():
+    styles = ["o-", "s--", "^-.", "v:", "D-", "P--", "X-.", "*:"]
+    for i, (name, runs) in enumerate(results.items()):
         curves = np.array([curve_of(r["end"], "pass")[1] for r in runs.values()])
         ks = curve_of(next(iter(runs.values()))["end"], "pass")[0]
         mean = curves.mean(0)
         half = np.array([summarize(curves[:, j])[1] for j in range(curves.shape[1])])
-        (line,) = ax.plot(ks, mean, "o-", label=name, ms=3)
-        ax.fill_between(ks, mean - half, mean + half, color=line.get_color(), alpha=0.15)
+        (line,) = ax.plot(ks, mean, styles[i % len(styles)], label=name, ms=3, lw=1.3)
+        # pass@k lies in [0, 1]; a t-interval over few seeds can reach past it.
+        lo, hi = np.clip(mean - half, 0, 1), np.clip(mean + half, 0, 1)
+        ax.fill_between(ks, lo, hi, color=line.get_color(), alpha=0.07)
         if not start_done:
             st = np.array([curve_of(r["start"], "pass")[1] for r in runs.values()]).mean(0)
             ax.plot(ks, st, "k--", label="start of RL", lw=1)
             start_done = True
     ax.set_xscale("log", base=2)
     ax.set_xlabel("k")
-    ax.set_ylabel("held-out pass@k")
+    ax.set_ylabel("held-out pass@k (mean over seeds, band: 95% t-interval)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
