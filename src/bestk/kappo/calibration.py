@@ -24,7 +24,6 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bestk._atomic import atomic_path
 from bestk.kappo._validate import check_k, check_positive
 from bestk.kappo.binary import binary_calibration, dpo_beta_eff
 from bestk.kappo.winrate import winrate_log_constant, winrate_table
@@ -287,18 +287,8 @@ class Calibration:
     def save(self, path: str | os.PathLike) -> Path:
         """Write versioned JSON atomically (temp file in the same directory + ``os.replace``)."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(self.to_dict(), f, allow_nan=False)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        with atomic_path(path) as tmp:
+            tmp.write_text(json.dumps(self.to_dict(), allow_nan=False))
         return path
 
     @classmethod

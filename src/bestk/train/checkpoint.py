@@ -17,15 +17,15 @@ ignores temporaries.
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from bestk._atomic import atomic_path
 
 __all__ = ["save_checkpoint", "load_checkpoint", "latest_checkpoint", "list_checkpoints"]
 
@@ -77,17 +77,8 @@ def save_checkpoint(
         rng_python=_py_state_to_json(random.getstate()),
     )
     final = directory / f"step_{int(step):07d}.safetensors"
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".safetensors", dir=directory)
-    os.close(fd)
-    try:
-        save_file(tensors, tmp, metadata={"state": json.dumps(meta_state)})
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_path(final, suffix=".safetensors") as tmp:
+        save_file(tensors, str(tmp), metadata={"state": json.dumps(meta_state)})
     for old in list_checkpoints(directory)[:-keep]:
         old.unlink(missing_ok=True)
     return final

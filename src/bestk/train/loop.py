@@ -24,7 +24,6 @@ import copy
 import json
 import math
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +34,7 @@ import torch
 import yaml
 
 import bestk
+from bestk._atomic import write_text_atomic
 from bestk.losses import aggregate, kl_penalty, ppo_clip_loss
 from bestk.tasks import Task, load_task
 from bestk.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -44,14 +44,6 @@ from bestk.train.policy import count_parameters, load_policy
 from bestk.train.rollout import sample, sequence_logprobs
 
 __all__ = ["Trainer", "train", "write_text_atomic", "read_metrics"]
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file and ``os.replace``."""
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:

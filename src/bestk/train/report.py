@@ -94,7 +94,8 @@ def _table(start: dict, end: dict, prefix: str) -> list[str]:
 
 def write_report(out: str | Path) -> Path:
     """(Re)write ``out/report.md`` and its plots from ``out/metrics.jsonl``."""
-    from bestk.train.loop import read_metrics, write_text_atomic
+    from bestk._atomic import write_text_atomic
+    from bestk.train.loop import read_metrics
 
     out = Path(out)
     rows = read_metrics(out / "metrics.jsonl")
