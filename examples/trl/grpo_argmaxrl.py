@@ -26,34 +26,13 @@ ALPHABET = "0123456789+= "
 
 def tiny_policy(seed: int = 0):
     """A tiny Qwen2 + a character tokenizer built with `tokenizers` (no download)."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Config
+    from bestk.train.config import ModelConfig
+    from bestk.train.policy import build_char_tokenizer, build_tiny_model
 
-    vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2}
-    for ch in ALPHABET:
-        vocab.setdefault(ch, len(vocab))
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    core.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=core, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
-    )
-    tok.padding_side = "left"
-    config = Qwen2Config(
-        vocab_size=len(vocab),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=64,
-        tie_word_embeddings=True,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=None,
-    )
+    tok = build_char_tokenizer(ALPHABET)
+    cfg = ModelConfig(hidden_size=64, intermediate_size=128, num_layers=2, max_positions=64)
     torch.manual_seed(seed)
-    return AutoModelForCausalLM.from_config(config), tok
+    return build_tiny_model(cfg, tok, seed=seed), tok
 
 
 def additions(n: int, seed: int = 0) -> list[dict]:
