@@ -114,6 +114,11 @@ def pass_at_k(n: Any, c: Any, k: Any) -> Any:
     return float(out) if out.ndim == 0 else out
 
 
+def _best_at_k_sorted(groups, s, flat: torch.Tensor, k: int) -> torch.Tensor:
+    """``(G,)`` best@k estimates from an ascending within-group sort ``s`` of ``flat``."""
+    return groups.sum(s.scatter(maxk_weights(s, k, flat.dtype) * s.gather(flat)))
+
+
 def best_at_k(rewards: Any, k: int, group: Any = None) -> Any:
     """Unbiased best@k (max@k) estimate per group.
 
@@ -141,11 +146,7 @@ def best_at_k(rewards: Any, k: int, group: Any = None) -> Any:
         raise ValueError(
             f"best_at_k: k={k} exceeds the size {int(sizes[g])} of group {groups.label(g)!r}"
         )
-    s = groups.sort(flat, descending=False)
-    w = maxk_weights(s, int(k), flat.dtype)
-    contrib = torch.zeros_like(flat)
-    contrib[s.perm] = w * s.gather(flat)
-    est = groups.sum(contrib)
+    est = _best_at_k_sorted(groups, groups.sort(flat, descending=False), flat, int(k))
     if isinstance(rewards, torch.Tensor):
         return est.to(rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype())
     return est.numpy()
@@ -239,13 +240,9 @@ def best_at_k_curve(
     """
     flat, groups, _ = prepare(rewards, group)
     ks_a = resolve_ks(ks, int(groups.sizes.min()))
-    s = groups.sort(flat, descending=False)
-    g = s.gather(flat)
-    cols = []
-    for k in ks_a:  # loop over k only; each k is vectorised over all samples and prompts
-        contrib = torch.zeros_like(flat)
-        contrib[s.perm] = maxk_weights(s, int(k), flat.dtype) * g
-        cols.append(groups.sum(contrib))
+    s = groups.sort(flat, descending=False)  # one sort serves every k
+    # loop over k only; each k is vectorised over all samples and prompts
+    cols = [_best_at_k_sorted(groups, s, flat, int(k)) for k in ks_a]
     per_prompt = torch.stack(cols, 1).cpu().numpy()
     return _bootstrap(per_prompt, ks_a, n_boot, ci, seed)
 
