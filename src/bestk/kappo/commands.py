@@ -143,10 +143,7 @@ def plot_weights_cmd(
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     path = out / "weights.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    written.append(path)
+    written.append(_save(fig, path))
 
     # 2. KAPPO effective regularisation (KAPPO Fig. 1a).
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
@@ -160,10 +157,7 @@ def plot_weights_cmd(
     ax.legend()
     ax.grid(alpha=0.3)
     path = out / "kappo_beta_eff.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    written.append(path)
+    written.append(_save(fig, path))
 
     # 3. Win-rate transform T(q) (Prop. 4.7).
     q = np.linspace(0.0, 1.0, 401)
@@ -176,12 +170,19 @@ def plot_weights_cmd(
     ax.legend()
     ax.grid(alpha=0.3)
     path = out / "kappo_winrate_T.png"
+    written.append(_save(fig, path))
+    for w in written:
+        typer.echo(f"wrote {w}")
+
+
+def _save(fig, path: Path) -> Path:
+    """Lay out, write as a 120-dpi PNG and close ``fig``; return ``path``."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
-    written.append(path)
-    for w in written:
-        typer.echo(f"wrote {w}")
+    return path
 
 
 def register(app: typer.Typer) -> None:
