@@ -38,10 +38,31 @@ its calibration is keyed by prompt id::
 
 What each estimator is an unbiased gradient of (or that it is not) is in its docstring, e.g.
 :func:`bestk.estimators.argmaxrl.argmaxrl`; the advantages use the GRPO scale, so TRL's loss
-(``loss_type``, clipping, ``beta``) applies unchanged. TRL's ``scale_rewards`` only affects
-TRL's own standardisation and is ignored (the estimator defines the scale);
-``multi_objective_aggregation="normalize_then_sum"`` would change the rewards the @k
-objective is defined on, so it is rejected.
+(``loss_type``, clipping, ``beta``) applies unchanged.
+
+TRL options that change advantages (:func:`check_trl_args`, checked when the trainer is built,
+before any model is loaded):
+
+* ``reward_weights``: honoured (the weighted ``nansum`` above);
+* ``multi_objective_aggregation``: ``"sum_then_normalize"`` honoured; ``"normalize_then_sum"``
+  refused (it standardises each reward function before summing, which changes the reward the
+  @k objective is defined on);
+* ``scale_rewards`` with ``estimator="grpo"``: honoured as TRL does it -- ``"group"`` divides by
+  the group std, ``"none"`` only centres (Dr.GRPO), ``"batch"`` centres per group and divides by
+  the std of all the batch's rewards (PPO-Lite), with TRL's epsilon 1e-4 (unless
+  ``estimator_options`` sets ``eps``); so ``estimator="grpo"`` gives TRL's own advantages. With
+  any other estimator the estimator defines the scale: ``"group"`` (TRL's default) and ``"none"``
+  add nothing on top, ``"batch"`` is refused;
+* ``num_generations`` / ``num_generations_eval``: the group size, honoured.
+
+Everything else in ``GRPOConfig`` acts on the loss or on generation, not on the advantages
+(``loss_type``, ``epsilon``/``delta``, ``beta``, ``importance_sampling_level``,
+``top_entropy_quantile``, ``off_policy_mask_threshold``, ``mask_truncated_completions``, vLLM
+importance-sampling correction, ...) and applies unchanged.
+
+Reward-side KAPPO with TRL's own ``GRPOTrainer``: :class:`KappoReward` wraps a reward function
+so that it returns KAPPO's prompt-adaptive reward (:func:`bestk.kappo.transform_rewards`), the
+prompt id read from a dataset column.
 """
 
 from __future__ import annotations
@@ -56,6 +77,7 @@ import bestk
 import bestk.kappo  # noqa: F401  (registers kappo_grpo)
 from bestk.estimators import check_estimator_options
 from bestk.integrations._common import load_calibration
+from bestk.kappo import transform_rewards
 
 try:
     from trl import GRPOTrainer
@@ -64,7 +86,16 @@ except ImportError as e:  # pragma: no cover - exercised only without trl
         'bestk.integrations.trl needs TRL; install it with `pip install "bestk[trl]"`'
     ) from e
 
-__all__ = ["BestkGRPOTrainer", "bestk_advantages", "check_estimator"]
+__all__ = [
+    "BestkGRPOTrainer",
+    "KappoReward",
+    "bestk_advantages",
+    "check_estimator",
+    "check_trl_args",
+]
+
+#: TRL's epsilon in ``(r - mean) / (std + 1e-4)`` (``GRPOTrainer._generate_and_score_completions``).
+TRL_STD_EPS = 1e-4
 
 
 def check_estimator(estimator: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -82,6 +113,47 @@ def check_estimator(estimator: str, options: Mapping[str, Any] | None) -> dict[s
     return opts
 
 
+def check_trl_args(
+    args: Any, estimator: str, options: dict[str, Any]
+) -> tuple[dict[str, Any], float | None]:
+    """Honour or refuse the ``GRPOConfig`` options that change advantages (one-line errors).
+
+    Returns ``(options, batch_std_eps)``: the estimator options with what ``scale_rewards``
+    implies for ``estimator="grpo"`` filled in, and the epsilon of ``scale_rewards="batch"``
+    (``None`` unless batch scaling applies). ``args`` may be ``None`` (TRL's defaults).
+    """
+    aggregation = getattr(args, "multi_objective_aggregation", "sum_then_normalize")
+    if aggregation != "sum_then_normalize":
+        raise ValueError(
+            f"BestkGRPOTrainer needs multi_objective_aggregation='sum_then_normalize' (the "
+            f"@k objective is defined on the weighted sum of rewards), got {aggregation!r}"
+        )
+    scale = getattr(args, "scale_rewards", "group")
+    scale = {True: "group", False: "none"}.get(scale, scale)
+    if scale not in ("group", "none", "batch"):
+        raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {scale!r}")
+    opts = dict(options)
+    if estimator != "grpo":
+        if scale == "batch":
+            raise ValueError(
+                f"scale_rewards='batch' is TRL's GRPO normalisation and applies only to "
+                f"estimator='grpo'; {estimator!r} defines its own advantage scale (leave "
+                "scale_rewards at 'group' or set 'none')"
+            )
+        return opts, None
+    implied = "std" if scale == "group" else "none"
+    if opts.get("scale", implied) != implied:
+        raise ValueError(
+            f"estimator_options scale={opts['scale']!r} contradicts GRPOConfig "
+            f"scale_rewards={scale!r}; set TRL's scale_rewards instead"
+        )
+    opts["scale"] = implied
+    if scale == "batch":
+        return opts, float(opts.pop("eps", TRL_STD_EPS))
+    opts.setdefault("eps", TRL_STD_EPS)
+    return opts, None
+
+
 def bestk_advantages(
     rewards_per_func: torch.Tensor,
     reward_weights: torch.Tensor,
@@ -89,6 +161,7 @@ def bestk_advantages(
     estimator: str,
     estimator_options: Mapping[str, Any] | None = None,
     prompt_ids: Sequence[Any] | None = None,
+    batch_std_eps: float | None = None,
 ) -> torch.Tensor:
     """Advantages of ``estimator`` for TRL's gathered ``(B, n_funcs)`` reward matrix.
 
@@ -96,7 +169,10 @@ def bestk_advantages(
     completions of prompt ``g``. ``prompt_ids`` (length ``B``, constant within each of those
     blocks) labels the groups instead of the block number: rows of the same prompt then form
     one group even when the prompt was drawn twice, and ``kappo_grpo`` finds the prompt in its
-    calibration. Returns a ``(B,)`` float32 tensor on the rewards' device.
+    calibration. ``batch_std_eps`` (TRL's ``scale_rewards="batch"``): divide the advantages by
+    ``std + batch_std_eps``, the std (with Bessel's correction) of all scorable rewards of the
+    batch; with fewer than 2 scorable rewards the advantages are 0 (TRL's NaN, zeroed). Returns
+    a ``(B,)`` float32 tensor on the rewards' device.
     """
     if rewards_per_func.ndim != 2:
         raise ValueError(
@@ -147,6 +223,13 @@ def bestk_advantages(
             else:
                 group = labels[scorable.cpu().numpy()]
             adv[scorable] = bestk.advantages(estimator, rewards[scorable], group=group, **opts)
+    if batch_std_eps is not None:
+        if not (isinstance(batch_std_eps, (int, float)) and batch_std_eps >= 0):
+            raise ValueError(f"batch_std_eps must be a number >= 0, got {batch_std_eps!r}")
+        kept = rewards[scorable]
+        if kept.numel() < 2:
+            return torch.zeros_like(adv, dtype=torch.float32)
+        adv = adv / (kept.std(correction=1) + batch_std_eps)
     return adv.to(torch.float32)
 
 
@@ -169,6 +252,9 @@ class BestkGRPOTrainer(GRPOTrainer):
         A dataset column holding a prompt id (gathered across processes with the rewards).
         Groups are then labelled by it (see :func:`bestk_advantages`). Required by
         ``kappo_grpo``, whose calibration is keyed by these ids.
+
+    ``GRPOConfig`` options that change advantages are honoured or refused up front, before any
+    model is loaded (:func:`check_trl_args`; list in the module docstring).
 
     Attributes
     ----------
@@ -196,17 +282,15 @@ class BestkGRPOTrainer(GRPOTrainer):
             self.estimator_options["calibration"] = load_calibration(
                 self.estimator_options["calibration"]
             )
+        grpo_args = kwargs.get("args", args[2] if len(args) > 2 else None)
+        self.estimator_options, self.batch_std_eps = check_trl_args(
+            grpo_args, estimator, self.estimator_options
+        )
         self.prompt_id_column = prompt_id_column
         self._bestk_rewards_per_func: torch.Tensor | None = None
         self.last_rewards: torch.Tensor | None = None
         self.last_advantages: torch.Tensor | None = None
         super().__init__(*args, **kwargs)
-        aggregation = getattr(self, "multi_objective_aggregation", "sum_then_normalize")
-        if aggregation != "sum_then_normalize":
-            raise ValueError(
-                f"BestkGRPOTrainer needs multi_objective_aggregation='sum_then_normalize' (the "
-                f"@k objective is defined on the weighted sum of rewards), got {aggregation!r}"
-            )
 
     def _calculate_rewards(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         rewards_per_func = super()._calculate_rewards(*args, **kwargs)
@@ -244,6 +328,7 @@ class BestkGRPOTrainer(GRPOTrainer):
             self.estimator,
             self.estimator_options,
             prompt_ids,
+            self.batch_std_eps,
         )
         local = output["advantages"]
         n_local = local.shape[0]
@@ -274,3 +359,90 @@ class BestkGRPOTrainer(GRPOTrainer):
         column.clear()
         column.extend(kept)
         column.extend(adv_all.tolist())
+
+
+class KappoReward:
+    r"""A TRL reward function returning KAPPO's prompt-adaptive reward of a base reward function.
+
+    Reward-side KAPPO (Cors. 4.4 / 4.6) for TRL's stock ``GRPOTrainer`` (or any trainer that
+    calls reward functions TRL's way)::
+
+        from bestk.integrations.trl import KappoReward
+
+        reward = KappoReward(my_reward, "cal.json", prompt_id_column="prompt_id")
+        n = 8                                                  # num_generations
+        GRPOTrainer(..., reward_funcs=[reward],
+                    args=GRPOConfig(..., num_generations=n, scale_rewards="none",
+                                    beta=cal.beta * (n - 1) / n))
+
+    TRL passes every dataset column to reward functions as a keyword argument (one value per
+    completion); this reads the prompt ids from ``prompt_id_column``, calls ``base`` with
+    everything TRL passed, and returns :func:`bestk.kappo.transform_rewards` of its values:
+    :math:`\hat a_k(x)R` (binary calibration; 0/1 rewards) or :math:`T_j` (win-rate). ``None``
+    (TRL's "not applicable") stays ``None``.
+
+    With a binary calibration use ``scale_rewards="none"``: TRL's default ``"group"`` divides
+    each group by its std and so cancels the per-prompt multiplier (KAPPO Eq. 139). Centring
+    with the group mean (the mean includes the sample itself) makes the expected update
+    :math:`\frac{n-1}{n}\nabla E_\pi[\tilde R]`, so with TRL's KL coefficient ``beta`` the
+    optimum is KAPPO's @k optimum for :math:`\beta = \frac{n}{n-1}\beta_{TRL}` (with an exact
+    KL gradient; TRL's per-token KL term estimates it): to target the calibration's β set
+    ``beta`` to :math:`\frac{n-1}{n}\beta` (``bestk lab kappo`` checks this fixed point on exact
+    bandits). Win-rate calibrations also work with TRL's std scaling
+    (Eq. 15, the paper's win-rate @k-GRPO).
+
+    Parameters
+    ----------
+    base:
+        A TRL reward function ``f(prompts, completions, completion_ids, **kwargs) -> list``.
+    calibration:
+        A :class:`bestk.kappo.Calibration` or the path of a ``bestk calibrate`` file.
+    prompt_id_column:
+        The dataset column with the calibration's prompt ids (default ``"prompt_id"``).
+    """
+
+    def __init__(self, base: Any, calibration: Any, prompt_id_column: str = "prompt_id"):
+        if not callable(base) or isinstance(base, (torch.nn.Module, str)):
+            raise ValueError(
+                "base must be a reward function f(prompts, completions, **kwargs) -> list "
+                f"(reward models are not supported), got {type(base).__name__}"
+            )
+        from trl.trainer.utils import get_callable_name, is_async_callable
+
+        if is_async_callable(base):
+            raise ValueError("base is an async reward function; KappoReward wraps synchronous ones")
+        if not isinstance(prompt_id_column, str) or not prompt_id_column:
+            raise ValueError(f"prompt_id_column must be a column name, got {prompt_id_column!r}")
+        self.base = base
+        self.calibration = load_calibration(calibration)
+        self.prompt_id_column = prompt_id_column
+        self.__name__ = f"kappo_{get_callable_name(base)}"
+
+    def __repr__(self) -> str:
+        return (
+            f"KappoReward({self.__name__[6:]}, {self.calibration!r}, "
+            f"prompt_id_column={self.prompt_id_column!r})"
+        )
+
+    def __call__(self, *args: Any, **kwargs: Any) -> list[float | None]:
+        col = self.prompt_id_column
+        if col not in kwargs:
+            raise ValueError(
+                f"the dataset has no column {col!r} (KappoReward's prompt_id_column); TRL passes "
+                f"dataset columns to reward functions, got {sorted(kwargs)}"
+            )
+        ids = list(kwargs[col])
+        raw = list(self.base(*args, **kwargs))
+        if len(raw) != len(ids):
+            raise ValueError(
+                f"{self.__name__[6:]} returned {len(raw)} rewards for {len(ids)} completions"
+            )
+        keep = [i for i, v in enumerate(raw) if v is not None]
+        out: list[float | None] = [None] * len(raw)
+        if keep:
+            values = np.asarray([raw[i] for i in keep], dtype=np.float64)
+            sel = np.empty(len(keep), dtype=object)
+            sel[:] = [ids[i] for i in keep]
+            for i, v in zip(keep, transform_rewards(self.calibration, sel, values), strict=True):
+                out[i] = float(v)
+        return out

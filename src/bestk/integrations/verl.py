@@ -50,11 +50,30 @@ option (``pkpo``'s ``k``) and invalid values raise ``ValueError`` naming them.
 once and cached per path and modification time) or a :class:`bestk.kappo.Calibration`; the
 group labels (verl's ``uid``) must be the calibration's prompt ids. Stock verl sets ``uid`` to
 a fresh ``uuid4`` per prompt, so with stock verl this estimator raises ``ValueError`` naming
-the first uid that is not in the calibration (see ``docs/integrations.md``).
+the first uid that is not in the calibration. Use the reward side instead:
+
+KAPPO through the reward (any verl estimator). :func:`kappo_compute_score` is a verl custom
+reward function (``reward.custom_reward_function``) that wraps a base score function and
+returns KAPPO's prompt-adaptive reward (:func:`bestk.kappo.transform_rewards`: a_k(x)·R for
+binary rewards, Cor. 4.4; the win-rate transform T_j for graded ones, Cor. 4.6 / Prop. 4.7),
+reading the prompt id from the row's ``extra_info`` (``extra_info.index``, which verl's data
+preprocessing writes)::
+
+    reward.custom_reward_function.path=pkg://bestk.integrations.verl
+    reward.custom_reward_function.name=kappo_compute_score
+    +reward.custom_reward_function.reward_kwargs.calibration=/path/cal.json
+    algorithm.adv_estimator=rloo            # or grpo with algorithm.norm_adv_by_std_in_grpo=False
+
+Then verl's own RLOO (or Dr.GRPO) trains @k-GRPO with a KL term: their expected update is
+:math:`c\,\nabla E_\pi[\tilde R]` (c = 1 for RLOO, (n-1)/n for Dr.GRPO's centring), whose
+KL-regularised optimum is KAPPO's @k optimum. verl's standardised ``grpo`` divides each group
+by its std, which cancels the binary multiplier a_k(x) (KAPPO Eq. 139); :func:`preflight`
+refuses that combination for a binary calibration.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -66,6 +85,7 @@ import torch
 import bestk
 import bestk.kappo  # noqa: F401  (registers kappo_grpo)
 from bestk.integrations._common import load_calibration as _load_calibration
+from bestk.kappo import transform_rewards
 
 try:
     from verl.trainer.ppo import core_algos as _core_algos
@@ -76,6 +96,8 @@ except ImportError as e:  # pragma: no cover - exercised only without verl
 
 __all__ = [
     "VERL_ESTIMATORS",
+    "kappo_compute_score",
+    "resolve_score_fn",
     "options_from_config",
     "outcome_advantages",
     "register",
@@ -250,6 +272,193 @@ def register() -> list[str]:
 register()
 
 
+# ---------------------------------------------------------------------------------------------
+# KAPPO through the reward: a verl custom reward function
+
+_SCORE_FNS: dict[str, Callable[..., Any]] = {}
+
+
+def resolve_score_fn(spec: Any) -> Callable[..., Any]:
+    """The base score function named by ``spec`` (resolved once, then cached).
+
+    ``spec`` is a callable, ``"default"`` (verl's ``default_compute_score``, which dispatches on
+    ``data_source``: GSM8K, MATH, ...), ``"package.module:function"``, ``"pkg://package.module:
+    function"`` or ``"/path/to/file.py:function"``. The function is called as verl calls a
+    custom reward function: ``fn(data_source=..., solution_str=..., ground_truth=...,
+    extra_info=..., **kwargs)``, returning a number or a dict with a ``"score"``.
+    """
+    if callable(spec):
+        fn = spec
+    elif not isinstance(spec, str) or not spec:
+        raise ValueError(
+            "base must be 'default', 'module:function', '/path/file.py:function' or a callable, "
+            f"got {spec!r}"
+        )
+    elif spec in _SCORE_FNS:
+        return _SCORE_FNS[spec]
+    elif spec == "default":
+        from verl.utils.reward_score import default_compute_score
+
+        fn = _SCORE_FNS[spec] = default_compute_score
+    else:
+        module, sep, name = spec.rpartition(":")
+        if not sep or not module or not name:
+            raise ValueError(
+                f"base {spec!r} must look like 'package.module:function' or "
+                "'/path/to/file.py:function'"
+            )
+        from verl.utils.import_utils import load_extern_object
+
+        path = module
+        if not (path.startswith(("pkg://", "file://")) or path.endswith(".py")):
+            path = "pkg://" + module
+        try:
+            fn = load_extern_object(module_path=path, object_name=name)
+        except (ImportError, AttributeError, FileNotFoundError, RuntimeError) as e:
+            raise ValueError(f"base score function {spec!r} cannot be loaded: {e}") from None
+        _SCORE_FNS[spec] = fn
+    if not callable(fn):
+        raise ValueError(f"base {spec!r} is not callable")
+    if inspect.iscoroutinefunction(fn):
+        raise ValueError(
+            f"base {spec!r} is an async function; kappo_compute_score wraps synchronous score "
+            "functions"
+        )
+    return fn
+
+
+def kappo_compute_score(
+    data_source: Any,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: Mapping[str, Any] | None = None,
+    *,
+    calibration: Any = None,
+    base: Any = "default",
+    prompt_id_key: str = "index",
+    train_split: str | None = "train",
+    **kwargs: Any,
+) -> dict[str, Any]:
+    r"""verl custom reward function: KAPPO's prompt-adaptive reward of a base score.
+
+    Set it with ``reward.custom_reward_function.path=pkg://bestk.integrations.verl``,
+    ``reward.custom_reward_function.name=kappo_compute_score`` and the options below as
+    ``+reward.custom_reward_function.reward_kwargs.<option>=...`` (verl merges them into every
+    call). verl's reward managers call it once per response.
+
+    Parameters
+    ----------
+    data_source, solution_str, ground_truth, extra_info:
+        What verl passes (``extra_info`` is the dataset row's ``extra_info`` dict).
+    calibration:
+        Path to a ``bestk calibrate`` file (loaded once per path and modification time) or a
+        :class:`bestk.kappo.Calibration`. Required.
+    base:
+        The score function to wrap (see :func:`resolve_score_fn`); default ``"default"``, verl's
+        ``default_compute_score``.
+    prompt_id_key:
+        The ``extra_info`` key holding the calibration's prompt id (default ``"index"``, which
+        verl's data preprocessing scripts write).
+    train_split:
+        Rows whose ``extra_info["split"]`` exists and differs from it (verl's validation data,
+        ``split="test"``) get the base score unchanged, so validation metrics stay the true
+        reward; ``None`` transforms every row.
+    **kwargs:
+        Forwarded to the base function.
+
+    Returns
+    -------
+    A dict (verl stores every key but ``score`` as reward extra info): ``score`` -- the
+    transformed reward :math:`\hat a_k(x)R` (binary calibration, Cor. 4.4) or :math:`T_j`
+    (win-rate, Algorithm 2), or the raw score on a non-training row; ``raw_score`` -- the base
+    score; ``acc`` -- the base score when the base returns a number (as verl logs it); the
+    base's own keys when it returns a dict.
+    """
+    if calibration is None:
+        raise ValueError(
+            "kappo_compute_score needs the calibration: "
+            "+reward.custom_reward_function.reward_kwargs.calibration=/path/cal.json"
+        )
+    cal = _load_calibration(calibration)
+    fn = resolve_score_fn(base)
+    result = fn(
+        data_source=data_source,
+        solution_str=solution_str,
+        ground_truth=ground_truth,
+        extra_info=extra_info,
+        **kwargs,
+    )
+    if isinstance(result, Mapping):
+        if "score" not in result:
+            raise ValueError(f"base score function {base!r} returned a dict without 'score'")
+        info = dict(result)
+    else:
+        info = {"acc": result}
+    raw = info["score"] if "score" in info else result
+    try:
+        raw = float(raw)
+    except (TypeError, ValueError):
+        raise ValueError(f"base score function {base!r} returned a non-number {raw!r}") from None
+    info["raw_score"] = raw
+    extra = extra_info if isinstance(extra_info, Mapping) else {}
+    split = extra.get("split")
+    if train_split is not None and split is not None and split != train_split:
+        info["score"] = raw
+        return info
+    if prompt_id_key not in extra:
+        raise ValueError(
+            f"extra_info has no {prompt_id_key!r} (the prompt id the calibration is keyed by); "
+            "verl's data preprocessing writes extra_info.index, or set "
+            "+reward.custom_reward_function.reward_kwargs.prompt_id_key=<key>"
+        )
+    pid = extra[prompt_id_key]
+    info["score"] = float(transform_rewards(cal, [pid], np.array([raw]))[0])
+    return info
+
+
+_KAPPO_REWARD_PATHS = ("pkg://bestk.integrations.verl", "pkg://bestk/integrations/verl")
+
+
+def _check_kappo_reward(cfg: Any, lines: list[str]) -> None:
+    """Preflight of :func:`kappo_compute_score` when the config selects it."""
+    legacy = cfg.get("custom_reward_function") or {}
+    if str(legacy.get("name")) == "kappo_compute_score":
+        raise ValueError(
+            "set reward.custom_reward_function.path/name (verl 0.9.1's main_ppo ignores the "
+            "legacy top-level custom_reward_function)"
+        )
+    reward = cfg.get("reward") or {}
+    crf = reward.get("custom_reward_function") or {}
+    path, name = crf.get("path"), crf.get("name")
+    if str(name) != "kappo_compute_score":
+        return
+    if str(path) not in _KAPPO_REWARD_PATHS:
+        raise ValueError(
+            f"reward.custom_reward_function.name=kappo_compute_score needs "
+            f"reward.custom_reward_function.path=pkg://bestk.integrations.verl, got {path!r}"
+        )
+    kwargs = options_from_config({"bestk": crf.get("reward_kwargs") or {}})
+    unknown = set(kwargs) - {"calibration", "base", "prompt_id_key", "train_split"}
+    if "calibration" not in kwargs:
+        raise ValueError(
+            "kappo_compute_score needs "
+            "+reward.custom_reward_function.reward_kwargs.calibration=/path/cal.json"
+        )
+    cal = _load_calibration(kwargs["calibration"])
+    fn = resolve_score_fn(kwargs.get("base", "default"))
+    lines.append(f"reward: kappo_compute_score over {getattr(fn, '__name__', fn)}: {cal!r}")
+    if unknown:
+        lines.append(f"reward_kwargs forwarded to the base score function: {sorted(unknown)}")
+    algo = cfg.algorithm
+    name = str(algo.adv_estimator)
+    if cal.kind == "binary" and name == "grpo" and bool(algo.get("norm_adv_by_std_in_grpo", True)):
+        raise ValueError(
+            "algorithm.adv_estimator=grpo divides each group by its reward std, which cancels "
+            "the binary KAPPO multiplier a_k(x) (KAPPO Eq. 139): use algorithm.adv_estimator=rloo "
+            "or algorithm.norm_adv_by_std_in_grpo=False"
+        )
+
+
 def compose_verl_config(overrides: list[str] | tuple[str, ...] = ()) -> Any:
     """verl's own ``ppo_trainer`` config composed with Hydra ``overrides`` (no GPU needed)."""
     import verl
@@ -267,7 +476,10 @@ def preflight(overrides: list[str] | tuple[str, ...] = ()) -> str:
     here), looks ``algorithm.adv_estimator`` up in verl's registry (so the plugin must have
     loaded), and for a bestk estimator validates its ``algorithm.bestk`` options by running it
     on a small batch of ``actor_rollout_ref.rollout.n``-sample groups (``kappo_grpo``: loads the
-    calibration instead). Returns a one-paragraph summary; raises on any problem.
+    calibration instead). With :func:`kappo_compute_score` as the custom reward function it
+    loads the calibration and the base score function, and refuses a binary calibration with
+    verl's std-normalised ``grpo`` (Eq. 139). Returns a one-paragraph summary; raises on any
+    problem.
     """
     cfg = compose_verl_config(overrides)
     name = str(cfg.algorithm.adv_estimator)
@@ -277,6 +489,7 @@ def preflight(overrides: list[str] | tuple[str, ...] = ()) -> str:
         f"algorithm.adv_estimator={name} -> {fn.__module__}.{fn.__name__}",
         f"actor_rollout_ref.rollout.n={n}",
     ]
+    _check_kappo_reward(cfg, lines)
     if getattr(fn, "__bestk_estimator__", None) is None:
         lines.append("not a bestk estimator: verl's own implementation")
         return "\n".join(lines)

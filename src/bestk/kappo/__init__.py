@@ -2,7 +2,8 @@
 
 Reference calibration (binary pass@k and continuous win-rate max@k), the closed-form optimal
 quantities, the ``kappo_grpo`` advantage estimator (registered on import), the @k-A*PO / @k-DPO
-losses, the discrete max@k reconstruction and the finite-bank error analysis. See docs/kappo.md.
+losses, the reward-side transform for any engine (:func:`transform_rewards`), the discrete max@k
+reconstruction and the finite-bank error analysis. See docs/kappo.md.
 """
 
 from bestk.kappo.bank import load_bank
@@ -16,6 +17,7 @@ from bestk.kappo.reconstruction import (
     reconstruct_max_at_k,
 )
 from bestk.kappo.sensitivity import BankError, binomial_weights, finite_bank_error
+from bestk.kappo.transform import transform_rewards
 from bestk.kappo.winrate import (
     winrate_constant,
     winrate_G,
@@ -45,6 +47,7 @@ __all__ = [
     "reconstruct_from_bank",
     "reconstruct_max_at_k",
     "solve_p_star",
+    "transform_rewards",
     "winrate_G",
     "winrate_T",
     "winrate_constant",
