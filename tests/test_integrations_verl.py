@@ -423,3 +423,210 @@ def test_plumbing_reproduces_verls_own_grpo():
             token_level_rewards=rewards, response_mask=mask, index=uid
         )
         torch.testing.assert_close(ours, theirs.to(ours.dtype), atol=1e-5, rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reward-side KAPPO: kappo_compute_score through verl's own reward code path
+
+KAPPO_REWARD = (
+    "reward.custom_reward_function.path=pkg://bestk.integrations.verl",
+    "reward.custom_reward_function.name=kappo_compute_score",
+)
+GSM_ALPHABET = "0123456789# +=abc"
+
+
+def _kappo_setup(tmp_path, k=4, beta=0.1):
+    """A binary calibration for prompt ids 0, 1, 2 (q = 3/30, 15/30, 27/30) and a char
+    tokenizer directory (verl's reward worker loads its tokenizer from model.path)."""
+    from bestk.kappo import calibrate
+    from bestk.train.policy import build_char_tokenizer
+
+    bank = {0: [1] * 3 + [0] * 27, 1: [1] * 15 + [0] * 15, 2: [1] * 27 + [0] * 3}
+    cal_path = calibrate(bank, k=k, beta=beta).save(tmp_path / "cal.json")
+    tok = build_char_tokenizer(GSM_ALPHABET)
+    tok.save_pretrained(tmp_path / "tok")
+    q = {i: sum(v) / 30 for i, v in bank.items()}
+    return cal_path, tok, q
+
+
+def _gsm_batch(tok, rows):
+    """A verl DataProto after rollout: rows of (response text, prompt index, split, uid)."""
+    from verl import DataProto
+
+    b, lp, lr = len(rows), 3, 12
+    prompts = torch.tensor([tok.encode("1+1")] * b)
+    responses = torch.full((b, lr), tok.pad_token_id)
+    attention = torch.zeros(b, lp + lr, dtype=torch.long)
+    attention[:, :lp] = 1
+    for i, (text, *_rest) in enumerate(rows):
+        ids = tok.encode(text)
+        responses[i, : len(ids)] = torch.tensor(ids)
+        attention[i, lp : lp + len(ids)] = 1
+    obj = lambda xs: np.array(xs, dtype=object)  # noqa: E731
+    return DataProto.from_dict(
+        tensors={"prompts": prompts, "responses": responses, "attention_mask": attention},
+        non_tensors={
+            "data_source": obj(["openai/gsm8k"] * b),
+            "reward_model": obj([{"ground_truth": "12"}] * b),
+            "extra_info": obj([{"index": r[1], "split": r[2]} for r in rows]),
+            "uid": obj([r[3] for r in rows]),
+        },
+    )
+
+
+@pytest.mark.parametrize("estimator", ["rloo", "grpo"])
+def test_kappo_reward_through_verls_reward_loop_and_estimators(tmp_path, estimator):
+    """verl's RewardLoopWorker (the trainer's reward path: load_reward_manager ->
+    NaiveRewardManager -> our function with reward_kwargs) scores GSM8K answers with verl's own
+    scorer, bestk turns them into a_k(x)·R; verl's rloo / Dr.GRPO then give a_k(x) times the
+    centred raw rewards, a_k solved independently (brentq on Eq. 6)."""
+    from verl.experimental.reward_loop import RewardLoopWorker
+    from verl.experimental.reward_loop.reward_manager import NaiveRewardManager
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    from tests._kappo_ref import a_k_ref
+
+    cal_path, tok, q = _kappo_setup(tmp_path)
+    cfg = _compose(
+        *KAPPO_REWARD,
+        f"+reward.custom_reward_function.reward_kwargs.calibration={cal_path}",
+        f"actor_rollout_ref.model.path={tmp_path / 'tok'}",
+        f"algorithm.adv_estimator={estimator}",
+        "algorithm.norm_adv_by_std_in_grpo=False",
+    )
+    assert "kappo_compute_score" in bverl.preflight(
+        [*KAPPO_REWARD, f"+reward.custom_reward_function.reward_kwargs.calibration={cal_path}",
+         f"algorithm.adv_estimator={estimator}", "algorithm.norm_adv_by_std_in_grpo=False"]
+    )
+    rng = np.random.default_rng(0)
+    rows, correct = [], []
+    for pid in (0, 1, 2):
+        for _ in range(4):
+            ok = bool(rng.random() < 0.5)
+            rows.append((("so #### 12" if ok else "#### 13"), pid, "train", f"uid-{pid}"))
+            correct.append(float(ok))
+    rows.append(("#### 12", 0, "test", "uid-val"))  # a validation row: raw score
+    correct.append(1.0)
+    data = _gsm_batch(tok, rows)
+    worker = RewardLoopWorker(cfg)
+    assert isinstance(worker.reward_manager, NaiveRewardManager)
+    out = worker.loop.run_until_complete(worker.compute_score_batch(data))
+    scores = [o["reward_score"] for o in out]
+    a = {pid: a_k_ref(q[pid], 4, 0.1) for pid in q}
+    want = [a[r[1]] * c if r[2] == "train" else c for r, c in zip(rows, correct, strict=True)]
+    np.testing.assert_allclose(scores, want, rtol=1e-9)
+    info = [o["reward_extra_info"] for o in out]
+    assert [i["acc"] for i in info] == correct and [i["raw_score"] for i in info] == correct
+    assert len({tuple(sorted(i)) for i in info}) == 1  # same keys on every row (verl stacks them)
+
+    train = data[:12]
+    train.batch["token_level_rewards"] = NaiveRewardManager.assemble_rm_scores(train, scores[:12])
+    train.batch["response_mask"] = train.batch["attention_mask"][:, 3:]
+    adv = compute_advantage(
+        train, adv_estimator=estimator, norm_adv_by_std_in_grpo=False, config=cfg.algorithm
+    ).batch["advantages"]
+    r = np.array(correct[:12]).reshape(3, 4)
+    mean = r.mean(1, keepdims=True)
+    centred = r - mean if estimator == "grpo" else (r - mean) * 4 / 3  # LOO: n/(n-1)(r - mean)
+    expect = np.array([a[p] for p in (0, 1, 2)])[:, None] * centred
+    seq = adv.sum(-1) / train.batch["response_mask"].sum(-1)
+    np.testing.assert_allclose(seq.numpy(), expect.reshape(-1), rtol=1e-5, atol=1e-6)
+
+
+def test_kappo_reward_options_and_errors(tmp_path):
+    from bestk.kappo import calibrate
+
+    cal_path, _, q = _kappo_setup(tmp_path)
+    kw = dict(data_source="openai/gsm8k", solution_str="#### 12", ground_truth="12")
+    out = bverl.kappo_compute_score(**kw, extra_info={"index": 2}, calibration=str(cal_path))
+    assert out["score"] == pytest.approx(
+        calibrate({2: [1] * 27 + [0] * 3}, k=4, beta=0.1).get("a_k", [2])[0]
+    )
+    # A callable base, extra reward_kwargs forwarded to it, a dict result, another id key.
+    calls = []
+
+    def base(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0):
+        calls.append(bonus)
+        return {"score": 1.0, "length": len(solution_str)}
+
+    out = bverl.kappo_compute_score(
+        **kw, extra_info={"pid": 0}, calibration=str(cal_path), base=base,
+        prompt_id_key="pid", bonus=2.0,
+    )
+    assert calls == [2.0] and out["length"] == 7 and out["raw_score"] == 1.0
+    from tests._kappo_ref import a_k_ref
+
+    assert out["score"] == pytest.approx(a_k_ref(q[0], 4, 0.1), rel=1e-9)
+    fn = bverl.resolve_score_fn("verl.utils.reward_score.gsm8k:compute_score")
+    assert fn("#### 12", "12") == 1.0
+    assert bverl.resolve_score_fn("default").__name__ == "default_compute_score"
+    # Win-rate calibration: T_j of the raw score.
+    wr = calibrate({5: [0.0, 0.5, 1.0] * 10}, k=2, beta=0.2, kind="winrate").save(
+        tmp_path / "wr.json"
+    )
+    out = bverl.kappo_compute_score(
+        **kw, extra_info={"index": 5}, calibration=str(wr), base=lambda **_: 0.5
+    )
+    from bestk.kappo import winrate_table
+
+    assert out["score"] == pytest.approx(winrate_table(30, 2, 0.2)[20])
+    with pytest.raises(ValueError, match="needs the calibration"):
+        bverl.kappo_compute_score(**kw, extra_info={"index": 0})
+    with pytest.raises(ValueError, match="extra_info has no 'index'"):
+        bverl.kappo_compute_score(**kw, extra_info={"split": "train"}, calibration=str(cal_path))
+    with pytest.raises(ValueError, match="prompt 7 is not in the calibration"):
+        bverl.kappo_compute_score(**kw, extra_info={"index": 7}, calibration=str(cal_path))
+    with pytest.raises(ValueError, match="cannot be loaded"):
+        bverl.resolve_score_fn("no_such_module_xyz:f")
+    with pytest.raises(ValueError, match="module:function"):
+        bverl.resolve_score_fn("no_colon")
+    with pytest.raises(ValueError, match="without 'score'"):
+        bverl.kappo_compute_score(
+            **kw, extra_info={"index": 0}, calibration=str(cal_path), base=lambda **_: {"x": 1}
+        )
+
+
+def test_preflight_refuses_std_grpo_with_a_binary_kappo_reward(tmp_path):
+    cal_path, _, _ = _kappo_setup(tmp_path)
+    cal_arg = f"+reward.custom_reward_function.reward_kwargs.calibration={cal_path}"
+    with pytest.raises(ValueError, match="cancels the binary KAPPO multiplier"):
+        bverl.preflight([*KAPPO_REWARD, cal_arg, "algorithm.adv_estimator=grpo"])
+    with pytest.raises(ValueError, match="needs .*reward_kwargs.calibration"):
+        bverl.preflight([*KAPPO_REWARD, "algorithm.adv_estimator=rloo"])
+    with pytest.raises(ValueError, match="path=pkg://bestk.integrations.verl"):
+        bverl.preflight(
+            ["reward.custom_reward_function.path=/tmp/x.py",
+             "reward.custom_reward_function.name=kappo_compute_score"]
+        )
+
+
+def test_example_kappo_recipe_dry_run(tmp_path):
+    """examples/verl/run_gsm8k_kappo.sh: composes on verl's config, preflight passes for rloo
+    and Dr.GRPO, and the KL coefficient is the calibration's beta ((N-1)/N beta for Dr.GRPO)."""
+    cal_path, _, _ = _kappo_setup(tmp_path, beta=0.05)
+    script = os.path.join(os.path.dirname(__file__), "..", "examples", "verl", "run_gsm8k_kappo.sh")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_USE_EXTERNAL")}
+    for est, coef in (("rloo", 0.05), ("grpo", 0.05 * 7 / 8)):
+        env.update(DRY_RUN="1", CAL=str(cal_path), ESTIMATOR=est, N="8")
+        out = subprocess.run(
+            ["bash", script, "trainer.nnodes=1"], capture_output=True, text=True, env=env,
+            timeout=300,
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert "reward: kappo_compute_score over default_compute_score" in out.stdout
+        assert out.stdout.strip().endswith("OK")
+        cfg = _compose(*_script_overrides(script, env))
+        assert cfg.actor_rollout_ref.actor.kl_loss_coef == pytest.approx(coef)
+    env.update(CAL=str(tmp_path / "missing.json"))
+    out = subprocess.run(["bash", script], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 2 and "not found" in out.stderr
+
+
+def _script_overrides(script, env):
+    """The Hydra overrides the launch script would hand verl (its DRY_RUN=print mode)."""
+    out = subprocess.run(
+        ["bash", script], capture_output=True, text=True, env={**env, "DRY_RUN": "print"},
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.strip().splitlines()

@@ -14,18 +14,12 @@ import math
 import numpy as np
 import pytest
 import torch
-from scipy.optimize import brentq
 
 from bestk.kappo import calibrate, transform_rewards, winrate_table
+from tests._kappo_ref import a_k_ref, p_star_ref
 
 M = 30
 BANK = {"easy": [1] * 27 + [0] * 3, "mid": [1] * 12 + [0] * 18, "hard": [1] + [0] * 29}
-
-
-def p_star_ref(q: float, k: int, beta: float) -> float:
-    """Root of k(1-p)^(k-1) = beta log(p(1-q)/(q(1-p))) in (q, 1) (Eq. 6), by brentq."""
-    f = lambda p: k * (1 - p) ** (k - 1) - beta * math.log(p * (1 - q) / (q * (1 - p)))  # noqa: E731
-    return brentq(f, q, 1 - 1e-15, xtol=1e-15, rtol=1e-15)
 
 
 @pytest.mark.parametrize("k", [1, 2, 4])
@@ -36,7 +30,7 @@ def test_binary_is_a_k_times_reward_and_gives_p_star(k):
     r = np.array([1, 1, 1, 0, 0, 1], dtype=float)
     got = transform_rewards(cal, ids, r)
     q = {p: sum(v) / M for p, v in BANK.items()}
-    a = {p: k * (1 - p_star_ref(q[p], k, beta)) ** (k - 1) for p in BANK}
+    a = {p: a_k_ref(q[p], k, beta) for p in BANK}
     np.testing.assert_allclose(got, [a[i] * x for i, x in zip(ids, r, strict=True)], rtol=1e-9)
     assert got.dtype == np.float64
     # Cor. 4.4: the ordinary KL-regularised optimum of the transformed reward is the pass@k one.

@@ -7,7 +7,9 @@
 #   ESTIMATOR=softmax_grpo bash examples/verl/run_gsm8k_argmaxrl.sh +algorithm.bestk.tau=0.1
 #   ESTIMATOR=pkpo bash examples/verl/run_gsm8k_argmaxrl.sh +algorithm.bestk.k=4
 #   DRY_RUN=1 bash examples/verl/run_gsm8k_argmaxrl.sh              # check config, no GPU
+#   DRY_RUN=print bash examples/verl/run_gsm8k_argmaxrl.sh          # print the overrides
 #
+# Environment knobs: DATA, MODEL, ESTIMATOR, N, GPUS, NODES, KL_COEF, EXPERIMENT.
 # Extra arguments are Hydra overrides appended to the command line; bestk options go under
 # `+algorithm.bestk.<option>` (the `+` is needed: `algorithm` is a struct config in verl).
 # Data: verl's GSM8K preprocessing (examples/data_preprocess/gsm8k.py in the verl repository)
@@ -20,6 +22,8 @@ ESTIMATOR=${ESTIMATOR:-argmaxrl}
 N=${N:-8}                     # samples per prompt: the group size the @k estimators use
 GPUS=${GPUS:-8}
 NODES=${NODES:-1}
+KL_COEF=${KL_COEF:-0.001}     # actor KL loss coefficient
+EXPERIMENT=${EXPERIMENT:-${ESTIMATOR}_n${N}}
 
 ARGS=(
   algorithm.adv_estimator="$ESTIMATOR"
@@ -38,7 +42,7 @@ ARGS=(
   actor_rollout_ref.actor.ppo_mini_batch_size=64
   actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16
   actor_rollout_ref.actor.use_kl_loss=True
-  actor_rollout_ref.actor.kl_loss_coef=0.001
+  actor_rollout_ref.actor.kl_loss_coef="$KL_COEF"
   actor_rollout_ref.actor.kl_loss_type=low_var_kl
   actor_rollout_ref.actor.entropy_coeff=0
   actor_rollout_ref.rollout.name=vllm
@@ -50,7 +54,7 @@ ARGS=(
   trainer.critic_warmup=0
   trainer.logger='["console"]'
   trainer.project_name=bestk_gsm8k
-  trainer.experiment_name="${ESTIMATOR}_n${N}"
+  trainer.experiment_name="$EXPERIMENT"
   trainer.n_gpus_per_node="$GPUS"
   trainer.nnodes="$NODES"
   trainer.save_freq=50
@@ -58,6 +62,11 @@ ARGS=(
   trainer.total_epochs=15
 )
 
+if [[ "${DRY_RUN:-0}" == print ]]; then
+  # The Hydra overrides this script hands verl, one per line (for tests and scripting).
+  printf '%s\n' "${ARGS[@]}" "$@"
+  exit 0
+fi
 if [[ "${DRY_RUN:-0}" == 1 ]]; then
   # Composes verl's own config with these overrides, checks the estimator is registered and
   # runs it on a toy batch with your algorithm.bestk options. No GPU, no data needed.
