@@ -131,10 +131,10 @@ def _kappo_ref(cal):
     return ref
 
 
-def _config(tmp_path, weights):
+def _config(tmp_path, weights, **overrides):
     from trl import GRPOConfig
 
-    return GRPOConfig(
+    kwargs = dict(
         output_dir=str(tmp_path),
         per_device_train_batch_size=3 * N,
         num_generations=N,
@@ -154,6 +154,8 @@ def _config(tmp_path, weights):
         disable_tqdm=True,
         dataloader_num_workers=0,
     )
+    kwargs.update(overrides)
+    return GRPOConfig(**kwargs)
 
 
 @pytest.mark.parametrize("estimator", ["argmaxrl", "kappo_grpo"])
@@ -300,6 +302,7 @@ def test_each_process_gets_its_slice_of_the_gathered_advantages(monkeypatch, wit
     t.model = types.SimpleNamespace(training=True)
     t.num_generations, t.num_generations_eval = N, N
     t.reward_weights = torch.ones(1)
+    t.batch_std_eps = None
     t.accelerator = types.SimpleNamespace(process_index=1)
     from collections import deque
 
@@ -334,10 +337,11 @@ def test_prompt_ids_checks():
         )
 
 
-def test_grpo_estimator_reproduces_trls_own_advantages(tmp_path):
-    """Cross-check of the plumbing against TRL itself: bestk's ``grpo`` with TRL's epsilon
-    (1e-4) must give TRL's own advantages, None handling and weights included, on the same
-    seeded run (identical completions, so identical updates)."""
+@pytest.mark.parametrize("scale_rewards", ["group", "batch", "none"])
+def test_grpo_estimator_reproduces_trls_own_advantages(tmp_path, scale_rewards):
+    """Cross-check of the plumbing against TRL itself: bestk's ``grpo`` must give TRL's own
+    advantages for each ``scale_rewards`` (TRL's epsilon 1e-4 by default), None handling and
+    weights included, on the same seeded run (identical completions, so identical updates)."""
     from datasets import Dataset
     from trl import GRPOTrainer
 
@@ -346,7 +350,7 @@ def test_grpo_estimator_reproduces_trls_own_advantages(tmp_path):
         rec = Recorder()
         captured = []
         base = GRPOTrainer if kind == "trl" else BestkGRPOTrainer
-        extra = {} if kind == "trl" else {"estimator": "grpo", "estimator_options": {"eps": 1e-4}}
+        extra = {} if kind == "trl" else {"estimator": "grpo"}
 
         class Capture(base):
             sink = captured
@@ -360,7 +364,7 @@ def test_grpo_estimator_reproduces_trls_own_advantages(tmp_path):
         Capture(
             model=model,
             reward_funcs=[rec.reward_len, rec.reward_char],
-            args=_config(tmp_path / kind, [1.0, 0.5]),
+            args=_config(tmp_path / kind, [1.0, 0.5], scale_rewards=scale_rewards),
             train_dataset=Dataset.from_list(ROWS),
             processing_class=tok,
             **extra,
@@ -369,3 +373,170 @@ def test_grpo_estimator_reproduces_trls_own_advantages(tmp_path):
     assert runs["trl"][0] == runs["bestk"][0]  # same completions were scored
     for ours, theirs in zip(runs["bestk"][1], runs["trl"][1], strict=True):
         torch.testing.assert_close(ours, theirs, atol=2e-5, rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# GRPOConfig options that change advantages: honoured or refused up front
+
+
+def test_scale_rewards_batch_gives_trls_numbers():
+    """TRL 1.16 with scale_rewards='batch' on rewards [150, 170, 140 | 16, 18, 18]: centred per
+    group, divided by the std of all six (+1e-4)."""
+    from trl import GRPOConfig
+
+    from bestk.integrations.trl import check_trl_args
+
+    args = GRPOConfig(output_dir="unused", scale_rewards="batch", use_cpu=True, report_to="none")
+    opts, eps = check_trl_args(args, "grpo", {})
+    assert opts == {"scale": "none"} and eps == 1e-4
+    r = torch.tensor([[150.0], [170.0], [140.0], [16.0], [18.0], [18.0]])
+    got = bestk_advantages(r, torch.ones(1), 3, "grpo", opts, batch_std_eps=eps)
+    np.testing.assert_allclose(
+        got.numpy(), [-0.044, 0.222, -0.178, -0.018, 0.009, 0.009], atol=1e-3  # 3 decimals
+    )
+    x = r[:, 0].double().numpy()
+    ref = (x - np.repeat(x.reshape(2, 3).mean(1), 3)) / (np.std(x, ddof=1) + 1e-4)
+    np.testing.assert_allclose(got.numpy(), ref, rtol=1e-5)
+    # An unscorable row is out of the batch std and gets 0; < 2 scorable rows: all 0.
+    r2 = r.clone()
+    r2[1] = torch.nan
+    got2 = bestk_advantages(r2, torch.ones(1), 3, "grpo", opts, batch_std_eps=eps)
+    keep = np.array([0, 2, 3, 4, 5])
+    centred = np.array([150 - 145, 140 - 145, 16 - 52 / 3, 18 - 52 / 3, 18 - 52 / 3])
+    np.testing.assert_allclose(got2.numpy()[keep], centred / (np.std(x[keep], ddof=1) + 1e-4),
+                               rtol=1e-5)
+    assert got2[1] == 0
+    lone = torch.full((3, 1), torch.nan)
+    lone[0] = 1.0
+    assert not bestk_advantages(lone, torch.ones(1), 3, "grpo", opts, batch_std_eps=eps).any()
+
+
+def test_check_trl_args_honours_or_refuses():
+    from trl import GRPOConfig
+
+    from bestk.integrations.trl import check_trl_args
+
+    def cfg(**kw):
+        return GRPOConfig(output_dir="unused", use_cpu=True, report_to="none", **kw)
+
+    assert check_trl_args(None, "grpo", {}) == ({"scale": "std", "eps": 1e-4}, None)
+    assert check_trl_args(cfg(scale_rewards="none"), "grpo", {}) == (
+        {"scale": "none", "eps": 1e-4}, None)
+    assert check_trl_args(cfg(scale_rewards=False), "grpo", {"eps": 0.0})[0]["eps"] == 0.0
+    assert check_trl_args(cfg(), "argmaxrl", {}) == ({}, None)
+    assert check_trl_args(cfg(scale_rewards="none"), "rloo", {}) == ({}, None)
+    with pytest.raises(ValueError, match="applies only to estimator='grpo'"):
+        check_trl_args(cfg(scale_rewards="batch"), "argmaxrl", {})
+    with pytest.raises(ValueError, match="scale='none' contradicts.*'group'"):
+        check_trl_args(cfg(), "grpo", {"scale": "none"})
+    with pytest.raises(ValueError, match="sum_then_normalize"):
+        check_trl_args(cfg(multi_objective_aggregation="normalize_then_sum"), "grpo", {})
+
+
+@pytest.mark.parametrize(
+    ("overrides", "estimator", "match"),
+    [
+        ({"multi_objective_aggregation": "normalize_then_sum"}, "argmaxrl", "sum_then_normalize"),
+        ({"scale_rewards": "batch"}, "softmax_grpo", "applies only to estimator='grpo'"),
+    ],
+)
+def test_refusals_come_before_any_model_is_loaded(tmp_path, overrides, estimator, match):
+    """The model is a path that does not exist: a ValueError about the option (not a loading
+    error) proves the check runs before TRL loads anything."""
+    opts = {"tau": 0.1} if estimator == "softmax_grpo" else {}
+    args = _config(tmp_path, None, **overrides)
+    with pytest.raises(ValueError, match=match):
+        BestkGRPOTrainer(
+            model=str(tmp_path / "no-such-model"), reward_funcs=[lambda **_: [0.0]], args=args,
+            estimator=estimator, estimator_options=opts,
+        )
+    with pytest.raises(ValueError, match=match):  # args passed positionally, as TRL allows
+        BestkGRPOTrainer(
+            str(tmp_path / "no-such-model"), [lambda **_: [0.0]], args,
+            estimator=estimator, estimator_options=opts,
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# KappoReward: reward-side KAPPO for TRL's own GRPOTrainer
+
+
+KAPPO_BANK = {"p-abc": 2, "p-hex": 9, "p-gaze": 15, "p-bad": 24, "p-fade": 28, "p-cab": 5}
+
+
+def has_a(completions, tag, **_):
+    """Binary: 1 if the completion contains an 'a'; None for the 'partial' prompt."""
+    return [None if t == "partial" else float("a" in c) for c, t in zip(completions, tag,
+                                                                         strict=True)]
+
+
+def test_kappo_reward_in_stock_trl_grpo(tmp_path):
+    """Stock ``trl.GRPOTrainer`` with scale_rewards='none' and ``KappoReward``: TRL's own
+    advantages are a_k(x)·(R - group mean) with a_k solved independently (brentq, Eq. 6);
+    None passes through (TRL leaves the completion out, advantage 0)."""
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    from bestk.integrations.trl import KappoReward
+    from bestk.kappo import calibrate
+    from tests._kappo_ref import a_k_ref
+
+    bank = {p: [1] * n + [0] * (30 - n) for p, n in KAPPO_BANK.items()}
+    cal = calibrate(bank, k=4, beta=0.1)
+    reward = KappoReward(has_a, cal.save(tmp_path / "cal.json"), prompt_id_column="pid")
+    assert reward.__name__ == "kappo_has_a"
+    captured, seen = [], []
+
+    class Capture(GRPOTrainer):
+        def _generate_and_score_completions(self, inputs):
+            seen.append([x["pid"] for x in inputs])
+            out = super()._generate_and_score_completions(inputs)
+            captured.append((out["advantages"].detach().cpu().clone(),
+                             [list(v) for v in self._logs["completion"]][-len(inputs):]))
+            return out
+
+    model, tok = tiny_policy()
+    Capture(
+        model=model, reward_funcs=[reward], args=_config(tmp_path, None, scale_rewards="none"),
+        train_dataset=Dataset.from_list(ROWS), processing_class=tok,
+    ).train()
+    assert len(captured) == 2
+    for (adv, completions), pids in zip(captured, seen, strict=True):
+        tags = {r["pid"]: r["tag"] for r in ROWS}
+        want = np.zeros(len(pids))
+        for g in range(len(pids) // N):
+            rows = slice(g * N, (g + 1) * N)
+            pid = pids[g * N]
+            if tags[pid] == "partial":
+                continue  # every completion unscorable: advantage 0
+            r = np.array([float("a" in "".join(c)) for c in completions[rows]])
+            want[rows] = a_k_ref(KAPPO_BANK[pid] / 30, 4, 0.1) * (r - r.mean())
+        np.testing.assert_allclose(adv.numpy(), want, atol=1e-6)
+    assert any(a.abs().sum() > 0 for a, _ in captured)  # something was learned from
+
+
+def test_kappo_reward_checks():
+    from bestk.integrations.trl import KappoReward
+    from bestk.kappo import calibrate
+
+    cal = calibrate({"x": [1, 0, 0, 0], "y": [1, 1, 1, 0]}, k=2, beta=0.5)
+    f = KappoReward(lambda completions, **_: [1.0, None, 0.0], cal, prompt_id_column="pid")
+    out = f(prompts=["a"] * 3, completions=["", "", ""], pid=["x", "y", "y"])
+    assert out[1] is None and out[2] == 0.0
+    assert out[0] == pytest.approx(cal.get("a_k", ["x"])[0])
+    with pytest.raises(ValueError, match="no column 'pid'"):
+        f(prompts=["a"] * 3, completions=["", "", ""], other=[1, 2, 3])
+    with pytest.raises(ValueError, match="'z' is not in the calibration"):
+        f(prompts=["a"] * 3, completions=["", "", ""], pid=["x", "z", "z"])
+    with pytest.raises(ValueError, match="returned 3 rewards for 2"):
+        f(prompts=["a"] * 2, completions=["", ""], pid=["x", "y"])
+    with pytest.raises(ValueError, match="reward function"):
+        KappoReward("not-callable", cal)
+
+    async def coro(**_):
+        return []
+
+    with pytest.raises(ValueError, match="async"):
+        KappoReward(coro, cal)
+    with pytest.raises(ValueError, match="0/1"):
+        KappoReward(lambda **_: [0.5], cal, "pid")(completions=[""], pid=["x"])
