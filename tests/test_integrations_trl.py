@@ -1,5 +1,10 @@
 """``BestkGRPOTrainer`` against the installed TRL (CI installs it: the ``trl`` extra).
 
+* A real 2-process run (``torchrun --nproc_per_node 2``, ``use_cpu=True``, gloo): world size 2,
+  and each rank trains on its slice of bestk's advantages computed on the gathered rewards
+  (worker: ``tests/_trl_two_ranks.py``). ``accelerate launch --cpu`` is not used: accelerate
+  1.15 starts a single process with it.
+
 * A real 2-step ``BestkGRPOTrainer`` run on CPU (a tiny Qwen2 built from a config, a character
   tokenizer built with ``tokenizers``, an in-memory dataset, two weighted reward functions that
   return ``None`` for some completions): the advantages TRL trains on equal the naive per-group
@@ -540,3 +545,60 @@ def test_kappo_reward_checks():
         KappoReward(coro, cal)
     with pytest.raises(ValueError, match="0/1"):
         KappoReward(lambda **_: [0.5], cal, "pid")(completions=[""], pid=["x"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Real multi-process training
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_two_real_processes_train_on_their_slice_of_gathered_advantages(tmp_path):
+    """2 ranks x 6 completions per step, groups of 4: one group is split across the ranks, so
+    only advantages computed on the gathered rewards can be right on both."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.join(root, "src"), root, env.get("PYTHONPATH", "")]
+    )
+    env.update(OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+        "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
+        os.path.join(root, "tests", "_trl_two_ranks.py"), str(tmp_path),
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=root)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    for r, rec in enumerate(ranks):
+        assert rec["world_size"] == 2 and rec["torch_world_size"] == 2
+        assert rec["process_index"] == r and rec["distributed_type"].endswith("MULTI_CPU")
+    n_local = 6
+    split_seen = False
+    for step in range(2):
+        s0, s1 = ranks[0]["steps"][step], ranks[1]["steps"][step]
+        # The rewards really were gathered across the two processes, in rank order.
+        gathered = np.array(s0["gathered_rewards"])
+        np.testing.assert_allclose(gathered, s0["local_rewards"] + s1["local_rewards"], atol=1e-6)
+        np.testing.assert_allclose(s1["gathered_rewards"], gathered)
+        pids = s0["pids"] + s1["pids"]
+        split_seen |= s0["pids"][-1] == s1["pids"][0]
+        want = per_group(argmaxrl_ref, gathered, pids)  # bestk's ArgMaxRL, naive reference
+        for r, rec in enumerate((s0, s1)):
+            np.testing.assert_allclose(rec["gathered_advantages"], want, atol=1e-6)
+            mine = want[r * n_local : (r + 1) * n_local]
+            np.testing.assert_allclose(rec["local_advantages"], mine, atol=1e-6)
+            trained = ranks[r]["trained"][step]  # what TRL's loss received on this rank
+            np.testing.assert_allclose(sorted(trained), sorted(mine), atol=1e-6)
+    assert split_seen  # a group straddled the ranks

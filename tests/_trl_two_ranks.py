@@ -1,0 +1,110 @@
+"""Worker of ``tests/test_integrations_trl_multiprocess.py``: one rank of a real 2-process
+``BestkGRPOTrainer`` run (``torchrun --nproc_per_node 2``, ``use_cpu=True``: gloo on CPU).
+
+Each rank trains 2 steps and writes ``OUT/rank<r>.json``: its world size and index, and per
+generation batch the rewards its reward function computed locally, its prompt ids, the gathered
+rewards and advantages bestk computed, the local slice returned to TRL and the advantages TRL's
+loss received.
+
+    torchrun --nproc_per_node 2 tests/_trl_two_ranks.py OUT
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import torch
+
+N = 4  # num_generations
+PER_DEVICE = 6  # completions per rank per step: 12 in all, 3 groups, one split across ranks
+ALPHABET = "abcdefgh xyz"
+ROWS = [{"prompt": p, "pid": f"p-{p}"} for p in ("abc", "hex", "gaze", "bad", "fade", "cab")]
+
+
+def main(out: str) -> None:
+    from datasets import Dataset
+    from trl import GRPOConfig
+
+    from bestk.integrations.trl import BestkGRPOTrainer
+    from bestk.train.config import ModelConfig
+    from bestk.train.policy import build_char_tokenizer, build_tiny_model
+
+    tok = build_char_tokenizer(ALPHABET)
+    cfg = ModelConfig(hidden_size=32, intermediate_size=64, num_layers=2, max_positions=64)
+    torch.manual_seed(0)
+    model = build_tiny_model(cfg, tok, seed=0)
+    local_rewards: list[list[float]] = []
+
+    def graded(completions, **_):
+        r = [(c.count("a") + len(c) % 3) / 4 for c in completions]
+        local_rewards.append(r)
+        return r
+
+    record: dict = {"steps": [], "trained": []}
+
+    class Probe(BestkGRPOTrainer):
+        def _generate_and_score_completions(self, inputs):
+            pids = [x["pid"] for x in inputs]
+            res = super()._generate_and_score_completions(inputs)
+            record["steps"].append(
+                {
+                    "pids": pids,
+                    "local_rewards": local_rewards[-1],
+                    "gathered_rewards": self.last_rewards.tolist(),
+                    "gathered_advantages": self.last_advantages.tolist(),
+                    "local_advantages": res["advantages"].detach().cpu().tolist(),
+                }
+            )
+            return res
+
+        def compute_loss(self, model, inputs, *a, **kw):
+            record["trained"].append(inputs["advantages"].detach().cpu().tolist())
+            return super().compute_loss(model, inputs, *a, **kw)
+
+    args = GRPOConfig(
+        output_dir=os.path.join(out, "trainer"),
+        per_device_train_batch_size=PER_DEVICE,
+        num_generations=N,
+        steps_per_generation=1,
+        gradient_accumulation_steps=1,
+        max_completion_length=6,
+        max_steps=2,
+        learning_rate=1e-3,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        ddp_backend="gloo",
+        bf16=False,
+        beta=0.0,
+        seed=0,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    trainer = Probe(
+        model=model,
+        reward_funcs=[graded],
+        args=args,
+        train_dataset=Dataset.from_list(ROWS),
+        processing_class=tok,
+        estimator="argmaxrl",
+        prompt_id_column="pid",
+    )
+    trainer.train()
+    acc = trainer.accelerator
+    record.update(
+        world_size=acc.num_processes,
+        process_index=acc.process_index,
+        distributed_type=str(acc.distributed_type),
+        torch_world_size=torch.distributed.get_world_size()
+        if torch.distributed.is_initialized()
+        else 1,
+    )
+    with open(os.path.join(out, f"rank{acc.process_index}.json"), "w") as f:
+        json.dump(record, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
