@@ -602,3 +602,145 @@ def test_two_real_processes_train_on_their_slice_of_gathered_advantages(tmp_path
             trained = ranks[r]["trained"][step]  # what TRL's loss received on this rank
             np.testing.assert_allclose(sorted(trained), sorted(mine), atol=1e-6)
     assert split_seen  # a group straddled the ranks
+
+
+# ---------------------------------------------------------------------------------------------
+# BestkDPOTrainer: @k-DPO with a per-prompt beta_eff
+
+PREFS = [
+    {"prompt": p, "chosen": c, "rejected": r, "pid": f"p-{p}"}
+    for p, c, r in [
+        ("abc", "aab", "xyz"), ("hex", "ha", "zz"), ("gaze", "gag", "y"), ("bad", "dab", "xx"),
+        ("fade", "fa", "hhh"), ("cab", "acab", "z"), ("hag", "ah", "yyy"), ("egg", "gee", "x"),
+    ]
+]
+DPO_BANK = {"p-abc": 0, "p-hex": 3, "p-gaze": 9, "p-bad": 15, "p-fade": 22, "p-cab": 27,
+            "p-hag": 29, "p-egg": 30}  # successes of M = 30 (both boundaries included)
+
+
+def _dpo_config(tmp_path, beta=0.1, **overrides):
+    from trl import DPOConfig
+
+    kwargs = dict(
+        output_dir=str(tmp_path), per_device_train_batch_size=4, max_steps=2,
+        learning_rate=1e-2, beta=beta, logging_steps=1, save_strategy="no", report_to="none",
+        use_cpu=True, bf16=False, seed=0, disable_tqdm=True, dataloader_num_workers=0,
+    )
+    kwargs.update(overrides)
+    return DPOConfig(**kwargs)
+
+
+def _dpo_run(tmp_path, k=None, trainer_cls=None):
+    """A 2-step DPO run; returns (per-step losses, per-step independent losses or None)."""
+    import copy
+
+    from datasets import Dataset
+    from trl import DPOTrainer
+
+    from bestk.integrations.trl import BestkDPOTrainer
+    from bestk.kappo import calibrate
+
+    model, tok = tiny_policy(seed=1)
+    ref = copy.deepcopy(model)
+    losses, independent = [], []
+    extra = {}
+    base = DPOTrainer
+    if k is not None:
+        bank = {p: [1] * n + [0] * (30 - n) for p, n in DPO_BANK.items()}
+        extra = {"calibration": calibrate(bank, k=k, beta=0.1), "prompt_id_column": "pid"}
+        base = BestkDPOTrainer
+    pid_of = {r["prompt"]: r["pid"] for r in PREFS}
+
+    class Probe(base):
+        def compute_loss(self, model, inputs, *a, **kw):
+            if k is not None:
+                independent.append(_independent_dpo_loss(model, ref, inputs, tok, pid_of, k))
+            loss = super().compute_loss(model, inputs, *a, **kw)
+            losses.append(loss.detach().clone())
+            return loss
+
+    Probe(
+        model=model, ref_model=ref, args=_dpo_config(tmp_path), train_dataset=Dataset.from_list(
+            PREFS), processing_class=tok, **extra,
+    ).train()
+    return losses, independent
+
+
+def _beta_eff_ref(n_success, k, beta=0.1, m=30):
+    """Eq. 149: min(beta / (k (1 - p*)^(k-1)), 2) with p* from brentq at q = N / (M + 0.5)."""
+    from tests._kappo_ref import a_k_ref
+
+    q = n_success / (m + 0.5)
+    return min(beta / a_k_ref(q, k, beta), 2.0) if q > 0 else beta / k
+
+
+def _independent_dpo_loss(model, ref, inputs, tok, pid_of, k):
+    """-mean log sigmoid(beta_eff (Δ_w - Δ_l)) from plain forward passes (log_softmax of the
+    logits, summed over completion tokens) and beta_eff solved here (brentq)."""
+    ids, att, comp = inputs["input_ids"], inputs["attention_mask"], inputs["completion_mask"]
+
+    def seq_logps(m):
+        with torch.no_grad():
+            logits = m(input_ids=ids, attention_mask=att).logits[:, :-1].double()
+        lp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None])[..., 0]
+        return (lp * comp[:, 1:]).sum(-1)
+
+    delta = seq_logps(model) - seq_logps(ref)
+    dw, dl = delta.chunk(2)
+    half = ids.shape[0] // 2
+    prompts = [tok.decode(ids[i][comp[i] == 0][att[i][comp[i] == 0] == 1]) for i in range(half)]
+    beta = torch.tensor([_beta_eff_ref(DPO_BANK[pid_of[p]], k) for p in prompts],
+                        dtype=torch.float64)
+    return float(-torch.nn.functional.logsigmoid(beta * (dw - dl)).mean())
+
+
+def test_dpo_k1_reproduces_trls_dpo_step_by_step(tmp_path):
+    """k = 1: beta_eff = beta for every prompt, so BestkDPOTrainer is TRL's DPO bit for bit."""
+    stock, _ = _dpo_run(tmp_path / "trl")
+    ours, _ = _dpo_run(tmp_path / "bestk", k=1)
+    assert len(stock) == len(ours) == 2
+    for a, b in zip(stock, ours, strict=True):
+        assert torch.equal(a, b), (a, b)
+    assert not torch.equal(stock[0], stock[1])  # the first step changed the policy
+
+
+def test_dpo_k4_loss_is_eq13_with_per_prompt_beta_eff(tmp_path):
+    losses, independent = _dpo_run(tmp_path, k=4)
+    assert len(losses) == 2
+    np.testing.assert_allclose([float(x) for x in losses], independent, rtol=1e-5, atol=1e-6)
+    stock, _ = _dpo_run(tmp_path / "trl")
+    # Step 1 starts at the reference (loss log 2 whatever beta); at step 2 beta_eff matters.
+    assert float(losses[0]) == pytest.approx(math.log(2))
+    assert abs(float(stock[1]) - float(losses[1])) > 1e-3
+
+
+def test_dpo_refusals_before_any_model_is_loaded(tmp_path):
+    from datasets import Dataset
+
+    from bestk.integrations.trl import BestkDPOTrainer
+    from bestk.kappo import calibrate
+
+    cal = calibrate({r["pid"]: [1, 0, 0] for r in PREFS}, k=2, beta=0.1)
+    ds = Dataset.from_list(PREFS)
+    nowhere = str(tmp_path / "no-such-model")
+
+    def build(args=None, calibration=cal, dataset=ds, **kw):
+        return BestkDPOTrainer(nowhere, args=args or _dpo_config(tmp_path), train_dataset=dataset,
+                               calibration=calibration, prompt_id_column="pid", **kw)
+
+    with pytest.raises(ValueError, match="binary calibration"):
+        build(calibration=calibrate({"a": [0.1, 0.5]}, k=2, beta=0.1, kind="winrate"))
+    with pytest.raises(ValueError, match="beta=0.2 differs from the calibration's beta=0.1"):
+        build(args=_dpo_config(tmp_path, beta=0.2))
+    with pytest.raises(ValueError, match="loss_type must be"):
+        build(args=_dpo_config(tmp_path, loss_type=["ipo"]))
+    with pytest.raises(ValueError, match="reverse_kl"):
+        build(args=_dpo_config(tmp_path, f_divergence_type="js_divergence"))
+    with pytest.raises(ValueError, match="sync_ref_model"):
+        build(args=_dpo_config(tmp_path, sync_ref_model=True))
+    with pytest.raises(ValueError, match="no column 'pid'"):
+        build(dataset=ds.remove_columns("pid"))
+    with pytest.raises(ValueError, match="'p-new' is not in the calibration"):
+        build(eval_dataset={"x": Dataset.from_list([{**PREFS[0], "pid": "p-new"}])})
+    with pytest.raises(ValueError, match="cannot be read"):
+        build(calibration=str(tmp_path / "missing.json"))

@@ -1,4 +1,5 @@
-r"""TRL integration: ``BestkGRPOTrainer``, a ``trl.GRPOTrainer`` trained on bestk advantages.
+r"""TRL integration: ``BestkGRPOTrainer`` (bestk advantages), ``BestkDPOTrainer`` (@k-DPO) and
+``KappoReward`` (reward-side KAPPO for TRL's own trainers).
 
 .. code-block:: python
 
@@ -67,6 +68,7 @@ prompt id read from a dataset column.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -80,16 +82,18 @@ from bestk.integrations._common import load_calibration
 from bestk.kappo import transform_rewards
 
 try:
-    from trl import GRPOTrainer
+    from trl import DPOTrainer, GRPOTrainer
 except ImportError as e:  # pragma: no cover - exercised only without trl
     raise ImportError(
         'bestk.integrations.trl needs TRL; install it with `pip install "bestk[trl]"`'
     ) from e
 
 __all__ = [
+    "BestkDPOTrainer",
     "BestkGRPOTrainer",
     "KappoReward",
     "bestk_advantages",
+    "check_dpo_args",
     "check_estimator",
     "check_trl_args",
 ]
@@ -446,3 +450,180 @@ class KappoReward:
             for i, v in zip(keep, transform_rewards(self.calibration, sel, values), strict=True):
                 out[i] = float(v)
         return out
+
+
+# ---------------------------------------------------------------------------------------------
+# @k-DPO: TRL's DPOTrainer with a per-prompt beta_eff(x)
+
+#: The batch key that carries each pair's beta_eff from the collator to the loss.
+BETA_EFF_KEY = "bestk_beta_eff"
+#: TRL loss types whose optimum @k-DPO's beta_eff rescales as KAPPO derives it (Eq. 13); "sft"
+#: (the NLL term of RPO-style mixtures) does not use beta at all.
+DPO_LOSS_TYPES = ("sigmoid", "sft")
+
+
+class _BetaEffCollator:
+    """Wraps TRL's preference collator: adds ``beta_eff(x)`` of each pair's prompt id."""
+
+    def __init__(self, base: Any, calibration: Any, column: str):
+        self.base = base
+        self.calibration = calibration
+        self.column = column
+
+    def __call__(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
+        missing = [i for i, x in enumerate(examples) if self.column not in x]
+        if missing:
+            raise ValueError(
+                f"prompt_id_column {self.column!r} is missing from example {missing[0]} of this "
+                "batch (keep it in the dataset)"
+            )
+        out = self.base(examples)
+        ids = np.empty(len(examples), dtype=object)
+        ids[:] = [x[self.column] for x in examples]
+        out[BETA_EFF_KEY] = torch.tensor(
+            self.calibration.get("dpo_beta_eff", ids), dtype=torch.float32
+        )
+        return out
+
+
+def _dataset_ids(dataset: Any, column: str, name: str) -> Any:
+    """All prompt ids of a map-style dataset (``None`` for iterable ones: checked per batch)."""
+    names = getattr(dataset, "column_names", None)
+    if names is None or not hasattr(dataset, "__len__"):
+        return None
+    if column not in names:
+        raise ValueError(
+            f"{name} has no column {column!r} (prompt_id_column: the calibration's prompt ids); "
+            f"columns: {', '.join(names)}"
+        )
+    return dataset[column]
+
+
+def check_dpo_args(args: Any, calibration: Any) -> None:
+    """Refuse ``DPOConfig`` settings @k-DPO does not define, in one line each.
+
+    @k-DPO (KAPPO Eq. 13) is the DPO logistic loss with :math:`\\beta_{eff}(x)` in place of
+    :math:`\\beta`: ``loss_type`` must be ``"sigmoid"`` (optionally with ``"sft"``),
+    ``f_divergence_type`` ``"reverse_kl"`` (the KL of the objective), ``beta`` the
+    calibration's β (the β the pass@k objective was calibrated for), and the reference fixed
+    (``sync_ref_model=False``: the calibration describes the initial reference).
+    """
+    loss_types = list(getattr(args, "loss_type", ["sigmoid"]) or ["sigmoid"])
+    if isinstance(getattr(args, "loss_type", None), str):
+        loss_types = [args.loss_type]
+    bad = [t for t in loss_types if t not in DPO_LOSS_TYPES]
+    if bad or "sigmoid" not in loss_types:
+        raise ValueError(
+            f"BestkDPOTrainer trains @k-DPO, the sigmoid DPO loss with beta_eff(x) (KAPPO Eq. 13): "
+            f"loss_type must be ['sigmoid'] (optionally with 'sft'), got {loss_types}"
+        )
+    div = getattr(args, "f_divergence_type", "reverse_kl")
+    if str(getattr(div, "value", div)) != "reverse_kl":
+        raise ValueError(
+            f"BestkDPOTrainer needs f_divergence_type='reverse_kl' (the KL of the pass@k "
+            f"objective), got {div!r}"
+        )
+    beta = float(getattr(args, "beta", 0.1))
+    if not math.isclose(beta, calibration.beta, rel_tol=1e-12, abs_tol=0.0):
+        raise ValueError(
+            f"DPOConfig beta={beta} differs from the calibration's beta={calibration.beta}: "
+            "@k-DPO's beta_eff(x) is calibrated for that beta; set beta to it"
+        )
+    if getattr(args, "sync_ref_model", False):
+        raise ValueError(
+            "BestkDPOTrainer needs sync_ref_model=False: the calibration describes the fixed "
+            "reference policy"
+        )
+
+
+class BestkDPOTrainer(DPOTrainer):
+    r"""``trl.DPOTrainer`` training @k-DPO: per-prompt :math:`\beta_{eff}(x)` from a calibration.
+
+    The loss is TRL's sigmoid DPO loss with each pair's :math:`\beta` replaced by the
+    calibration's @k-DPO coefficient of its prompt (KAPPO Eq. 13 with Eq. 149):
+
+    .. math:: -\log\sigma\big(\hat\beta_{eff}(x)\,[\log\tfrac{\pi_\theta(y_w)}{\pi_{ref}(y_w)}
+              - \log\tfrac{\pi_\theta(y_l)}{\pi_{ref}(y_l)}]\big),\qquad
+              \hat\beta_{eff}(x) = \min\{\beta / a_k(N/(M+0.5)),\, 2\}.
+
+    Its Bradley-Terry optimum is the single-reward optimum at strength :math:`\beta_{eff}(x)`,
+    i.e. the pass@k optimum (Cor. 4.3). With a k = 1 calibration :math:`\hat\beta_{eff} = \beta`
+    for every prompt, and the trainer is TRL's DPO exactly (tested step by step). TRL's reward
+    metrics (``rewards/chosen`` ...) use :math:`\beta_{eff}(x)` too.
+
+    Parameters
+    ----------
+    *args, **kwargs:
+        Everything ``DPOTrainer`` takes. ``args.beta`` must be the calibration's β.
+    calibration:
+        A binary :class:`bestk.kappo.Calibration` or the path of a ``bestk calibrate --kind
+        binary`` file (its ``dpo_beta_eff`` values: α = 0.5, cap 2).
+    prompt_id_column:
+        The dataset column with the calibration's prompt ids (default ``"prompt_id"``). Every
+        id of a map-style train / eval dataset is checked before any model is loaded.
+
+    Refused at construction, before any model is loaded (:func:`check_dpo_args`): a win-rate
+    calibration, loss types other than ``sigmoid`` (+ ``sft``), f-divergences other than
+    reverse KL, a ``beta`` other than the calibration's, ``sync_ref_model=True``.
+
+    Implementation: the collator adds each pair's :math:`\beta_{eff}` to the batch, and the loss
+    runs TRL's own ``_compute_loss`` with ``self.beta`` set to that ``(B,)`` tensor for the call,
+    so every TRL option that does not touch β (``ld_alpha``, ``use_weighting``, precomputed
+    reference log-probs, PEFT references, ...) works unchanged.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        calibration: Any,
+        prompt_id_column: str = "prompt_id",
+        **kwargs: Any,
+    ):
+        cal = load_calibration(calibration)
+        if cal.kind != "binary":
+            raise ValueError(
+                f"BestkDPOTrainer needs a binary calibration (@k-DPO is defined for pass@k), got "
+                f"kind={cal.kind!r}"
+            )
+        if not isinstance(prompt_id_column, str) or not prompt_id_column:
+            raise ValueError(f"prompt_id_column must be a column name, got {prompt_id_column!r}")
+        names = ("model", "ref_model", "args", "data_collator", "train_dataset", "eval_dataset")
+        given = dict(zip(names, args, strict=False)) | kwargs
+        check_dpo_args(given.get("args"), cal)
+        datasets = [("train_dataset", given.get("train_dataset"))]
+        evals = given.get("eval_dataset")
+        if isinstance(evals, Mapping):
+            datasets += [(f"eval_dataset[{k!r}]", v) for k, v in evals.items()]
+        elif evals is not None:
+            datasets.append(("eval_dataset", evals))
+        for name, ds in datasets:
+            ids = None if ds is None else _dataset_ids(ds, prompt_id_column, name)
+            if ids is not None:
+                cal.index_of(np.asarray(ids, dtype=object))  # ValueError naming a missing id
+        self.calibration = cal
+        self.prompt_id_column = prompt_id_column
+        super().__init__(*args, **kwargs)
+        self._scalar_beta = self.beta
+        self.data_collator = _BetaEffCollator(self.data_collator, cal, prompt_id_column)
+
+    def _set_signature_columns_if_needed(self) -> None:
+        super()._set_signature_columns_if_needed()
+        if self.prompt_id_column not in self._signature_columns:
+            self._signature_columns = [*self._signature_columns, self.prompt_id_column]
+
+    def compute_ref_log_probs(self, model: Any, inputs: dict[str, Any]) -> Any:
+        rest = {k: v for k, v in inputs.items() if k != BETA_EFF_KEY}
+        return super().compute_ref_log_probs(model, rest)
+
+    def _compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool) -> Any:
+        if BETA_EFF_KEY not in inputs:
+            raise RuntimeError(
+                "the batch has no beta_eff: BestkDPOTrainer's data collator was bypassed"
+            )
+        beta = inputs[BETA_EFF_KEY].to(device=self.accelerator.device, dtype=torch.float32)
+        rest = {k: v for k, v in inputs.items() if k != BETA_EFF_KEY}
+        self.beta = beta
+        try:
+            return super()._compute_loss(model, rest, return_outputs)
+        finally:
+            self.beta = self._scalar_beta
