@@ -1,4 +1,4 @@
-"""``bestk lab bandit`` and ``bestk lab digits`` (DESIGN.md section 8).
+"""``bestk lab bandit``, ``bestk lab digits`` and ``bestk lab kappo``.
 
 Heavy imports stay inside the command bodies so ``bestk --help`` stays fast.
 """
@@ -98,6 +98,46 @@ def digits_cmd(
     except ValueError as e:
         _fail(e)
     typer.echo(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'digits.png'}")
+
+
+@lab_app.command("kappo")
+def kappo_cmd(
+    out: Path = typer.Option(Path("runs/lab-kappo"), "--out", "-o", help="Output directory."),
+    fast: bool = typer.Option(False, "--fast", help="Seconds-long settings (tests, smoke runs)."),
+    ks: str = typer.Option(None, "--ks", help="Objective parameters k, e.g. 1,2,4."),
+    methods: str = typer.Option(
+        None, "--methods", help="apo,dpo,kappo_grpo,rloo,drgrpo,direct (or a subset)."
+    ),
+    kinds: str = typer.Option(None, "--kinds", help="binary,winrate (or one of them)."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bar or table."),
+) -> None:
+    """KAPPO's @k-A*PO, @k-DPO and @k-GRPO on exact softmax bandits vs the closed-form optimum.
+
+    Trains each method with its exact expected update to convergence and reports the total
+    variation to the limit it provably converges to and to the closed form (KAPPO Props.
+    4.1/4.2 binary, 4.7 win-rate). Writes OUT/results.json and OUT/results.md.
+    """
+    from bestk.lab.kappo import KappoLabConfig, rich_table, run_kappo
+
+    cfg = KappoLabConfig.fast() if fast else KappoLabConfig()
+    if ks is not None:
+        cfg.ks = _ints(ks, "--ks")
+    for name, val in (("methods", methods), ("kinds", kinds)):
+        if val is not None:
+            setattr(cfg, name, tuple(x.strip() for x in val.split(",") if x.strip()))
+    try:
+        result = run_kappo(cfg, out, progress=not quiet)
+    except ValueError as e:
+        _fail(e)
+    if not quiet:
+        from rich.console import Console
+
+        Console().print(rich_table(result))
+    bad = sum(not c["passed"] for c in result["cases"])
+    typer.echo(
+        f"{len(result['cases']) - bad}/{len(result['cases'])} cases within tolerance; "
+        f"wrote {out / 'results.json'}, {out / 'results.md'}"
+    )
 
 
 def register(app: typer.Typer) -> None:
