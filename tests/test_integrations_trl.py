@@ -744,3 +744,22 @@ def test_dpo_refusals_before_any_model_is_loaded(tmp_path):
         build(eval_dataset={"x": Dataset.from_list([{**PREFS[0], "pid": "p-new"}])})
     with pytest.raises(ValueError, match="cannot be read"):
         build(calibration=str(tmp_path / "missing.json"))
+
+
+@pytest.mark.parametrize("mode", ["grpo", "dpo"])
+def test_example_kappo_recipe_runs(tmp_path, mode, capsys):
+    """examples/trl/kappo.py: bank -> calibration.json -> 1 TRL step, in this process."""
+    import importlib.util
+    import os
+
+    from bestk.kappo import Calibration
+
+    path = os.path.join(os.path.dirname(__file__), "..", "examples", "trl", "kappo.py")
+    spec = importlib.util.spec_from_file_location("trl_kappo_example", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    example.main([mode, "--prompts", "8", "--bank-size", "8", "--num-generations", "4",
+                  "--max-steps", "1", "--out", str(tmp_path)])
+    cal = Calibration.load(tmp_path / "calibration.json")
+    assert cal.k == 4 and cal.M == 8 and cal.num_prompts == 8
+    assert f"{mode}: loss per logging window" in capsys.readouterr().out
