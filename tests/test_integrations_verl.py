@@ -606,17 +606,20 @@ def test_example_kappo_recipe_dry_run(tmp_path):
     cal_path, _, _ = _kappo_setup(tmp_path, beta=0.05)
     script = os.path.join(os.path.dirname(__file__), "..", "examples", "verl", "run_gsm8k_kappo.sh")
     env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_USE_EXTERNAL")}
+    env.update(CAL=str(cal_path), N="8")
     for est, coef in (("rloo", 0.05), ("grpo", 0.05 * 7 / 8)):
-        env.update(DRY_RUN="1", CAL=str(cal_path), ESTIMATOR=est, N="8")
-        out = subprocess.run(
-            ["bash", script, "trainer.nnodes=1"], capture_output=True, text=True, env=env,
-            timeout=300,
-        )
-        assert out.returncode == 0, out.stderr[-3000:]
-        assert "reward: kappo_compute_score over default_compute_score" in out.stdout
-        assert out.stdout.strip().endswith("OK")
-        cfg = _compose(*_script_overrides(script, env))
+        cfg = _compose(*_script_overrides(script, {**env, "ESTIMATOR": est}))
         assert cfg.actor_rollout_ref.actor.kl_loss_coef == pytest.approx(coef)
+        assert cfg.algorithm.adv_estimator == est
+        assert cfg.algorithm.norm_adv_by_std_in_grpo is (est != "grpo")
+        assert cfg.reward.custom_reward_function.name == "kappo_compute_score"
+    env.update(DRY_RUN="1", ESTIMATOR="rloo")  # the real preflight, in a fresh interpreter
+    out = subprocess.run(
+        ["bash", script, "trainer.nnodes=1"], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "reward: kappo_compute_score over default_compute_score" in out.stdout
+    assert out.stdout.strip().endswith("OK")
     env.update(CAL=str(tmp_path / "missing.json"))
     out = subprocess.run(["bash", script], capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 2 and "not found" in out.stderr
