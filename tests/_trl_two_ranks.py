@@ -19,22 +19,16 @@ import torch
 
 N = 4  # num_generations
 PER_DEVICE = 6  # completions per rank per step: 12 in all, 3 groups, one split across ranks
-ALPHABET = "abcdefgh xyz"
 ROWS = [{"prompt": p, "pid": f"p-{p}"} for p in ("abc", "hex", "gaze", "bad", "fade", "cab")]
 
 
 def main(out: str) -> None:
     from datasets import Dataset
-    from trl import GRPOConfig
 
     from bestk.integrations.trl import BestkGRPOTrainer
-    from bestk.train.config import ModelConfig
-    from bestk.train.policy import build_char_tokenizer, build_tiny_model
+    from tests._trl_tiny import grpo_config, tiny_policy
 
-    tok = build_char_tokenizer(ALPHABET)
-    cfg = ModelConfig(hidden_size=32, intermediate_size=64, num_layers=2, max_positions=64)
-    torch.manual_seed(0)
-    model = build_tiny_model(cfg, tok, seed=0)
+    model, tok = tiny_policy()
     local_rewards: list[list[float]] = []
 
     def graded(completions, **_):
@@ -63,25 +57,9 @@ def main(out: str) -> None:
             record["trained"].append(inputs["advantages"].detach().cpu().tolist())
             return super().compute_loss(model, inputs, *a, **kw)
 
-    args = GRPOConfig(
-        output_dir=os.path.join(out, "trainer"),
-        per_device_train_batch_size=PER_DEVICE,
-        num_generations=N,
-        steps_per_generation=1,
-        gradient_accumulation_steps=1,
-        max_completion_length=6,
-        max_steps=2,
-        learning_rate=1e-3,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
+    args = grpo_config(
+        os.path.join(out, "trainer"), per_device_train_batch_size=PER_DEVICE, num_generations=N,
         ddp_backend="gloo",
-        bf16=False,
-        beta=0.0,
-        seed=0,
-        disable_tqdm=True,
-        dataloader_num_workers=0,
     )
     trainer = Probe(
         model=model,

@@ -28,20 +28,9 @@ pytest.importorskip("trl")  # the `trl` extra; CI installs it
 import bestk  # noqa: E402
 from bestk.integrations.trl import BestkGRPOTrainer, bestk_advantages  # noqa: E402
 from tests._reference import argmaxrl_ref, per_group, softmax_ref  # noqa: E402
+from tests._trl_tiny import grpo_config, tiny_policy  # noqa: E402
 
 N = 4  # num_generations
-ALPHABET = "abcdefgh xyz"
-
-
-def tiny_policy(seed=0):
-    """A ~20k-parameter Qwen2 and a character tokenizer, built locally (nothing downloaded)."""
-    from bestk.train.config import ModelConfig
-    from bestk.train.policy import build_char_tokenizer, build_tiny_model
-
-    tok = build_char_tokenizer(ALPHABET)
-    cfg = ModelConfig(hidden_size=32, intermediate_size=64, num_layers=2, max_positions=64)
-    torch.manual_seed(seed)
-    return build_tiny_model(cfg, tok, seed=seed), tok
 
 
 class Recorder:
@@ -137,30 +126,10 @@ def _kappo_ref(cal):
 
 
 def _config(tmp_path, weights, **overrides):
-    from trl import GRPOConfig
-
-    kwargs = dict(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=3 * N,
-        num_generations=N,
-        steps_per_generation=1,
-        gradient_accumulation_steps=1,
-        max_completion_length=6,
-        max_steps=2,
-        learning_rate=1e-3,
-        reward_weights=weights,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        beta=0.0,
-        seed=0,
-        disable_tqdm=True,
-        dataloader_num_workers=0,
+    return grpo_config(
+        tmp_path, per_device_train_batch_size=3 * N, num_generations=N, reward_weights=weights,
+        **overrides,
     )
-    kwargs.update(overrides)
-    return GRPOConfig(**kwargs)
 
 
 @pytest.mark.parametrize("estimator", ["argmaxrl", "kappo_grpo"])

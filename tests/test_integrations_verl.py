@@ -593,6 +593,9 @@ def test_preflight_refuses_std_grpo_with_a_binary_kappo_reward(tmp_path):
         bverl.preflight([*KAPPO_REWARD, cal_arg, "algorithm.adv_estimator=grpo"])
     with pytest.raises(ValueError, match="needs .*reward_kwargs.calibration"):
         bverl.preflight([*KAPPO_REWARD, "algorithm.adv_estimator=rloo"])
+    with pytest.raises(ValueError, match="ignores the legacy top-level"):
+        bverl.preflight(["custom_reward_function.path=pkg://bestk.integrations.verl",
+                         "custom_reward_function.name=kappo_compute_score"])
     with pytest.raises(ValueError, match="path=pkg://bestk.integrations.verl"):
         bverl.preflight(
             ["reward.custom_reward_function.path=/tmp/x.py",

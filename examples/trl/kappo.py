@@ -22,33 +22,15 @@ it runs on a CPU in about a minute; ``--model DIR`` uses any Hugging Face causal
 from __future__ import annotations
 
 import argparse
-import random
 import re
+import sys
 from pathlib import Path
 
 import torch
 
-ALPHABET = "0123456789+= "
-
-
-def tiny_policy(seed: int = 0):
-    """A tiny Qwen2 + a character tokenizer built with `tokenizers` (no download)."""
-    from bestk.train.config import ModelConfig
-    from bestk.train.policy import build_char_tokenizer, build_tiny_model
-
-    tok = build_char_tokenizer(ALPHABET)
-    cfg = ModelConfig(hidden_size=64, intermediate_size=128, num_layers=2, max_positions=64)
-    torch.manual_seed(seed)
-    return build_tiny_model(cfg, tok, seed=seed), tok
-
-
-def additions(n: int, seed: int = 0) -> list[dict]:
-    rng = random.Random(seed)
-    rows = []
-    for i in range(n):
-        a, b = rng.randint(0, 9), rng.randint(0, 9)
-        rows.append({"prompt": f"{a}+{b}=", "answer": a + b, "prompt_id": i})
-    return rows
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The tiny Qwen2, its character tokenizer and the additions task of the sibling GRPO example.
+from grpo_argmaxrl import additions, tiny_policy  # noqa: E402
 
 
 def correct(completions, answer, **_):
