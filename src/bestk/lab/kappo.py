@@ -75,7 +75,7 @@ Fixed points (per prompt; :math:`\nabla_\theta\log\pi(a) = e_a - \pi`,
     root of :math:`\beta(\mathrm{logit}\,p - \mathrm{logit}\,q) = \omega(p)` in :math:`(q, 1)`.
     For RLOO :math:`\omega = a_k` and this is Eq. 6; for Eq. 140,
     :math:`\omega = a_k\,\omega_{std}(p)` with the z-scores
-    :math:`z^\pm(s) = (\pm(1 - s/n)\text{ or }-s/n)/(\sigma_s + 10^{-6})`,
+    :math:`z^+(s) = (1 - s/n)/(\sigma_s + 10^{-6})`, :math:`z^-(s) = -(s/n)/(\sigma_s + 10^{-6})`,
     :math:`\sigma_s = \sqrt{s(n-s)/(n(n-1))}`: **not** Eq. 6 -- std-normalised @k-GRPO converges
     to this other point (tested against it; its distance from :math:`p^*` is reported as
     ``closed_form_error``). On win-rate rewards its update depends on the (n-1)-fold
@@ -93,10 +93,14 @@ right-endpoint rule for the continuum and differs from Prop. 4.7's cell masses b
 where :math:`e^{T/\beta}` is an exponential); ``K`` is chosen so this stays below 1e-3.
 
 Training: natural-gradient descent :math:`\theta \leftarrow \theta - \eta\,g/\pi` on the
-method's expected update g (the Fisher-diagonal preconditioner of the softmax is positive, so
-the fixed points are those of g), with a per-prompt step size that grows by 1.2 after a step
-that lowers :math:`\max_a|g_a/\pi_a|` and halves (rejecting the step) otherwise; converged when
-that residual is below ``tol``. ``steps`` counts accepted and rejected steps.
+method's expected update g (the preconditioner :math:`1/\pi` is positive, so the fixed points
+are those of g), per prompt: for the centred updates (A*PO, the GRPO family) with
+:math:`\eta = 0.5/c`, c the log-ratio coefficient of :math:`g/\pi` (:math:`2\beta^2` for A*PO,
+the KL coefficient for the GRPO family) -- a damped soft-policy iteration
+:math:`\ell \leftarrow \ell/2 + h/(2c)`; for the population losses (DPO, direct) with a step
+that grows by 1.2 after a loss decrease and halves otherwise. Converged when
+:math:`\sum_a|g_a| <` ``tol`` (1e-9); ``steps`` counts every step (see
+:func:`natural_descent`).
 """
 
 from __future__ import annotations
