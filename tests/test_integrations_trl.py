@@ -732,3 +732,28 @@ def test_example_kappo_recipe_runs(tmp_path, mode, capsys):
     cal = Calibration.load(tmp_path / "calibration.json")
     assert cal.k == 4 and cal.M == 8 and cal.num_prompts == 8
     assert f"{mode}: loss per logging window" in capsys.readouterr().out
+
+
+def test_dpo_precomputed_reference_and_evaluation(tmp_path):
+    """precompute_ref_log_probs (TRL's reference pass through the wrapped collator) and
+    evaluate() (beta_eff on the eval batches) work and agree with the on-the-fly reference."""
+    import copy
+
+    from datasets import Dataset
+
+    from bestk.integrations.trl import BestkDPOTrainer
+    from bestk.kappo import calibrate
+
+    model, tok = tiny_policy(seed=1)
+    cal = calibrate({p: [1] * n + [0] * (30 - n) for p, n in DPO_BANK.items()}, k=4, beta=0.1)
+    evals = {}
+    for pre in (False, True):
+        trainer = BestkDPOTrainer(
+            model=copy.deepcopy(model), ref_model=copy.deepcopy(model),
+            args=_dpo_config(tmp_path / str(pre), precompute_ref_log_probs=pre),
+            train_dataset=Dataset.from_list(PREFS), eval_dataset=Dataset.from_list(PREFS[:4]),
+            processing_class=tok, calibration=cal, prompt_id_column="pid",
+        )
+        trainer.train()
+        evals[pre] = trainer.evaluate()["eval_loss"]
+    assert math.isfinite(evals[True]) and evals[True] == pytest.approx(evals[False], rel=1e-5)
