@@ -154,7 +154,8 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
     monkeypatch.setattr(safetensors.torch, "save_file", torn_write)
     with pytest.raises(OSError, match="disk full"):
         save_checkpoint(d, 2, model, opt, {"note": "two"})
-    assert [p.name for p in d.iterdir()] == [first.name]  # no torn file, no temporary left
+    # no torn file, no temporary left; the checkpoint and its checksum file untouched
+    assert sorted(p.name for p in d.iterdir()) == [first.name, "step_0000001.sha256"]
     assert first.read_bytes() == before
     # a stray temporary from a killed process is never taken for a checkpoint
     (d / ".tmp-abc.safetensors").write_bytes(b"junk")
