@@ -56,6 +56,7 @@ from bestk.train.rundir import (
     RunState,
     clean_temporaries,
     inspect_run,
+    mark_finished,
     prepare_directory,
     read_metrics,
     read_run_config,
@@ -545,7 +546,8 @@ class Trainer:
         """Save ``final/`` (HF model + tokenizer) and write the report with plots.
 
         ``final/`` is written to ``.final-tmp`` and swapped in with two renames, so a crash
-        leaves the previous ``final/`` (or, between the renames, ``.final-old``) intact.
+        leaves the previous ``final/`` (or, between the renames, ``.final-old``) intact. The
+        run is marked complete (``DIR/.finished``, the step) only after the report.
         """
         import shutil
 
@@ -571,6 +573,7 @@ class Trainer:
         if old.exists():
             shutil.rmtree(old)
         write_report(self.out)
+        mark_finished(self.out, self.step)
 
 
 @contextmanager

@@ -392,7 +392,8 @@ class RunState:
 
     ``kind``: ``"new"`` (nothing there yet), ``"restart"`` (a run killed before its first
     checkpoint: start it over), ``"resume"`` (continue from ``checkpoint`` at ``step``) or
-    ``"complete"`` (``step == max_steps`` and ``final/`` written). ``notes`` say what was
+    ``"complete"`` (``step == max_steps`` and ``final/`` and the report written for it, as
+    :func:`mark_finished` records). ``notes`` say what was
     noticed (allowed config changes); ``warnings`` what went wrong (damaged checkpoints).
     """
 
@@ -405,6 +406,27 @@ class RunState:
 
 
 _RUN_FILES = ("metrics.jsonl", "checkpoints", "final", "report.md")
+_FINISHED = ".finished"
+
+
+def mark_finished(directory: str | os.PathLike, step: int) -> None:
+    """Record that ``final/`` and the report of ``directory`` are those of ``step`` (the last
+    act of a run; a run extended later is complete again only once it is re-marked)."""
+    from bestk._atomic import write_text_atomic
+
+    write_text_atomic(Path(directory) / _FINISHED, f"{int(step)}\n")
+
+
+def finished_step(directory: str | os.PathLike) -> int | None:
+    """The step :func:`mark_finished` recorded, if ``final/`` is there too; else ``None``."""
+    directory = Path(directory)
+    try:
+        text = (directory / _FINISHED).read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not text.isdigit() or not (directory / "final" / "config.json").is_file():
+        return None
+    return int(text)
 
 
 def prepare_directory(directory: str | os.PathLike) -> Path:
@@ -463,7 +485,7 @@ def inspect_run(cfg: TrainConfig, mode: str = "auto") -> RunState:
     ]
     if damaged:
         warnings.append(f"resuming from the newest valid checkpoint, {checkpoint.name}")
-    complete = step >= cfg.max_steps and (out / "final" / "config.json").is_file()
+    complete = step >= cfg.max_steps and finished_step(out) == step
     return RunState("complete" if complete else "resume", step, checkpoint, damaged, notes,
                     warnings)
 
