@@ -272,6 +272,9 @@ def test_checkpoints_carry_a_sha256sum_compatible_checksum(tmp_path):
         (["--set", "seed=-1"], "config key 'seed' must be an integer in"),
         (["--set", "model.hidden_size=30"], "'model.hidden_size' \\(30\\) must be divisible"),
         (["--set", "model.path=."], "holds no Hugging Face model \\(no config.json\\)"),
+        (["--set", "task.options={num_train: 64}", "--set", "rollout.prompts_per_step=100"],
+         "prompts_per_step \\(100\\) exceeds the 64 training prompts"),
+        (["--set", "task.options={max_len: -3}"], "max_len"),
     ],
 )
 def test_bad_values_stop_before_any_work(tmp_path, extra, match):

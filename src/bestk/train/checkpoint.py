@@ -150,7 +150,7 @@ def verify_checkpoint(path: str | Path) -> str | None:
     if not fields or not _HEX.match(fields[0]):
         return f"checksum file {side.name} is malformed"
     if file_sha256(path) != fields[0]:
-        return "sha256 mismatch: the file is damaged (truncated or overwritten)"
+        return "sha256 mismatch: truncated or overwritten"
     return None
 
 

@@ -26,6 +26,7 @@ import copy
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -98,6 +99,8 @@ class Trainer:
         self.out = Path(cfg.out)
         self.ckpt_dir = self.out / "checkpoints"
         self.notes: list[str] = []
+        self._load_task()  # task options and sizes are checked here, still before any write
+        created = not self.out.exists()
         self._lock = RunLock(prepare_directory(self.out)).acquire()
         try:
             removed = clean_temporaries(self.out)
@@ -109,12 +112,14 @@ class Trainer:
                 self._say("warning", msg)
             for msg in self.state.notes:
                 self._say("note", msg)
-            self._setup()
+            self._build()
         except BaseException:
             self.close()
+            if created and {p.name for p in self.out.iterdir()} <= {".lock"}:
+                shutil.rmtree(self.out)  # leave no trace of a run that never started
             raise
 
-    def _setup(self) -> None:
+    def _load_task(self) -> None:
         cfg = self.cfg
         if cfg.threads:
             torch.set_num_threads(int(cfg.threads))
@@ -134,6 +139,9 @@ class Trainer:
                 f"rollout.prompts_per_step ({cfg.rollout.prompts_per_step}) exceeds the "
                 f"{len(self.task.train)} training prompts of task {self.task.name!r}"
             )
+
+    def _build(self) -> None:
+        cfg = self.cfg
         self.model, self.tokenizer = load_policy(cfg.model, self.task.alphabet, seed=cfg.seed)
         self.model.to(self.device)
         self.ref_model = None
@@ -549,8 +557,6 @@ class Trainer:
         leaves the previous ``final/`` (or, between the renames, ``.final-old``) intact. The
         run is marked complete (``DIR/.finished``, the step) only after the report.
         """
-        import shutil
-
         from bestk.train.report import write_report
 
         final = self.out / "final"
