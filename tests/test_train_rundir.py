@@ -284,6 +284,17 @@ def test_bad_values_stop_before_any_work(tmp_path, extra, match):
     assert not out.exists()  # nothing written, no model built, no SFT step taken
 
 
+def test_a_model_that_fails_to_load_leaves_no_run_directory(tmp_path):
+    bad = tmp_path / "model"
+    bad.mkdir()
+    (bad / "config.json").write_text("{not json")
+    (bad / "tokenizer.json").write_text("{}")
+    out = tmp_path / "run"
+    line = one_line_error(invoke(*cli_args(out, f"model.path={bad}")))
+    assert f"cannot load a causal LM from '{bad}'" in line
+    assert not out.exists()  # created for the run, removed with its lock when it never started
+
+
 # -- 5. OS errors -------------------------------------------------------------------------------
 def test_out_naming_a_file_is_a_one_line_error(tmp_path):
     f = tmp_path / "afile"

@@ -101,8 +101,9 @@ class Trainer:
         self.notes: list[str] = []
         self._load_task()  # task options and sizes are checked here, still before any write
         created = not self.out.exists()
-        self._lock = RunLock(prepare_directory(self.out)).acquire()
+        self._lock = RunLock(prepare_directory(self.out))
         try:
+            self._lock.acquire()
             removed = clean_temporaries(self.out)
             if removed:
                 self._say("note", f"removed {len(removed)} temporary file(s) left by an "
@@ -114,9 +115,9 @@ class Trainer:
                 self._say("note", msg)
             self._build()
         except BaseException:
+            if created and self._lock.held and {p.name for p in self.out.iterdir()} <= {".lock"}:
+                shutil.rmtree(self.out, ignore_errors=True)  # no trace of a run never started
             self.close()
-            if created and {p.name for p in self.out.iterdir()} <= {".lock"}:
-                shutil.rmtree(self.out)  # leave no trace of a run that never started
             raise
 
     def _load_task(self) -> None:
