@@ -597,5 +597,5 @@ def _transformers_progress(enabled: bool) -> Iterator[None]:
 
 
 def train(cfg: TrainConfig, *, progress: bool = True) -> dict[str, Any]:
-    """Run a new training run with ``cfg`` (see :class:`Trainer`)."""
+    """Run ``cfg`` to the end (a new run, or the one in ``cfg.out``; see :class:`Trainer`)."""
     return Trainer(cfg).run(progress=progress)

@@ -130,7 +130,7 @@ class RunLock:
     def __del__(self) -> None:
         try:
             self.release()
-        except OSError:
+        except Exception:  # at interpreter exit modules may already be gone; the OS unlocks
             pass
 
 
@@ -292,10 +292,11 @@ _MISSING = object()
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Dotted leaf keys of a nested dict (an empty mapping contributes no key)."""
     flat: dict[str, Any] = {}
     for k, v in d.items():
         key = f"{prefix}{k}"
-        if isinstance(v, dict) and v:
+        if isinstance(v, dict):
             flat.update(_flatten(v, key + "."))
         else:
             flat[key] = v
