@@ -43,7 +43,9 @@ __all__ = [
     "list_checkpoints",
     "verify_checkpoint",
     "checksum_path",
+    "orphan_checksums",
     "file_sha256",
+    "as_os_error",
 ]
 
 _NAME = re.compile(r"^step_(\d{7})\.safetensors$")
@@ -106,10 +108,19 @@ def save_checkpoint(
     for old in list_checkpoints(directory)[:-keep]:
         old.unlink(missing_ok=True)
         checksum_path(old).unlink(missing_ok=True)
-    for side in directory.iterdir():  # checksums whose checkpoint never landed (killed save)
-        if _SIDECAR.match(side.name) and not side.with_suffix(".safetensors").exists():
-            side.unlink(missing_ok=True)
+    for side in orphan_checksums(directory):
+        side.unlink(missing_ok=True)
     return final
+
+
+def orphan_checksums(directory: str | Path) -> list[Path]:
+    """Checksum files in ``directory`` whose checkpoint never landed (a save killed between
+    writing the checksum and moving the checkpoint into place)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    return [p for p in directory.iterdir()
+            if _SIDECAR.match(p.name) and not p.with_suffix(".safetensors").exists()]
 
 
 def as_os_error(e: Exception, path: Path) -> Exception:

@@ -26,7 +26,12 @@ from typing import Any
 
 import yaml
 
-from bestk.train.checkpoint import checksum_path, latest_valid_checkpoint, list_checkpoints
+from bestk.train.checkpoint import (
+    checksum_path,
+    latest_valid_checkpoint,
+    list_checkpoints,
+    orphan_checksums,
+)
 from bestk.train.config import TrainConfig, config_from_dict, config_to_dict, yaml_error_line
 
 __all__ = [
@@ -42,6 +47,11 @@ __all__ = [
     "check_resume",
     "clean_temporaries",
     "inspect_run",
+    "prepare_directory",
+    "write_run_config",
+    "mark_finished",
+    "finished_step",
+    "set_aside",
 ]
 
 LOCK_NAME = ".lock"
@@ -374,9 +384,7 @@ def clean_temporaries(directory: str | os.PathLike) -> list[Path]:
     ckpt = directory / "checkpoints"
     if ckpt.is_dir():
         candidates += [p for p in ckpt.iterdir() if p.name.startswith(".")]
-        candidates += [p for p in ckpt.iterdir() if p.suffix == ".sha256"
-                       and p.name.startswith("step_")
-                       and not p.with_suffix(".safetensors").exists()]
+        candidates += orphan_checksums(ckpt)
     for p in candidates:
         if p.is_dir() and not p.is_symlink():
             shutil.rmtree(p)
@@ -394,8 +402,9 @@ class RunState:
     ``kind``: ``"new"`` (nothing there yet), ``"restart"`` (a run killed before its first
     checkpoint: start it over), ``"resume"`` (continue from ``checkpoint`` at ``step``) or
     ``"complete"`` (``step == max_steps`` and ``final/`` and the report written for it, as
-    :func:`mark_finished` records). ``notes`` say what was
-    noticed (allowed config changes); ``warnings`` what went wrong (damaged checkpoints).
+    :func:`mark_finished` records). ``damaged`` lists the newer checkpoints that failed
+    verification, with why; ``notes`` say what was noticed (allowed config changes),
+    ``warnings`` what went wrong (damaged checkpoints).
     """
 
     kind: str
