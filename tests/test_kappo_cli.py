@@ -119,6 +119,71 @@ def test_calibrate_bad_parameters(tmp_path):
     assert res.exit_code != 0 and "does not exist" in res.output
 
 
+def _one_line_error(res, *needles):
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.output
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_calibrate_with_a_directory_as_bank_or_out(tmp_path):
+    rows, _ = bank_rows()
+    src = write_jsonl(tmp_path / "bank.jsonl", rows)
+    d = tmp_path / "adir"
+    d.mkdir()
+    res = runner.invoke(app, ["calibrate", str(d), "--k", "2", "--beta", "0.1", "-o",
+                              str(tmp_path / "c.json")])
+    _one_line_error(res, f"bank '{d}' is a directory")
+    res = runner.invoke(app, ["calibrate", str(src), "--k", "2", "--beta", "0.1", "-o", str(d)])
+    _one_line_error(res, f"--out '{d}' is a directory")
+
+
+def test_calibrate_out_in_an_unwritable_place_is_one_line(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    rows, _ = bank_rows()
+    src = write_jsonl(tmp_path / "bank.jsonl", rows)
+    real_replace = os.replace
+
+    def read_only(a, b, *args, **kw):  # EROFS injected at the atomic rename
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(b))
+
+    monkeypatch.setattr(os, "replace", read_only)
+    res = runner.invoke(app, ["calibrate", str(src), "--k", "2", "--beta", "0.1", "-o",
+                              str(tmp_path / "c.json")])
+    monkeypatch.setattr(os, "replace", real_replace)
+    _one_line_error(res, f"{tmp_path / 'c.json'}: Read-only file system")
+
+
+@pytest.mark.parametrize("kind", ["binary", "winrate"])
+def test_beta_below_the_supported_bound_is_refused(tmp_path, kind):
+    from bestk.kappo.calibration import MIN_BETA
+
+    rows, bank = bank_rows(binary=kind == "binary")
+    src = write_jsonl(tmp_path / "bank.jsonl", rows)
+    out = tmp_path / "c.json"
+    res = runner.invoke(app, ["calibrate", str(src), "--k", "4", "--beta", "1e-300", "--kind",
+                              kind, "-o", str(out)])
+    _one_line_error(res, "--beta must be >= 1e-30", "1e-300")
+    assert not out.exists()
+    with pytest.raises(ValueError, match="beta must be >= 1e-30"):
+        calibrate(bank, 4, 1e-300, kind=kind)
+    # at the bound every value is finite (the solver is exact there), so files hold no nulls
+    cal = calibrate(bank, 4, MIN_BETA, kind=kind)
+    assert all(np.isfinite(v).all() for k, v in cal.values.items() if k != "beta_eff")
+    if kind == "binary":  # a_k > 0 and beta_eff finite wherever the pass rate is below 1
+        below = cal.values["n_success"] < cal.bank_sizes
+        assert below.any() and (cal.values["a_k"][below] > 0).all()
+        assert np.isfinite(cal.values["beta_eff"][below]).all()
+    # a file written with a smaller beta (by hand, or by an older bestk) does not load
+    data = cal.to_dict()
+    data["beta"] = 1e-300
+    with pytest.raises(ValueError, match="beta must be >= 1e-30"):
+        Calibration.from_dict(data)
+
+
 def test_plot_weights(tmp_path):
     pytest.importorskip("matplotlib")
     res = runner.invoke(app, ["plot", "weights", "-o", str(tmp_path), "--taus", "0.1,1.0"])

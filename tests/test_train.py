@@ -154,7 +154,8 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
     monkeypatch.setattr(safetensors.torch, "save_file", torn_write)
     with pytest.raises(OSError, match="disk full"):
         save_checkpoint(d, 2, model, opt, {"note": "two"})
-    assert [p.name for p in d.iterdir()] == [first.name]  # no torn file, no temporary left
+    # no torn file, no temporary left; the checkpoint and its checksum file untouched
+    assert sorted(p.name for p in d.iterdir()) == [first.name, "step_0000001.sha256"]
     assert first.read_bytes() == before
     # a stray temporary from a killed process is never taken for a checkpoint
     (d / ".tmp-abc.safetensors").write_bytes(b"junk")
@@ -379,43 +380,6 @@ def test_ctrl_c_finishes_the_step_checkpoints_and_stops(tmp_path):
     assert again.step == 1
     again.run(progress=False)
     assert again.step == 5 and not again.interrupted
-
-
-def test_kill_9_then_resume(tmp_path):
-    """A real ``kill -9`` of ``bestk train`` mid-run, then ``--resume``."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    out = tmp_path / "k"
-    args = [sys.executable, "-m", "bestk", "train", "--out", str(out), "--max-steps", "400",
-            "--quiet", "--set", "checkpoint_every=1", "--set", "eval.every=1000"]
-    for s in TINY:
-        args += ["--set", s]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.time() + 120
-    try:
-        while time.time() < deadline:
-            ck = latest_checkpoint(out / "checkpoints")
-            if ck is not None and ck.name >= "step_0000003.safetensors":
-                break
-            if proc.poll() is not None:
-                pytest.fail(proc.stderr.read().decode())
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait()
-    done = latest_checkpoint(out / "checkpoints")
-    step = int(done.name[5:12])
-    assert 3 <= step < 400 and not (out / "final").exists()
-    tr = Trainer.resume(out, overrides={"max_steps": step + 2})
-    assert tr.step >= step
-    tr.run(progress=False)
-    steps = [r["step"] for r in read_metrics(out / "metrics.jsonl") if r["phase"] == "train"]
-    assert steps == list(range(1, step + 3))  # nothing lost, nothing doubled
-    assert (out / "final" / "config.json").is_file()
 
 
 def test_sigint_saves_and_exits_130(tmp_path):

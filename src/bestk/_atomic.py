@@ -2,7 +2,8 @@
 
 Everything bestk persists (calibrations, checkpoints, run metadata, lab results) goes through
 :func:`atomic_path`: the content is written to a temporary file in the destination directory,
-flushed to disk, then moved into place with ``os.replace`` (atomic on POSIX and Windows).
+flushed to disk, given the permissions the process umask asks for, then moved into place with
+``os.replace`` (atomic on POSIX and Windows).
 """
 
 from __future__ import annotations
@@ -13,7 +14,51 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["atomic_path", "write_text_atomic"]
+__all__ = [
+    "atomic_path", "write_text_atomic", "current_umask", "respect_umask", "os_error_line",
+]
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it where the OS allows (Linux: /proc)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: set and restore (not thread-safe, but brief)
+    os.umask(mask)
+    return mask
+
+
+def respect_umask(path: str | os.PathLike) -> None:
+    """Give ``path`` (a file, or every file under a directory) mode ``0o666 & ~umask``.
+
+    Temporary files are created ``0o600`` (``tempfile.mkstemp``, and safetensors' own
+    temporaries); a file moved into place from one should get the mode any newly created
+    file of the user gets.
+    """
+    path = Path(path)
+    mode = 0o666 & ~current_umask()
+    files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]
+    for p in files:
+        os.chmod(p, mode)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (POSIX); a no-op where directories can't be opened."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 @contextmanager
@@ -21,8 +66,8 @@ def atomic_path(path: str | os.PathLike, *, suffix: str = ".tmp") -> Iterator[Pa
     """Yield a temporary path next to ``path``; on a clean exit it replaces ``path``.
 
     The caller writes the temporary file (by any means: ``write_text``, ``save_file``...).
-    On exit it is fsync'ed and renamed onto ``path``; if the block raises, it is removed and
-    ``path`` is left untouched. Parent directories are created.
+    On exit it is fsync'ed, given mode ``0o666 & ~umask`` and renamed onto ``path``; if the
+    block raises, it is removed and ``path`` is left untouched. Parent directories are created.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -32,14 +77,31 @@ def atomic_path(path: str | os.PathLike, *, suffix: str = ".tmp") -> Iterator[Pa
         yield Path(tmp)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
+        respect_umask(tmp)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.filename is None and e.errno is not None:
+            # a failed write() (ENOSPC, EIO) names no file: name the one being written
+            raise OSError(e.errno, e.strerror, str(path)) from e
         raise
+    _fsync_dir(path.parent)
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` atomically (see :func:`atomic_path`)."""
     with atomic_path(path) as tmp:
         tmp.write_text(text)
+
+
+def os_error_line(e: OSError) -> str:
+    """``PATH: reason`` for an ``OSError`` (``reason`` alone when it names no file), one line."""
+    reason = e.strerror
+    if not reason:
+        text = str(e).strip()
+        reason = text.splitlines()[0] if text else type(e).__name__
+    if e.filename is None:
+        return reason
+    text = f"{e.filename}: {reason}"
+    return text + (f" (-> {e.filename2})" if e.filename2 is not None else "")

@@ -37,11 +37,31 @@ from bestk.kappo._validate import check_k, check_positive
 from bestk.kappo.binary import binary_calibration, dpo_beta_eff
 from bestk.kappo.winrate import winrate_log_constant, winrate_table
 
-__all__ = ["Calibration", "calibrate", "bank_checksum", "SCHEMA_VERSION", "KINDS"]
+__all__ = [
+    "Calibration", "calibrate", "bank_checksum", "check_beta", "SCHEMA_VERSION", "KINDS",
+    "MIN_BETA",
+]
 
 SCHEMA_VERSION = 1
 FORMAT = "bestk.kappo.calibration"
 KINDS = ("binary", "winrate")
+
+#: Smallest KL strength a calibration accepts. The binary solver bisects a log-odds bracket of
+#: width k/beta 200 times and the win-rate transform works in beta-scaled logs; in float64
+#: both break down far below this bound (first wrong values near beta = 1e-46 for k = 256 and
+#: 1e-65, respectively), so 1e-30 keeps every value exact with a wide margin.
+MIN_BETA = 1e-30
+
+
+def check_beta(beta: Any, name: str = "beta") -> float:
+    """``beta`` must be a finite number >= :data:`MIN_BETA`."""
+    beta = check_positive(beta, name)
+    if beta < MIN_BETA:
+        raise ValueError(
+            f"{name} must be >= {MIN_BETA:g} (below it the calibration exceeds float64 "
+            f"precision), got {beta!r}"
+        )
+    return beta
 
 
 def _normalise_ids(ids: list[Any]) -> np.ndarray:
@@ -318,7 +338,7 @@ class Calibration:
             if kind not in KINDS:
                 raise ValueError(f"unknown kind {kind!r}")
             k = check_k(data["k"])
-            beta = check_positive(data["beta"], "beta")
+            beta = check_beta(data["beta"], "beta")
             ids = _normalise_ids(list(data["prompt_ids"]))
             sizes = np.asarray(data["bank_sizes"], dtype=np.int64)
             if sizes.shape != ids.shape:
@@ -391,7 +411,7 @@ def calibrate(bank: Any, k: int, beta: float, kind: str = "binary") -> Calibrati
         ``"binary"`` (Algorithm 1) or ``"winrate"`` (Algorithm 2).
     """
     k = check_k(k)
-    beta = check_positive(beta, "beta")
+    beta = check_beta(beta, "beta")
     if kind not in KINDS:
         raise ValueError(f"unknown calibration kind {kind!r}; valid: {', '.join(KINDS)}")
     if isinstance(bank, (str, os.PathLike)):
@@ -404,6 +424,7 @@ def calibrate(bank: Any, k: int, beta: float, kind: str = "binary") -> Calibrati
 
 
 def _calibrate_bank(b: _Bank, k: int, beta: float, kind: str) -> Calibration:
+    beta = check_beta(beta, "beta")
     checksum = bank_checksum(b.ids, b.sizes, b.values)
     owner = np.repeat(np.arange(len(b.ids)), b.sizes)
     if kind == "binary":

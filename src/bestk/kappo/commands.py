@@ -50,21 +50,29 @@ def calibrate_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    from bestk.kappo._validate import check_k, check_positive
+    from bestk.kappo._validate import check_k
     from bestk.kappo.bank import load_bank
-    from bestk.kappo.calibration import KINDS, _calibrate_bank
+    from bestk.kappo.calibration import KINDS, _calibrate_bank, check_beta
 
     t0 = time.perf_counter()
     try:
         if kind not in KINDS:
             raise ValueError(f"unknown --kind {kind!r}; valid: {', '.join(KINDS)}")
         check_k(k, "--k")
-        check_positive(beta, "--beta")
+        check_beta(beta, "--beta")
+        if bank.is_dir():
+            raise ValueError(f"bank {str(bank)!r} is a directory; give a JSONL or parquet file")
+        if out.is_dir():
+            raise ValueError(f"--out {str(out)!r} is a directory; give a file name")
         b = load_bank(bank, binary=kind == "binary")
         cal = _calibrate_bank(b, k, beta, kind)
         cal.save(out)
     except ValueError as e:
         _fail(e)
+    except OSError as e:
+        from bestk._atomic import os_error_line
+
+        _fail(ValueError(os_error_line(e)))
     elapsed = time.perf_counter() - t0
 
     table = Table(title=f"KAPPO calibration ({kind}, k={k}, beta={beta})")

@@ -12,11 +12,19 @@ python RNG states, anything the trainer adds). It is written to a temporary file
 directory, flushed and fsync'ed, then moved into place with ``os.replace`` — so a crash leaves
 either the previous checkpoint or the new one, never a torn file. :func:`latest_checkpoint`
 ignores temporaries.
+
+Every checkpoint has a checksum file ``step_XXXXXXX.sha256`` beside it (``sha256sum`` format:
+``<hex digest>  step_XXXXXXX.safetensors``), written before the checkpoint is moved into place,
+so a checkpoint never exists without one. :func:`verify_checkpoint` recomputes the digest;
+:func:`latest_valid_checkpoint` returns the newest checkpoint that verifies (a truncated file,
+overwritten bytes or a missing checksum file all fail) and the ones it skipped, with why.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import random
 import re
 from pathlib import Path
@@ -25,11 +33,24 @@ from typing import Any
 import numpy as np
 import torch
 
-from bestk._atomic import atomic_path
+from bestk._atomic import atomic_path, write_text_atomic
 
-__all__ = ["save_checkpoint", "load_checkpoint", "latest_checkpoint", "list_checkpoints"]
+__all__ = [
+    "save_checkpoint",
+    "load_checkpoint",
+    "latest_checkpoint",
+    "latest_valid_checkpoint",
+    "list_checkpoints",
+    "verify_checkpoint",
+    "checksum_path",
+    "orphan_checksums",
+    "file_sha256",
+    "as_os_error",
+]
 
 _NAME = re.compile(r"^step_(\d{7})\.safetensors$")
+_SIDECAR = re.compile(r"^step_(\d{7})\.sha256$")
+_HEX = re.compile(r"^[0-9a-f]{64}$")
 
 
 def _tensors_of(module: torch.nn.Module, prefix: str) -> dict[str, torch.Tensor]:
@@ -78,10 +99,81 @@ def save_checkpoint(
     )
     final = directory / f"step_{int(step):07d}.safetensors"
     with atomic_path(final, suffix=".safetensors") as tmp:
-        save_file(tensors, str(tmp), metadata={"state": json.dumps(meta_state)})
+        try:
+            save_file(tensors, str(tmp), metadata={"state": json.dumps(meta_state)})
+        except Exception as e:  # safetensors reports I/O failures as SafetensorError
+            raise as_os_error(e, final) from None
+        # The checksum file lands before the checkpoint: a checkpoint never lacks one.
+        write_text_atomic(checksum_path(final), f"{file_sha256(tmp)}  {final.name}\n")
     for old in list_checkpoints(directory)[:-keep]:
         old.unlink(missing_ok=True)
+        checksum_path(old).unlink(missing_ok=True)
+    for side in orphan_checksums(directory):
+        side.unlink(missing_ok=True)
     return final
+
+
+def orphan_checksums(directory: str | Path) -> list[Path]:
+    """Checksum files in ``directory`` whose checkpoint never landed (a save killed between
+    writing the checksum and moving the checkpoint into place)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    return [p for p in directory.iterdir()
+            if _SIDECAR.match(p.name) and not p.with_suffix(".safetensors").exists()]
+
+
+def as_os_error(e: Exception, path: Path) -> Exception:
+    """An ``OSError`` naming ``path`` for a safetensors I/O failure ("... (os error 28) ...");
+    any other exception is returned unchanged."""
+    if type(e).__name__ != "SafetensorError":
+        return e
+    m = re.search(r"os error (\d+)", str(e))
+    if m:
+        code = int(m.group(1))
+        return OSError(code, os.strerror(code), str(path))
+    return OSError(f"cannot write checkpoint {str(path)!r}: {e}")
+
+
+def checksum_path(checkpoint: str | Path) -> Path:
+    """The checksum file of a checkpoint: ``step_XXXXXXX.sha256`` beside it."""
+    return Path(checkpoint).with_suffix(".sha256")
+
+
+def file_sha256(path: str | Path) -> str:
+    """Hex SHA-256 of a file's bytes (read in 1 MiB blocks)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def verify_checkpoint(path: str | Path) -> str | None:
+    """``None`` when checkpoint ``path`` matches its checksum file, else why it does not."""
+    path = Path(path)
+    side = checksum_path(path)
+    if not path.is_file():
+        return "file missing"
+    if not side.is_file():
+        return f"no checksum file {side.name} (deleted, or written before bestk kept checksums)"
+    fields = side.read_text(errors="replace").split()
+    if not fields or not _HEX.match(fields[0]):
+        return f"checksum file {side.name} is malformed"
+    if file_sha256(path) != fields[0]:
+        return "sha256 mismatch: truncated or overwritten"
+    return None
+
+
+def latest_valid_checkpoint(directory: str | Path) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """``(newest checkpoint that verifies or None, [(newer damaged checkpoint, why), ...])``."""
+    skipped: list[tuple[Path, str]] = []
+    for path in reversed(list_checkpoints(directory)):
+        why = verify_checkpoint(path)
+        if why is None:
+            return path, skipped
+        skipped.append((path, why))
+    return None, skipped
 
 
 def _py_state_to_json(st: tuple) -> list:
@@ -111,29 +203,46 @@ def load_checkpoint(
     *,
     ref_model: torch.nn.Module | None = None,
     restore_rng: bool = True,
+    verify: bool = True,
 ) -> dict[str, Any]:
     """Load a checkpoint into ``model`` (and ``optimizer`` / ``ref_model``); return its state.
 
-    Restores the torch, numpy and python global RNG states when ``restore_rng``.
+    With ``verify`` (default) the file must match its checksum file (:func:`verify_checkpoint`);
+    a damaged or unreadable checkpoint raises ``ValueError`` naming it. Restores the torch,
+    numpy and python global RNG states when ``restore_rng``.
     """
     from safetensors import safe_open
 
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"checkpoint {str(path)!r} does not exist")
+    if verify:
+        why = verify_checkpoint(path)
+        if why is not None:
+            raise ValueError(f"checkpoint {str(path)!r} is damaged: {why}")
     groups: dict[str, dict[str, torch.Tensor]] = {"model.": {}, "ref.": {}, "optim.": {}}
-    with safe_open(str(path), framework="pt") as f:
-        meta = json.loads(f.metadata()["state"])
-        rng_torch = f.get_tensor("rng.torch")
-        for key in f.keys():
-            for prefix, bucket in groups.items():
-                if key.startswith(prefix):
-                    bucket[key[len(prefix) :]] = f.get_tensor(key)
-    model.load_state_dict(groups["model."])
-    if ref_model is not None:
-        if not groups["ref."]:
-            raise ValueError(f"checkpoint {str(path)!r} has no reference model")
-        ref_model.load_state_dict(groups["ref."])
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = json.loads(f.metadata()["state"])
+            rng_torch = f.get_tensor("rng.torch")
+            for key in f.keys():
+                for prefix, bucket in groups.items():
+                    if key.startswith(prefix):
+                        bucket[key[len(prefix) :]] = f.get_tensor(key)
+    except Exception as e:  # SafetensorError, bad JSON, missing keys: an unreadable file
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ValueError(f"checkpoint {str(path)!r} is unreadable: {first}") from None
+    try:
+        model.load_state_dict(groups["model."])
+        if ref_model is not None:
+            if not groups["ref."]:
+                raise ValueError(f"checkpoint {str(path)!r} has no reference model")
+            ref_model.load_state_dict(groups["ref."])
+    except RuntimeError as e:
+        first = str(e).splitlines()[0]
+        raise ValueError(
+            f"checkpoint {str(path)!r} does not fit the model (another model config?): {first}"
+        ) from None
     if optimizer is not None:
         state: dict[int, dict[str, torch.Tensor]] = {}
         for key, value in groups["optim."].items():

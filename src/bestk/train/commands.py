@@ -21,47 +21,64 @@ def _fail(msg: str) -> None:
     raise typer.Exit(2)
 
 
+def os_error_message(e: OSError) -> str:
+    """One line for an OS error: ``PATH: reason`` (plus what to do when the disk is full)."""
+    import errno
+
+    from bestk._atomic import os_error_line
+
+    text = os_error_line(e)
+    if e.errno == errno.ENOSPC:
+        text += "; the last good checkpoint is intact: free some space and run the same command"
+    elif e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        text += "; choose a writable --out"
+    return text
+
+
 def train_command(
     config: Path | None = typer.Option(None, "--config", help="YAML config file."),
-    out: str | None = typer.Option(None, "--out", help="Run directory (default runs/bestk)."),
+    out: str | None = typer.Option(
+        None, "--out", help="Run directory (default runs/bestk). A run already there with the "
+        "same config is continued (or reported complete)."
+    ),
     estimator: str | None = typer.Option(None, "--estimator", help="Advantage estimator."),
     max_steps: int | None = typer.Option(None, "--max-steps", help="RL steps."),
-    resume: Path | None = typer.Option(None, "--resume", help="Continue the run in this DIR."),
+    resume: Path | None = typer.Option(
+        None, "--resume", help="Continue the run in this DIR with its own config.yaml."
+    ),
     set_: list[str] = typer.Option(
         [], "--set", help="Override a config key: --set rollout.n=16 (repeatable)."
     ),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
 ) -> None:
-    """Train a policy with @k-aware RL; no argument needed (runs the embedded default)."""
-    from bestk.train.config import (
-        TrainConfig,
-        apply_overrides,
-        config_to_dict,
-        load_config,
-        validate,
-    )
+    """Train a policy with @k-aware RL; no argument needed (runs the embedded default).
+
+    Running it again on the same --out continues that run (or says it is complete);
+    a different config there is refused, naming the differing keys.
+    """
+    from bestk.train.config import TrainConfig, apply_overrides, load_config
     from bestk.train.loop import Trainer
 
+    trainer = None
     try:
         if resume is not None:
             if config is not None:
-                _fail("--resume continues a run with its own config.yaml; drop --config")
-            import yaml
+                _fail("--resume continues a run with its own config.yaml; drop --config (or run "
+                      "`bestk train --config FILE --out DIR`, which continues DIR when FILE "
+                      "matches its config)")
+            if out is not None and Path(out).resolve() != resume.resolve():
+                _fail(f"--resume {str(resume)!r} continues that run in place; --out {out!r} "
+                      "differs (copy the directory first to branch a run)")
+            from bestk.train.rundir import read_run_config
 
-            from bestk.train.config import config_from_dict
-
-            cfg_path = resume / "config.yaml"
-            if not cfg_path.is_file():
-                _fail(f"--resume {str(resume)!r}: no config.yaml there (not a run directory)")
-            cfg = config_from_dict(yaml.safe_load(cfg_path.read_text()))
-            if estimator is not None and estimator != cfg.estimator:
-                _fail(f"--resume keeps the run's estimator {cfg.estimator!r}")
+            cfg = read_run_config(resume)
+            if estimator is not None:
+                cfg.estimator = estimator
             if max_steps is not None:
                 cfg.max_steps = max_steps
             apply_overrides(cfg, set_)
             cfg.out = str(resume)
-            validate(cfg)
-            trainer = Trainer.resume(resume, overrides=config_to_dict(cfg))
+            trainer = Trainer(cfg, resume=True)
         else:
             cfg = load_config(config) if config is not None else TrainConfig()
             if out is not None:
@@ -71,11 +88,19 @@ def train_command(
             if max_steps is not None:
                 cfg.max_steps = max_steps
             apply_overrides(cfg, set_)
-            validate(cfg)
             trainer = Trainer(cfg)
+        last = trainer.run(progress=not quiet)
     except ValueError as e:
         _fail(str(e))
-    last = trainer.run(progress=not quiet)
+    except OSError as e:
+        _fail(os_error_message(e))
+    except KeyboardInterrupt:
+        where = f"{trainer.out}" if trainer is not None else "the run directory"
+        typer.echo(
+            f"interrupted; the last checkpoint in {where} is intact: run the same command (or "
+            f"`bestk train --resume {where}`) to continue", err=True,
+        )
+        raise typer.Exit(130) from None
     if trainer.interrupted:
         raise typer.Exit(130)
     n = trainer.cfg.eval.n
@@ -102,29 +127,41 @@ def eval_command(
     seed: int = typer.Option(0, "--seed"),
 ) -> None:
     """Unbiased pass@k / best@k curves (k = 1..n) of a model on a task's held-out prompts."""
+    try:
+        _eval(model, task, n, set_, json_out, bank_out, bank_prompts, seed)
+    except ValueError as e:
+        _fail(str(e))
+    except OSError as e:
+        _fail(os_error_message(e))
+
+
+def _eval(
+    model: Path, task: str, n: int, set_: list[str], json_out: Path | None,
+    bank_out: Path | None, bank_prompts: int, seed: int,
+) -> None:
     import json
 
     from rich.console import Console
     from rich.table import Table
 
+    from bestk._atomic import write_text_atomic
+    from bestk.tasks import load_task
     from bestk.train.config import TrainConfig, apply_overrides, validate
     from bestk.train.evaluate import evaluate
+    from bestk.train.policy import load_policy
 
-    try:
-        cfg = TrainConfig()
-        cfg.task.name = task
-        cfg.model.path = str(model)
-        cfg.eval.n = n
-        cfg.seed = seed
-        apply_overrides(cfg, set_)
-        validate(cfg)
-        from bestk.tasks import load_task
-        from bestk.train.policy import load_policy
-
-        t = load_task(cfg.task.name, cfg.task.options, seed=cfg.seed, reward=cfg.task.reward)
-        mdl, tok = load_policy(cfg.model, t.alphabet)
-    except ValueError as e:
-        _fail(str(e))
+    cfg = TrainConfig()
+    cfg.task.name = task
+    cfg.model.path = str(model)
+    cfg.eval.n = n
+    cfg.seed = seed
+    apply_overrides(cfg, set_)
+    validate(cfg)
+    for flag, path in (("--json", json_out), ("--bank", bank_out)):
+        if path is not None and path.is_dir():
+            raise ValueError(f"{flag} {str(path)!r} is a directory; give a file name")
+    t = load_task(cfg.task.name, cfg.task.options, seed=cfg.seed, reward=cfg.task.reward)
+    mdl, tok = load_policy(cfg.model, t.alphabet)
     max_new = cfg.rollout.max_new_tokens or t.max_answer_chars + 2
     examples = t.eval[: cfg.eval.num_prompts or len(t.eval)]
     res = evaluate(
@@ -148,16 +185,17 @@ def eval_command(
         f"distinct={m['distinct']:.2f}"
     )
     if json_out is not None:
-        json_out.write_text(json.dumps(m, indent=1))
+        write_text_atomic(json_out, json.dumps(m, indent=1))
     if bank_out is not None:
         bank_ex = t.train[:bank_prompts]
         b = evaluate(
             mdl, tok, t, bank_ex, n=n, temperature=cfg.eval.temperature, top_p=cfg.eval.top_p,
             max_new_tokens=max_new, seed=seed + 1,
         )
-        with open(bank_out, "w") as f:
-            for ex, row in zip(bank_ex, b.rewards, strict=True):
-                f.write(json.dumps({"prompt_id": ex["id"], "rewards": row.tolist()}) + "\n")
+        write_text_atomic(bank_out, "".join(
+            json.dumps({"prompt_id": ex["id"], "rewards": row.tolist()}) + "\n"
+            for ex, row in zip(bank_ex, b.rewards, strict=True)
+        ))
         typer.echo(f"bank of {len(bank_ex)} prompts x {n} rewards -> {bank_out}")
 
 

@@ -13,6 +13,10 @@ naming the key and the valid choices (:func:`validate`).
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -29,10 +33,20 @@ __all__ = [
     "EvalConfig",
     "TrainConfig",
     "load_config",
+    "yaml_error_line",
     "apply_overrides",
     "config_to_dict",
     "config_from_dict",
     "validate",
+    "check_names",
+    "check_values",
+    "check_finite",
+    "check_device",
+    "check_model_dir",
+    "check_estimator_runs",
+    "config_items",
+    "resolve_estimator_options",
+    "calibration_prompt_ids",
 ]
 
 
@@ -306,8 +320,19 @@ def load_config(path: str | Path) -> TrainConfig:
     try:
         data = yaml.safe_load(p.read_text())
     except yaml.YAMLError as e:
-        raise ValueError(f"config file {str(p)!r} is not valid YAML: {e}") from None
+        raise ValueError(
+            f"config file {str(p)!r} is not valid YAML: {yaml_error_line(e)}"
+        ) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"cannot read config file {str(p)!r}: {e}") from None
     return config_from_dict(data or {})
+
+
+def yaml_error_line(e: yaml.YAMLError) -> str:
+    """A one-line description of a YAML parse error (problem and line:column)."""
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    mark = getattr(e, "problem_mark", None)
+    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark else problem
 
 
 def apply_overrides(cfg: TrainConfig, overrides: list[str] | None) -> TrainConfig:
@@ -328,57 +353,279 @@ def apply_overrides(cfg: TrainConfig, overrides: list[str] | None) -> TrainConfi
 
 
 def validate(cfg: TrainConfig) -> None:
-    """Check names and value ranges; raise ``ValueError`` naming the offending key."""
+    """Check every value before any work; raise ``ValueError`` naming the offending key.
+
+    In order: names (estimator, its option names, task option names), values (types, finite
+    floats, ranges; :func:`check_values`), the device (:func:`check_device`), a local model
+    directory (:func:`check_model_dir`), and the estimator options' *values*, by running the
+    estimator on a dummy batch shaped like a training batch (:func:`check_estimator_runs`; a
+    ``calibration`` path is loaded). Nothing here trains, builds a model or writes a file.
+    """
+    check_names(cfg)
+    check_values(cfg)
+    check_device(cfg.device)
+    if cfg.model.path is not None:
+        check_model_dir(cfg.model.path)
+    check_estimator_runs(cfg)
+
+
+def check_names(cfg: TrainConfig) -> None:
+    """The estimator is registered; estimator and task option names are known."""
     import bestk
     from bestk.estimators import check_estimator_options, check_option_names
-    from bestk.losses import AGG_MODES, KL_ESTIMATORS
     from bestk.tasks import task_options
 
     if cfg.estimator not in bestk.ESTIMATORS:
         raise ValueError(
             f"unknown estimator {cfg.estimator!r}; valid: {', '.join(sorted(bestk.ESTIMATORS))}"
         )
+    if not isinstance(cfg.estimator_options, dict):
+        raise ValueError(
+            f"config key 'estimator_options' must be a mapping, got {cfg.estimator_options!r}"
+        )
     check_estimator_options(cfg.estimator, cfg.estimator_options)
+    if not isinstance(cfg.task.options, dict):
+        raise ValueError(f"config key 'task.options' must be a mapping, got {cfg.task.options!r}")
     check_option_names("task", cfg.task.name, cfg.task.options, task_options(cfg.task.name))
-    checks = [
-        ("max_steps", cfg.max_steps >= 0, ">= 0"),
-        ("advantage_reward", cfg.advantage_reward in ("auto", "raw", "success"),
-         "auto, raw or success"),
-        ("checkpoint_every", cfg.checkpoint_every >= 1, ">= 1"),
-        ("keep_checkpoints", cfg.keep_checkpoints >= 1, ">= 1"),
-        ("model.arch", cfg.model.arch in ("qwen2", "llama"), "qwen2 or llama"),
-        ("model.dtype", cfg.model.dtype in ("float32", "bfloat16"), "float32 or bfloat16"),
-        ("sft.steps", cfg.sft.steps >= 0, ">= 0"),
-        ("sft.batch_size", cfg.sft.batch_size >= 1, ">= 1"),
-        ("sft.lr", cfg.sft.lr > 0, "> 0"),
-        ("rollout.prompts_per_step", cfg.rollout.prompts_per_step >= 1, ">= 1"),
-        ("rollout.n", cfg.rollout.n >= 1, ">= 1"),
-        ("rollout.temperature", cfg.rollout.temperature > 0, "> 0"),
-        ("rollout.top_p", 0 < cfg.rollout.top_p <= 1, "in (0, 1]"),
-        ("rollout.max_new_tokens", (cfg.rollout.max_new_tokens or 1) >= 1, ">= 1"),
-        ("loss.clip_low", 0 <= cfg.loss.clip_low < 1, "in [0, 1)"),
-        ("loss.clip_high", cfg.loss.clip_high >= 0, ">= 0"),
-        ("loss.agg", cfg.loss.agg in AGG_MODES, " / ".join(AGG_MODES)),
-        ("loss.kl_coef", cfg.loss.kl_coef >= 0, ">= 0"),
-        ("loss.kl_estimator", cfg.loss.kl_estimator in KL_ESTIMATORS, " / ".join(KL_ESTIMATORS)),
-        ("loss.ppo_epochs", cfg.loss.ppo_epochs >= 1, ">= 1"),
-        ("loss.minibatches", cfg.loss.minibatches >= 1, ">= 1"),
-        ("optim.lr", cfg.optim.lr > 0, "> 0"),
-        ("optim.grad_clip", cfg.optim.grad_clip >= 0, ">= 0"),
-        ("eval.every", cfg.eval.every >= 1, ">= 1"),
-        ("eval.n", cfg.eval.n >= 1, ">= 1"),
-        ("eval.num_prompts", (cfg.eval.num_prompts or 1) >= 1, ">= 1"),
-        ("eval.temperature", cfg.eval.temperature > 0, "> 0"),
-        ("eval.top_p", 0 < cfg.eval.top_p <= 1, "in (0, 1]"),
+
+
+def config_items(cfg: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """``[(dotted key, value), ...]`` of every leaf field of a config dataclass (mappings such
+    as ``task.options`` are leaves)."""
+    items: list[tuple[str, Any]] = []
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            items += config_items(value, f"{prefix}{f.name}.")
+        else:
+            items.append((f"{prefix}{f.name}", value))
+    return items
+
+
+def check_finite(cfg: TrainConfig) -> None:
+    """No float field is NaN or infinite (YAML reads ``1e999`` and ``.inf`` as infinity)."""
+    for key, value in config_items(cfg):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"config key {key!r} must be a finite number, got {value!r}")
+
+
+_MAX_SEED = 2**63 - 1
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _in_choices(*choices: str) -> tuple[Callable[[Any], bool], str]:
+    """A membership predicate and its description ("a or b", "a, b or c")."""
+    want = " or ".join(choices) if len(choices) < 3 else (
+        ", ".join(choices[:-1]) + " or " + choices[-1]
+    )
+    return (lambda v: v in choices), want
+
+
+def _value_rules() -> list[tuple[str, Callable[[Any], bool], str]]:
+    """``(dotted key, predicate, what it must be)`` for every constrained field."""
+    from bestk.losses import AGG_MODES, KL_ESTIMATORS
+
+    def ge(lo: int) -> Callable[[Any], bool]:
+        return lambda v: _is_int(v) and v >= lo
+
+    def opt_ge(lo: int) -> Callable[[Any], bool]:
+        return lambda v: v is None or (_is_int(v) and v >= lo)
+
+    def num(pred: Callable[[float], bool]) -> Callable[[Any], bool]:
+        return lambda v: _is_num(v) and pred(float(v))
+
+    return [
+        ("max_steps", ge(0), "an integer >= 0"),
+        ("advantage_reward", *_in_choices("auto", "raw", "success")),
+        ("seed", lambda v: _is_int(v) and 0 <= v <= _MAX_SEED, "an integer in [0, 2**63 - 1]"),
+        ("checkpoint_every", ge(1), "an integer >= 1"),
+        ("keep_checkpoints", ge(1), "an integer >= 1"),
+        ("threads", opt_ge(1), "an integer >= 1 or null (torch's default)"),
+        ("device", lambda v: isinstance(v, str) and bool(v), "a device name such as cpu"),
+        ("model.arch", *_in_choices("qwen2", "llama")),
+        ("model.hidden_size", ge(1), "an integer >= 1"),
+        ("model.num_layers", ge(1), "an integer >= 1"),
+        ("model.num_heads", ge(1), "an integer >= 1"),
+        ("model.intermediate_size", ge(1), "an integer >= 1"),
+        ("model.max_positions", ge(1), "an integer >= 1"),
+        ("model.dtype", *_in_choices("float32", "bfloat16")),
+        ("sft.steps", ge(0), "an integer >= 0"),
+        ("sft.batch_size", ge(1), "an integer >= 1"),
+        ("sft.lr", num(lambda v: v > 0), "> 0"),
+        ("rollout.prompts_per_step", ge(1), "an integer >= 1"),
+        ("rollout.n", ge(1), "an integer >= 1"),
+        ("rollout.temperature", num(lambda v: v > 0), "> 0"),
+        ("rollout.top_p", num(lambda v: 0 < v <= 1), "in (0, 1]"),
+        ("rollout.max_new_tokens", opt_ge(1), "an integer >= 1 or null"),
+        ("loss.clip_low", num(lambda v: 0 <= v < 1), "in [0, 1)"),
+        ("loss.clip_high", num(lambda v: v >= 0), ">= 0"),
+        ("loss.agg", lambda v: v in AGG_MODES, " / ".join(AGG_MODES)),
+        ("loss.kl_coef", num(lambda v: v >= 0), ">= 0"),
+        ("loss.kl_estimator", lambda v: v in KL_ESTIMATORS, " / ".join(KL_ESTIMATORS)),
+        ("loss.entropy_coef", num(lambda v: True), "a number"),
+        ("loss.ppo_epochs", ge(1), "an integer >= 1"),
+        ("loss.minibatches", ge(1), "an integer >= 1"),
+        ("optim.lr", num(lambda v: v > 0), "> 0"),
+        ("optim.weight_decay", num(lambda v: v >= 0), ">= 0"),
+        ("optim.beta1", num(lambda v: 0 <= v < 1), "in [0, 1)"),
+        ("optim.beta2", num(lambda v: 0 <= v < 1), "in [0, 1)"),
+        ("optim.grad_clip", num(lambda v: v >= 0), ">= 0"),
+        ("optim.warmup_steps", ge(0), "an integer >= 0"),
+        ("eval.every", ge(1), "an integer >= 1"),
+        ("eval.n", ge(1), "an integer >= 1"),
+        ("eval.num_prompts", opt_ge(1), "an integer >= 1 or null (all)"),
+        ("eval.temperature", num(lambda v: v > 0), "> 0"),
+        ("eval.top_p", num(lambda v: 0 < v <= 1), "in (0, 1]"),
     ]
-    for key, ok, want in checks:
-        if not ok:
-            section, _, name = key.rpartition(".")
-            obj = getattr(cfg, section) if section else cfg
-            raise ValueError(f"config key {key!r} must be {want}, got {getattr(obj, name)!r}")
+
+
+def check_values(cfg: TrainConfig) -> None:
+    """Types, finiteness and ranges of every field, and the constraints between fields."""
+    check_finite(cfg)
+    values = dict(config_items(cfg))
+    for key, ok, want in _value_rules():
+        if not ok(values[key]):
+            raise ValueError(f"config key {key!r} must be {want}, got {values[key]!r}")
     if cfg.rollout.prompts_per_step % cfg.loss.minibatches:
         raise ValueError(
             f"config key 'loss.minibatches' ({cfg.loss.minibatches}) must divide "
             f"rollout.prompts_per_step ({cfg.rollout.prompts_per_step}): minibatches hold "
             "whole groups"
         )
+    if cfg.model.path is None and cfg.model.hidden_size % cfg.model.num_heads:
+        raise ValueError(
+            f"config key 'model.hidden_size' ({cfg.model.hidden_size}) must be divisible by "
+            f"model.num_heads ({cfg.model.num_heads})"
+        )
+
+
+def check_device(device: str) -> None:
+    """``device`` parses as a torch device and that device is available here."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(
+            f"config key 'device' must be a torch device such as cpu, cuda, cuda:1 or mps, "
+            f"got {device!r}"
+        ) from None
+    if dev.type == "cpu":
+        return
+    backend = torch.backends.mps if dev.type == "mps" else getattr(torch, dev.type, None)
+    available = getattr(backend, "is_available", None)
+    if available is None:
+        raise ValueError(
+            f"config key 'device' is {device!r}, which is not a compute device; use cpu, cuda, "
+            "cuda:N or mps"
+        )
+    if not available():
+        raise ValueError(
+            f"config key 'device' is {device!r}, but no {dev.type} device is available to this "
+            f"torch ({torch.__version__})"
+        )
+    count = getattr(getattr(torch, dev.type, None), "device_count", None)
+    if dev.index is not None and count is not None and dev.index >= count():
+        raise ValueError(
+            f"config key 'device' is {device!r}, but only {count()} {dev.type} device(s) are "
+            "visible"
+        )
+
+
+#: Files of which a Hugging Face tokenizer directory holds at least one.
+TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
+    "spiece.model",
+)
+
+
+def check_model_dir(path: str | Path) -> None:
+    """``path`` is a directory holding a Hugging Face model config and a tokenizer."""
+    p = Path(path)
+    if not p.is_dir():
+        raise ValueError(f"model directory {str(path)!r} is not a directory")
+    if not (p / "config.json").is_file():
+        raise ValueError(
+            f"model directory {str(path)!r} holds no Hugging Face model (no config.json)"
+        )
+    if not any((p / name).is_file() for name in TOKENIZER_FILES):
+        raise ValueError(
+            f"model directory {str(path)!r} holds no tokenizer (none of "
+            f"{', '.join(TOKENIZER_FILES)})"
+        )
+
+
+def resolve_estimator_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The estimator options with a ``calibration`` file path loaded as a ``Calibration``."""
+    opts = dict(options)
+    cal = opts.get("calibration")
+    if isinstance(cal, (str, os.PathLike)):
+        from bestk.kappo import Calibration
+
+        try:
+            opts["calibration"] = Calibration.load(cal)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"cannot load calibration {str(cal)!r}: {e}") from None
+    return opts
+
+
+def calibration_prompt_ids(calibration: Any) -> list[Any]:
+    """The prompt ids of a calibration as the trainer's examples carry them (digit strings
+    become ints), in the calibration's order."""
+    return [
+        int(x) if str(x).lstrip("-").isdigit() else x for x in calibration.prompt_ids.tolist()
+    ]
+
+
+@contextmanager
+def _global_rng_preserved() -> Iterator[None]:
+    """Leave the python, numpy and torch (CPU) global RNG states as they were."""
+    import random
+
+    import numpy as np
+    import torch
+
+    py, npy = random.getstate(), np.random.get_state()  # noqa: NPY002
+    with torch.random.fork_rng(devices=[]):
+        try:
+            yield
+        finally:
+            random.setstate(py)
+            np.random.set_state(npy)  # noqa: NPY002
+
+
+def check_estimator_runs(cfg: TrainConfig, options: dict[str, Any] | None = None) -> None:
+    """Run ``bestk.advantages`` on a dummy batch of 2 groups of ``rollout.n`` 0/1 rewards with
+    the configured options (resolved with :func:`resolve_estimator_options` unless given), so
+    that the estimator's own checks reject bad option values before any work. The global RNG
+    states are left untouched."""
+    import torch
+
+    import bestk
+
+    opts = resolve_estimator_options(cfg.estimator_options) if options is None else options
+    labels: list[Any] = [0, 1]
+    cal = opts.get("calibration")
+    if hasattr(cal, "prompt_ids"):
+        known = calibration_prompt_ids(cal)
+        labels = [known[0], known[min(1, len(known) - 1)]]
+    n = cfg.rollout.n
+    rewards = torch.tensor([float((i + g) % 2) for g in range(2) for i in range(n)],
+                           dtype=torch.float64)
+    group = [labels[g] for g in range(2) for _ in range(n)]
+    with _global_rng_preserved():
+        try:
+            bestk.advantages(cfg.estimator, rewards, group=group, **opts)
+        except (TypeError, ValueError) as e:
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise ValueError(
+                f"estimator_options of {cfg.estimator!r} {cfg.estimator_options!r} rejected by "
+                f"the estimator: {first}"
+            ) from None

@@ -14,8 +14,10 @@ One RL step (:meth:`Trainer.rl_step`):
 The prompts and the sampling noise of step ``s`` depend only on ``(seed, s)``, so a run resumed
 from a checkpoint continues exactly as the uninterrupted run would have.
 
-Run directory (DESIGN.md section 6): ``config.yaml``, ``metrics.jsonl``, ``checkpoints/``,
-``final/`` (HF model + tokenizer), ``report.md`` + PNG plots.
+Run directory: ``config.yaml``, ``metrics.jsonl``, ``checkpoints/``, ``final/`` (HF model +
+tokenizer), ``report.md`` + PNG plots. A :class:`Trainer` holds the directory's lock from its
+construction to the end of :meth:`Trainer.run` and continues a run already there when the
+config allows it (see :mod:`bestk.train.rundir`).
 """
 
 from __future__ import annotations
@@ -24,40 +26,48 @@ import copy
 import json
 import math
 import os
+import shutil
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import yaml
 
 import bestk
-from bestk._atomic import write_text_atomic
+from bestk._atomic import respect_umask, write_text_atomic
 from bestk.losses import aggregate, kl_penalty, ppo_clip_loss
 from bestk.tasks import Task, load_task
-from bestk.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from bestk.train.config import TrainConfig, config_from_dict, config_to_dict, validate
+from bestk.train.checkpoint import as_os_error, latest_checkpoint, load_checkpoint, save_checkpoint
+from bestk.train.config import (
+    TrainConfig,
+    calibration_prompt_ids,
+    config_from_dict,
+    resolve_estimator_options,
+    validate,
+)
 from bestk.train.evaluate import evaluate
 from bestk.train.policy import count_parameters, load_policy
 from bestk.train.rollout import sample, sequence_logprobs
+from bestk.train.rundir import (
+    RunLock,
+    RunState,
+    clean_temporaries,
+    inspect_run,
+    mark_finished,
+    prepare_directory,
+    read_metrics,
+    read_run_config,
+    set_aside,
+    write_run_config,
+)
 
 __all__ = ["Trainer", "train", "write_text_atomic", "read_metrics"]
 
-
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """The records of a ``metrics.jsonl`` (a torn last line from a crash is skipped)."""
-    rows = []
-    p = Path(path)
-    if not p.is_file():
-        return rows
-    for line in p.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
+_MODES = {True: "resume", False: "new", "auto": "auto", "resume": "resume", "new": "new"}
 
 
 def _step_seed(seed: int, step: int, stream: int) -> int:
@@ -72,12 +82,46 @@ class Trainer:
     ``(step, train_metrics)`` — tests use it to simulate a crash.
     """
 
-    def __init__(self, cfg: TrainConfig, *, resume: bool = False, on_step: Callable | None = None):
-        validate(cfg)
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        *,
+        resume: bool | str = "auto",
+        on_step: Callable | None = None,
+    ):
+        if resume not in _MODES:
+            raise ValueError(
+                f"resume must be True, False, 'auto', 'resume' or 'new', got {resume!r}"
+            )
+        validate(cfg)  # every value, before the directory is touched or anything is built
         self.cfg = cfg
         self.on_step = on_step
         self.out = Path(cfg.out)
         self.ckpt_dir = self.out / "checkpoints"
+        self.notes: list[str] = []
+        self._load_task()  # task options and sizes are checked here, still before any write
+        created = not self.out.exists()
+        self._lock = RunLock(prepare_directory(self.out))
+        try:
+            self._lock.acquire()
+            removed = clean_temporaries(self.out)
+            if removed:
+                self._say("note", f"removed {len(removed)} temporary file(s) left by an "
+                          f"interrupted write: {', '.join(p.name for p in removed[:4])}")
+            self.state: RunState = inspect_run(cfg, _MODES[resume])
+            for msg in self.state.warnings:
+                self._say("warning", msg)
+            for msg in self.state.notes:
+                self._say("note", msg)
+            self._build()
+        except BaseException:
+            if created and self._lock.held and {p.name for p in self.out.iterdir()} <= {".lock"}:
+                shutil.rmtree(self.out, ignore_errors=True)  # no trace of a run never started
+            self.close()
+            raise
+
+    def _load_task(self) -> None:
+        cfg = self.cfg
         if cfg.threads:
             torch.set_num_threads(int(cfg.threads))
         torch.manual_seed(cfg.seed)
@@ -85,10 +129,10 @@ class Trainer:
         self.task: Task = load_task(
             cfg.task.name, cfg.task.options, seed=cfg.seed, reward=cfg.task.reward
         )
-        self.model, self.tokenizer = load_policy(cfg.model, self.task.alphabet, seed=cfg.seed)
-        self.model.to(self.device)
         self.max_new_tokens = cfg.rollout.max_new_tokens or (self.task.max_answer_chars + 2)
         self.eval_examples = self.task.eval[: cfg.eval.num_prompts or len(self.task.eval)]
+        if not self.eval_examples:
+            raise ValueError(f"task {self.task.name!r} has no held-out prompts to evaluate on")
         self.estimator_options = self._estimator_options()
         self.binary_advantages = self._binary_advantages()
         if len(self.task.train) < cfg.rollout.prompts_per_step:
@@ -96,51 +140,61 @@ class Trainer:
                 f"rollout.prompts_per_step ({cfg.rollout.prompts_per_step}) exceeds the "
                 f"{len(self.task.train)} training prompts of task {self.task.name!r}"
             )
+
+    def _build(self) -> None:
+        cfg = self.cfg
+        self.model, self.tokenizer = load_policy(cfg.model, self.task.alphabet, seed=cfg.seed)
+        self.model.to(self.device)
         self.ref_model = None
         self.optimizer = self._make_optimizer(cfg.optim.lr)
         self.step = 0
         self.opt_steps = 0
         self.sft_done = cfg.sft.steps == 0
-        if resume:
+        self.complete = self.state.kind == "complete"
+        if self.state.kind in ("resume", "complete"):
             self._resume()
         else:
             self._start_dir()
+
+    def close(self) -> None:
+        """Release the run directory's lock (done by :meth:`run` when it returns)."""
+        lock = getattr(self, "_lock", None)
+        if lock is not None:
+            lock.release()
+
+    def _say(self, level: str, msg: str) -> None:
+        """A one-line note or warning on stderr (also when the progress bar is off)."""
+        self.notes.append(f"{level}: {msg}")
+        print(f"{level}: {msg}", file=sys.stderr, flush=True)
 
     # -- setup -----------------------------------------------------------------------------
     @classmethod
     def resume(
         cls, out: str | Path, *, overrides: dict[str, Any] | None = None, **kw: Any
     ) -> Trainer:
-        """Reopen the run in ``out`` from its ``config.yaml`` (``overrides``, e.g.
-        ``{"max_steps": 200}``, may extend it) and its latest checkpoint."""
+        """Reopen the run in ``out`` from its ``config.yaml`` and newest valid checkpoint.
+
+        ``overrides`` (a nested dict, e.g. ``{"max_steps": 200}``) may change what the resume
+        policy allows (:data:`bestk.train.rundir.RESUME_FREE`); other changes are refused.
+        """
         out = Path(out)
-        cfg_path = out / "config.yaml"
-        if not cfg_path.is_file():
-            raise ValueError(f"--resume {str(out)!r}: no config.yaml there (not a run directory)")
-        cfg = config_from_dict(yaml.safe_load(cfg_path.read_text()))
+        cfg = read_run_config(out)
         if overrides:
             cfg = config_from_dict(overrides, base=cfg)
         cfg.out = str(out)
         return cls(cfg, resume=True, **kw)
 
     def _estimator_options(self) -> dict[str, Any]:
-        opts = dict(self.cfg.estimator_options)
-        cal = opts.get("calibration")
-        if isinstance(cal, str):
-            from bestk.kappo import Calibration
-
-            try:
-                opts["calibration"] = Calibration.load(cal)
-            except (OSError, ValueError) as e:
-                raise ValueError(f"cannot load calibration {cal!r}: {e}") from None
+        opts = resolve_estimator_options(self.cfg.estimator_options)
+        cal = self.cfg.estimator_options.get("calibration")
+        if isinstance(cal, (str, os.PathLike)):
             # Train only on the prompts the calibration knows (its bank's prompt ids).
-            known = {int(x) if str(x).lstrip("-").isdigit() else x
-                     for x in opts["calibration"].prompt_ids.tolist()}
+            known = set(calibration_prompt_ids(opts["calibration"]))
             self.task.train = [e for e in self.task.train if e["id"] in known]
             if not self.task.train:
                 raise ValueError(
-                    f"calibration {cal!r} shares no prompt id with the training prompts of task "
-                    f"{self.task.name!r} (make the bank with `bestk eval --bank`)"
+                    f"calibration {str(cal)!r} shares no prompt id with the training prompts of "
+                    f"task {self.task.name!r} (make the bank with `bestk eval --bank`)"
                 )
         return opts
 
@@ -160,47 +214,47 @@ class Trainer:
         )
 
     def _start_dir(self) -> None:
-        self.out.mkdir(parents=True, exist_ok=True)
-        if latest_checkpoint(self.ckpt_dir) is not None:
-            raise ValueError(
-                f"run directory {str(self.out)!r} already holds checkpoints; use --resume "
-                f"{self.out} or choose another --out"
-            )
-        write_text_atomic(
-            self.out / "config.yaml", yaml.safe_dump(config_to_dict(self.cfg), sort_keys=False)
-        )
-        (self.out / "metrics.jsonl").write_text("")
+        write_run_config(self.out, self.cfg)
+        write_text_atomic(self.out / "metrics.jsonl", "")
 
     def _resume(self) -> None:
-        ckpt = latest_checkpoint(self.ckpt_dir)
-        if ckpt is None:
-            raise ValueError(f"--resume {str(self.out)!r}: no checkpoint in {self.ckpt_dir}")
+        set_aside(self.state.damaged)
         if self.cfg.loss.kl_coef > 0:
             self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
-        meta = load_checkpoint(ckpt, self.model, self.optimizer, ref_model=self.ref_model)
+        # verified by inspect_run under the lock a moment ago
+        meta = load_checkpoint(
+            self.state.checkpoint, self.model, self.optimizer, ref_model=self.ref_model,
+            verify=False,
+        )
         self.step = int(meta["step"])
         self.opt_steps = int(meta.get("opt_steps", 0))
         self.sft_done = bool(meta.get("sft_done", True))
+        if self.complete:
+            return
         # Drop log lines of steps past the checkpoint: they are redone.
         rows = [
             r for r in read_metrics(self.out / "metrics.jsonl")
-            if r.get("phase") == "sft" or r.get("step", 0) <= self.step
+            if r["phase"] == "sft" or r["step"] <= self.step
         ]
         write_text_atomic(
             self.out / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows)
         )
-        # A larger max_steps extends the run: keep config.yaml in sync.
-        write_text_atomic(
-            self.out / "config.yaml", yaml.safe_dump(config_to_dict(self.cfg), sort_keys=False)
-        )
+        # Record the allowed changes (a larger max_steps...) in config.yaml.
+        write_run_config(self.out, self.cfg)
 
     # -- logging / checkpoints ---------------------------------------------------------------
     def log(self, record: dict[str, Any]) -> None:
         """Append one JSON line to ``metrics.jsonl`` (flushed and fsync'ed)."""
-        with open(self.out / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(record) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        path = self.out / "metrics.jsonl"
+        try:
+            with open(path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            if e.filename is None and e.errno is not None:  # write() errors name no file
+                raise OSError(e.errno, e.strerror, str(path)) from e
+            raise
 
     def checkpoint(self) -> Path:
         """Atomic checkpoint of the current state."""
@@ -404,7 +458,21 @@ class Trainer:
 
         Ctrl-C finishes the current step, writes a checkpoint and returns with
         ``self.interrupted = True`` (a second Ctrl-C aborts at once); ``--resume`` continues.
+        A Ctrl-C during the final save lets the save finish (the run is then complete).
+        A complete run (:attr:`complete`) returns its last evaluation at once. The run
+        directory's lock is released when this returns or raises.
         """
+        try:
+            return self._run(progress)
+        finally:
+            self.close()
+
+    def last_evaluation(self) -> dict[str, Any]:
+        """The newest ``phase: eval`` record of ``metrics.jsonl`` (``{}`` if none)."""
+        evals = [r for r in read_metrics(self.out / "metrics.jsonl") if r["phase"] == "eval"]
+        return evals[-1] if evals else {}
+
+    def _run(self, progress: bool) -> dict[str, Any]:
         from rich.console import Console
         from rich.progress import (
             BarColumn,
@@ -416,17 +484,22 @@ class Trainer:
         )
 
         cfg = self.cfg
+        self.interrupted = False
+        if self.complete:
+            self._say("note", f"run {str(self.out)!r} is already complete (step {self.step} of "
+                      f"{cfg.max_steps}); nothing to do")
+            return self.last_evaluation()
         console = Console(stderr=True, quiet=not progress)
         console.print(
             f"[bold]bestk train[/] task={self.task.name} estimator={cfg.estimator} "
             f"params={count_parameters(self.model):,} out={self.out}"
+            + (f" (resuming at step {self.step})" if self.state.kind == "resume" else "")
         )
         bar = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn(), TimeRemainingColumn(), console=console, disable=not progress,
         )
         last_eval: dict[str, Any] = {}
-        self.interrupted = False
         restore = self._install_sigint()
         try:
             with bar:
@@ -460,40 +533,69 @@ class Trainer:
                     )
                     if self.on_step is not None:
                         self.on_step(step, m)
+            if self._stop_requested and self.step < cfg.max_steps:
+                self.interrupted = True
+                if self.sft_done and latest_checkpoint(self.ckpt_dir) is not None:
+                    self.checkpoint()
+                Console(stderr=True).print(
+                    f"interrupted after step {self.step}; checkpoint saved. Continue with "
+                    f"`bestk train --resume {self.out}`"
+                )
+                return last_eval
+            stop_before_save = self._stop_requested
+            self.finish(progress=progress)
+            if self._stop_requested and not stop_before_save:
+                self._say("note", "Ctrl-C during the final save: it was completed first; the run "
+                          f"is complete (final model in {self.out / 'final'})")
         finally:
             restore()
-        if self._stop_requested:
-            self.interrupted = True
-            if self.sft_done and latest_checkpoint(self.ckpt_dir) is not None:
-                self.checkpoint()
-            Console(stderr=True).print(
-                f"interrupted after step {self.step}; checkpoint saved. Continue with "
-                f"`bestk train --resume {self.out}`"
-            )
-            return last_eval
-        self.finish()
-        return last_eval
+        return last_eval or self.last_evaluation()
 
-    def finish(self) -> None:
-        """Save ``final/`` (HF model + tokenizer) and write the report with plots."""
+    def finish(self, *, progress: bool = False) -> None:
+        """Save ``final/`` (HF model + tokenizer) and write the report with plots.
+
+        ``final/`` is written to ``.final-tmp`` and swapped in with two renames, so a crash
+        leaves the previous ``final/`` (or, between the renames, ``.final-old``) intact. The
+        run is marked complete (``DIR/.finished``, the step) only after the report.
+        """
         from bestk.train.report import write_report
 
         final = self.out / "final"
         tmp = self.out / ".final-tmp"
-        if tmp.exists():
-            import shutil
-
-            shutil.rmtree(tmp)
-        self.model.save_pretrained(tmp)
-        self.tokenizer.save_pretrained(tmp)
+        old = self.out / ".final-old"
+        for leftover in (tmp, old):
+            if leftover.exists():
+                shutil.rmtree(leftover)
+        try:
+            with _transformers_progress(progress):
+                self.model.save_pretrained(tmp)
+                self.tokenizer.save_pretrained(tmp)
+        except Exception as e:  # safetensors reports I/O failures as SafetensorError
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise as_os_error(e, tmp) from None
+        respect_umask(tmp)
         if final.exists():
-            import shutil
-
-            shutil.rmtree(final)
+            os.replace(final, old)
         os.replace(tmp, final)
+        if old.exists():
+            shutil.rmtree(old)
         write_report(self.out)
+        mark_finished(self.out, self.step)
+
+
+@contextmanager
+def _transformers_progress(enabled: bool) -> Iterator[None]:
+    """transformers' own progress bars (e.g. "Writing model shards") on or off meanwhile."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    (hf_logging.enable_progress_bar if enabled else hf_logging.disable_progress_bar)()
+    try:
+        yield
+    finally:
+        (hf_logging.enable_progress_bar if was else hf_logging.disable_progress_bar)()
 
 
 def train(cfg: TrainConfig, *, progress: bool = True) -> dict[str, Any]:
-    """Run a new training run with ``cfg`` (see :class:`Trainer`)."""
+    """Run ``cfg`` to the end (a new run, or the one in ``cfg.out``; see :class:`Trainer`)."""
     return Trainer(cfg).run(progress=progress)

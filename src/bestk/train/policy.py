@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from bestk.train.config import ModelConfig
+from bestk.train.config import ModelConfig, check_model_dir
 
 __all__ = ["build_char_tokenizer", "build_tiny_model", "load_policy", "count_parameters"]
 
@@ -91,15 +91,15 @@ def load_policy(cfg: ModelConfig, alphabet: str | None, seed: int = 0) -> tuple[
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = Path(cfg.path)
-    if not path.is_dir():
-        raise ValueError(f"model.path {cfg.path!r} is not a directory")
+    check_model_dir(path)
     try:
         tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(
             path, local_files_only=True, dtype=_dtype(cfg.dtype)
         )
-    except (OSError, ValueError) as e:
-        raise ValueError(f"cannot load a causal LM from {cfg.path!r}: {e}") from None
+    except Exception as e:  # OSError, ValueError, SafetensorError (damaged weights), ...
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"cannot load a causal LM from {cfg.path!r}: {first}") from None
     if tok.eos_token_id is None:
         raise ValueError(f"the tokenizer in {cfg.path!r} has no EOS token")
     if tok.pad_token_id is None:

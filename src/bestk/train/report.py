@@ -10,8 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 __all__ = ["write_report", "curve_of"]
 
 
@@ -95,12 +93,12 @@ def _table(start: dict, end: dict, prefix: str) -> list[str]:
 def write_report(out: str | Path) -> Path:
     """(Re)write ``out/report.md`` and its plots from ``out/metrics.jsonl``."""
     from bestk._atomic import write_text_atomic
-    from bestk.train.loop import read_metrics
+    from bestk.train.config import config_to_dict
+    from bestk.train.rundir import read_metrics, read_run_config
 
     out = Path(out)
     rows = read_metrics(out / "metrics.jsonl")
-    cfg_path = out / "config.yaml"
-    cfg = yaml.safe_load(cfg_path.read_text()) if cfg_path.is_file() else {}
+    cfg = config_to_dict(read_run_config(out)) if (out / "config.yaml").exists() else {}
     model = cfg.get("model", {})
     train = [r for r in rows if r.get("phase") == "train"]
     evals = [r for r in rows if r.get("phase") == "eval"]
@@ -115,8 +113,8 @@ def write_report(out: str | Path) -> Path:
         f"- RL steps: {train[-1]['step'] if train else 0} of {cfg.get('max_steps')}; "
         f"rollout {cfg.get('rollout', {}).get('prompts_per_step')} prompts x "
         f"{cfg.get('rollout', {}).get('n')} samples",
-        f"- SFT warm-up: {sft[-1]['sft_step'] if sft else 0} steps"
-        + (f" (final loss {sft[-1]['loss']:.3f})" if sft else ""),
+        f"- SFT warm-up: {sft[-1]['sft_step'] if sft else cfg.get('sft', {}).get('steps', 0)} "
+        "steps" + (f" (final loss {sft[-1]['loss']:.3f})" if sft else ""),
         "",
     ]
     if len(evals) >= 1:

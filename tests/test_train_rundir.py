@@ -1,0 +1,624 @@
+"""Run directories you can trust: one writer (a lock), verified checkpoints with fallback,
+validation before work, one-line OS errors, re-run = resume and the resume policy, cleaned
+temporaries, files that respect the umask."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from bestk.cli import app
+from bestk.train.checkpoint import (
+    checksum_path,
+    latest_valid_checkpoint,
+    list_checkpoints,
+    save_checkpoint,
+    verify_checkpoint,
+)
+from bestk.train.loop import Trainer
+from bestk.train.rundir import (
+    RunDirectoryBusy,
+    RunLock,
+    check_resume,
+    read_metrics,
+    read_run_config,
+)
+from tests.test_train import TINY, tiny_config
+
+#: The finished run every test copies: 4 RL steps, checkpoints at 0, 2, 4, evaluations at 0, 2, 4.
+RUN = ["checkpoint_every=2", "keep_checkpoints=3"]
+TIMING = ("time_generate", "time_score", "time_update", "completions_per_s")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _restore_torch_threads():
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("finished") / "run"
+    Trainer(tiny_config(out, "max_steps=4", *RUN)).run(progress=False)
+    return out
+
+
+@pytest.fixture
+def run(finished, tmp_path) -> Path:
+    """A private copy of the finished run."""
+    dst = tmp_path / "run"
+    shutil.copytree(finished, dst)
+    return dst
+
+
+def cli_args(out: Path, *extra: str, max_steps: int = 4) -> list[str]:
+    """``bestk train`` arguments of the finished run's config (the same command again)."""
+    args = ["train", "--out", str(out), "--quiet", "--max-steps", str(max_steps)]
+    for s in [*TINY, *RUN, *extra]:
+        args += ["--set", s]
+    return args
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def one_line_error(result, code: int = 2) -> str:
+    """The CLI exited with ``code`` printing exactly one line, ``error: ...``, no traceback."""
+    assert result.exit_code == code, result.output
+    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit)
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in result.output, result.output
+    return errors[0]
+
+
+def train_rows(out: Path) -> list[dict]:
+    return [{k: v for k, v in r.items() if k not in TIMING}
+            for r in read_metrics(out / "metrics.jsonl") if r["phase"] == "train"]
+
+
+def final_weights(out: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(out / "final" / "model.safetensors")
+
+
+def assert_same_weights(a: Path, b: Path) -> None:
+    wa, wb = final_weights(a), final_weights(b)
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], rtol=0, atol=0)
+
+
+def subprocess_cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bestk", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+# -- 1. one writer ------------------------------------------------------------------------------
+def test_lock_refuses_a_second_holder_naming_the_pid(tmp_path):
+    first = RunLock(tmp_path).acquire()
+    assert (tmp_path / ".lock").read_text().strip() == str(os.getpid())
+    with pytest.raises(RunDirectoryBusy, match=f"in use by another bestk process \\(pid "
+                       f"{os.getpid()}\\)"):
+        RunLock(tmp_path).acquire()
+    first.release()
+    RunLock(tmp_path).acquire().release()
+
+
+def test_lock_is_released_when_its_holder_is_killed(tmp_path):
+    code = ("import sys, time; from bestk.train.rundir import RunLock; "
+            "lock = RunLock(sys.argv[1]).acquire(); print('locked', flush=True); time.sleep(120)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline() == b"locked\n"
+        with pytest.raises(RunDirectoryBusy, match=f"pid {proc.pid}"):
+            RunLock(tmp_path).acquire()
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    RunLock(tmp_path).acquire().release()  # the kernel dropped the dead holder's lock
+
+
+def test_two_concurrent_writers_the_second_is_refused(tmp_path):
+    """Two real ``bestk train --out DIR`` processes: the second exits 2 naming the first's
+    pid; the first's log holds each step once."""
+    out = tmp_path / "dual"
+    args = [sys.executable, "-m", "bestk", *cli_args(out, "eval.every=1000", "checkpoint_every=1",
+                                                     max_steps=400)]
+    first = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and first.poll() is None:
+            lock = out / ".lock"
+            if lock.is_file() and lock.read_text().strip() == str(first.pid):
+                break
+            time.sleep(0.05)
+        assert first.poll() is None, first.stderr.read().decode()
+        second = subprocess.run(args, capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2, second.stderr
+        lines = second.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), second.stderr
+        assert f"in use by another bestk process (pid {first.pid})" in lines[0]
+        assert first.poll() is None  # the first is still training, undisturbed
+        while time.time() < deadline and len(train_rows(out)) < 2:
+            time.sleep(0.05)
+        os.kill(first.pid, signal.SIGINT)
+        assert first.wait(timeout=120) == 130
+    finally:
+        first.kill()
+        first.wait()
+    steps = [r["step"] for r in train_rows(out)]
+    assert steps == list(range(1, len(steps) + 1)) and steps  # each step once, in order
+    assert read_run_config(out).max_steps == 400
+
+
+# -- 2. config.yaml -----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        ("", "is empty"),
+        ("estimator: [grpo\n", "is not valid YAML: .* at line"),
+        ("- 1\n- 2\n", "must hold a mapping"),
+        ("rollout: {nn: 3}\n", "unknown config key 'rollout.nn'"),
+    ],
+)
+def test_a_bad_config_yaml_is_a_one_line_error(run, content, match):
+    (run / "config.yaml").write_text(content)
+    for args in (["train", "--resume", run, "--quiet"], cli_args(run)):
+        line = one_line_error(invoke(*args))
+        assert str(run / "config.yaml") in line
+        assert __import__("re").search(match, line), line
+    assert (run / "config.yaml").read_text() == content  # never overwritten with defaults
+
+
+# -- 3. verified checkpoints ----------------------------------------------------------------------
+def _damage(path: Path, how: str) -> None:
+    data = bytearray(path.read_bytes())
+    mid = len(data) // 2
+    if how == "truncated":
+        path.write_bytes(bytes(data[: len(data) // 3]))
+    elif how == "empty":
+        path.write_bytes(b"")
+    elif how == "random_middle":
+        gen = torch.Generator().manual_seed(0)
+        noise = torch.randint(0, 256, (8192,), generator=gen, dtype=torch.uint8).numpy()
+        data[mid : mid + 8192] = noise.tobytes()
+        path.write_bytes(bytes(data))
+    elif how == "zeroed_middle":
+        data[mid : mid + 8192] = bytes(8192)
+        path.write_bytes(bytes(data))
+    elif how == "no_checksum":
+        checksum_path(path).unlink()
+    else:  # pragma: no cover
+        raise AssertionError(how)
+
+
+@pytest.mark.parametrize("how", ["truncated", "empty", "random_middle", "zeroed_middle",
+                                 "no_checksum"])
+def test_a_damaged_latest_checkpoint_falls_back_to_the_newest_valid_one(
+    finished, run, how
+):
+    newest = run / "checkpoints" / "step_0000004.safetensors"
+    _damage(newest, how)
+    assert verify_checkpoint(newest) is not None
+    assert latest_valid_checkpoint(run / "checkpoints")[0].name == "step_0000002.safetensors"
+    r = invoke(*cli_args(run))  # the same command again: resumes from step 2, says so
+    assert r.exit_code == 0, r.output
+    err = r.output
+    assert "checkpoint step_0000004.safetensors is damaged" in err
+    assert "resuming from the newest valid checkpoint, step_0000002.safetensors" in err
+    assert (run / "checkpoints" / "step_0000004.safetensors.damaged").exists() or how == "empty"
+    # ...and the continuation is the uninterrupted run, bit for bit
+    assert train_rows(run) == train_rows(finished)
+    assert_same_weights(run, finished)
+    assert verify_checkpoint(newest) is None  # step 4 rewritten, with a checksum
+
+
+def test_no_valid_checkpoint_is_a_one_line_error(run):
+    for ck in list_checkpoints(run / "checkpoints"):
+        _damage(ck, "truncated")
+    line = one_line_error(invoke("train", "--resume", run, "--quiet"))
+    assert "no valid checkpoint in" in line
+    for step in (0, 2, 4):
+        assert f"step_{step:07d}.safetensors: sha256 mismatch" in line
+
+
+def test_checkpoints_carry_a_sha256sum_compatible_checksum(tmp_path):
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.AdamW(model.parameters())
+    path = save_checkpoint(tmp_path, 5, model, opt, {})
+    import hashlib
+
+    digest, name = checksum_path(path).read_text().split()
+    assert name == path.name and digest == hashlib.sha256(path.read_bytes()).hexdigest()
+    from bestk.train.checkpoint import load_checkpoint
+
+    _damage(path, "zeroed_middle")
+    with pytest.raises(ValueError, match="step_0000005.safetensors' is damaged: sha256 mismatch"):
+        load_checkpoint(path, torch.nn.Linear(3, 2))
+
+
+# -- 4. validation before work -----------------------------------------------------------------
+@pytest.mark.parametrize(
+    "extra, match",
+    [
+        (["--set", "optim.lr=1e999"], "config key 'optim.lr' must be a finite number, got inf"),
+        (["--set", "optim.lr=.inf"], "config key 'optim.lr' must be a finite number, got inf"),
+        (["--set", "rollout.temperature=.nan"], "'rollout.temperature' must be a finite number"),
+        (["--estimator", "softmax_grpo", "--set", "estimator_options.tau=abc"],
+         "softmax_grpo option tau must be a finite number > 0, got 'abc'"),
+        (["--estimator", "pkpo", "--set", "estimator_options.k=9"], "pkpo option k=9"),
+        (["--estimator", "kappo_grpo", "--set", "estimator_options.calibration=nope.json"],
+         "cannot load calibration 'nope.json'"),
+        (["--set", "device=nope"], "config key 'device' must be a torch device"),
+        (["--set", "device=cuda:7"], "config key 'device' is 'cuda:7'"),
+        (["--set", "threads=-1"], "config key 'threads' must be an integer >= 1"),
+        (["--set", "seed=-1"], "config key 'seed' must be an integer in"),
+        (["--set", "model.hidden_size=30"], "'model.hidden_size' \\(30\\) must be divisible"),
+        (["--set", "model.path=."], "holds no Hugging Face model \\(no config.json\\)"),
+        (["--set", "task.options={num_train: 64}", "--set", "rollout.prompts_per_step=100"],
+         "prompts_per_step \\(100\\) exceeds the 64 training prompts"),
+        (["--set", "task.options={max_len: -3}"], "max_len"),
+    ],
+)
+def test_bad_values_stop_before_any_work(tmp_path, extra, match):
+    out = tmp_path / "run"
+    line = one_line_error(invoke("train", "--out", out, "--quiet", *extra))
+    assert __import__("re").search(match, line), line
+    assert not out.exists()  # nothing written, no model built, no SFT step taken
+
+
+def test_a_model_that_fails_to_load_leaves_no_run_directory(tmp_path):
+    bad = tmp_path / "model"
+    bad.mkdir()
+    (bad / "config.json").write_text("{not json")
+    (bad / "tokenizer.json").write_text("{}")
+    out = tmp_path / "run"
+    line = one_line_error(invoke(*cli_args(out, f"model.path={bad}")))
+    assert f"cannot load a causal LM from '{bad}'" in line
+    assert not out.exists()  # created for the run, removed with its lock when it never started
+
+
+# -- 5. OS errors -------------------------------------------------------------------------------
+def test_out_naming_a_file_is_a_one_line_error(tmp_path):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    line = one_line_error(invoke("train", "--out", f, "--quiet"))
+    assert f"--out '{f}' is a file, not a directory" in line
+
+
+def test_read_only_directory_is_a_one_line_error(tmp_path, monkeypatch):
+    """EROFS injected where the run directory is first written (its lock file)."""
+    real_open = os.open
+
+    def read_only(path, flags, *a, **kw):
+        if str(path).endswith(".lock") and flags & os.O_CREAT:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_open(path, flags, *a, **kw)
+
+    monkeypatch.setattr(os, "open", read_only)
+    line = one_line_error(invoke(*cli_args(tmp_path / "ro")))
+    assert f"{tmp_path / 'ro' / '.lock'}: Read-only file system" in line
+
+
+def _enospc_on_call(n: int):
+    """A ``safetensors.torch.save_file`` whose ``n``-th call half-writes and fails like a full
+    disk (the error safetensors raises)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import save_file
+
+    calls = {"n": 0}
+
+    def save(tensors, filename, metadata=None):
+        calls["n"] += 1
+        if calls["n"] == n:
+            Path(filename).write_bytes(b"\0" * 1000)
+            raise SafetensorError(
+                "Error while serializing: I/O error: No space left on device (os error 28) at "
+                f'path "{filename}"'
+            )
+        return save_file(tensors, filename, metadata=metadata)
+
+    return save
+
+
+def test_full_disk_keeps_the_last_good_checkpoint_and_the_rerun_is_exact(
+    finished, tmp_path, monkeypatch
+):
+    import safetensors.torch
+
+    out = tmp_path / "full"
+    monkeypatch.setattr(safetensors.torch, "save_file", _enospc_on_call(2))  # step 2's save
+    line = one_line_error(invoke(*cli_args(out)))
+    assert f"{out / 'checkpoints' / 'step_0000002.safetensors'}: No space left on device" in line
+    assert "the last good checkpoint is intact" in line
+    names = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert names == ["step_0000000.safetensors", "step_0000000.sha256"]  # no temporaries
+    assert verify_checkpoint(out / "checkpoints" / "step_0000000.safetensors") is None
+    monkeypatch.undo()
+    r = invoke(*cli_args(out))  # space freed: the same command continues the run
+    assert r.exit_code == 0, r.output
+    assert train_rows(out) == train_rows(finished)
+    assert_same_weights(out, finished)
+
+
+def test_full_disk_in_the_metrics_log_names_the_file(tmp_path, monkeypatch):
+    tr = Trainer(tiny_config(tmp_path / "m", "max_steps=1", "sft.steps=0"))
+    real_fsync = os.fsync
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError) as e:
+        tr.log({"phase": "train", "step": 1})
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    tr.close()
+    assert e.value.errno == errno.ENOSPC and e.value.filename == str(tmp_path / "m/metrics.jsonl")
+
+
+_INJECT = """
+import errno, os, sys
+from pathlib import Path
+kind = sys.argv.pop(1)
+if kind == "enospc":
+    import safetensors.torch as st
+    from safetensors import SafetensorError
+    def save(tensors, filename, metadata=None):
+        Path(filename).write_bytes(b"partial")
+        raise SafetensorError("Error while serializing: I/O error: No space left on device "
+                              f'(os error 28) at path "{filename}"')
+    st.save_file = save
+else:
+    real_open = os.open
+    def open_ro(path, flags, *a, **kw):
+        if str(path).endswith(".lock") and flags & os.O_CREAT:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_open(path, flags, *a, **kw)
+    os.open = open_ro
+from bestk.cli import main
+sys.argv = ["bestk", *sys.argv[1:]]
+main()
+"""
+
+
+@pytest.mark.parametrize("kind, expected", [
+    ("enospc", "step_0000000.safetensors: No space left on device"),
+    ("erofs", ".lock: Read-only file system"),
+])
+def test_os_errors_in_a_real_cli_process(tmp_path, kind, expected):
+    out = tmp_path / "run"
+    p = subprocess.run([sys.executable, "-c", _INJECT, kind, *cli_args(out)],
+                       capture_output=True, text=True, timeout=180)
+    assert p.returncode == 2, p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], p.stderr
+
+
+# -- 6. bestk eval on a damaged / empty model directory ---------------------------------------
+def test_eval_on_damaged_weights_or_an_empty_directory(run, tmp_path):
+    weights = run / "final" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:5000])
+    line = one_line_error(invoke("eval", "--model", run / "final", "-n", "2"))
+    assert f"cannot load a causal LM from '{run / 'final'}'" in line
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    line = one_line_error(invoke("eval", "--model", empty, "-n", "2"))
+    assert "holds no Hugging Face model (no config.json)" in line
+    assert "sentencepiece" not in line
+
+
+# -- 7. malformed metrics.jsonl ------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "tail, match",
+    [
+        (b"\x8f\xa7 random \xff\x00 bytes\n\x12\x34", "line 9 is not a JSON record"),
+        (b"null\n", "line 9: expected a JSON object, got null"),
+        (b'{"phase": "train", "step": "five"}\n', "line 9: 'step' must be an integer >= 0"),
+        (b'{"phase": "eval", "step": 5, "pass@1": "x"}\n', "line 9: 'pass@1' must be a number"),
+    ],
+)
+def test_a_malformed_metrics_line_is_an_error_naming_the_file(run, tail, match):
+    log = run / "metrics.jsonl"
+    assert len(log.read_text().splitlines()) == 8  # 1 sft + 4 train + 3 eval
+    with open(log, "ab") as f:
+        f.write(tail)
+    line = one_line_error(invoke("train", "--resume", run, "--quiet"))
+    assert str(log) in line and __import__("re").search(match, line), line
+
+
+def test_a_torn_last_metrics_line_is_skipped(tmp_path):
+    log = tmp_path / "metrics.jsonl"
+    log.write_text('{"phase": "eval", "step": 0, "pass@1": 0.5}\n{"phase": "tra')
+    assert read_metrics(log) == [{"phase": "eval", "step": 0, "pass@1": 0.5}]
+
+
+# -- 8. resume policy and re-run = resume --------------------------------------------------------
+def test_rerunning_a_finished_run_says_it_is_complete(run):
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
+    r = invoke(*cli_args(run))
+    assert r.exit_code == 0, r.output
+    assert "is already complete (step 4 of 4); nothing to do" in r.output
+    assert "done: held-out pass@1=" in r.output
+    after = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
+    assert after == before  # nothing rewritten
+
+
+def test_a_different_config_is_refused_naming_the_keys(run):
+    config = (run / "config.yaml").read_bytes()
+    line = one_line_error(invoke(*cli_args(run, "seed=7", "rollout.n=2", "optim.lr=1e-3")))
+    assert "holds a run with another config: seed (0 -> 7), rollout.n (4 -> 2), optim.lr " \
+           "(0.0003 -> 0.001)" in line
+    line = one_line_error(invoke("train", "--resume", run, "--set", "seed=7", "--quiet"))
+    assert "seed (0 -> 7)" in line and "may change: max_steps, eval.every" in line
+    line = one_line_error(invoke("train", "--resume", run, "--estimator", "grpo", "--quiet"))
+    assert "estimator ('argmaxrl' -> 'grpo')" in line
+    line = one_line_error(invoke("train", "--resume", run, "--max-steps", "3", "--quiet"))
+    assert "max_steps 3 is below the 4 steps" in line
+    line = one_line_error(invoke("train", "--resume", run, "--out", run.parent / "x"))
+    assert "continues that run in place" in line
+    assert (run / "config.yaml").read_bytes() == config  # nothing rewritten
+
+
+def test_deleting_metrics_before_resume_is_refused(run):
+    (run / "metrics.jsonl").unlink()
+    line = one_line_error(invoke("train", "--resume", run, "--quiet"))
+    assert "metrics.jsonl is missing, but the run's checkpoint (step 4) continues it" in line
+
+
+def test_a_truncated_metrics_log_is_refused(run):
+    log = run / "metrics.jsonl"
+    rows = read_metrics(log)
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows if r.get("step") != 3))
+    line = one_line_error(invoke("train", "--resume", run, "--quiet"))
+    assert "lacks the training records of 1 of the steps 1..4" in line
+
+
+def test_rerun_extends_with_max_steps_and_eval_every_exactly(run, tmp_path):
+    """Allowed changes keep the trajectory: a 4-step run re-run with --max-steps 6 and
+    eval.every=1 trains exactly as an uninterrupted 6-step run with eval.every=2."""
+    ref = tmp_path / "ref"
+    Trainer(tiny_config(ref, "max_steps=6", "checkpoint_every=2")).run(progress=False)
+    r = invoke(*cli_args(run, "eval.every=1", max_steps=6))
+    assert r.exit_code == 0, r.output
+    err = r.output
+    assert "note: max_steps: 4 -> 6" in err and "note: eval.every: 2 -> 1" in err
+    assert train_rows(run) == train_rows(ref)
+    assert_same_weights(run, ref)
+    evals = [x["step"] for x in read_metrics(run / "metrics.jsonl") if x["phase"] == "eval"]
+    assert evals == [0, 2, 4, 5, 6]
+    cfg = read_run_config(run)
+    assert cfg.max_steps == 6 and cfg.eval.every == 1  # config.yaml records the change
+
+
+def test_resume_policy_classifies_every_key():
+    from bestk.train.config import TrainConfig, apply_overrides
+
+    old = TrainConfig()
+    new = apply_overrides(TrainConfig(), ["threads=4", "checkpoint_every=5", "max_steps=200"])
+    notes = check_resume(old, new, 10, "R")
+    assert any(n.startswith("threads: 1 -> 4 (the continuation is bit-identical") for n in notes)
+    for key in ("loss.kl_coef=0.1", "task.options.max_len=5", "eval.n=4", "sft.steps=3",
+                "estimator_options.tau=0.3", "model.hidden_size=64", "eval.temperature=0.5"):
+        changed = apply_overrides(TrainConfig(), [key])
+        with pytest.raises(ValueError, match=key.split("=")[0].replace(".", "\\.")):
+            check_resume(old, changed, 10, "R")
+
+
+def test_kill_9_then_the_same_command_continues(tmp_path):
+    """A real ``kill -9`` of ``bestk train`` mid-run; the same command again (a larger
+    --max-steps) continues it: the lock died with the process, nothing lost or doubled."""
+    out = tmp_path / "k"
+    base = cli_args(out, "checkpoint_every=1", "eval.every=1000", max_steps=400)
+    proc = subprocess.Popen([sys.executable, "-m", "bestk", *base], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            ck = list_checkpoints(out / "checkpoints")
+            if ck and ck[-1].name >= "step_0000003.safetensors":
+                break
+            if proc.poll() is not None:
+                pytest.fail(proc.stderr.read().decode())
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    step = int(latest_valid_checkpoint(out / "checkpoints")[0].name[5:12])
+    assert 3 <= step < 400 and not (out / "final").exists()
+    again = subprocess_cli(*cli_args(out, "checkpoint_every=1", "eval.every=1000",
+                                     max_steps=step + 2))
+    assert again.returncode == 0, again.stderr
+    assert "done: held-out" in again.stdout
+    steps = [r["step"] for r in train_rows(out)]
+    assert steps == list(range(1, step + 3))  # nothing lost, nothing doubled
+    assert (out / "final" / "config.json").is_file()
+
+
+# -- 9. temporaries, Ctrl-C during the final save ----------------------------------------------
+def test_temporaries_of_killed_writes_are_removed_on_the_next_start(run, capsys):
+    ck = run / "checkpoints"
+    junk = [ck / ".step_0000006.safetensors.k2j3h4.safetensors", ck / ".tmpAbC123",
+            ck / "step_0000008.sha256", run / ".config.yaml.x1y2.tmp",
+            run / ".report.md.z9.tmp", run / ".final-tmp" / "model.safetensors"]
+    for p in junk:
+        p.parent.mkdir(exist_ok=True)
+        p.write_bytes(b"partial")
+    tr = Trainer.resume(run)
+    tr.close()
+    assert not any(p.exists() for p in junk) and not (run / ".final-tmp").exists()
+    assert "removed 6 temporary file(s) left by an interrupted write" in capsys.readouterr().err
+    assert (ck / "step_0000004.safetensors").exists()  # real checkpoints untouched
+
+
+def _sigint_during_final_save(monkeypatch, presses: int) -> None:
+    import bestk.train.report as report
+
+    real = report.write_report
+
+    def interrupted_save(out):
+        for _ in range(presses):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.01)  # let the handler run
+        return real(out)
+
+    monkeypatch.setattr(report, "write_report", interrupted_save)
+
+
+def test_one_ctrl_c_during_the_final_save_lets_it_finish(tmp_path, monkeypatch):
+    _sigint_during_final_save(monkeypatch, 1)
+    out = tmp_path / "c"
+    r = invoke(*cli_args(out, max_steps=1))
+    assert r.exit_code == 0, r.output
+    assert "Ctrl-C during the final save: it was completed first" in r.output
+    assert (out / "final" / "config.json").is_file() and (out / "report.md").is_file()
+
+
+def test_a_second_ctrl_c_during_the_final_save_exits_130_with_a_message(
+    tmp_path, monkeypatch
+):
+    _sigint_during_final_save(monkeypatch, 2)
+    out = tmp_path / "c"
+    r = invoke(*cli_args(out, max_steps=1))
+    assert r.exit_code == 130, r.output
+    assert "interrupted; the last checkpoint in" in r.output and "Traceback" not in r.output
+    monkeypatch.undo()
+    r = invoke(*cli_args(out, max_steps=1))  # the same command finishes the save
+    assert r.exit_code == 0, r.output
+    assert (out / "report.md").is_file()
+
+
+# -- 10. umask --------------------------------------------------------------------------------
+@pytest.mark.parametrize("mask, mode", [(0o022, 0o644), (0o077, 0o600)])
+def test_run_files_respect_the_umask(tmp_path, mask, mode):
+    from bestk.kappo import calibrate
+
+    old = os.umask(mask)
+    try:
+        out = tmp_path / "u"
+        Trainer(tiny_config(out, "max_steps=1", "sft.steps=0")).run(progress=False)
+        cal = calibrate({0: [0, 1], 1: [1, 1]}, k=2, beta=0.1).save(tmp_path / "cal.json")
+    finally:
+        os.umask(old)
+    files = [out / "config.yaml", out / "report.md", out / "metrics.jsonl",
+             out / "final" / "model.safetensors", out / "final" / "config.json", cal,
+             *(out / "checkpoints").iterdir()]
+    assert len(files) == 10  # ... and 2 checkpoints with their checksum files
+    for f in files:
+        assert f.stat().st_mode & 0o777 == mode, f
