@@ -568,8 +568,8 @@ def run_slots(problem: Problem, slots: Sequence[Slot], spec: RunSpec,
     share = torch.where(tot > 0, alloc / tot.clamp_min(1e-300), torch.zeros_like(alloc))
     out: dict[str, Any] = {
         "slots": [{"learner": s.learner.label, "lr": s.lr, "seed": s.seed} for s in slots],
-        "start": _metrics(start, spec.ks, problem.reward),
-        "end": _metrics(end, spec.ks, problem.reward),
+        "start": _metrics(start, spec.ks),
+        "end": _metrics(end, spec.ks),
         "allocation": {lb: share[:, j].tolist() for j, lb in enumerate(BIN_LABELS)},
         "curve_steps": curve_steps,
         "curve_pass@1": torch.stack(curves, 1).tolist(),  # (P, points)
@@ -579,10 +579,10 @@ def run_slots(problem: Problem, slots: Sequence[Slot], spec: RunSpec,
     return out
 
 
-def _metrics(ev: dict[str, torch.Tensor], ks: Sequence[int], reward: str) -> dict[str, list]:
+def _metrics(ev: dict[str, torch.Tensor], ks: Sequence[int]) -> dict[str, list]:
+    """``pass@k`` and ``best@k`` per slot (on binary rewards best@k is pass@k)."""
     out = {metric_key("pass", k): ev["pass"][:, j].tolist() for j, k in enumerate(ks)}
-    if reward != "binary":
-        out.update({metric_key("best", k): ev["best"][:, j].tolist() for j, k in enumerate(ks)})
+    out.update({metric_key("best", k): ev["best"][:, j].tolist() for j, k in enumerate(ks)})
     return out
 
 
@@ -708,12 +708,17 @@ def _cell(values: Sequence[float]) -> str:
     return f"{m:.3f} ± {fmt(h)}"
 
 
-def render_testbed(tb: dict[str, Any], title: str) -> str:
-    """Markdown: selected learning rates, end metrics, change from the start, allocation."""
+def render_testbed(tb: dict[str, Any], title: str | None = None,
+                   name: str | None = None) -> str:
+    """Markdown of one testbed's data: selected learning rates, end metrics, change from the
+    start, allocation (``name``: ``"pass"`` or ``"best"``; default best@k when measured and
+    the rewards are not 0/1)."""
     ks = tb["ks"]
-    any_end = next(iter(tb["methods"].values()))["end"]
-    name = "best" if metric_key("best", ks[0]) in any_end else "pass"
-    lines = [f"## {title}\n"]
+    m0 = next(iter(tb["methods"].values()))
+    if name is None:
+        name = "best" if m0["config"]["reward"] not in ("binary", "success") and \
+            metric_key("best", ks[0]) in m0["end"] else "pass"
+    lines = [f"## {title}\n"] if title else []
     sw = tb.get("sweep") or {}
     if sw.get("scores"):
         grid = sw["grid"]

@@ -29,7 +29,8 @@ class EvalResult:
     ``metrics`` is the flat dict logged to ``metrics.jsonl`` (``pass@k``, ``best@k`` for graded
     tasks, their CI bounds as ``pass@k_lo``/``_hi``, ``reward_mean``, ``entropy``, ``distinct``
     (distinct stripped completions per prompt), ``distinct_correct`` (distinct stripped
-    *successful* completions per prompt), ``response_len``); ``rewards`` is ``(P, n)``; ``texts`` the completions, prompt-major.
+    *successful* completions per prompt), ``response_len``); ``rewards`` is ``(P, n)``;
+    ``texts`` the completions, prompt-major.
     """
 
     metrics: dict[str, float]
