@@ -5,7 +5,7 @@ Setting
 A ``K``-armed bandit with a fixed reward ``v_a`` per arm and a softmax policy
 ``pi = softmax(theta)``. One "group" is ``N`` i.i.d. draws ``a_1..a_N ~ pi`` with rewards
 ``r_i = v_{a_i}``; an estimator turns them into advantages ``A_i`` and the gradient estimate is
-(DESIGN.md section 2, GRPO convention)
+(the GRPO scaling convention of :mod:`bestk.estimators`)
 
     g_hat = (1/N) sum_i A_i S_i,      S_i = grad_theta log pi(a_i) = e_{a_i} - pi.
 

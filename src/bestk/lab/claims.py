@@ -358,7 +358,9 @@ CLAIMS: tuple[ClaimSpec, ...] = (
         "(k = 1) on graded rewards",
         _KAPPO + ", section 5, Figure 4 (win-rate @k-A*PO and @k-GRPO, code generation)",
         "trained", (Arm("digits-graded", "kappo_grpo(k=4)", "grpo"),),
-        "the graded reward for both", BEST_MAX, GREATER, (Metric("best", 4),), status=_AWAIT),
+        "the graded reward for both", BEST_MAX, GREATER, (Metric("best", 4),),
+        status="awaiting rerun with win-rate @k-A*PO (KAPPO Fig. 4); these rows train "
+               "win-rate @k-GRPO"),
     ClaimSpec(
         "argmaxrl-diversity",
         "ArgMaxRL keeps more distinct correct completions per prompt than GRPO",
@@ -462,8 +464,10 @@ def _test_json(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
     return {"diff": t.diff, "ci95": [t.ci95[0], t.ci95[1]], "p": t.p}
 
 
-def _trained_entry(spec: ClaimSpec, arm: Arm, tb: dict[str, Any] | None) -> dict[str, Any]:
+def _trained_entry(spec: ClaimSpec, arm: Arm, tb: dict[str, Any] | None,
+                   min_seeds: int | None = None) -> dict[str, Any]:
     tspec = TESTBEDS[arm.testbed]
+    need = tspec.min_seeds if min_seeds is None else min_seeds
     e: dict[str, Any] = {
         "id": f"{spec.id}@{arm.testbed}", "claim_id": spec.id, "claim": spec.claim,
         "source": spec.source, "testbed": arm.testbed, "kind": spec.kind, "a": arm.a,
@@ -482,8 +486,8 @@ def _trained_entry(spec: ClaimSpec, arm: Arm, tb: dict[str, Any] | None) -> dict
         return e
     n_seeds = len(tb["seeds"])
     e["seeds"] = n_seeds
-    if n_seeds < tspec.min_seeds:
-        e["why"] = f"{n_seeds} of {tspec.min_seeds} seeds done"
+    if n_seeds < need:
+        e["why"] = f"{n_seeds} of {need} seeds done"
         return e
     e.update(_matched(tb, arm.a, arm.b))
     ma, mb = tb["methods"][arm.a], tb["methods"][arm.b]
@@ -578,15 +582,20 @@ def _exact_entry(spec: ClaimSpec, arm: Arm, tb: dict[str, Any] | None) -> dict[s
     return e
 
 
-def evaluate_claims(data: dict[str, dict[str, Any]],
-                    claims: Sequence[ClaimSpec] = CLAIMS) -> dict[str, Any]:
-    """``claims.json`` from the per-seed data of the testbeds (``{testbed id: data}``)."""
+def evaluate_claims(data: dict[str, dict[str, Any]], claims: Sequence[ClaimSpec] = CLAIMS,
+                    *, min_seeds: int | None = None) -> dict[str, Any]:
+    """``claims.json`` from the per-seed data of the testbeds (``{testbed id: data}``).
+
+    ``min_seeds`` overrides every testbed's required seed count (smoke runs only; the
+    committed file uses the testbeds' own minimum, at least 10 on the lab testbeds and 8 on
+    the language tasks).
+    """
     entries = []
     for spec in claims:
         for arm in spec.arms:
             tb = data.get(arm.testbed)
             entries.append(_exact_entry(spec, arm, tb) if spec.kind == "exact"
-                           else _trained_entry(spec, arm, tb))
+                           else _trained_entry(spec, arm, tb, min_seeds))
     family = [e for e in entries if e["kind"] == "trained" and e["primary"]["p"] is not None
               and e["verdict"] != "not comparable"]
     for e, p in zip(family, holm([e["primary"]["p"] for e in family]), strict=True):
@@ -599,6 +608,7 @@ def evaluate_claims(data: dict[str, dict[str, Any]],
             None if ni is None else (ni["metric"], ni["ci95"][0], ni["margin"]))
     return {
         "format": "bestk.claims", "version": 1, "alpha": ALPHA,
+        "min_seeds_override": min_seeds,
         "family": {"size": len(family), "members": [e["id"] for e in family],
                    "definition": "the primary tests of every evaluated trained arm of this "
                                  "file (A/A controls included; pending and not-comparable "

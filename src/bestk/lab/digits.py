@@ -716,7 +716,8 @@ def render_testbed(tb: dict[str, Any], title: str | None = None,
     ks = tb["ks"]
     m0 = next(iter(tb["methods"].values()))
     if name is None:
-        name = "best" if m0["config"]["reward"] not in ("binary", "success") and \
+        rewards = {m["config"]["reward"] for m in tb["methods"].values()}
+        name = "best" if rewards - {"binary", "success", "label"} and \
             metric_key("best", ks[0]) in m0["end"] else "pass"
     lines = [f"## {title}\n"] if title else []
     sw = tb.get("sweep") or {}
