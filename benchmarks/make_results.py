@@ -223,22 +223,15 @@ def produce(name: str, runs: Path, docs: Path, *, fast: bool, reuse: bool,
         config = asdict(bcfg)
         _copy(runs / "bandit" / "curves.png", docs / "results" / "bandit.png")
         _copy(runs / "bandit" / "results.md", docs / "results" / "bandit.md")
-    elif name == "digits":
-        lab_digits.run_digits(dcfg, runs / "digits", progress=sys.stdout.isatty(),
-                              resume=reuse)
-        tbs = json.loads((runs / "digits" / "testbeds.json").read_text())
-        wall = json.loads((runs / "digits" / "config.json").read_text())["training_wall_seconds"]
-        config = asdict(dcfg)
-        _copy(runs / "digits" / "digits.png", docs / "results" / "digits.png")
-        _copy(runs / "digits" / "results.md", docs / "results" / "digits.md")
-    elif name == "sparse":
-        lab_sparse.run_sparse(scfg, runs / "sparse", progress=sys.stdout.isatty(),
-                              resume=reuse)
-        tbs = json.loads((runs / "sparse" / "testbeds.json").read_text())
-        wall = json.loads((runs / "sparse" / "config.json").read_text())["training_wall_seconds"]
-        config = asdict(scfg)
-        _copy(runs / "sparse" / "sparse.png", docs / "results" / "sparse.png")
-        _copy(runs / "sparse" / "results.md", docs / "results" / "sparse.md")
+    elif name in ("digits", "sparse"):
+        run, cfg = (lab_digits.run_digits, dcfg) if name == "digits" else \
+            (lab_sparse.run_sparse, scfg)
+        run(cfg, runs / name, progress=sys.stdout.isatty(), resume=reuse)
+        tbs = json.loads((runs / name / "testbeds.json").read_text())
+        wall = json.loads((runs / name / "config.json").read_text())["training_wall_seconds"]
+        config = asdict(cfg)
+        _copy(runs / name / f"{name}.png", docs / "results" / f"{name}.png")
+        _copy(runs / name / "results.md", docs / "results" / f"{name}.md")
     elif name in LANGUAGE:
         if not collect_only:
             run_language(name, runs, fast=fast, reuse=reuse, workers=workers)

@@ -9,15 +9,26 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from bestk._atomic import write_text_atomic
+from bestk._atomic import atomic_path, write_text_atomic
 from bestk.lab.stats import mean_ci
 
-__all__ = ["write_text_atomic", "write_json_atomic", "mean_ci", "markdown_table", "fmt"]
+__all__ = ["write_text_atomic", "write_json_atomic", "save_figure", "mean_ci", "markdown_table",
+           "fmt"]
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
     """JSON-dump ``obj`` (indent 1) atomically."""
     write_text_atomic(path, json.dumps(obj, indent=1, sort_keys=False) + "\n")
+
+
+def save_figure(fig: Any, path: str | os.PathLike, dpi: int = 110) -> None:
+    """Save a matplotlib figure as PNG atomically (:func:`bestk._atomic.atomic_path`) and
+    close it."""
+    import matplotlib.pyplot as plt
+
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=dpi, format="png")
+    plt.close(fig)
 
 
 def fmt(x: float, digits: int = 3) -> str:

@@ -53,7 +53,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from bestk.lab._io import fmt, markdown_table, mean_ci, write_json_atomic, write_text_atomic
+from bestk.lab._io import (
+    fmt,
+    markdown_table,
+    mean_ci,
+    save_figure,
+    write_json_atomic,
+    write_text_atomic,
+)
 from bestk.lab._optim import SlotAdam
 from bestk.lab.exact import best_at_k_exact, j_objective
 
@@ -609,11 +616,7 @@ def plot_curves(result: dict[str, Any], path: Path) -> None:
             ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
+    save_figure(fig, path)
 
 
 def testbed_data(result: dict[str, Any]) -> dict[str, Any]:

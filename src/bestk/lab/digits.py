@@ -49,7 +49,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from bestk.lab._io import fmt, markdown_table, mean_ci, write_json_atomic, write_text_atomic
+from bestk.lab._io import (
+    fmt,
+    markdown_table,
+    mean_ci,
+    save_figure,
+    write_json_atomic,
+    write_text_atomic,
+)
 from bestk.lab._optim import SlotAdam
 from bestk.lab.exact import best_at_k_exact
 
@@ -170,33 +177,17 @@ class DigitsConfig:
     threads: int = 1
 
     def validate(self) -> None:
-        unknown = [x for x in self.learners if x not in LEARNERS]
-        if unknown:
-            raise ValueError(f"unknown learner(s) {unknown}; valid: {', '.join(LEARNERS)}")
-        orphans = [x for x in self.learners
-                   if LEARNERS[x].control_of and LEARNERS[x].control_of not in self.learners]
-        if orphans:
-            raise ValueError(f"A/A control(s) {orphans} need their learner in learners too")
+        validate_common(self, ("seeds", "hidden", "steps", "batch_size", "eval_every",
+                               "kappo_bank", "sweep_seeds"))
         bad = [r for r in self.rewards if r not in REWARDS]
         if bad or not self.rewards:
             raise ValueError(f"unknown reward variant(s) {bad}; valid: {', '.join(REWARDS)}")
         if int(self.n) < 2:
             raise ValueError(f"n must be a rollout count >= 2, got {self.n}")
-        for name in ("seeds", "hidden", "steps", "batch_size", "eval_every", "kappo_bank",
-                     "sweep_seeds"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not (0.05 <= self.test_fraction <= 0.9):
-            raise ValueError(f"test_fraction must lie in [0.05, 0.9], got {self.test_fraction}")
-        if not (0.05 <= self.val_fraction <= 0.5):
-            raise ValueError(f"val_fraction must lie in [0.05, 0.5], got {self.val_fraction}")
-        _check_lrs(self.lr_grid)
         for name in ("kappo_beta", "kappo_winrate_beta"):
             v = float(getattr(self, name))
             if not (v > 0 and math.isfinite(v)):
                 raise ValueError(f"{name} must be a positive number, got {v}")
-        if not self.ks or min(self.ks) < 1:
-            raise ValueError(f"ks must be positive integers, got {self.ks}")
 
     @classmethod
     def fast(cls) -> DigitsConfig:
@@ -217,6 +208,28 @@ def config_key(cfg: Any) -> str:
     d = asdict(cfg)
     d.pop("threads", None)
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def validate_common(cfg: Any, counts: Sequence[str]) -> None:
+    """Checks every classification config shares: known learners (A/A controls with their
+    learner), the ``counts`` fields >= 1, the split fractions, the learning rates and ks."""
+    unknown = [x for x in cfg.learners if x not in LEARNERS]
+    if unknown:
+        raise ValueError(f"unknown learner(s) {unknown}; valid: {', '.join(LEARNERS)}")
+    orphans = [x for x in cfg.learners
+               if LEARNERS[x].control_of and LEARNERS[x].control_of not in cfg.learners]
+    if orphans:
+        raise ValueError(f"A/A control(s) {orphans} need their learner in learners too")
+    for name in counts:
+        if int(getattr(cfg, name)) < 1:
+            raise ValueError(f"{name} must be >= 1, got {getattr(cfg, name)}")
+    if not (0.05 <= cfg.test_fraction <= 0.9):
+        raise ValueError(f"test_fraction must lie in [0.05, 0.9], got {cfg.test_fraction}")
+    if not (0.05 <= cfg.val_fraction <= 0.5):
+        raise ValueError(f"val_fraction must lie in [0.05, 0.5], got {cfg.val_fraction}")
+    _check_lrs(cfg.lr_grid)
+    if not cfg.ks or min(cfg.ks) < 1:
+        raise ValueError(f"ks must be positive integers, got {cfg.ks}")
 
 
 def _check_lrs(grid: Sequence[float]) -> None:
@@ -781,11 +794,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
         ax2.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
+    save_figure(fig, path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -819,47 +828,71 @@ def run_digits(cfg: DigitsConfig, out: str | Path, *, progress: bool = True,
         torch.set_num_threads(threads_before)
 
 
-def _run_digits(cfg: DigitsConfig, out: Path, *, progress: bool, resume: bool) -> dict[str, Any]:
+Ticker = Callable[[str, int], Callable[[], None]]
+
+
+def run_settings(out: Path, items: Sequence[tuple[Any, str]], key: str, *, resume: bool,
+                 progress: bool, prefix: str,
+                 compute: Callable[[Any, Ticker], dict[str, Any]]) -> dict[Any, dict[str, Any]]:
+    """``{item: compute(item, tick)}`` for ``(item, file name)`` pairs, each result saved
+    atomically to ``out/settings/<file name>`` with its wall time and the config ``key``;
+    with ``resume`` a saved result of the same key is reused instead of recomputed."""
     from rich.progress import Progress
 
-    key = cfg.key()
-    results: dict[str, dict[str, Any]] = {}
-    spec = _spec(cfg)
+    results: dict[Any, dict[str, Any]] = {}
     with Progress(disable=not progress, transient=True) as bar:
-        def tick(desc: str, total: int):
-            task = bar.add_task(f"digits {desc}", total=total)
+        def tick(desc: str, total: int) -> Callable[[], None]:
+            task = bar.add_task(f"{prefix} {desc}", total=total)
             return lambda: bar.advance(task)
 
-        for reward in cfg.rewards:
-            part = out / "settings" / f"{reward}.json"
+        for item, fname in items:
+            part = out / "settings" / fname
             if resume and part.exists():
                 saved = json.loads(part.read_text())
                 if saved.get("config_key") == key:
-                    results[reward] = saved
+                    results[item] = saved
                     continue
-            learners = [LEARNERS[lb] for lb in cfg.learners
-                        if LEARNERS[lb].applies(reward, cfg.n)]
             t0 = time.perf_counter()
-            res = sweep_and_test(
-                lambda split, r=reward: make_problem(
-                    r, split=split, test_fraction=cfg.test_fraction,
-                    val_fraction=cfg.val_fraction, seed=cfg.seed),
-                learners, spec, seeds=cfg.seeds, lr_grid=cfg.lr_grid,
-                sweep_seeds=cfg.sweep_seeds, progress=tick)
-            st = {"reward": reward, "n": cfg.n, "ks": list(cfg.ks),
-                  "learners": [x.label for x in learners],
-                  "skipped": {lb: ("binary rewards only" if LEARNERS[lb].binary_only else
-                                   f"needs N >= {LEARNERS[lb].min_n}")
-                              for lb in cfg.learners if not LEARNERS[lb].applies(reward, cfg.n)},
-                  **res, "wall_seconds": time.perf_counter() - t0, "config_key": key}
+            st = {**compute(item, tick), "wall_seconds": time.perf_counter() - t0,
+                  "config_key": key}
             write_json_atomic(part, st)
-            results[reward] = st
-    data = testbed_data(cfg, results)
+            results[item] = st
+    return results
+
+
+def write_outputs(out: Path, cfg: Any, results: dict[Any, dict[str, Any]],
+                  data: dict[str, Any]) -> None:
+    """``config.json`` (with the summed training time), ``results.json`` and the per-seed
+    ``testbeds.json`` of a classification command."""
     wall = sum(st.get("wall_seconds", 0.0) for st in results.values())
-    write_json_atomic(out / "config.json", {**asdict(cfg), "config_key": key,
+    write_json_atomic(out / "config.json", {**asdict(cfg), "config_key": cfg.key(),
                                             "training_wall_seconds": wall})
     write_json_atomic(out / "results.json", results)
     write_json_atomic(out / "testbeds.json", data)
+
+
+def _run_digits(cfg: DigitsConfig, out: Path, *, progress: bool, resume: bool) -> dict[str, Any]:
+    key = cfg.key()
+    spec = _spec(cfg)
+
+    def compute(reward: str, tick: Ticker) -> dict[str, Any]:
+        learners = [LEARNERS[lb] for lb in cfg.learners if LEARNERS[lb].applies(reward, cfg.n)]
+        res = sweep_and_test(
+            lambda split: make_problem(reward, split=split, test_fraction=cfg.test_fraction,
+                                       val_fraction=cfg.val_fraction, seed=cfg.seed),
+            learners, spec, seeds=cfg.seeds, lr_grid=cfg.lr_grid,
+            sweep_seeds=cfg.sweep_seeds, progress=tick)
+        return {"reward": reward, "n": cfg.n, "ks": list(cfg.ks),
+                "learners": [x.label for x in learners],
+                "skipped": {lb: ("binary rewards only" if LEARNERS[lb].binary_only else
+                                 f"needs N >= {LEARNERS[lb].min_n}")
+                            for lb in cfg.learners if not LEARNERS[lb].applies(reward, cfg.n)},
+                **res}
+
+    results = run_settings(out, [(r, f"{r}.json") for r in cfg.rewards], key, resume=resume,
+                           progress=progress, prefix="digits", compute=compute)
+    data = testbed_data(cfg, results)
+    write_outputs(out, cfg, results, data)
     md = [f"# bestk lab digits\n\nMLP (hidden {cfg.hidden}) on scikit-learn digits, N = {cfg.n} "
           f"rollouts per image, {cfg.steps} Adam steps of {cfg.batch_size} images; "
           f"{cfg.seeds} paired seeds; learning rate per learner from a sweep over "

@@ -19,27 +19,28 @@ the x axis of the paper's figure, and every ``N`` in ``ns`` is its own testbed
 
 from __future__ import annotations
 
-import json
 import math
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from bestk.lab._io import markdown_table, write_json_atomic, write_text_atomic
+from bestk.lab._io import markdown_table, save_figure, write_text_atomic
 from bestk.lab.digits import (
     LEARNERS,
     RunSpec,
-    _check_lrs,
+    Ticker,
     config_key,
     learner_config,
     make_problem,
     per_learner,
     render_testbed,
+    run_settings,
     sweep_and_test,
+    validate_common,
+    write_outputs,
 )
 
 __all__ = ["SparseConfig", "run_sparse", "testbed_data"]
@@ -88,27 +89,12 @@ class SparseConfig:
     threads: int = 1
 
     def validate(self) -> None:
-        unknown = [x for x in self.learners if x not in LEARNERS]
-        if unknown:
-            raise ValueError(f"unknown learner(s) {unknown}; valid: {', '.join(LEARNERS)}")
-        orphans = [x for x in self.learners
-                   if LEARNERS[x].control_of and LEARNERS[x].control_of not in self.learners]
-        if orphans:
-            raise ValueError(f"A/A control(s) {orphans} need their learner in learners too")
+        validate_common(self, ("seeds", "hidden", "steps", "batch_size", "eval_every",
+                               "sweep_seeds", "num_eval"))
         if not self.ns or min(self.ns) < 2:
             raise ValueError(f"ns must be rollout counts >= 2, got {self.ns}")
         if not 2 <= int(self.parts) <= 4:
             raise ValueError(f"parts must be 2, 3 or 4, got {self.parts}")
-        for name in ("seeds", "hidden", "steps", "batch_size", "eval_every", "sweep_seeds",
-                     "num_eval"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        _check_lrs(self.lr_grid)
-        if not self.ks or min(self.ks) < 1:
-            raise ValueError(f"ks must be positive integers, got {self.ks}")
-        if not (0.05 <= self.test_fraction <= 0.9) or not (0.05 <= self.val_fraction <= 0.5):
-            raise ValueError("test_fraction must lie in [0.05, 0.9] and val_fraction in "
-                             f"[0.05, 0.5], got {self.test_fraction}, {self.val_fraction}")
 
     @classmethod
     def fast(cls) -> SparseConfig:
@@ -174,11 +160,7 @@ def plot(results: dict[int, dict[str, Any]], path: Path) -> None:
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
+    save_figure(fig, path)
 
 
 def run_sparse(cfg: SparseConfig, out: str | Path, *, progress: bool = True,
@@ -186,54 +168,34 @@ def run_sparse(cfg: SparseConfig, out: str | Path, *, progress: bool = True,
     """Sweep and test every N; write ``results.json``, ``testbeds.json``, ``results.md``,
     ``sparse.png`` and ``config.json`` under ``out`` (finished Ns saved atomically to
     ``out/settings/`` and reused by a rerun with the same configuration)."""
-    from rich.progress import Progress
-
     cfg.validate()
     out = Path(out)
     threads_before = torch.get_num_threads()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    key = cfg.key()
-    results: dict[int, dict[str, Any]] = {}
     learners = [LEARNERS[lb] for lb in cfg.learners]
-    try:
-        with Progress(disable=not progress, transient=True) as bar:
-            def tick(desc: str, total: int):
-                task = bar.add_task(f"sparse {desc}", total=total)
-                return lambda: bar.advance(task)
 
-            for n in cfg.ns:
-                part = out / "settings" / f"N{n}.json"
-                if resume and part.exists():
-                    saved = json.loads(part.read_text())
-                    if saved.get("config_key") == key:
-                        results[n] = saved
-                        continue
-                spec = RunSpec(n=n, steps=cfg.steps, batch_size=cfg.batch_size,
-                               hidden=cfg.hidden, ks=tuple(cfg.ks), eval_every=cfg.eval_every,
-                               seed=cfg.seed, eval_chunk=4)
-                t0 = time.perf_counter()
-                res = sweep_and_test(
-                    lambda split: make_problem("binary", split=split,
-                                               test_fraction=cfg.test_fraction,
-                                               val_fraction=cfg.val_fraction, seed=cfg.seed,
-                                               parts=cfg.parts, num_eval=cfg.num_eval),
-                    [x for x in learners if x.applies("binary", n)], spec, seeds=cfg.seeds,
-                    lr_grid=cfg.lr_grid, sweep_seeds=cfg.sweep_seeds,
-                    progress=lambda d, t, n=n: tick(f"N={n} {d}", t))
-                st = {"n": n, "classes": 10**cfg.parts, "ks": list(cfg.ks),
-                      "learners": [x.label for x in learners if x.applies("binary", n)],
-                      **res, "wall_seconds": time.perf_counter() - t0, "config_key": key}
-                write_json_atomic(part, st)
-                results[n] = st
+    def compute(n: int, tick: Ticker) -> dict[str, Any]:
+        spec = RunSpec(n=n, steps=cfg.steps, batch_size=cfg.batch_size, hidden=cfg.hidden,
+                       ks=tuple(cfg.ks), eval_every=cfg.eval_every, seed=cfg.seed, eval_chunk=4)
+        active = [x for x in learners if x.applies("binary", n)]
+        res = sweep_and_test(
+            lambda split: make_problem("binary", split=split, test_fraction=cfg.test_fraction,
+                                       val_fraction=cfg.val_fraction, seed=cfg.seed,
+                                       parts=cfg.parts, num_eval=cfg.num_eval),
+            active, spec, seeds=cfg.seeds, lr_grid=cfg.lr_grid, sweep_seeds=cfg.sweep_seeds,
+            progress=lambda d, t: tick(f"N={n} {d}", t))
+        return {"n": n, "classes": 10**cfg.parts, "ks": list(cfg.ks),
+                "learners": [x.label for x in active], **res}
+
+    key = cfg.key()
+    try:
+        results = run_settings(out, [(n, f"N{n}.json") for n in cfg.ns], key, resume=resume,
+                               progress=progress, prefix="sparse", compute=compute)
     finally:
         torch.set_num_threads(threads_before)
     data = testbed_data(cfg, results)
-    wall = sum(st.get("wall_seconds", 0.0) for st in results.values())
-    write_json_atomic(out / "config.json", {**asdict(cfg), "config_key": key,
-                                            "training_wall_seconds": wall})
-    write_json_atomic(out / "results.json", results)
-    write_json_atomic(out / "testbeds.json", data)
+    write_outputs(out, cfg, results, data)
     md = [f"# bestk lab sparse\n\n{cfg.parts} digit images per example, {10**cfg.parts} classes "
           f"(initial pass rate ≈ {10.0**-cfg.parts:g}); MLP (hidden {cfg.hidden}); "
           f"{cfg.steps} Adam steps of {cfg.batch_size} examples × N rollouts; {cfg.seeds} paired "

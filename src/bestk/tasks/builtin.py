@@ -80,6 +80,28 @@ _STRING_OPS = {
 }
 
 
+def _distinct_strings(task: str, rng: np.random.Generator, symbols: str, min_len: int,
+                      max_len: int, num_train: int, num_eval: int) -> tuple[list[str], np.ndarray]:
+    """``num_train + num_eval`` distinct random strings over ``symbols`` with lengths drawn
+    uniformly in ``[min_len, max_len]`` (in draw order), and the sorted alphabet."""
+    if len(set(symbols)) < 2 or any(ch in ":=" for ch in symbols):
+        raise ValueError(
+            f"{task} option symbols needs >= 2 symbols other than ':' and '=', got {symbols!r}"
+        )
+    space = sum(len(set(symbols)) ** n for n in range(min_len, max_len + 1))
+    want = num_train + num_eval
+    if num_train < 1 or num_eval < 1 or want > space // 2:
+        raise ValueError(
+            f"{task}: num_train + num_eval = {want} is too many for {space} distinct strings"
+        )
+    alphabet = np.array(sorted(set(symbols)))
+    seen: dict[str, None] = {}
+    while len(seen) < want:
+        n = int(rng.integers(min_len, max_len + 1))
+        seen.setdefault("".join(rng.choice(alphabet, size=n)), None)
+    return list(seen), alphabet
+
+
 @register_task("strings")
 def strings_task(
     *,
@@ -104,23 +126,9 @@ def strings_task(
         raise ValueError(f"strings option op must be one of {', '.join(_STRING_OPS)}, got {op!r}")
     if not 1 <= min_len <= max_len <= 32:
         raise ValueError(f"strings needs 1 <= min_len <= max_len <= 32, got {min_len}, {max_len}")
-    if len(set(symbols)) < 2 or any(ch in ":=" for ch in symbols):
-        raise ValueError(
-            f"strings option symbols needs >= 2 symbols other than ':' and '=', got {symbols!r}"
-        )
-    space = sum(len(set(symbols)) ** n for n in range(min_len, max_len + 1))
-    want = num_train + num_eval
-    if num_train < 1 or num_eval < 1 or want > space // 2:
-        raise ValueError(
-            f"strings: num_train + num_eval = {want} is too many for {space} distinct strings"
-        )
     rng = np.random.default_rng(seed)
-    alphabet = np.array(sorted(set(symbols)))
-    seen: dict[str, None] = {}
-    while len(seen) < want:
-        n = int(rng.integers(min_len, max_len + 1))
-        seen.setdefault("".join(rng.choice(alphabet, size=n)), None)
-    strs = list(seen)
+    strs, alphabet = _distinct_strings("strings", rng, symbols, min_len, max_len, num_train,
+                                       num_eval)
     fn = _STRING_OPS[op]
     examples = [
         {"id": i, "prompt": f"{op[:3]}:{s}=", "answer": fn(s)} for i, s in enumerate(strs)
@@ -311,6 +319,12 @@ def multiset_reward(prompt: str, completion: str, *, letters: str = "", **_: Any
     return common / max(len(text), len(letters))
 
 
+@register_reward("exact_multiset", graded=False)
+def exact_multiset_reward(prompt: str, completion: str, *, letters: str = "", **_: Any) -> float:
+    """1 when the stripped completion is a rearrangement of ``letters``, else 0."""
+    return float(bool(letters) and sorted(completion.strip()) == sorted(letters))
+
+
 @register_task("permute")
 def permute_task(
     *,
@@ -335,24 +349,11 @@ def permute_task(
     """
     if not 1 <= min_len <= max_len <= 16:
         raise ValueError(f"permute needs 1 <= min_len <= max_len <= 16, got {min_len}, {max_len}")
-    if len(set(symbols)) < 2 or any(ch in ":=" for ch in symbols):
-        raise ValueError(
-            f"permute option symbols needs >= 2 symbols other than ':' and '=', got {symbols!r}"
-        )
-    space = sum(len(set(symbols)) ** n for n in range(min_len, max_len + 1))
-    want = num_train + num_eval
-    if num_train < 1 or num_eval < 1 or want > space // 2:
-        raise ValueError(
-            f"permute: num_train + num_eval = {want} is too many for {space} distinct strings"
-        )
     rng = np.random.default_rng(seed)
-    alphabet = np.array(sorted(set(symbols)))
-    seen: dict[str, None] = {}
-    while len(seen) < want:
-        n = int(rng.integers(min_len, max_len + 1))
-        seen.setdefault("".join(rng.choice(alphabet, size=n)), None)
+    strs, alphabet = _distinct_strings("permute", rng, symbols, min_len, max_len, num_train,
+                                       num_eval)
     examples = []
-    for i, s in enumerate(seen):
+    for i, s in enumerate(strs):
         order = rng.permutation(len(s))
         examples.append({"id": i, "prompt": f"per:{s}=", "letters": s,
                          "answer": "".join(s[j] for j in order)})
@@ -360,12 +361,6 @@ def permute_task(
     chars = "".join(alphabet) + "per:="
     return Task("permute", examples[:num_train], examples[num_train:], spec, chars,
                 max_answer_chars=max_len)
-
-
-@register_reward("exact_multiset", graded=False)
-def exact_multiset_reward(prompt: str, completion: str, *, letters: str = "", **_: Any) -> float:
-    """1 when the stripped completion is a rearrangement of ``letters``, else 0."""
-    return float(bool(letters) and sorted(completion.strip()) == sorted(letters))
 
 
 @register_task("validation")

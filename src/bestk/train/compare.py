@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from bestk._atomic import write_text_atomic
+from bestk.lab._io import save_figure
 from bestk.lab.stats import mean_ci
 from bestk.train.config import (
     TrainConfig,
@@ -578,8 +579,4 @@ def _plot(path: Path, results: dict[str, dict[str, Any]]) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
+    save_figure(fig, path)
