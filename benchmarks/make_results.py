@@ -249,10 +249,15 @@ def produce(name: str, runs: Path, docs: Path, *, fast: bool, reuse: bool,
     else:
         raise SystemExit(f"error: unknown testbed {name!r}; valid: bandit, digits, sparse, "
                          + ", ".join(LANGUAGE))
-    write_json_atomic(docs / "results" / "data" / f"{name}.json", {
-        "format": DATA_FORMAT, "version": 1, "command": f"python benchmarks/make_results.py "
-        f"--testbed {name}", "config": config, "environment": env, "wall_seconds": wall,
-        "fast": fast, "testbeds": tbs})
+    doc = {"format": DATA_FORMAT, "version": 1,
+           "command": f"python benchmarks/make_results.py --testbed {name}", "config": config,
+           "environment": env, "wall_seconds": wall, "fast": fast, "testbeds": tbs}
+    # one line per testbed: small files whose diffs still show which testbed changed
+    body = ",\n".join(f"{json.dumps(k)}:{json.dumps(v, separators=(',', ':'))}"
+                       for k, v in tbs.items())
+    head = json.dumps({k: v for k, v in doc.items() if k != "testbeds"}, indent=1)
+    write_text_atomic(docs / "results" / "data" / f"{name}.json",
+                      head[:-2] + ',\n "testbeds": {\n' + body + "\n}}\n")
 
 
 def _copy(src: Path, dst: Path) -> None:
@@ -298,7 +303,11 @@ def _testbed_section(tid: str, tb: dict[str, Any] | None) -> str:
     if not tb["seeds"]:
         lines.append(f"No finished seeds yet: `{spec.command}` is running or has not run.\n")
         return "\n".join(lines)
-    lines.append(lab_digits.render_testbed(tb))
+    measure = {"language": "held-out test prompts at the end of RL, unbiased estimate from "
+                           "the samples of each prompt",
+               "bandit": "exact, averaged over the learning curve"}.get(
+                   spec.kind, "test split at the end of training, exact")
+    lines.append(lab_digits.render_testbed(tb, measure=measure))
     extra = [k for k in ("distinct_correct", "distinct", "entropy")
              if k in next(iter(tb["methods"].values()))["end"]]
     if extra:

@@ -91,3 +91,16 @@ def test_kappo_rows_await_the_rerun(committed):
     doc, _ = committed
     kappo = [e for e in doc["claims"] if e["a"] and "kappo" in e["a"]]
     assert kappo and all("awaiting rerun" in e["status"] for e in kappo)
+
+
+def test_methods_of_a_seed_start_from_the_same_weights(committed):
+    """Paired seeds: every method of a testbed starts from the same policy, so the metrics at
+    the start are identical (on the language tasks the A/A control evaluates the same weights
+    with its own sampling noise, so it is left out there)."""
+    _, data = committed
+    for tid, tb in data.items():
+        if tid not in TESTBEDS or TESTBEDS[tid].kind == "exact" or not tb["seeds"]:
+            continue
+        starts = {json.dumps(m["start"], sort_keys=True) for m in tb["methods"].values()
+                  if not (TESTBEDS[tid].kind == "language" and m["config"].get("control_of"))}
+        assert len(starts) == 1, tid

@@ -722,10 +722,11 @@ def _cell(values: Sequence[float]) -> str:
 
 
 def render_testbed(tb: dict[str, Any], title: str | None = None,
-                   name: str | None = None) -> str:
+                   name: str | None = None,
+                   measure: str = "test split at the end of training, exact") -> str:
     """Markdown of one testbed's data: selected learning rates, end metrics, change from the
     start, allocation (``name``: ``"pass"`` or ``"best"``; default best@k when measured and
-    the rewards are not 0/1)."""
+    the rewards are not 0/1; ``measure`` says how the metrics were computed)."""
     ks = tb["ks"]
     m0 = next(iter(tb["methods"].values()))
     if name is None:
@@ -747,7 +748,7 @@ def render_testbed(tb: dict[str, Any], title: str | None = None,
         drows.append([lb, *[_cell(np.subtract(m["end"][metric_key(name, k)],
                                               m["start"][metric_key(name, k)]))
                             for k in ks]])
-    lines.append(f"\nTest {name}@k at the end (exact), mean ± 95% t-interval over "
+    lines.append(f"\n{name}@k ({measure}), mean ± 95% t-interval over "
                  f"{len(tb['seeds'])} seeds:\n")
     lines.append(markdown_table(["learner", *[f"{name}@{k}" for k in ks]], rows))
     lines.append("\nChange from the initial policy (end − start, paired by seed):\n")
