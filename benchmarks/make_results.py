@@ -1,13 +1,21 @@
-"""Regenerate docs/results.md: the papers' claims next to what the bestk lab measures.
+"""Regenerate the evidence: per-seed data, docs/results/claims.json and docs/results.md.
 
-    python benchmarks/make_results.py            # full runs (a few minutes on 2 CPU cores)
-    python benchmarks/make_results.py --reuse    # re-render from existing runs/lab outputs
-    python benchmarks/make_results.py --fast --runs /tmp/x --doc /tmp/x/results.md  # smoke
+    python benchmarks/make_results.py --all             # every testbed from seeds, then render
+    python benchmarks/make_results.py --all --reuse     # reuse finished runs (resume the rest)
+    python benchmarks/make_results.py --testbed digits  # one testbed (bandit, digits, sparse,
+                                                        # language-permute, language-reverse)
+    python benchmarks/make_results.py --collect language-permute  # gather finished language
+                                                        # runs (complete seeds) without running
+    python benchmarks/make_results.py --render          # claims.json + results.md from the
+                                                        # committed per-seed data only
+    python benchmarks/make_results.py --all --fast --runs /tmp/x --docs /tmp/x/docs  # smoke
 
-Runs ``bestk lab bandit`` and ``bestk lab digits`` with their default (seeded) configurations
-into ``runs/lab/``, evaluates every claim with :mod:`bestk.lab.claims` and writes the markdown
-plus the two plots next to it (``docs/results/``). Everything is seeded and single-threaded,
-so a rerun reproduces the numbers (up to floating-point reduction order).
+Each testbed writes its raw per-seed data (small JSON: every metric of every method and seed,
+the run configurations they were trained with, the learning-rate sweep) to
+``docs/results/data/<name>.json``; :func:`bestk.lab.claims.evaluate_claims` turns those files
+into ``docs/results/claims.json``, the source of ``docs/results.md``. Runs go to ``runs/lab/``
+(not committed). Everything is seeded and single-threaded: a rerun on the same machine and
+torch build reproduces the numbers (the language runs up to floating-point reduction order).
 """
 
 from __future__ import annotations
@@ -21,16 +29,21 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-from bestk.lab._io import t95, write_text_atomic
-from bestk.lab.bandit import BanditConfig, plot_curves, render_markdown, run_bandit
-from bestk.lab.claims import evaluate_claims, render_claims
-from bestk.lab.digits import AT_K, DigitsConfig, run_digits
+from bestk.lab import bandit as lab_bandit
+from bestk.lab import digits as lab_digits
+from bestk.lab import sparse as lab_sparse
+from bestk.lab._io import markdown_table, write_json_atomic, write_text_atomic
+from bestk.lab.claims import ALPHA, CLAIMS, TESTBEDS, VERDICTS, evaluate_claims, render_claims
+from bestk.lab.stats import mean_ci
+from bestk.train.compare import KappoAuto, Method, method_slug, run_compare
 
 ROOT = Path(__file__).resolve().parents[1]
+DATA_FORMAT = "bestk.results.testbeds"
 
 
 def _git_commit() -> str:
@@ -41,272 +54,377 @@ def _git_commit() -> str:
         return "unknown"
 
 
-#: The language-task comparison: the trainer's embedded default (tiny Qwen2, reverse digit
-#: strings with a graded positional reward, SFT warm-up then 100 RL steps), matched seeds;
-#: held-out evaluation at the start and the end of RL with n = 64 samples per prompt. The grid
-#: is split over ``workers`` processes by estimator (each redoes the seeded, deterministic SFT).
-#: KAPPO @k-GRPO is calibrated per seed from a bank of the SFT policy's 0/1 successes on the
-#: first ``bank_prompts`` training prompts (``bank_n`` samples each); the trainer then trains
-#: kappo_grpo on those bank prompts only (the calibration knows no other prompt).
-LANGUAGE = {"estimators": ["grpo", "argmaxrl", "maxrl", "softmax_grpo", "pkpo", "kappo_grpo"],
-            "seeds": 3, "max_steps": None,
-            "overrides": ["threads=1", "eval.n=64", "eval.every=100"],
-            "kappo": {"k": 4, "beta": 0.1, "bank_prompts": 2048, "bank_n": 8},
-            "workers": 2}
-LANGUAGE_FAST = {"estimators": ["grpo", "argmaxrl", "maxrl", "softmax_grpo", "pkpo",
-                                "kappo_grpo"],
-                 "seeds": 2, "max_steps": 1,
-                 "overrides": ["threads=1", "model.hidden_size=32", "model.num_layers=1",
-                               "model.num_heads=2", "model.intermediate_size=64",
-                               "task.options={num_train: 64, num_eval: 4, max_len: 4}",
-                               "sft.steps=3", "rollout.prompts_per_step=4", "rollout.n=4",
-                               "eval.n=8"],
-                 "kappo": {"k": 4, "beta": 0.1, "bank_prompts": 16, "bank_n": 4},
-                 "workers": 2}
+def _environment() -> dict[str, Any]:
+    return {"commit": _git_commit(), "torch": torch.__version__,
+            "python": platform.python_version(), "machine": platform.machine(),
+            "threads": 1}
 
 
-def _partition(estimators: list[str], workers: int) -> list[list[str]]:
-    """Contiguous, nearly equal chunks of the estimator list (order kept)."""
-    w = max(1, min(workers, len(estimators)))
-    size, extra = divmod(len(estimators), w)
-    parts, i = [], 0
-    for j in range(w):
-        n = size + (j < extra)
-        parts.append(estimators[i:i + n])
-        i += n
-    return parts
+# ---------------------------------------------------------------------------------------------
+# the language grids (bestk compare)
+
+_TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
+         "model.intermediate_size=64", "sft.steps=3", "rollout.prompts_per_step=4",
+         "rollout.n=4", "eval.n=8", "max_steps=2", "eval.every=2"]
 
 
-def _kappo_calibrations(spec: dict, out: Path) -> str:
-    """Per seed: SFT (as ``bestk compare`` does it), a 0/1 bank on training prompts, then
-    ``bestk.kappo.calibrate(kind="binary")``. Returns the ``{seed}`` path template."""
-    from bestk.kappo import calibrate
-    from bestk.train.compare import _base_config
-    from bestk.train.evaluate import evaluate
-    from bestk.train.loop import Trainer
-
-    kp = spec["kappo"]
-    cal_dir = out / "calibration"
-    for s in range(spec["seeds"]):
-        cfg = _base_config(None, spec["max_steps"], list(spec["overrides"]))
-        cfg.estimator, cfg.estimator_options = "grpo", {}
-        cfg.seed += s
-        cfg.out = str(cal_dir / f"sft_seed{s}")
-        if Path(cfg.out).exists():
-            shutil.rmtree(cfg.out)
-        tr = Trainer(cfg)
-        tr.sft()
-        exs = tr.task.train[:kp["bank_prompts"]]
-        res = evaluate(tr.model, tr.tokenizer, tr.task, exs, n=kp["bank_n"],
-                       temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                       max_new_tokens=tr.max_new_tokens, seed=cfg.seed + 1)
-        succ = tr.task.success(res.rewards).astype(float)
-        bank = {int(ex["id"]): row.tolist() for ex, row in zip(exs, succ, strict=True)}
-        write_text_atomic(cal_dir / f"bank_seed{s}.jsonl", "".join(
-            json.dumps({"prompt_id": i, "rewards": r}) + "\n" for i, r in bank.items()))
-        cal = calibrate(bank, k=kp["k"], beta=kp["beta"], kind="binary")
-        cal.save(cal_dir / f"seed{s}.json")
-        shutil.rmtree(cfg.out)  # only the bank and the calibration are kept
-    return str(cal_dir / "seed{seed}.json")
+def _methods(kappo: bool) -> list[Method]:
+    ms = [Method("grpo", "grpo"),
+          Method("grpo (success)", "grpo", overrides=("advantage_reward=success",)),
+          Method("maxrl", "maxrl"),
+          Method("argmaxrl", "argmaxrl"),
+          Method("softmax_grpo(tau=0.1)", "softmax_grpo", {"tau": 0.1}),
+          Method("pkpo(k=4)", "pkpo", {"k": 4})]
+    if kappo:
+        ms.append(Method("kappo_grpo(k=4)", "kappo_grpo", {"calibration": "auto"}))
+    return ms
 
 
-def _language_part(spec: dict, out: Path, estimators: list[str]) -> None:
-    """One worker: ``run_compare`` on a subset of the estimators into ``out``."""
-    from bestk.train.compare import run_compare
-
-    opts = {}
-    if "kappo_grpo" in estimators:
-        opts["kappo_grpo"] = {"calibration": _kappo_calibrations(spec, out)}
-    run_compare(estimators, seeds=spec["seeds"], out=out, max_steps=spec["max_steps"],
-                overrides=spec["overrides"], progress=False, estimator_options=opts)
-
-
-def run_language(out: Path, *, reuse: bool, fast: bool) -> dict:
-    """``bestk compare`` on the trainer's default task (reused when the same spec ran)."""
-    from bestk.train.compare import _base_config, write_summary
-
-    spec = LANGUAGE_FAST if fast else LANGUAGE
-    done = out / "lab_spec.json"
-    if not (reuse and done.exists() and json.loads(done.read_text())["spec"] == spec):
-        t0 = time.time()
-        parts = _partition(spec["estimators"], spec["workers"])
-        out.mkdir(parents=True, exist_ok=True)
-        procs = []
-        for i in range(len(parts)):
-            log = open(out / f"part{i}.log", "w")  # noqa: SIM115 (closed below)
-            cmd = [sys.executable, __file__, "--language-part", str(i),
-                   "--runs", str(out.parent), *(["--fast"] if fast else [])]
-            procs.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log))
-        failed = []
-        for i, (pr, log) in enumerate(procs):
-            if pr.wait() != 0:
-                failed.append(i)
-            log.close()
-        if failed:
-            raise RuntimeError(f"language worker(s) {failed} failed; see "
-                               f"{', '.join(str(out / f'part{i}.log') for i in failed)}")
-        results = {}
-        for i in range(len(parts)):
-            results.update(json.loads((out / f"part{i}" / "results.json").read_text()))
-        results = {e: results[e] for e in spec["estimators"]}
-        write_text_atomic(out / "results.json", json.dumps(results, indent=1))
-        n = _base_config(None, spec["max_steps"], list(spec["overrides"])).eval.n
-        write_summary(out, results, n)
-        write_text_atomic(done, json.dumps({"spec": spec, "wall_seconds": time.time() - t0,
-                                            "parts": parts}))
-    meta = json.loads(done.read_text())
-    cal = {}
-    for p in sorted(out.glob("part*/calibration/seed*.json")):
-        from bestk.kappo import Calibration
-
-        c = Calibration.load(p)
-        a = np.asarray(c.values["a_k"], dtype=float)
-        ns = np.asarray(c.values["n_success"], dtype=float)
-        cal[p.stem] = {"a_k_median": float(np.median(a)), "a_k_min": float(a.min()),
-                       "a_k_max": float(a.max()), "share_no_success": float((ns == 0).mean()),
-                       "prompts": int(a.size)}
-    return {"results": json.loads((out / "results.json").read_text()), "calibration": cal,
-            **meta}
+#: The language testbeds. Per run: 80 RL steps of 32 prompts x 8 samples (20,480 rollouts)
+#: after 100 SFT steps (shared per seed), held-out evaluation of 128 prompts x 64 samples at
+#: the start and the end of RL; learning rate per method from 3 rates x 1 seed on the
+#: validation split (256 training prompts held out). About 60 s of one core per run.
+LANGUAGE: dict[str, dict[str, Any]] = {
+    "language-permute": {
+        "overrides": ["task.name=permute",
+                      "task.options={min_len: 4, max_len: 8, num_train: 2048}",
+                      "max_steps=80", "rollout.prompts_per_step=32", "eval.n=64",
+                      "eval.every=80", "checkpoint_every=20", "threads=1"],
+        "kappo": True, "seeds": 8, "lr_sweep": [1.5e-4, 3e-4, 6e-4], "sweep_seeds": 1,
+        "val_prompts": 256,
+    },
+    "language-reverse": {
+        "overrides": ["max_steps=80", "rollout.prompts_per_step=32", "eval.n=64",
+                      "eval.every=80", "checkpoint_every=20", "threads=1"],
+        "kappo": False, "seeds": 8, "lr_sweep": [1.5e-4, 3e-4, 6e-4], "sweep_seeds": 1,
+        "val_prompts": 256,
+    },
+}
+KAPPO = KappoAuto(k=4, beta=1e-3, bank_n=30, kind="binary")
 
 
-def _language_bullet(language: dict) -> str:
-    """What the language comparison ran, from its recorded spec and results."""
-    from bestk.train.compare import _base_config
+def _language_spec(name: str, fast: bool) -> dict[str, Any]:
+    spec = json.loads(json.dumps(LANGUAGE[name]))
+    if fast:
+        task = [o for o in spec["overrides"] if o.startswith("task.")]
+        if name == "language-permute":
+            task = ["task.name=permute",
+                    "task.options={min_len: 3, max_len: 4, num_train: 48, num_eval: 4}"]
+        else:
+            task = ["task.options={num_train: 48, num_eval: 4, max_len: 4}"]
+        spec.update(overrides=[*task, *_TINY, "threads=1"], seeds=2, lr_sweep=[1e-3, 3e-3],
+                    sweep_seeds=1, val_prompts=8)
+    spec["kappo_calibration"] = asdict(KAPPO) if spec["kappo"] else None
+    if fast and spec["kappo"]:
+        spec["kappo_calibration"]["bank_n"] = 4
+    return spec
 
-    spec, res = language["spec"], language["results"]
-    end = next(iter(next(iter(res.values())).values()))["end"]
-    cfg = _base_config(None, spec["max_steps"], list(spec["overrides"]))
-    kp = spec.get("kappo")
-    text = (f"- `bestk compare` (language task; `bestk.train.compare.run_compare`) — the "
-            f"trainer's embedded default configuration (tiny {cfg.model.arch} from scratch, "
-            f"{cfg.model.num_layers} blocks of width {cfg.model.hidden_size}; task "
-            f"`{cfg.task.name}`: "
-            "reverse digit strings, graded positional reward, success = exact answer; "
-            f"{cfg.sft.steps} SFT steps then {cfg.max_steps} RL steps of "
-            f"{cfg.rollout.prompts_per_step} prompts × {cfg.rollout.n} completions, lr "
-            f"{cfg.optim.lr}) with the overrides "
-            f"`{' '.join(spec['overrides'])}`; estimators {', '.join(spec['estimators'])}; "
-            f"{spec['seeds']} seeds (per seed every estimator starts RL from the same SFT "
-            "weights and draws the same prompts and sampling noise); held-out evaluation at "
-            f"the start and the end of RL on {int(end['num_prompts'])} prompts × "
-            f"{int(end['n'])} samples (pass@k and best@k for k = 1..{int(end['n'])}, "
-            "entropy, distinct completions). ")
-    if len(language.get("parts", [])) > 1:
-        text += (f"The grid ran in {len(language['parts'])} single-threaded processes ("
-                 + "; ".join(", ".join(p) for p in language["parts"]) + "), each "
-                 "redoing the seeded SFT; the 'Δpass@k at the start of RL' rows (must be 0) "
-                 "check that they start from identical weights. ")
-    if kp and "kappo_grpo" in spec["estimators"]:
-        text += (f"kappo_grpo: binary calibration (k = {kp['k']}, β = {kp['beta']}) per seed "
-                 f"from a bank of {kp['bank_n']} samples of that seed's SFT policy on each of "
-                 f"the first {kp['bank_prompts']} training prompts (0/1 success); the trainer "
-                 "trains it on those bank prompts only, and `advantage_reward: auto` feeds it "
-                 "(and maxrl) the 0/1 success, the others the graded reward. ")
-    return text + f"Wall time {language['wall_seconds'] / 60:.1f} min.\n"
+
+def run_language(name: str, runs: Path, *, fast: bool, reuse: bool, workers: int) -> None:
+    """Run (or resume) one language grid: sweep on the validation split, then the test grid."""
+    spec = _language_spec(name, fast)
+    out = runs / name
+    stamp = out / "spec.json"
+    if out.exists() and (not reuse or not stamp.exists()
+                         or json.loads(stamp.read_text()) != spec):
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(stamp, json.dumps(spec, indent=1))
+    kp = spec["kappo_calibration"]
+    run_compare(_methods(spec["kappo"]), seeds=spec["seeds"], out=out,
+                overrides=spec["overrides"], progress=sys.stdout.isatty(), controls=["grpo"],
+                workers=workers, lr_sweep=spec["lr_sweep"], sweep_seeds=spec["sweep_seeds"],
+                val_prompts=spec["val_prompts"], kappo=None if kp is None else KappoAuto(**kp),
+                resume=True)
+
+
+_KEEP = ("distinct", "distinct_correct", "entropy", "reward_mean", "response_len")
+
+
+def collect_language(name: str, runs: Path, *, fast: bool) -> dict[str, Any] | None:
+    """The per-seed data of one language grid from its finished runs (only seeds finished by
+    every method), or ``None`` when nothing is finished yet."""
+    spec = _language_spec(name, fast)
+    out = runs / name
+    stamp = out / "spec.json"
+    if not stamp.exists() or json.loads(stamp.read_text()) != spec:
+        return None
+    methods = _methods(spec["kappo"]) + [Method("grpo (A/A)", "grpo", control_of="grpo")]
+    per: dict[str, dict[int, dict[str, Any]]] = {}
+    for m in methods:
+        for i in range(spec["seeds"]):
+            p = out / method_slug(m.label) / f"seed{i}" / "result.json"
+            if p.exists():
+                per.setdefault(m.label, {})[i] = json.loads(p.read_text())
+    seeds = [i for i in range(spec["seeds"]) if all(i in per.get(m.label, {}) for m in methods)]
+    sel_path = out / "sweep" / "selection.json"
+    sweep = json.loads(sel_path.read_text()) if sel_path.exists() else {}
+    if not seeds:
+        return {"ks": [], "seeds": [], "methods": {}, "sweep": sweep, "spec": spec,
+                "wall_seconds": 0.0}
+    first = per[methods[0].label][seeds[0]]
+    n = int(first["end"]["n"])
+    ks = [k for k in (2**i for i in range(12)) if k <= n]
+    keys = [f"{p}@{k}" for p in ("pass", "best") for k in ks if f"{p}@{k}" in first["end"]]
+    keys += [k for k in _KEEP if k in first["end"]]
+    data_methods = {}
+    wall = 0.0
+    for m in methods:
+        rs = [per[m.label][i] for i in seeds]
+        runs_ = [r["run"] for r in rs]
+        wall += sum(r["wall_seconds"] for r in runs_)
+        rewards = {r["reward"] for r in runs_}
+        data_methods[m.label] = {
+            "config": {
+                "estimator": m.estimator, "options": runs_[0]["options"],
+                "reward": rewards.pop() if len(rewards) == 1 else "mixed",
+                "prompts": "sha256:" + __import__("hashlib").sha256(
+                    json.dumps([r["prompts"] for r in runs_]).encode()).hexdigest()[:16],
+                "rollouts": runs_[0]["rollouts"], "lr": runs_[0]["lr"],
+                "control_of": m.control_of,
+                "sampling": ("sampling_seed = seed + offset (independent noise)"
+                             if m.control_of else "sampling_seed = seed"),
+                "sampling_seeds": [r["sampling_seed"] for r in runs_],
+            },
+            "start": {k: [r["start"][k] for r in rs] for k in keys},
+            "end": {k: [r["end"][k] for r in rs] for k in keys},
+        }
+    return {"ks": ks, "seeds": seeds, "n": n, "methods": data_methods, "sweep": sweep,
+            "spec": spec, "wall_seconds": wall}
+
+
+# ---------------------------------------------------------------------------------------------
+# the lab testbeds
+
+
+def _configs(fast: bool):
+    b = lab_bandit.BanditConfig.fast() if fast else lab_bandit.BanditConfig()
+    d = lab_digits.DigitsConfig.fast() if fast else lab_digits.DigitsConfig()
+    s = lab_sparse.SparseConfig.fast() if fast else lab_sparse.SparseConfig()
+    return b, d, s
+
+
+def produce(name: str, runs: Path, docs: Path, *, fast: bool, reuse: bool,
+            workers: int = 1, collect_only: bool = False) -> None:
+    """Run one testbed command and write its per-seed data file."""
+    bcfg, dcfg, scfg = _configs(fast)
+    t0 = time.time()
+    env = _environment()
+    if name == "bandit":
+        path = runs / "bandit" / "results.json"
+        if reuse and path.exists() and json.loads(path.read_text())["config"] == json.loads(
+                json.dumps(asdict(bcfg))):
+            res = json.loads(path.read_text())
+        else:
+            res = json.loads(json.dumps(lab_bandit.run_bandit(bcfg, runs / "bandit",
+                                                              progress=sys.stdout.isatty())))
+        tbs = lab_bandit.testbed_data(res)
+        wall = res.get("wall_seconds", time.time() - t0)
+        config = asdict(bcfg)
+        _copy(runs / "bandit" / "curves.png", docs / "results" / "bandit.png")
+        _copy(runs / "bandit" / "results.md", docs / "results" / "bandit.md")
+    elif name in ("digits", "sparse"):
+        run, cfg = (lab_digits.run_digits, dcfg) if name == "digits" else \
+            (lab_sparse.run_sparse, scfg)
+        run(cfg, runs / name, progress=sys.stdout.isatty(), resume=reuse)
+        tbs = json.loads((runs / name / "testbeds.json").read_text())
+        wall = json.loads((runs / name / "config.json").read_text())["training_wall_seconds"]
+        config = asdict(cfg)
+        _copy(runs / name / f"{name}.png", docs / "results" / f"{name}.png")
+        _copy(runs / name / "results.md", docs / "results" / f"{name}.md")
+    elif name in LANGUAGE:
+        if not collect_only:
+            run_language(name, runs, fast=fast, reuse=reuse, workers=workers)
+        tb = collect_language(name, runs, fast=fast)
+        if tb is None:
+            raise SystemExit(f"error: no runs of {name} under {runs} (run --testbed {name})")
+        tbs = {name: tb}
+        wall = tb["wall_seconds"]
+        config = tb["spec"]
+        out = runs / name
+        if (out / "compare.md").exists():
+            md = (out / "compare.md").read_text().replace("(compare.png)", f"({name}.png)")
+            write_text_atomic(docs / "results" / f"{name}.md", md)
+            _copy(out / "compare.png", docs / "results" / f"{name}.png")
+    else:
+        raise SystemExit(f"error: unknown testbed {name!r}; valid: bandit, digits, sparse, "
+                         + ", ".join(LANGUAGE))
+    doc = {"format": DATA_FORMAT, "version": 1,
+           "command": f"python benchmarks/make_results.py --testbed {name}", "config": config,
+           "environment": env, "wall_seconds": wall, "fast": fast, "testbeds": tbs}
+    # one line per testbed: small files whose diffs still show which testbed changed
+    body = ",\n".join(f"{json.dumps(k)}:{json.dumps(v, separators=(',', ':'))}"
+                       for k, v in tbs.items())
+    head = json.dumps({k: v for k, v in doc.items() if k != "testbeds"}, indent=1)
+    write_text_atomic(docs / "results" / "data" / f"{name}.json",
+                      head[:-2] + ',\n "testbeds": {\n' + body + "\n}}\n")
+
+
+def _copy(src: Path, dst: Path) -> None:
+    if src.exists():
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+
+
+# ---------------------------------------------------------------------------------------------
+# rendering
+
+
+def load_data(docs: Path) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """``({testbed id: data}, {file name: file metadata})`` from ``docs/results/data``."""
+    tbs, files = {}, {}
+    for p in sorted((docs / "results" / "data").glob("*.json")):
+        d = json.loads(p.read_text())
+        if d.get("format") != DATA_FORMAT:
+            continue
+        files[p.stem] = {k: v for k, v in d.items() if k != "testbeds"}
+        tbs.update(d["testbeds"])
+    return tbs, files
+
+
+def _cell(values) -> str:
+    m, h = mean_ci(values)
+    return f"{m:.3f} ± {h:.3f}".replace("± nan", "± –")
+
+
+def _testbed_section(tid: str, tb: dict[str, Any] | None) -> str:
+    spec = TESTBEDS[tid]
+    lines = [f"\n### {tid}: {spec.title}\n", spec.why + "\n"]
+    if tb is None:
+        lines.append(f"No data yet: run `{spec.command}`.\n")
+        return "\n".join(lines)
+    if tid == "bandit-exact":
+        rows = [[r["bandit"], r["N"], r["estimator"], r["objective"], f"{r['rel_bias']:.3g}",
+                 f"{r['var_over_signal']:.3f}"] for r in tb["bias"]
+                if r["N"] == max(x["N"] for x in tb["bias"])]
+        lines.append(markdown_table(["bandit", "N", "estimator", "unbiased for", "rel. bias",
+                                     "var/‖E g‖²"], rows))
+        return "\n".join(lines)
+    if not tb["seeds"]:
+        lines.append(f"No finished seeds yet: `{spec.command}` is running or has not run.\n")
+        return "\n".join(lines)
+    measure = {"language": "held-out test prompts at the end of RL, unbiased estimate from "
+                           "the samples of each prompt",
+               "bandit": "exact, averaged over the learning curve"}.get(
+                   spec.kind, "test split at the end of training, exact")
+    lines.append(lab_digits.render_testbed(tb, measure=measure))
+    extra = [k for k in ("distinct_correct", "distinct", "entropy")
+             if k in next(iter(tb["methods"].values()))["end"]]
+    if extra:
+        rows = [[lb, *[f"{_cell(m['end'][k])} ({_cell(np.subtract(m['end'][k], m['start'][k]))})"
+                       for k in extra]] for lb, m in tb["methods"].items()]
+        lines.append("Diversity of the held-out samples at the end of RL (change from the start "
+                     "of RL in brackets); `distinct_correct` counts distinct *successful* "
+                     "completions among the samples of a prompt:\n")
+        lines.append(markdown_table(["method", *extra], rows))
+    cfg_rows = [[lb, m["config"]["estimator"], m["config"]["reward"], m["config"]["lr"],
+                 m["config"]["rollouts"], m["config"].get("control_of") or ""]
+                for lb, m in tb["methods"].items()]
+    lines.append("Run configurations (as recorded with the per-seed data):\n")
+    lines.append(markdown_table(["method", "estimator", "reward it sees", "learning rate",
+                                 "rollouts", "A/A control of"], cfg_rows))
+    if tb.get("kappo_calibration"):
+        cal = tb["kappo_calibration"]
+        lines.append(f"KAPPO calibration from the initial policy: {json.dumps(cal)}\n")
+    return "\n".join(lines)
+
+
+def render(docs: Path, *, fast: bool = False) -> dict[str, Any]:
+    """claims.json and results.md from the per-seed data files."""
+    tbs, files = load_data(docs)
+    doc = evaluate_claims(tbs, min_seeds=2 if fast else None)
+    write_json_atomic(docs / "results" / "claims.json", doc)
+    env = next(iter(files.values()))["environment"] if files else _environment()
+    walls = ", ".join(f"{name} {meta['wall_seconds'] / 60:.1f} min (commit "
+                      f"`{meta['environment']['commit']}`)" for name, meta in files.items())
+    counts: dict[str, int] = {}
+    for e in doc["claims"]:
+        counts[e["verdict"]] = counts.get(e["verdict"], 0) + 1
+    head = [
+        "# Results: the papers' claims on small testbeds\n",
+        "Generated by `python benchmarks/make_results.py` from the per-seed data in "
+        "[results/data/](results/data/) via [results/claims.json](results/claims.json) — do not "
+        f"edit by hand. Torch {env['torch']}, Python "
+        f"{env['python']}, one CPU thread per run on a shared 2-core {env['machine']} machine"
+        f"{' (fast smoke mode: numbers meaningless)' if fast else ''}. Training time of the "
+        f"runs (single-threaded, summed) and the commit each testbed ran at: "
+        f"{walls or 'no runs yet'}.\n",
+        "## How to read this\n",
+        "Every claim is declared in code before the runs (`bestk.lab.claims.CLAIMS`): the "
+        "methods compared, the reward each sees, the testbeds, one primary metric with its "
+        "claimed direction, secondary metrics and, for \"Pareto-dominates\" claims, a "
+        "non-inferiority margin of 0.02 (absolute) on pass@1 / best@1. Comparisons are paired "
+        "by seed (same initial weights, same prompts or minibatches; only the sampling noise "
+        "and the method differ). For every arm (claim × testbed) the primary difference a − b "
+        "gets a two-sided paired t-test; the p-values of all primary tests of this file (the "
+        f"*family*, {doc['family']['size']} tests, A/A controls included) are Holm-corrected "
+        f"together at α = {ALPHA}; secondary metrics are Holm-corrected within their arm. "
+        "Every learning rate comes from a sweep on a validation split (reported per testbed); "
+        "every metric is measured on held-out test data and is continuous (exact "
+        "probabilities on the lab testbeds, unbiased pass@k / best@k over 64 samples per "
+        "prompt on the language tasks).\n",
+        "Verdicts:\n",
+        *[f"- **{v}** — {d}." for v, d in VERDICTS.items()],
+        "\nThe A/A control (`aa-control`) compares GRPO with GRPO: same initial weights and "
+        "prompts, independent sampling noise, so every difference is noise; it must not come "
+        "out reproduced, and it is included on every trained testbed kind.\n",
+        "Counts: " + ", ".join(f"{v} {n}" for v, n in counts.items()) + ".\n",
+    ]
+    tb_sections = ["\n## Testbeds\n",
+                   "Why each testbed fits the claims run on it, what was run, the learning-rate "
+                   "sweep, the test metrics at the end of training and their change from the "
+                   "start of training (the initial policy; the SFT policy on the language "
+                   "tasks).\n"]
+    for tid in TESTBEDS:
+        tb_sections.append(_testbed_section(tid, tbs.get(tid)))
+    plots = ["\n## Plots\n"]
+    for name, title in (("bandit", "bandit learning curves"), ("digits", "digits"),
+                        ("sparse", "sparse classification (SoftmaxGRPO Fig. 2 analogue)"),
+                        ("language-permute", "language: anagrams, pass@k after RL"),
+                        ("language-reverse", "language: reverse, pass@k after RL")):
+        if (docs / "results" / f"{name}.png").exists():
+            plots.append(f"![{title}](results/{name}.png)\n")
+    plots.append("\nFull per-command reports: "
+                 + ", ".join(f"[results/{p.name}](results/{p.name})"
+                             for p in sorted((docs / "results").glob("*.md"))) + ".\n")
+    write_text_atomic(docs / "results.md", "\n".join(head) + "\n" + render_claims(doc)
+                      + "\n".join(tb_sections) + "\n".join(plots))
+    return doc
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=Path, default=ROOT / "runs" / "lab",
-                    help="where the raw lab outputs go")
-    ap.add_argument("--doc", type=Path, default=ROOT / "docs" / "results.md")
+                    help="where the runs go (not committed)")
+    ap.add_argument("--docs", type=Path, default=ROOT / "docs",
+                    help="docs directory (results.md, results/claims.json, results/data/)")
+    ap.add_argument("--all", action="store_true", help="every testbed, then render")
+    ap.add_argument("--testbed", action="append", default=[],
+                    help="one testbed: bandit, digits, sparse, " + ", ".join(LANGUAGE))
+    ap.add_argument("--collect", action="append", default=[],
+                    help="gather the finished runs of a language testbed without running")
+    ap.add_argument("--render", action="store_true", help="only render from the data files")
     ap.add_argument("--reuse", action="store_true",
-                    help="re-render from existing outputs in --runs (run what is missing)")
+                    help="reuse finished runs of an identical configuration")
     ap.add_argument("--fast", action="store_true", help="seconds-long smoke configuration")
-    ap.add_argument("--language", action="store_true",
-                    help="also run the language task with `bestk compare` (~20 min on 2 cores)")
-    ap.add_argument("--language-part", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--workers", type=int, default=1, help="language worker processes")
     args = ap.parse_args(argv)
 
     torch.set_num_threads(1)
-    if args.language_part is not None:  # worker process of run_language
-        spec = LANGUAGE_FAST if args.fast else LANGUAGE
-        ests = _partition(spec["estimators"], spec["workers"])[args.language_part]
-        _language_part(spec, args.runs / "language" / f"part{args.language_part}", ests)
-        return 0
-    bcfg = BanditConfig.fast() if args.fast else BanditConfig()
-    dcfg = DigitsConfig.fast() if args.fast else DigitsConfig()
-    bdir, ddir = args.runs / "bandit", args.runs / "digits"
-    t0 = time.time()
-    bres_path = bdir / "results.json"
-    if args.reuse and bres_path.exists() and \
-            json.loads(bres_path.read_text())["config"] == json.loads(json.dumps(asdict(bcfg))):
-        bandit = json.loads(bres_path.read_text())
-        write_text_atomic(bdir / "results.md", render_markdown(bandit))
-        plot_curves(bandit, bdir / "curves.png")
-    else:
-        bandit = json.loads(json.dumps(run_bandit(bcfg, bdir, progress=sys.stdout.isatty())))
-    t_bandit = time.time() - t0
-    t1 = time.time()
-    digits = run_digits(dcfg, ddir, progress=sys.stdout.isatty(), resume=args.reuse)
-    t_digits = time.time() - t1
-
-    language = None
-    if args.language:
-        language = run_language(args.runs / "language", reuse=args.reuse, fast=args.fast)
-
-    # Wall time of the runs themselves (not of a --reuse re-render).
-    t_bandit = bandit.get("wall_seconds", t_bandit)
-    t_digits = json.loads((ddir / "config.json").read_text()).get("training_wall_seconds",
-                                                                   t_digits)
-    claims = evaluate_claims(bandit, digits, language)
-    img_dir = args.doc.parent / "results"
-    img_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(bdir / "curves.png", img_dir / "bandit_curves.png")
-    shutil.copyfile(ddir / "digits.png", img_dir / "digits.png")
-    shutil.copyfile(bdir / "results.md", img_dir / "bandit.md")
-    shutil.copyfile(ddir / "results.md", img_dir / "digits.md")
-    if language is not None:
-        shutil.copyfile(args.runs / "language" / "compare.png", img_dir / "language.png")
-        shutil.copyfile(args.runs / "language" / "compare.md", img_dir / "language.md")
-    rel = img_dir.relative_to(args.doc.parent)
-    head = [
-        "# Results: the papers' claims, reproduced small\n",
-        "Generated by `python benchmarks/make_results.py` — do not edit by hand. "
-        f"Commit `{_git_commit()}`, torch {torch.__version__}, Python "
-        f"{platform.python_version()}, 1 CPU thread of a shared 2-core machine; wall time of the "
-        f"runs: bandit {t_bandit:.0f} s, digits {t_digits:.0f} s"
-        f"{' (fast smoke mode)' if args.fast else ''}. The runs are seeded and single-threaded: "
-        "a rerun on the same machine and torch build gives bit-identical results.json.\n",
-        f"Every number below comes from {'three' if language else 'two'} seeded commands "
-        "(their raw outputs are in "
-        f"`{args.runs.relative_to(ROOT) if args.runs.is_relative_to(ROOT) else args.runs}/`):\n",
-        f"- `bestk lab bandit` — {len(bcfg.bandits)} softmax bandits with 8 arms "
-        f"({', '.join(bcfg.bandits)}); exact bias/variance at N ∈ {list(bcfg.ns)} by "
-        f"enumerating every multiset of N draws; learning curves with N={bcfg.curve_n}, "
-        f"{bcfg.steps} Adam steps (lr {bcfg.lr}), {bcfg.seeds} seeds (base seed {bcfg.seed}).",
-        f"- `bestk lab digits` — MLP (hidden {dcfg.hidden}) on scikit-learn digits "
-        f"(1797 images, {int(dcfg.test_fraction * 100)}% held out), {dcfg.steps} Adam steps "
-        f"(lr {dcfg.lr}) of {dcfg.batch_size} images × N rollouts, N ∈ {list(dcfg.ns)}, "
-        f"rewards {list(dcfg.rewards)}, {dcfg.seeds} seeds (base seed {dcfg.seed}); every "
-        "learner of a seed starts from the same weights and sees the same minibatches. "
-        f"KAPPO @k-GRPO: k={AT_K}, β={dcfg.kappo_beta} (binary) / "
-        f"{dcfg.kappo_winrate_beta} (win-rate), bank of {dcfg.kappo_bank} samples per image "
-        "from the initial policy. Test metrics are exact (pass@k = 1 − (1 − p)^k with "
-        "p = π(label | x); best@k from the closed form), so the only noise is between seeds."
-        + ("\n" if language is None else ""),
-        *([_language_bullet(language)] if language is not None else []),
-        "Comparisons are paired by seed: `a ± h` is the mean per-seed difference and its "
-        "two-sided 95% Student-t half-width; `(sig.)` marks intervals that exclude 0. With "
-        f"{dcfg.seeds} seeds the t quantile is large "
-        f"({t95(dcfg.seeds - 1):.2f}), so only clear effects are "
-        "significant. Verdict rules are printed with each claim and applied mechanically "
-        "(`bestk.lab.claims`).\n",
-    ]
-    plots = [
-        f"\n## Plots\n\n![bandit learning curves]({rel}/bandit_curves.png)\n\n"
-        f"![digits]({rel}/digits.png)\n",
-        *([f"\n![language task: pass@k after RL]({rel}/language.png)\n"]
-          if language is not None else []),
-        "\n## Full tables\n\nThe complete per-command reports (every estimator, N and k, "
-        f"learning curves, allocation for both reward kinds): [{rel}/bandit.md]({rel}/bandit.md) "
-        f"and [{rel}/digits.md]({rel}/digits.md)"
-        + (f"; language task: [{rel}/language.md]({rel}/language.md)" if language else "")
-        + ".\n",
-    ]
-    write_text_atomic(args.doc, "\n".join(head) + "\n" + render_claims(claims) + "".join(plots))
-    print(f"wrote {args.doc} ({len(claims)} claims); bandit {t_bandit:.0f}s, "
-          f"digits {t_digits:.0f}s")
+    names = list(args.testbed)
+    if args.all:
+        names = ["bandit", "digits", "sparse", *LANGUAGE]
+    for name in names:
+        t0 = time.time()
+        produce(name, args.runs, args.docs, fast=args.fast, reuse=args.reuse,
+                workers=args.workers)
+        print(f"{name}: {time.time() - t0:.0f} s", flush=True)
+    for name in args.collect:
+        produce(name, args.runs, args.docs, fast=args.fast, reuse=True, collect_only=True)
+    doc = render(args.docs, fast=args.fast)
+    n = {v: sum(e["verdict"] == v for e in doc["claims"]) for v in VERDICTS}
+    print(f"wrote {args.docs / 'results.md'} and claims.json ({len(doc['claims'])} arms of "
+          f"{len(CLAIMS)} claims: " + ", ".join(f"{v} {c}" for v, c in n.items() if c) + ")")
     return 0
 
 

@@ -161,3 +161,33 @@ def test_softmax_grpo_implied_weight_matches_theory_eq4():
         for n in (4, 8):
             row = bias_row(EstimatorSpec("s", "softmax_grpo", {"tau": tau}), b, n)
             assert row["implied_weight"] == pytest.approx(row["theory_weight"], rel=1e-9)
+
+
+def test_sweep_a_a_control_and_per_seed_data(tmp_path):
+    from bestk.lab.bandit import run_bandit, testbed_data
+
+    cfg = BanditConfig.fast()
+    res = run_bandit(cfg, tmp_path, progress=False)
+    data = testbed_data(json_roundtrip(res))
+    assert {"bandit-binary", "bandit-graded", "bandit-negative", "bandit-exact"} == set(data)
+    tb = data["bandit-binary"]
+    sweep = res["sweep"]["binary"]
+    assert set(sweep["selected"]) == set(tb["methods"])
+    for lb, m in tb["methods"].items():
+        assert m["config"]["lr"] == sweep["selected"][lb] and m["config"]["lr"] in cfg.lr_grid
+        assert len(m["end"]["pass@4"]) == cfg.seeds
+        # the metric is best@k averaged over the learning curve, start = initial policy
+        arr = np.asarray(res["curves"]["binary"]["curves"][lb])[:, :, 1]
+        assert m["end"]["best@4"] == pytest.approx(arr.mean(0).tolist())
+        assert m["start"]["best@4"] == pytest.approx(arr[0].tolist())
+    aa, grpo = tb["methods"]["grpo (A/A)"], tb["methods"]["grpo"]
+    assert aa["config"]["lr"] == grpo["config"]["lr"] and aa["config"]["control_of"] == "grpo"
+    assert aa["start"] == grpo["start"] and aa["end"] != grpo["end"]
+    assert "pass@4" not in data["bandit-graded"]["methods"]["grpo"]["end"]  # not 0/1 rewards
+    assert all("expected_grad" not in r for r in data["bandit-exact"]["bias"])
+
+
+def json_roundtrip(x):
+    import json
+
+    return json.loads(json.dumps(x))

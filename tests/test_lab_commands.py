@@ -27,13 +27,22 @@ def test_lab_bandit_fast(tmp_path):
 def test_lab_digits_fast(tmp_path):
     res = runner.invoke(app, ["lab", "digits", "--fast", "--quiet", "--rewards", "binary",
                               "--learners", "ml,grpo,softmax_grpo(tau=0.1)",
-                              "--out", str(tmp_path)])
+                              "--lr-grid", "0.003", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
-    data = json.loads((tmp_path / "results.json").read_text())
-    assert set(data) == {"ml", "grpo", "softmax_grpo(tau=0.1)"}
-    for v in data.values():
-        assert isinstance(v["test_accuracy"], float) and set(v["pass@k"]) == {"1", "4"}
+    data = json.loads((tmp_path / "testbeds.json").read_text())
+    assert set(data) == {"digits-binary"}
+    methods = data["digits-binary"]["methods"]
+    assert set(methods) == {"ml", "grpo", "softmax_grpo(tau=0.1)"}
+    assert all(m["config"]["lr"] == 0.003 for m in methods.values())  # one rate: no sweep
     assert (tmp_path / "digits.png").stat().st_size > 0
+
+
+def test_lab_sparse_fast(tmp_path):
+    res = runner.invoke(app, ["lab", "sparse", "--fast", "--quiet", "--learners",
+                              "ml,grpo,grpo (A/A)", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    data = json.loads((tmp_path / "testbeds.json").read_text())
+    assert set(data["sparse-n4"]["methods"]) == {"ml", "grpo", "grpo (A/A)"}
 
 
 def test_lab_bad_input_is_a_one_line_error(tmp_path):
@@ -43,3 +52,9 @@ def test_lab_bad_input_is_a_one_line_error(tmp_path):
     assert "unknown learner" in res.output
     res = runner.invoke(app, ["lab", "bandit", "--fast", "--ns", "4,x", "--out", str(tmp_path)])
     assert res.exit_code != 0
+    res = runner.invoke(app, ["lab", "digits", "--fast", "--lr-grid", "0.1,x",
+                              "--out", str(tmp_path)])
+    assert res.exit_code != 0
+    res = runner.invoke(app, ["lab", "sparse", "--fast", "--learners", "ml,grpo (A/A)",
+                              "--out", str(tmp_path)])
+    assert res.exit_code == 2 and "A/A control" in res.output

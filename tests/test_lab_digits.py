@@ -1,4 +1,5 @@
-"""The digits lab: batched MLP, exact evaluation, results.json schema, resume."""
+"""The digits lab: batched MLP, exact evaluation, the validation sweep, the per-seed data,
+pairing, the A/A control, resume."""
 
 from __future__ import annotations
 
@@ -9,7 +10,18 @@ import pytest
 import torch
 
 from bestk.lab import digits as dg
-from bestk.lab.digits import BatchedMLP, DigitsConfig, reward_matrix, run_digits
+from bestk.lab.digits import (
+    LEARNERS,
+    BatchedMLP,
+    DigitsConfig,
+    Problem,
+    RunSpec,
+    Slot,
+    evaluate_slots,
+    reward_matrix,
+    run_digits,
+    run_slots,
+)
 
 
 @pytest.fixture(scope="module")
@@ -20,40 +32,48 @@ def fast_run(tmp_path_factory):
     return cfg, out, results
 
 
-def test_results_json_schema(fast_run):
+def test_testbed_data_schema(fast_run):
     cfg, out, results = fast_run
-    on_disk = json.loads((out / "results.json").read_text())
-    assert on_disk == json.loads(json.dumps(results))
-    expected = {lb for lb in cfg.learners
-                if cfg.learner(lb).estimator in (None, *__import__("bestk").ESTIMATORS)}
-    assert set(on_disk) == expected
-    for label, entry in on_disk.items():
-        assert 0.0 <= entry["test_accuracy"] <= 1.0, label
-        ks = [str(k) for k in cfg.ks]
-        assert list(entry["pass@k"]) == ks
-        vals = [entry["pass@k"][k] for k in ks]
-        assert all(0.0 <= v <= 1.0 for v in vals)
-        assert vals == sorted(vals)  # pass@k is non-decreasing in k
-        for tag, st in entry["settings"].items():
-            assert len(st["test_accuracy"]["seeds"]) == cfg.seeds, (label, tag)
-            if label == "ml":
-                assert st["allocation"] is None
-            else:
-                shares = sum(st["allocation"][b]["mean"] for b in dg.BIN_LABELS)
-                assert shares == pytest.approx(1.0)
-    # maxrl only runs on binary rewards; pkpo(k=4) needs N >= 4 (fast mode uses N=4)
-    assert set(on_disk["maxrl"]["settings"]) == {"binary/N=4"}
-    assert set(on_disk["argmaxrl"]["settings"]) == {"binary/N=4", "graded/N=4"}
-    for name in ("results.md", "digits.png", "config.json", "settings/binary_N4.json"):
+    data = json.loads((out / "testbeds.json").read_text())
+    assert set(data) == {"digits-binary", "digits-graded"}
+    for tid, tb in data.items():
+        assert tb["ks"] == list(cfg.ks) and tb["seeds"] == list(range(cfg.seeds))
+        reward = {"digits-binary": "binary", "digits-graded": "graded"}[tid]
+        expected = {lb for lb in cfg.learners if LEARNERS[lb].applies(reward, cfg.n)}
+        assert set(tb["methods"]) == expected
+        for m in tb["methods"].values():
+            for part in ("start", "end"):
+                vals = [m[part][f"pass@{k}"] for k in cfg.ks]
+                assert all(len(v) == cfg.seeds for v in vals)
+                arr = np.asarray(vals)
+                assert np.all((arr >= 0) & (arr <= 1))
+                assert np.all(np.diff(arr, axis=0) >= -1e-12)  # non-decreasing in k
+            if m["config"]["rollouts"] > 0:
+                shares = sum(np.asarray(m["end"][f"alloc{b}"]) for b in dg.BIN_LABELS)
+                assert np.allclose(shares, 1.0)
+            assert m["config"]["lr"] in cfg.lr_grid
+        # the A/A control takes GRPO's learning rate and is not a copy of GRPO's runs
+        aa, grpo = tb["methods"]["grpo (A/A)"], tb["methods"]["grpo"]
+        assert aa["config"]["lr"] == grpo["config"]["lr"]
+        assert aa["config"]["control_of"] == "grpo"
+        assert aa["start"] == grpo["start"]  # same initial weights per seed
+        assert aa["end"]["pass@1"] != grpo["end"]["pass@1"]  # independent sampling noise
+        # every learner of a seed starts from the same weights
+        starts = {json.dumps(m["start"]["pass@1"]) for m in tb["methods"].values()}
+        assert len(starts) == 1
+        assert tb["sweep"]["grid"] == list(cfg.lr_grid)
+        assert set(tb["sweep"]["scores"]) == {lb for lb in expected if lb != "grpo (A/A)"}
+    assert "maxrl" not in data["digits-graded"]["methods"]  # binary rewards only
+    for name in ("results.md", "digits.png", "config.json", "results.json",
+                 "settings/binary.json"):
         assert (out / name).stat().st_size > 0
-    md = (out / "results.md").read_text()
-    assert "Gradient allocation" in md and "[.9,1]" in md
 
 
 def test_exact_ml_learns(fast_run):
-    _, _, results = fast_run
+    _, out, _ = fast_run
+    ml = json.loads((out / "testbeds.json").read_text())["digits-binary"]["methods"]["ml"]
     # 30 steps of cross-entropy on a random MLP: far above the 10% chance level.
-    assert results["ml"]["test_accuracy"] > 0.3
+    assert min(ml["end"]["pass@1"]) > 0.3 > max(ml["start"]["pass@1"])
 
 
 def test_rerun_resumes_finished_settings(fast_run, monkeypatch):
@@ -62,9 +82,33 @@ def test_rerun_resumes_finished_settings(fast_run, monkeypatch):
     def boom(*a, **k):
         raise AssertionError("a finished setting was recomputed")
 
-    monkeypatch.setattr(dg, "run_setting", boom)
+    monkeypatch.setattr(dg, "sweep_and_test", boom)
     again = run_digits(cfg, out, progress=False)
-    assert again == results
+    assert again == json.loads(json.dumps(results))
+
+
+def test_learning_rate_per_slot():
+    """Two slots of one learner and seed differ only by their learning rate and sampling."""
+    problem = dg.make_problem("binary", split="validation", test_fraction=0.3,
+                              val_fraction=0.2, seed=0)
+    spec = RunSpec(n=4, steps=5, batch_size=16, hidden=8, ks=(1,), eval_every=5, seed=0)
+    ml = LEARNERS["ml"]
+    res = run_slots(problem, [Slot(ml, 1e-4, 0), Slot(ml, 1e-1, 0), Slot(ml, 1e-4, 0)], spec)
+    p = res["end"]["pass@1"]
+    assert p[0] == pytest.approx(p[2], abs=1e-12)  # ML does not sample: same lr, same result
+    assert abs(p[1] - p[0]) > 1e-3
+    assert res["start"]["pass@1"][0] == res["start"]["pass@1"][1]
+
+
+def test_validation_split_comes_from_the_training_images_only():
+    kw = dict(test_fraction=0.3, val_fraction=0.2, seed=0)
+    test = dg.make_problem("binary", split="test", **kw)
+    val = dg.make_problem("binary", split="validation", **kw)
+    train_rows = {tuple(r) for r in test.x_train.numpy().tolist()}
+    assert val.x_train.shape[0] + val.x_eval.shape[0] == test.x_train.shape[0]
+    for x in (val.x_train, val.x_eval):
+        assert all(tuple(r) in train_rows for r in x.numpy().tolist())
+    assert val.data_id != test.data_id
 
 
 def test_batched_mlp_equals_separate_models():
@@ -79,16 +123,17 @@ def test_batched_mlp_equals_separate_models():
 
 
 def test_exact_evaluation_matches_sampling():
-    """pass@k / best@k of _evaluate vs a Monte Carlo of the same policy."""
+    """pass@k / best@k of evaluate_slots vs a Monte Carlo of the same policy."""
     g = torch.Generator().manual_seed(1)
     model = BatchedMLP([BatchedMLP.init(6, 8, 10, g)])
     x = torch.randn(20, 6, generator=g)
     y = torch.randint(0, 10, (20,), generator=g)
-    rmat = reward_matrix("graded")
-    ev = dg._evaluate(model, x, y, rmat, [1, 3])
+    problem = Problem(x, y, x, y, "graded")
+    ev = evaluate_slots(model, problem, [1, 3])
     with torch.no_grad():
         probs = torch.softmax(model(x[None]).double(), -1)[0]
     draws = torch.multinomial(probs, 3 * 40_000, replacement=True, generator=g).view(20, -1, 3)
+    rmat = reward_matrix("graded")
     r = rmat[y[:, None, None].expand_as(draws), draws]
     assert float(ev["best"][0, 1]) == pytest.approx(float(r.max(-1).values.mean()), abs=5e-3)
     hit = (draws == y[:, None, None]).any(-1).double().mean()
@@ -107,12 +152,13 @@ def test_reward_matrix():
 def test_config_validation():
     with pytest.raises(ValueError, match="unknown learner"):
         DigitsConfig(learners=("ml", "nope")).validate()
+    with pytest.raises(ValueError, match="A/A control"):
+        DigitsConfig(learners=("ml", "grpo (A/A)")).validate()
     with pytest.raises(ValueError, match="reward variant"):
         DigitsConfig(rewards=("binary", "x")).validate()
-    with pytest.raises(ValueError, match="ns"):
-        DigitsConfig(ns=(1,)).validate()
-    with pytest.raises(ValueError, match="lr"):
-        DigitsConfig(lr=float("nan")).validate()
+    with pytest.raises(ValueError, match="n must be"):
+        DigitsConfig(n=1).validate()
+    with pytest.raises(ValueError, match="learning rates"):
+        DigitsConfig(lr_grid=(float("nan"),)).validate()
     assert DigitsConfig().key() != DigitsConfig(steps=1).key()
     assert DigitsConfig().key() == DigitsConfig(threads=2).key()
-    assert np.isfinite(DigitsConfig().lr)

@@ -155,3 +155,66 @@ def test_errors_name_the_problem(monkeypatch):
 def test_registry_lists_builtins():
     names = {"exact", "arithmetic", "positional", "math_verify", "similarity", "reasoning_gym"}
     assert names <= set(REWARDS)
+
+
+def test_permute_task_has_many_correct_answers():
+    from itertools import permutations
+
+    from bestk.tasks.builtin import multiset_reward
+
+    t = load_task("permute", {"min_len": 4, "max_len": 5, "num_train": 200, "num_eval": 20})
+    assert len(t.train) == 200 and len(t.eval) == 20 and t.graded
+    assert not {e["letters"] for e in t.train} & {e["letters"] for e in t.eval}
+    ex = t.train[0]
+    s = ex["letters"]
+    assert sorted(ex["answer"]) == sorted(s) and ex["prompt"] == f"per:{s}="
+    perms = sorted({"".join(p) for p in permutations(s)})
+    assert t.score([ex] * len(perms), perms).tolist() == [1.0] * len(perms)
+    assert bool(t.success(t.score([ex], [s[::-1]]))[0])
+    # graded: the share of symbols in common over the longer length
+    assert multiset_reward("", "1123", letters="1234") == pytest.approx(3 / 4)
+    assert multiset_reward("", "12345", letters="1234") == pytest.approx(4 / 5)
+    assert multiset_reward("", "", letters="1234") == 0.0
+    b = load_task("permute", {"num_train": 50, "num_eval": 5, "graded": False})
+    assert not b.graded and b.score([b.eval[0]], [b.eval[0]["letters"]]).tolist() == [1.0]
+    with pytest.raises(ValueError, match="too many"):
+        load_task("permute", {"min_len": 1, "max_len": 1, "num_train": 50})
+
+
+def test_validation_task_holds_out_training_prompts():
+    full = load_task("strings", {"num_train": 100, "num_eval": 10}, seed=3)
+    val = load_task("validation", {"task": "strings", "options": {"num_train": 100,
+                                                                  "num_eval": 10},
+                                   "size": 20}, seed=3)
+    assert [e["id"] for e in val.train] == [e["id"] for e in full.train[:80]]
+    assert [e["id"] for e in val.eval] == [e["id"] for e in full.train[80:]]
+    assert not {e["id"] for e in val.eval} & {e["id"] for e in full.eval}
+    with pytest.raises(ValueError, match="size must be"):
+        load_task("validation", {"task": "strings", "options": {"num_train": 10}, "size": 10})
+    with pytest.raises(ValueError, match="needs option task"):
+        load_task("validation", {})
+
+
+def test_evaluation_counts_distinct_correct_completions(tmp_path):
+    """distinct_correct from evaluate() against a recount of its own samples."""
+    import numpy as np
+
+    from bestk.train.config import TrainConfig, apply_overrides
+    from bestk.train.evaluate import evaluate
+    from bestk.train.loop import Trainer
+
+    cfg = TrainConfig()
+    apply_overrides(cfg, ["threads=1", "model.hidden_size=32", "model.num_layers=1",
+                          "model.num_heads=2", "model.intermediate_size=64", "task.name=permute",
+                          "task.options={min_len: 2, max_len: 3, num_train: 64, num_eval: 6}",
+                          "sft.steps=30", "sft.batch_size=32", f"out={tmp_path / 'run'}"])
+    tr = Trainer(cfg)
+    tr.sft()
+    res = evaluate(tr.model, tr.tokenizer, tr.task, tr.task.eval, n=16, max_new_tokens=5,
+                   seed=1)
+    texts = np.asarray(res.texts, dtype=object).reshape(6, 16)
+    ok = tr.task.success(res.rewards)
+    want = np.mean([len({t.strip() for t, o in zip(row, oks, strict=True) if o})
+                    for row, oks in zip(texts, ok, strict=True)])
+    assert res.metrics["distinct_correct"] == pytest.approx(want)
+    assert res.metrics["distinct_correct"] <= res.metrics["distinct"]

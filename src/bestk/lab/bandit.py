@@ -5,7 +5,7 @@ Setting
 A ``K``-armed bandit with a fixed reward ``v_a`` per arm and a softmax policy
 ``pi = softmax(theta)``. One "group" is ``N`` i.i.d. draws ``a_1..a_N ~ pi`` with rewards
 ``r_i = v_{a_i}``; an estimator turns them into advantages ``A_i`` and the gradient estimate is
-(DESIGN.md section 2, GRPO convention)
+(the GRPO scaling convention of :mod:`bestk.estimators`)
 
     g_hat = (1/N) sum_i A_i S_i,      S_i = grad_theta log pi(a_i) = e_{a_i} - pi.
 
@@ -53,7 +53,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from bestk.lab._io import fmt, markdown_table, mean_ci, write_json_atomic, write_text_atomic
+from bestk.lab._io import (
+    fmt,
+    markdown_table,
+    mean_ci,
+    save_figure,
+    write_json_atomic,
+    write_text_atomic,
+)
+from bestk.lab._optim import SlotAdam
 from bestk.lab.exact import best_at_k_exact, j_objective
 
 __all__ = [
@@ -66,6 +74,9 @@ __all__ = [
     "objective_gradient",
     "bias_table",
     "learning_curves",
+    "curve_metrics",
+    "sweep_learning_rates",
+    "testbed_data",
     "run_bandit",
 ]
 
@@ -139,6 +150,9 @@ class EstimatorSpec:
     options: dict[str, Any] = field(default_factory=dict)
     objective: str = "none"
     binary_only: bool = False
+    control_of: str | None = None
+    """A/A control: the same estimator as the spec with this label (and its learning rate),
+    trained on independent sampling noise."""
 
     def applies(self, bandit: Bandit, n: int) -> bool:
         if self.binary_only and not bandit.binary:
@@ -172,6 +186,7 @@ CURVE_SPECS: list[EstimatorSpec] = [
     EstimatorSpec("reinforce", "reinforce", {}, "best@1"),
     EstimatorSpec("rloo", "rloo", {}, "best@1"),
     EstimatorSpec("grpo", "grpo", {}, "none"),
+    EstimatorSpec("grpo (A/A)", "grpo", {}, "none", control_of="grpo"),
     EstimatorSpec("softmax_grpo(tau=0.1)", "softmax_grpo", {"tau": 0.1}, "none"),
     EstimatorSpec("maxrl", "maxrl", {}, "J_N", binary_only=True),
     EstimatorSpec("argmaxrl", "argmaxrl", {}, "J_N"),
@@ -341,21 +356,33 @@ def bias_table(bandits: Sequence[Bandit], ns: Sequence[int],
 
 
 def learning_curves(bandit: Bandit, specs: Sequence[EstimatorSpec], *, n: int, steps: int,
-                    seeds: int, lr: float, ks: Sequence[int], eval_every: int,
-                    seed: int = 0, progress: Any = None) -> dict[str, Any]:
+                    seeds: int, lr: float | Sequence[float] | dict[str, float],
+                    ks: Sequence[int], eval_every: int, seed: int = 0,
+                    progress: Any = None) -> dict[str, Any]:
     """Train the softmax policy with each estimator (Adam on the logits, ``steps`` groups of
     ``n`` rollouts, ``seeds`` independent runs batched) and record the exact best@k.
 
-    Returns ``{"rollouts": [...], "curves": {label: (n_evals, seeds, len(ks)) list}}``.
+    ``lr`` is one learning rate, one per spec (in order) or a mapping label -> rate. Every
+    (estimator, seed) draws its own rollouts, so an A/A copy of an estimator sees independent
+    sampling noise. Returns ``{"rollouts": [...], "ks": [...], "lr": {label: rate},
+    "curves": {label: (n_evals, seeds, len(ks)) list}}``.
     """
     import bestk
 
     specs = [s for s in specs if s.applies(bandit, n)]
+    if isinstance(lr, dict):
+        rates = [float(lr[s.label]) for s in specs]
+    elif isinstance(lr, (int, float)):
+        rates = [float(lr)] * len(specs)
+    else:
+        rates = [float(v) for v in lr]
+        if len(rates) != len(specs):
+            raise ValueError(f"{len(rates)} learning rates for {len(specs)} estimators")
     values = bandit.values()
     k_arms = values.shape[0]
     n_est = len(specs)
     theta = bandit.init_logits().expand(n_est, seeds, k_arms).clone().requires_grad_(True)
-    opt = torch.optim.Adam([theta], lr=lr)
+    opt = SlotAdam([theta], torch.tensor(rates, dtype=torch.float64)[:, None, None])
     gen = torch.Generator().manual_seed(seed)
     evals: list[torch.Tensor] = []
     rollouts: list[int] = []
@@ -388,8 +415,51 @@ def learning_curves(bandit: Bandit, specs: Sequence[EstimatorSpec], *, n: int, s
     return {
         "rollouts": rollouts,
         "ks": list(ks),
+        "lr": {s.label: r for s, r in zip(specs, rates, strict=True)},
         "curves": {s.label: stacked[:, e].tolist() for e, s in enumerate(specs)},
     }
+
+
+def curve_metrics(curves: dict[str, Any], label: str, binary: bool) -> dict[str, Any]:
+    """Per-seed metrics of one estimator's learning curve: ``end`` = best@k (and pass@k on
+    binary rewards) averaged over the recorded points of the curve (the area under the
+    learning curve divided by its length, so every budget counts), ``start`` = the initial
+    policy's values."""
+    from bestk.lab.digits import metric_key
+
+    arr = np.asarray(curves["curves"][label])  # (T, S, K)
+    auc, first = arr.mean(0), arr[0]
+    out: dict[str, Any] = {"start": {}, "end": {}}
+    names = ("best", "pass") if binary else ("best",)
+    for j, k in enumerate(curves["ks"]):
+        for name in names:
+            out["end"][metric_key(name, k)] = auc[:, j].tolist()
+            out["start"][metric_key(name, k)] = first[:, j].tolist()
+    return out
+
+
+def sweep_learning_rates(bandit: Bandit, specs: Sequence[EstimatorSpec], config: Any,
+                         seed: int) -> dict[str, Any]:
+    """Each estimator's learning rate from ``config.lr_grid``: the rate with the highest mean
+    over k of the curve-averaged best@k on ``config.sweep_seeds`` seeds of their own (a stream
+    disjoint from the test seeds); A/A controls take their estimator's rate."""
+    specs = [s for s in specs if s.applies(bandit, config.curve_n)]
+    tuned = [s for s in specs if s.control_of is None]
+    scores: dict[str, list[dict[str, float]]] = {s.label: [] for s in tuned}
+    for v in config.lr_grid:
+        cur = learning_curves(bandit, tuned, n=config.curve_n, steps=config.steps,
+                              seeds=config.sweep_seeds, lr=float(v), ks=config.ks,
+                              eval_every=config.eval_every, seed=seed)
+        for s in tuned:
+            arr = np.asarray(cur["curves"][s.label])  # (T, S, K)
+            scores[s.label].append({"lr": float(v), "score": float(arr.mean())})
+    selected = {lb: max(rows, key=lambda r: r["score"])["lr"] for lb, rows in scores.items()}
+    for s in specs:
+        if s.control_of is not None:
+            selected[s.label] = selected[s.control_of]
+    return {"grid": [float(v) for v in config.lr_grid], "seeds": config.sweep_seeds,
+            "select_by": "mean over k of the curve-averaged best@k (independent seeds)",
+            "scores": scores, "selected": selected}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -407,7 +477,9 @@ class BanditConfig:
     curve_n: group size used by the learning curves.
     steps: optimisation steps per learning curve (rollouts = steps * curve_n).
     seeds: independent runs per estimator (batched).
-    lr: Adam learning rate on the logits.
+    lr_grid: Adam learning rates on the logits; each estimator takes the best of them on
+        ``sweep_seeds`` seeds of their own (one value: no sweep).
+    sweep_seeds: runs per (estimator, learning rate) of the sweep.
     ks: k values of the recorded best@k.
     eval_every: steps between two recorded points.
     seed: base RNG seed (the whole run is deterministic given it).
@@ -419,7 +491,8 @@ class BanditConfig:
     curve_n: int = 8
     steps: int = 300
     seeds: int = 32
-    lr: float = 0.01
+    lr_grid: tuple[float, ...] = (0.003, 0.01, 0.03)
+    sweep_seeds: int = 8
     ks: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
     eval_every: int = 10
     seed: int = 0
@@ -436,13 +509,17 @@ class BanditConfig:
             raise ValueError(f"ns must be group sizes >= 2, got {self.ns}")
         if not self.ks or min(self.ks) < 1:
             raise ValueError(f"ks must be positive, got {self.ks}")
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise ValueError(f"lr must be a positive number, got {self.lr}")
+        if not self.lr_grid or not all(float(v) > 0 and math.isfinite(float(v))
+                                       for v in self.lr_grid):
+            raise ValueError(f"lr_grid must be positive numbers, got {self.lr_grid}")
+        if int(self.sweep_seeds) < 2:
+            raise ValueError(f"sweep_seeds must be >= 2, got {self.sweep_seeds}")
 
     @classmethod
     def fast(cls) -> BanditConfig:
         """Seconds-long settings for tests."""
-        return cls(ns=(4,), curve_n=4, steps=20, seeds=4, eval_every=5, ks=(1, 4))
+        return cls(ns=(4,), curve_n=4, steps=20, seeds=4, eval_every=5, ks=(1, 4),
+                   lr_grid=(0.01, 0.05), sweep_seeds=2)
 
 
 def _summary_rows(curves: dict[str, Any], t: int) -> list[list[str]]:
@@ -490,11 +567,16 @@ def render_markdown(result: dict[str, Any]) -> str:
             body.append(line)
         out.append(markdown_table(header, body))
         cur = result["curves"][bname]
+        sw = result.get("sweep", {}).get(bname)
+        if sw:
+            out.append(f"\nLearning rate per estimator (sweep over {sw['grid']} on "
+                       f"{sw['seeds']} seeds of their own; {sw['select_by']}): "
+                       + ", ".join(f"{lb} {v}" for lb, v in sw["selected"].items()) + "\n")
         n_points = len(cur["rollouts"])
         for t in sorted({n_points // 2, n_points - 1}):
             out.append(f"\nbest@k after {cur['rollouts'][t]} rollouts "
-                       f"(N={cfg['curve_n']}, Adam lr={cfg['lr']}, mean ± 95% CI over "
-                       f"{cfg['seeds']} seeds):\n")
+                       f"(N={cfg['curve_n']}, Adam with each estimator's selected learning "
+                       f"rate, mean ± 95% CI over {cfg['seeds']} seeds):\n")
             out.append(markdown_table(["estimator", *[f"best@{k}" for k in cur["ks"]]],
                                       _summary_rows(cur, t)))
         out.append("")
@@ -534,11 +616,42 @@ def plot_curves(result: dict[str, Any], path: Path) -> None:
             ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
+    save_figure(fig, path)
+
+
+def testbed_data(result: dict[str, Any]) -> dict[str, Any]:
+    """Per-seed data for the claims: one testbed per bandit (``bandit-<name>``; metrics from
+    :func:`curve_metrics`) and ``bandit-exact`` (the bias / variance table without the
+    gradient vectors)."""
+    cfg = result["config"]
+    out: dict[str, Any] = {}
+    for bname, cur in result["curves"].items():
+        b = BANDITS[bname]
+        methods = {}
+        for spec in CURVE_SPECS:
+            if spec.label not in cur["curves"]:
+                continue
+            m = curve_metrics(cur, spec.label, b.binary)
+            methods[spec.label] = {
+                "config": {
+                    "estimator": spec.name, "options": dict(spec.options), "reward": bname,
+                    "prompts": f"bandit {bname}: rewards {list(b.rewards)}, initial policy "
+                               f"{list(b.init_probs)}",
+                    "rollouts": cfg["curve_n"] * cfg["steps"], "lr": cur["lr"][spec.label],
+                    "control_of": spec.control_of,
+                    "sampling": "independent (A/A control of " + spec.control_of + ")"
+                    if spec.control_of else "per-run draws",
+                },
+                **m,
+            }
+        sweep = {k: v for k, v in result.get("sweep", {}).get(bname, {}).items()
+                 if k != "selected"}
+        out[f"bandit-{bname}"] = {"ks": list(cur["ks"]), "seeds": list(range(cfg["seeds"])),
+                                  "n": cfg["curve_n"], "methods": methods, "sweep": sweep}
+    out["bandit-exact"] = {"bias": [{k: v for k, v in r.items()
+                                     if k not in ("expected_grad", "objective_grad")}
+                                    for r in result["bias"]]}
+    return out
 
 
 def run_bandit(config: BanditConfig, out: str | Path, *, progress: bool = True) -> dict[str, Any]:
@@ -566,9 +679,12 @@ def _run_bandit(config: BanditConfig, out: Path, *, progress: bool) -> dict[str,
     with Progress(disable=not progress, transient=True) as bar:
         for i, b in enumerate(bandits):
             task = bar.add_task(f"bandit {b.name}", total=config.steps)
+            sweep = sweep_learning_rates(b, CURVE_SPECS, config,
+                                         seed=config.seed + 1000 * i + 500_000)
+            result.setdefault("sweep", {})[b.name] = sweep
             result["curves"][b.name] = learning_curves(
                 b, CURVE_SPECS, n=config.curve_n, steps=config.steps, seeds=config.seeds,
-                lr=config.lr, ks=config.ks, eval_every=config.eval_every,
+                lr=sweep["selected"], ks=config.ks, eval_every=config.eval_every,
                 seed=config.seed + 1000 * i, progress=lambda t=task: bar.advance(t))
     result["wall_seconds"] = time.perf_counter() - t0
     write_json_atomic(out / "results.json", result)

@@ -1,4 +1,4 @@
-"""``bestk lab bandit``, ``bestk lab digits`` and ``bestk lab kappo``.
+"""``bestk lab bandit``, ``bestk lab digits``, ``bestk lab sparse`` and ``bestk lab kappo``.
 
 Heavy imports stay inside the command bodies so ``bestk --help`` stays fast.
 """
@@ -13,7 +13,7 @@ __all__ = ["register"]
 
 lab_app = typer.Typer(
     name="lab",
-    help="Fast testbeds with exact answers: softmax bandits and digits classification.",
+    help="Fast testbeds with exact answers: softmax bandits, digits and sparse classification.",
     no_args_is_help=True,
 )
 
@@ -62,35 +62,48 @@ def bandit_cmd(
     typer.echo(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'curves.png'}")
 
 
+def _floats(text: str, name: str) -> tuple[float, ...]:
+    try:
+        vals = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise typer.BadParameter(f"{name} must be comma-separated numbers, got {text!r}") from None
+    if not vals:
+        raise typer.BadParameter(f"{name} is empty")
+    return vals
+
+
 @lab_app.command("digits")
 def digits_cmd(
     out: Path = typer.Option(Path("runs/lab-digits"), "--out", "-o", help="Output directory."),
     fast: bool = typer.Option(False, "--fast", help="Seconds-long settings (tests, smoke runs)."),
-    ns: str = typer.Option(None, "--ns", help="Rollouts per image, e.g. 2,4,8,16."),
+    n: int = typer.Option(None, "--n", help="Rollouts per image (group size N)."),
     rewards: str = typer.Option(None, "--rewards", help="binary,graded (or one of them)."),
     learners: str = typer.Option(None, "--learners", help="Comma-separated learner labels."),
     steps: int = typer.Option(None, "--steps", help="Adam steps per run."),
-    seeds: int = typer.Option(None, "--seeds", help="Seeds per learner."),
+    seeds: int = typer.Option(None, "--seeds", help="Paired test seeds per learner."),
+    lr_grid: str = typer.Option(None, "--lr-grid",
+                                help="Learning rates of the validation sweep, e.g. 1e-3,3e-3."),
     seed: int = typer.Option(None, "--seed", help="Base RNG seed."),
     resume: bool = typer.Option(True, "--resume/--no-resume",
                                 help="Reuse finished settings of an identical earlier run."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
 ) -> None:
-    """SoftmaxGRPO sec. 6.1 on scikit-learn digits: exact ML vs the estimators at equal rollouts.
+    """SoftmaxGRPO-style classification on scikit-learn digits: exact ML vs the estimators at
+    equal rollouts, learning rate per learner from a validation sweep, exact test metrics.
 
-    Writes OUT/results.json ({learner: {"test_accuracy", "pass@k", ...}}), OUT/results.md,
+    Writes OUT/results.json, OUT/testbeds.json (per-seed data), OUT/results.md,
     OUT/digits.png and OUT/config.json.
     """
     from bestk.lab.digits import DigitsConfig, run_digits
 
     cfg = DigitsConfig.fast() if fast else DigitsConfig()
-    if ns is not None:
-        cfg.ns = _ints(ns, "--ns")
     if rewards is not None:
         cfg.rewards = tuple(x.strip() for x in rewards.split(",") if x.strip())
     if learners is not None:
         cfg.learners = tuple(x.strip() for x in learners.split(",") if x.strip())
-    for name, val in (("steps", steps), ("seeds", seeds), ("seed", seed)):
+    if lr_grid is not None:
+        cfg.lr_grid = _floats(lr_grid, "--lr-grid")
+    for name, val in (("n", n), ("steps", steps), ("seeds", seeds), ("seed", seed)):
         if val is not None:
             setattr(cfg, name, val)
     try:
@@ -138,6 +151,41 @@ def kappo_cmd(
         f"{len(result['cases']) - bad}/{len(result['cases'])} cases within tolerance; "
         f"wrote {out / 'results.json'}, {out / 'results.md'}"
     )
+
+
+@lab_app.command("sparse")
+def sparse_cmd(
+    out: Path = typer.Option(Path("runs/lab-sparse"), "--out", "-o", help="Output directory."),
+    fast: bool = typer.Option(False, "--fast", help="Seconds-long settings (tests, smoke runs)."),
+    ns: str = typer.Option(None, "--ns", help="Rollouts per example, e.g. 16,64."),
+    learners: str = typer.Option(None, "--learners", help="Comma-separated learner labels."),
+    steps: int = typer.Option(None, "--steps", help="Adam steps per run."),
+    seeds: int = typer.Option(None, "--seeds", help="Paired test seeds per learner."),
+    seed: int = typer.Option(None, "--seed", help="Base RNG seed."),
+    resume: bool = typer.Option(True, "--resume/--no-resume",
+                                help="Reuse finished settings of an identical earlier run."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+) -> None:
+    """SoftmaxGRPO section 6.1 small: 1000-class composite digits (initial pass rate ~0.001),
+    REINFORCE / GRPO / SoftmaxGRPO / exact ML at equal rollouts.
+
+    Writes OUT/results.json, OUT/testbeds.json, OUT/results.md, OUT/sparse.png, OUT/config.json.
+    """
+    from bestk.lab.sparse import SparseConfig, run_sparse
+
+    cfg = SparseConfig.fast() if fast else SparseConfig()
+    if ns is not None:
+        cfg.ns = _ints(ns, "--ns")
+    if learners is not None:
+        cfg.learners = tuple(x.strip() for x in learners.split(",") if x.strip())
+    for name, val in (("steps", steps), ("seeds", seeds), ("seed", seed)):
+        if val is not None:
+            setattr(cfg, name, val)
+    try:
+        run_sparse(cfg, out, progress=not quiet, resume=resume)
+    except ValueError as e:
+        _fail(e)
+    typer.echo(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'sparse.png'}")
 
 
 def register(app: typer.Typer) -> None:

@@ -1,28 +1,38 @@
-"""SoftmaxGRPO section 6.1 (ImageNet classification) reproduced small on scikit-learn's digits.
+"""Classification testbeds: scikit-learn's digits, and the engine the sparse testbed shares.
 
-An MLP policy ``pi(c | x)`` over the 10 classes of an 8x8 digit image. The RL learners sample
-``N`` labels per training image ("rollouts"), get a reward — binary ``1[c = label]`` or graded
+A policy ``pi(c | x)`` (an MLP) over the classes of an image. The RL learners sample ``N``
+labels per training example ("rollouts"), get a reward — binary ``1[c = label]`` or graded
 ``1 - |c - label| / 9`` — and follow ``(1/N) sum_i A_i grad log pi(c_i | x)`` with the
-advantages of a bestk estimator (DESIGN.md section 2). Exact maximum likelihood (``ml``) is the
-cross-entropy on the true label, the ceiling SoftmaxGRPO is claimed to track.
+advantages of a bestk estimator. Exact maximum likelihood (``ml``) is the cross-entropy on the
+true label.
 
-All learners, seeds included, train as one batch of independent MLPs (batched matmuls, one Adam
-over the stacked parameters: Adam is elementwise, so this equals separate optimisers). For a
-given seed every learner starts from the same weights and sees the same minibatches (paired
-comparison); the learners differ only in how they turn the sampled rewards into a gradient.
+Everything trains as one batch of independent MLPs ("slots": learner x learning rate x seed),
+with :class:`bestk.lab._optim.SlotAdam` (Adam with a learning rate per slot), so a learning-rate
+sweep is one batch too. For a given seed every slot starts from the same weights and sees the
+same minibatches; the slots differ in how they turn *their own* sampled rewards into a gradient
+(each slot draws its own rollouts). The A/A control ``grpo (A/A)`` is GRPO again: same weights,
+same minibatches, independent sampling noise — every difference to ``grpo`` is noise.
 
-Evaluation is exact, not sampled: for a test image with policy ``pi`` the pass rate is
-``p = pi(label | x)``, ``pass@k = 1 - (1 - p)^k`` and graded ``best@k`` follows from the
-closed form of :func:`bestk.lab.exact.best_at_k_exact`. ``test_accuracy`` is the accuracy of
-the argmax prediction; ``pass@k["1"]`` is the sampling accuracy ``E[p]``.
+Learning rates come from a sweep on a validation split (a share of the training images held
+out; the test images are never used for it): every learner trains with each rate of
+``lr_grid`` on ``sweep_seeds`` seeds of their own, and keeps the rate with the best validation
+score (the mean over ``ks`` of pass@k for binary rewards, best@k for graded). The A/A control
+uses GRPO's rate.
+
+Evaluation is exact, not sampled: for a test example with policy ``pi`` the pass rate is
+``p = pi(label | x)``, ``pass@k = 1 - (1 - p)^k`` and graded ``best@k`` follows from the closed
+form of :func:`bestk.lab.exact.best_at_k_exact`, averaged over the test examples. These are
+continuous in the weights, so two seeds never tie by construction (argmax accuracy is not
+reported: on a few hundred test images it moves in steps of one image).
 
 The gradient allocation by difficulty (SoftmaxGRPO Table 3) accumulates, over all training
-steps, ``sum_i |A_i|`` of each image's group into the bin of that image's exact current pass
-rate ``p`` (bins ``[0,.2), [.2,.5), [.5,.7), [.7,.9), [.9,1]``), and reports the shares.
+steps, ``sum_i |A_i|`` of each example's group into the bin of that example's exact current
+pass rate ``p`` (bins ``[0,.2), [.2,.5), [.5,.7), [.7,.9), [.9,1]``), and reports the shares.
 
 KAPPO @k-GRPO (``bestk.advantages("kappo_grpo", ..., calibration=...)``) is calibrated from the
 initial policy: a bank of ``kappo_bank`` sampled rewards per training image (per seed) before
-training, ``bestk.kappo.calibrate(bank, k, beta, kind)`` (binary, or win-rate for graded).
+training, ``bestk.kappo.calibrate(bank, k, beta, kind)`` (binary, or win-rate for graded), so it
+trains on the same images as the other learners.
 """
 
 from __future__ import annotations
@@ -31,43 +41,80 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from bestk.lab._io import fmt, markdown_table, mean_ci, write_json_atomic, write_text_atomic
+from bestk.lab._io import (
+    fmt,
+    markdown_table,
+    mean_ci,
+    save_figure,
+    write_json_atomic,
+    write_text_atomic,
+)
+from bestk.lab._optim import SlotAdam
 from bestk.lab.exact import best_at_k_exact
 
-__all__ = ["DigitsConfig", "LEARNERS", "Learner", "load_digits_split", "run_setting", "run_digits"]
+__all__ = [
+    "DigitsConfig",
+    "LEARNERS",
+    "Learner",
+    "Problem",
+    "Slot",
+    "load_digits_split",
+    "make_problem",
+    "run_slots",
+    "sweep_and_test",
+    "run_digits",
+    "testbed_data",
+    "metric_key",
+]
 
 N_CLASSES = 10
 #: Pass-rate bins of SoftmaxGRPO Table 3.
 BINS: tuple[float, ...] = (0.0, 0.2, 0.5, 0.7, 0.9, 1.0)
 BIN_LABELS = ["[0,.2)", "[.2,.5)", "[.5,.7)", "[.7,.9)", "[.9,1]"]
 REWARDS = ("binary", "graded")
-#: k of the @k learners (PKPO, KAPPO @k-GRPO), as in the task and their labels.
+#: k of the @k learners (PKPO, KAPPO @k-GRPO), as in their labels.
 AT_K = 4
+#: Seed ids of the sweep runs start here (disjoint from the test seeds 0, 1, ...).
+SWEEP_SEED0 = 1000
+
+
+def metric_key(name: str, k: int | None = None) -> str:
+    """The key of a metric in the per-seed data: ``"pass@4"``, ``"best@16"``, ``"alloc[.9,1]"``."""
+    return name if k is None else f"{name}@{int(k)}"
+
+
+def alloc_key(label: str) -> str:
+    return f"alloc{label}"
 
 
 @dataclass(frozen=True)
 class Learner:
-    """A training rule: exact ML (``estimator=None``) or a bestk estimator with options."""
+    """A training rule: exact ML (``estimator=None``) or a bestk estimator with options.
+
+    ``control_of`` marks an A/A copy: the same rule as that learner (and its learning rate),
+    run on independent sampling noise.
+    """
 
     label: str
     estimator: str | None
     options: tuple[tuple[str, Any], ...] = ()
     min_n: int = 2
     binary_only: bool = False
+    control_of: str | None = None
 
     def applies(self, reward: str, n: int) -> bool:
         return n >= self.min_n and not (self.binary_only and reward != "binary")
 
 
-#: Every learner the lab knows (``DigitsConfig.learners`` picks a subset by label).
+#: Every learner the classification testbeds know (configs pick a subset by label).
 LEARNERS: dict[str, Learner] = {
     x.label: x
     for x in [
@@ -75,8 +122,8 @@ LEARNERS: dict[str, Learner] = {
         Learner("reinforce", "reinforce"),
         Learner("rloo", "rloo"),
         Learner("grpo", "grpo"),
+        Learner("grpo (A/A)", "grpo", control_of="grpo"),
         Learner("softmax_grpo(tau=0.1)", "softmax_grpo", (("tau", 0.1),)),
-        Learner("softmax_grpo(tau=0.3)", "softmax_grpo", (("tau", 0.3),)),
         Learner("maxrl", "maxrl", binary_only=True),
         Learner("argmaxrl", "argmaxrl"),
         Learner(f"pkpo(k={AT_K})", "pkpo", (("k", AT_K),), min_n=AT_K),
@@ -87,80 +134,110 @@ LEARNERS: dict[str, Learner] = {
 
 @dataclass
 class DigitsConfig:
-    """Knobs of ``bestk lab digits`` (all have defaults; the default run takes minutes).
+    """Knobs of ``bestk lab digits`` (all have defaults).
 
     Attributes
     ----------
-    ns: rollouts per training image (the paper's x axis).
+    n: rollouts per training image (the group size ``N``; the claims use ``N = 8``).
     rewards: reward variants, ``"binary"`` and/or ``"graded"`` (``1 - |pred - label| / 9``).
     learners: labels from :data:`LEARNERS`.
-    seeds: independent seeds (initial weights, minibatches, sampling).
+    seeds: test seeds (initial weights, minibatches, sampling); paired across learners.
     hidden: MLP hidden width (one hidden ReLU layer).
-    steps: Adam steps per run (same for all learners: equal rollouts at a given N).
+    steps: Adam steps per run (same for all learners: equal rollouts).
     batch_size: training images per step (sampled without replacement).
-    lr: Adam learning rate.
-    test_fraction: held-out share of the 1797 images (stratified split, fixed by ``seed``).
+    lr_grid: Adam learning rates of the sweep (one value: no sweep).
+    sweep_seeds: seeds per (learner, learning rate) of the sweep.
+    val_fraction: share of the training images held out as the validation split of the sweep.
+    test_fraction: held-out (test) share of the 1797 images (stratified split, fixed by ``seed``).
     ks: k values of the reported pass@k / best@k.
-    eval_every: steps between two evaluation points of the training curves.
-    kappo_beta, kappo_winrate_beta: @k-GRPO KL strengths (binary / win-rate calibration);
-        the objective's k is :data:`AT_K` = 4, as in the learner labels.
-    kappo_bank: reference rewards per training image drawn from the initial policy.
+    eval_every: steps between two points of the training curves.
+    kappo_beta, kappo_winrate_beta: @k-GRPO KL strengths (binary / win-rate calibration).
+    kappo_bank: reference rewards per training image drawn from the initial policy (M).
     seed: base seed; the whole run is deterministic given it.
     threads: torch CPU threads (0 keeps torch's default; 1 is fastest for these tiny MLPs).
     """
 
-    ns: tuple[int, ...] = (2, 4, 8, 16)
+    n: int = 8
     rewards: tuple[str, ...] = REWARDS
     learners: tuple[str, ...] = tuple(LEARNERS)
-    seeds: int = 3
+    seeds: int = 10
     hidden: int = 64
     steps: int = 300
     batch_size: int = 64
-    lr: float = 3e-3
+    lr_grid: tuple[float, ...] = (1e-3, 3e-3, 1e-2)
+    sweep_seeds: int = 3
+    val_fraction: float = 0.2
     test_fraction: float = 0.3
     ks: tuple[int, ...] = (1, 2, 4, 8, 16)
     eval_every: int = 25
-    kappo_beta: float = 0.1
-    kappo_winrate_beta: float = 0.1
+    kappo_beta: float = 1e-3
+    kappo_winrate_beta: float = 1e-3
     kappo_bank: int = 30
     seed: int = 0
     threads: int = 1
 
     def validate(self) -> None:
-        unknown = [x for x in self.learners if x not in LEARNERS]
-        if unknown:
-            raise ValueError(f"unknown learner(s) {unknown}; valid: {', '.join(LEARNERS)}")
+        validate_common(self, ("seeds", "hidden", "steps", "batch_size", "eval_every",
+                               "kappo_bank", "sweep_seeds"))
         bad = [r for r in self.rewards if r not in REWARDS]
-        if bad:
+        if bad or not self.rewards:
             raise ValueError(f"unknown reward variant(s) {bad}; valid: {', '.join(REWARDS)}")
-        if not self.ns or min(self.ns) < 2:
-            raise ValueError(f"ns must be rollout counts >= 2, got {self.ns}")
-        for name in ("seeds", "hidden", "steps", "batch_size", "eval_every", "kappo_bank"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not (0.05 <= self.test_fraction <= 0.9):
-            raise ValueError(f"test_fraction must lie in [0.05, 0.9], got {self.test_fraction}")
-        for name in ("lr", "kappo_beta", "kappo_winrate_beta"):
+        if int(self.n) < 2:
+            raise ValueError(f"n must be a rollout count >= 2, got {self.n}")
+        for name in ("kappo_beta", "kappo_winrate_beta"):
             v = float(getattr(self, name))
             if not (v > 0 and math.isfinite(v)):
                 raise ValueError(f"{name} must be a positive number, got {v}")
-        if not self.ks or min(self.ks) < 1:
-            raise ValueError(f"ks must be positive integers, got {self.ks}")
 
     @classmethod
     def fast(cls) -> DigitsConfig:
         """Seconds-long settings for tests and smoke runs."""
-        return cls(ns=(4,), seeds=2, steps=30, batch_size=32, eval_every=15, hidden=32,
-                   ks=(1, 4), kappo_bank=8)
+        return cls(n=4, seeds=2, steps=30, batch_size=32, eval_every=15, hidden=32,
+                   ks=(1, 4), kappo_bank=8, lr_grid=(3e-3, 1e-2), sweep_seeds=1)
 
     def learner(self, label: str) -> Learner:
         return LEARNERS[label]
 
     def key(self) -> str:
         """Hash of everything that changes results (for resuming a partial run)."""
-        d = asdict(self)
-        d.pop("threads")
-        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+        return config_key(self)
+
+
+def config_key(cfg: Any) -> str:
+    """Hash of a lab config's fields (``threads`` excluded: it does not change results)."""
+    d = asdict(cfg)
+    d.pop("threads", None)
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def validate_common(cfg: Any, counts: Sequence[str]) -> None:
+    """Checks every classification config shares: known learners (A/A controls with their
+    learner), the ``counts`` fields >= 1, the split fractions, the learning rates and ks."""
+    unknown = [x for x in cfg.learners if x not in LEARNERS]
+    if unknown:
+        raise ValueError(f"unknown learner(s) {unknown}; valid: {', '.join(LEARNERS)}")
+    orphans = [x for x in cfg.learners
+               if LEARNERS[x].control_of and LEARNERS[x].control_of not in cfg.learners]
+    if orphans:
+        raise ValueError(f"A/A control(s) {orphans} need their learner in learners too")
+    for name in counts:
+        if int(getattr(cfg, name)) < 1:
+            raise ValueError(f"{name} must be >= 1, got {getattr(cfg, name)}")
+    if not (0.05 <= cfg.test_fraction <= 0.9):
+        raise ValueError(f"test_fraction must lie in [0.05, 0.9], got {cfg.test_fraction}")
+    if not (0.05 <= cfg.val_fraction <= 0.5):
+        raise ValueError(f"val_fraction must lie in [0.05, 0.5], got {cfg.val_fraction}")
+    _check_lrs(cfg.lr_grid)
+    if not cfg.ks or min(cfg.ks) < 1:
+        raise ValueError(f"ks must be positive integers, got {cfg.ks}")
+
+
+def _check_lrs(grid: Sequence[float]) -> None:
+    if not grid:
+        raise ValueError("lr_grid is empty")
+    for v in grid:
+        if not (float(v) > 0 and math.isfinite(float(v))):
+            raise ValueError(f"learning rates must be positive numbers, got {v}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,6 +257,88 @@ def load_digits_split(test_fraction: float, seed: int):
                                           stratify=y)
     return (torch.from_numpy(xtr), torch.from_numpy(ytr), torch.from_numpy(xte),
             torch.from_numpy(yte))
+
+
+@dataclass
+class Problem:
+    """A classification problem: ``parts`` images side by side per example, the label the
+    ``parts``-digit number they show (``10**parts`` classes).
+
+    ``x_train`` / ``y_train`` are the single training images; ``x_eval`` / ``y_eval`` the
+    evaluation examples, already composed (``(T, parts * 64)``, ``(T,)``). ``split`` says
+    whether they are the validation or the test split. ``data_id`` fingerprints the training
+    images and evaluation examples (two runs with the same id saw the same data).
+    """
+
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_eval: torch.Tensor
+    y_eval: torch.Tensor
+    reward: str
+    parts: int = 1
+    split: str = "test"
+    data_id: str = ""
+
+    @property
+    def n_classes(self) -> int:
+        return 10**self.parts
+
+    @property
+    def n_train(self) -> int:
+        return int(self.x_train.shape[0])
+
+    def reward_matrix(self) -> torch.Tensor:
+        if self.parts != 1:
+            raise ValueError("reward matrices exist for single digits only")
+        return reward_matrix(self.reward)
+
+    def batch(self, gen: torch.Generator, seeds: int, b: int
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(x (S, b, d), y (S, b), image ids (S, b))`` of one minibatch per seed: ``b``
+        distinct training images (single digits), or ``b`` composites of uniformly drawn
+        images (image ids ``-1``)."""
+        n_tr = self.n_train
+        if self.parts == 1:
+            idx = torch.rand(seeds, n_tr, generator=gen).argsort(1)[:, :b]
+            return self.x_train[idx], self.y_train[idx], idx
+        idx = torch.randint(0, n_tr, (seeds, b, self.parts), generator=gen)
+        return compose(self.x_train, self.y_train, idx) + (torch.full((seeds, b), -1),)
+
+
+def compose(x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Images ``idx (..., parts)`` side by side -> ``(..., parts * d)`` and the label
+    ``sum_j y[idx_j] 10^(parts - 1 - j)``."""
+    parts = idx.shape[-1]
+    xs = x[idx].reshape(*idx.shape[:-1], parts * x.shape[-1])
+    place = 10 ** torch.arange(parts - 1, -1, -1)
+    return xs, (y[idx] * place).sum(-1)
+
+
+def make_problem(reward: str, *, split: str, test_fraction: float, val_fraction: float,
+                 seed: int, parts: int = 1, num_eval: int = 2000) -> Problem:
+    """The digits split for ``split="test"`` (train on the training images, evaluate on the
+    test images) or ``"validation"`` (a ``val_fraction`` share of the training images is held
+    out and evaluated on; the test images are not used). Composites (``parts > 1``) evaluate
+    on ``num_eval`` fixed composites of evaluation images."""
+    if split not in ("test", "validation"):
+        raise ValueError(f"split must be 'test' or 'validation', got {split!r}")
+    xtr, ytr, xte, yte = load_digits_split(test_fraction, seed)
+    if split == "validation":
+        from sklearn.model_selection import train_test_split
+
+        a, b, c, d = train_test_split(xtr.numpy(), ytr.numpy(), test_size=val_fraction,
+                                      random_state=seed + 1, stratify=ytr.numpy())
+        xtr, xte, ytr, yte = (torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(c),
+                              torch.from_numpy(d))
+    if parts > 1:
+        g = torch.Generator().manual_seed(seed * 7 + parts + (split == "validation"))
+        eidx = torch.randint(0, xte.shape[0], (num_eval, parts), generator=g)
+        xte, yte = compose(xte, yte, eidx)
+    h = hashlib.sha256()
+    for t in (xtr, ytr, xte, yte):
+        h.update(np.ascontiguousarray(t.numpy()).tobytes())
+    return Problem(xtr, ytr, xte, yte, reward, parts, split, "sha256:" + h.hexdigest()[:16])
 
 
 class BatchedMLP(torch.nn.Module):
@@ -220,27 +379,61 @@ def reward_matrix(kind: str) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------
-# one setting: a reward variant and a rollout count, all learners and seeds batched
+# the engine: a list of slots (learner, learning rate, seed) trained as one batch
 
 
-def _kappo_calibration(cfg: DigitsConfig, reward: str, model: BatchedMLP, slots: list[int],
-                       x_train: torch.Tensor, y_train: torch.Tensor, rmat: torch.Tensor,
-                       gen: torch.Generator) -> Any:
-    """Calibrate @k-GRPO from the initial policy of each seed: bank id = seed * n_train + i."""
+@dataclass(frozen=True)
+class Slot:
+    """One model of the batch: a learner, its learning rate and its seed id."""
+
+    learner: Learner
+    lr: float
+    seed: int
+
+
+@dataclass
+class RunSpec:
+    """What every slot of a batch shares: group size, budget, model, metrics, base seed."""
+
+    n: int
+    steps: int
+    batch_size: int
+    hidden: int
+    ks: tuple[int, ...]
+    eval_every: int
+    seed: int
+    kappo_beta: float = 1e-3
+    kappo_winrate_beta: float = 1e-3
+    kappo_bank: int = 30
+    eval_chunk: int = field(default=16)
+
+
+def _kappo_calibration(spec: RunSpec, problem: Problem, model: BatchedMLP, slots: list[int],
+                       slot_seed_pos: list[int], gen: torch.Generator) -> Any:
+    """Calibrate @k-GRPO from the initial policy of each seed: bank id = seed position x
+    n_train + image index (the group ids the training loop uses)."""
     from bestk.kappo import calibrate
 
-    n_train = x_train.shape[0]
+    n_train = problem.n_train
+    rmat = problem.reward_matrix()
+    banks: dict[int, np.ndarray] = {}
     with torch.no_grad():
-        logits = model(x_train.expand(model.w1.shape[0], *x_train.shape))[slots]
-        probs = torch.softmax(logits.double(), -1).reshape(-1, N_CLASSES)
-        draws = torch.multinomial(probs, cfg.kappo_bank, replacement=True, generator=gen)
-        draws = draws.reshape(len(slots), n_train, cfg.kappo_bank)
-        bank_r = rmat[y_train[None, :, None].expand_as(draws), draws]
-    ids = np.arange(len(slots) * n_train)
-    bank = dict(zip(ids.tolist(), bank_r.reshape(-1, cfg.kappo_bank).numpy(), strict=True))
-    if reward == "binary":
-        return calibrate(bank, AT_K, cfg.kappo_beta, kind="binary")
-    return calibrate(bank, AT_K, cfg.kappo_winrate_beta, kind="winrate")
+        for slot, pos in zip(slots, slot_seed_pos, strict=True):
+            logits = _slot_logits(model, slot, problem.x_train)
+            probs = torch.softmax(logits.double(), -1)
+            draws = torch.multinomial(probs, spec.kappo_bank, replacement=True, generator=gen)
+            bank_r = rmat[problem.y_train[:, None].expand_as(draws), draws]
+            for i, row in enumerate(bank_r.numpy()):
+                banks[pos * n_train + i] = row
+    if problem.reward == "binary":
+        return calibrate(banks, AT_K, spec.kappo_beta, kind="binary")
+    return calibrate(banks, AT_K, spec.kappo_winrate_beta, kind="winrate")
+
+
+def _slot_logits(model: BatchedMLP, slot: int, x: torch.Tensor) -> torch.Tensor:
+    """Logits of one slot's MLP on ``x (T, d)``."""
+    h = torch.relu(torch.addmm(model.b1[slot], x, model.w1[slot]))
+    return torch.addmm(model.b2[slot], h, model.w2[slot])
 
 
 def _calibration_summary(cal: Any) -> dict[str, Any]:
@@ -258,291 +451,373 @@ def _calibration_summary(cal: Any) -> dict[str, Any]:
     return summary
 
 
-def _evaluate(model: BatchedMLP, x: torch.Tensor, y: torch.Tensor, rmat: torch.Tensor,
-              ks: Sequence[int]) -> dict[str, torch.Tensor]:
-    """Exact test metrics of every model: ``(P,)`` accuracy, ``(P, len(ks))`` pass@k, best@k."""
+def evaluate_slots(model: BatchedMLP, problem: Problem, ks: Sequence[int],
+                   chunk: int = 16) -> dict[str, torch.Tensor]:
+    """Exact evaluation metrics of every slot: ``{"pass": (P, len(ks)), "best": (P, len(ks)),
+    "p": (P, T)}`` (``best`` equals ``pass`` on binary rewards)."""
+    kt = torch.tensor(list(ks), dtype=torch.float64)
+    n_slots = model.w1.shape[0]
+    passes, bests, ps = [], [], []
     with torch.no_grad():
-        logits = model(x.expand(model.w1.shape[0], *x.shape)).double()
-        probs = torch.softmax(logits, -1)  # (P, T, 10)
-        p = probs.gather(2, y[None, :, None].expand(probs.shape[0], -1, 1))[..., 0]
-        acc = (logits.argmax(-1) == y[None]).double().mean(1)
-        kt = torch.tensor(list(ks), dtype=torch.float64)
-        pass_k = (1 - (1 - p[..., None]) ** kt).mean(1)
-        best_k = best_at_k_exact(probs, rmat[y], ks).mean(1)
-    return {"accuracy": acc, "pass": pass_k, "best": best_k}
+        for lo in range(0, n_slots, chunk):
+            sl = slice(lo, min(lo + chunk, n_slots))
+            w1, b1, w2, b2 = model.w1[sl], model.b1[sl], model.w2[sl], model.b2[sl]
+            x = problem.x_eval.expand(w1.shape[0], *problem.x_eval.shape)
+            logits = torch.baddbmm(b2, torch.relu(torch.baddbmm(b1, x, w1)), w2)
+            logp = torch.log_softmax(logits.double(), -1)  # (c, T, C)
+            y = problem.y_eval[None, :, None].expand(logp.shape[0], -1, 1)
+            p = logp.gather(2, y)[..., 0].exp()  # (c, T)
+            pk = (1 - (1 - p[..., None]) ** kt).mean(1)
+            if problem.reward == "binary":
+                bk = pk
+            else:
+                bk = best_at_k_exact(logp.exp(), problem.reward_matrix()[problem.y_eval],
+                                     ks).mean(1)
+            passes.append(pk)
+            bests.append(bk)
+            ps.append(p)
+    return {"pass": torch.cat(passes), "best": torch.cat(bests), "p": torch.cat(ps)}
 
 
-def run_setting(cfg: DigitsConfig, reward: str, n: int, data=None, progress: Any = None,
-                ) -> dict[str, Any]:
-    """Train every applicable learner x seed for one (reward variant, N); returns per-learner
-    lists over seeds of the final metrics, training curves and gradient allocation."""
+def run_slots(problem: Problem, slots: Sequence[Slot], spec: RunSpec,
+              progress: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Train every slot for ``spec.steps`` steps; return per-slot metrics at the start and the
+    end (``{"start": {key: [P]}, "end": {key: [P]}}``, keys from :func:`metric_key`), the
+    gradient allocation shares, training curves of pass@1 and the KAPPO calibration summary."""
     import bestk
 
     try:  # registers "kappo_grpo"
         import bestk.kappo  # noqa: F401
-    except ImportError:  # pragma: no cover - a bestk without KAPPO: the learner is skipped
+    except ImportError:  # pragma: no cover - a bestk without KAPPO
         pass
-    if data is None:
-        data = load_digits_split(cfg.test_fraction, cfg.seed)
-    x_train, y_train, x_test, y_test = data
-    n_train, d_in = x_train.shape
-    rmat = reward_matrix(reward)
-    learners = [cfg.learner(lb) for lb in cfg.learners]
-    skipped: dict[str, str] = {}
-    active = []
-    for lrn in learners:
-        if not lrn.applies(reward, n):
-            skipped[lrn.label] = ("binary rewards only" if lrn.binary_only and reward != "binary"
-                                 else f"needs N >= {lrn.min_n}")
-        elif lrn.estimator is not None and lrn.estimator not in bestk.ESTIMATORS:
-            skipped[lrn.label] = f"estimator {lrn.estimator!r} is not registered in this bestk"
-        else:
-            active.append(lrn)
-    n_l, n_s = len(active), cfg.seeds
-    tag = f"{reward}/N={n}"
-    setting_seed = cfg.seed * 1_000_003 + (REWARDS.index(reward) + 1) * 10_007 + n
-    inits = []
-    for s in range(n_s):
-        g = torch.Generator().manual_seed(cfg.seed * 7919 + s)  # same init for every N/reward
-        inits.append(BatchedMLP.init(d_in, cfg.hidden, N_CLASSES, g))
-    model = BatchedMLP([inits[s] for _ in range(n_l) for s in range(n_s)])  # slot = l*S + s
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    slots = list(slots)
+    missing = [s.learner.label for s in slots
+               if s.learner.estimator is not None and s.learner.estimator not in bestk.ESTIMATORS]
+    if missing:
+        raise ValueError(f"estimator(s) of {sorted(set(missing))} are not registered in bestk")
+    n, b = spec.n, min(spec.batch_size, problem.n_train)
+    seeds = sorted({s.seed for s in slots})
+    seed_pos = {sd: i for i, sd in enumerate(seeds)}
+    pos = torch.tensor([seed_pos[s.seed] for s in slots])
+    n_slots, n_seeds = len(slots), len(seeds)
+    d_in = problem.x_train.shape[1] * problem.parts
+    inits = {}
+    for sd in seeds:
+        g = torch.Generator().manual_seed(spec.seed * 7919 + sd)
+        inits[sd] = BatchedMLP.init(d_in, spec.hidden, problem.n_classes, g)
+    model = BatchedMLP([inits[s.seed] for s in slots])
+    lr = torch.tensor([s.lr for s in slots], dtype=torch.float32)[:, None, None]
+    opt = SlotAdam(list(model.parameters()), lr)
+    setting_seed = spec.seed * 1_000_003 + (REWARDS.index(problem.reward) + 1) * 10_007 + n
     gen = torch.Generator().manual_seed(setting_seed)
-    batch_gen = torch.Generator().manual_seed(cfg.seed * 31 + 1)  # same batches for every N
+    batch_gen = torch.Generator().manual_seed(spec.seed * 31 + 1 + 97 * seeds[0])
 
+    # group the slots by learner (one advantage call per learner and step)
+    groups: dict[str, list[int]] = {}
+    for i, s in enumerate(slots):
+        groups.setdefault(s.learner.label, []).append(i)
     calibration = None
-    for li, lrn in enumerate(active):
-        if lrn.estimator == "kappo_grpo":
-            slots = [li * n_s + s for s in range(n_s)]
-            calibration = _kappo_calibration(cfg, reward, model, slots, x_train, y_train, rmat,
-                                             gen)
-    b = min(cfg.batch_size, n_train)
-    alloc = torch.zeros(n_l, n_s, len(BINS) - 1, dtype=torch.float64)
+    kappo = [i for i, s in enumerate(slots) if s.learner.estimator == "kappo_grpo"]
+    if kappo:
+        calibration = _kappo_calibration(spec, problem, model, kappo,
+                                         [int(pos[i]) for i in kappo], gen)
+    alloc = torch.zeros(n_slots, len(BINS) - 1, dtype=torch.float64)
     edges = torch.tensor(BINS[1:-1], dtype=torch.float64)
     curve_steps: list[int] = []
-    curves: list[dict[str, torch.Tensor]] = []
-
-    def record(step: int) -> None:
-        curve_steps.append(step)
-        curves.append(_evaluate(model, x_test, y_test, rmat, cfg.ks))
-
-    record(0)
-    for step in range(1, cfg.steps + 1):
-        idx = torch.rand(n_s, n_train, generator=batch_gen).argsort(1)[:, :b]  # (S, b)
-        xb = x_train[idx].repeat(n_l, 1, 1)  # (P, b, d)
-        yb = y_train[idx].repeat(n_l, 1)  # (P, b)
-        logp = torch.log_softmax(model(xb), -1)  # (P, b, 10)
+    curves: list[torch.Tensor] = []
+    start = evaluate_slots(model, problem, spec.ks, spec.eval_chunk)
+    curve_steps.append(0)
+    curves.append(start["pass"][:, 0].clone())
+    n_classes = problem.n_classes
+    rmat = problem.reward_matrix() if problem.reward == "graded" else None
+    for step in range(1, spec.steps + 1):
+        xs, ys, ids = problem.batch(batch_gen, n_seeds, b)  # (S, b, d), (S, b), (S, b)
+        xb, yb = xs[pos], ys[pos]  # (P, b, d), (P, b)
+        logp = torch.log_softmax(model(xb), -1)  # (P, b, C)
         with torch.no_grad():
             probs = logp.exp().double()
-            draws = torch.multinomial(probs.reshape(-1, N_CLASSES), n, replacement=True,
-                                      generator=gen).reshape(n_l * n_s, b, n)
-            rewards = rmat[yb[..., None].expand_as(draws), draws]  # (P, b, n)
+            draws = torch.multinomial(probs.reshape(-1, n_classes), n, replacement=True,
+                                      generator=gen).reshape(n_slots, b, n)
+            if rmat is None:
+                rewards = (draws == yb[..., None]).double()  # (P, b, n)
+            else:
+                rewards = rmat[yb[..., None].expand_as(draws), draws]
             p_true = probs.gather(2, yb[..., None])[..., 0]  # (P, b) exact pass rate
-        losses = []
-        for li, lrn in enumerate(active):
-            sl = slice(li * n_s, (li + 1) * n_s)
+        loss = torch.zeros(())
+        for idx in groups.values():
+            lrn = slots[idx[0]].learner
+            it = torch.tensor(idx)
             if lrn.estimator is None:
-                losses.append(-logp[sl].gather(2, yb[sl, :, None]).mean() * n_s)
+                loss = loss - logp[it].gather(2, yb[it, :, None]).mean() * len(idx)
                 continue
-            r = rewards[sl]  # (S, b, n)
-            opts = dict(lrn.options)
+            r = rewards[it]  # (s, b, n)
             if lrn.estimator == "kappo_grpo":
-                gid = (torch.arange(n_s)[:, None] * n_train + idx)[..., None].expand_as(r)
-                adv = bestk.advantages("kappo_grpo", r.reshape(-1), gid.reshape(-1),
+                gid = (pos[it][:, None] * problem.n_train + ids[pos[it]])[..., None]
+                adv = bestk.advantages("kappo_grpo", r.reshape(-1),
+                                       gid.expand_as(r).reshape(-1),
                                        calibration=calibration).reshape(r.shape)
             else:
-                adv = bestk.advantages(lrn.estimator, r.reshape(-1, n), **opts).reshape(r.shape)
+                adv = bestk.advantages(lrn.estimator, r.reshape(-1, n),
+                                       **dict(lrn.options)).reshape(r.shape)
             adv = adv.to(torch.float32)
-            lp = logp[sl].gather(2, draws[sl])  # (S, b, n)
-            losses.append(-(adv * lp).mean() * n_s)  # mean over images and rollouts = (1/N)sum
+            lp = logp[it].gather(2, draws[it])  # (s, b, n)
+            loss = loss - (adv * lp).mean() * len(idx)  # mean over examples and rollouts
             with torch.no_grad():
-                mass = adv.abs().double().sum(2)  # (S, b)
-                bin_id = torch.bucketize(p_true[sl], edges, right=True)
-                alloc[li].scatter_add_(1, bin_id, mass)
-        opt.zero_grad(set_to_none=True)
-        torch.stack(losses).sum().backward()
+                mass = adv.abs().double().sum(2)  # (s, b)
+                bin_id = torch.bucketize(p_true[it], edges, right=True)
+                alloc[it] += torch.zeros(len(idx), len(BINS) - 1,
+                                         dtype=torch.float64).scatter_add_(1, bin_id, mass)
+        opt.zero_grad()
+        loss.backward()
         opt.step()
-        if step % cfg.eval_every == 0 or step == cfg.steps:
-            record(step)
+        if step % spec.eval_every == 0 or step == spec.steps:
+            ev = evaluate_slots(model, problem, spec.ks, spec.eval_chunk)
+            curve_steps.append(step)
+            curves.append(ev["pass"][:, 0].clone())
         if progress is not None:
             progress()
-
-    final = curves[-1]
-    out: dict[str, Any] = {"setting": tag, "reward": reward, "N": n, "steps": curve_steps,
-                           "rollouts_per_image_per_step": n, "skipped": skipped, "learners": {}}
+    end = ev
+    tot = alloc.sum(1, keepdim=True)
+    share = torch.where(tot > 0, alloc / tot.clamp_min(1e-300), torch.zeros_like(alloc))
+    out: dict[str, Any] = {
+        "slots": [{"learner": s.learner.label, "lr": s.lr, "seed": s.seed} for s in slots],
+        "start": _metrics(start, spec.ks),
+        "end": _metrics(end, spec.ks),
+        "allocation": {lb: share[:, j].tolist() for j, lb in enumerate(BIN_LABELS)},
+        "curve_steps": curve_steps,
+        "curve_pass@1": torch.stack(curves, 1).tolist(),  # (P, points)
+    }
     if calibration is not None:
         out["kappo_calibration"] = _calibration_summary(calibration)
-    for li, lrn in enumerate(active):
-        sl = slice(li * n_s, (li + 1) * n_s)
-        tot = alloc[li].sum(1, keepdim=True)
-        share = torch.where(tot > 0, alloc[li] / tot.clamp_min(1e-300), torch.zeros_like(tot))
-        out["learners"][lrn.label] = {
-            "test_accuracy": final["accuracy"][sl].tolist(),
-            "pass@k": {str(k): final["pass"][sl, j].tolist() for j, k in enumerate(cfg.ks)},
-            "best@k": {str(k): final["best"][sl, j].tolist() for j, k in enumerate(cfg.ks)},
-            "allocation": share.tolist() if lrn.estimator is not None else None,
-            "curve_accuracy": [c["accuracy"][sl].tolist() for c in curves],
-            "curve_pass@1": [c["pass"][sl, 0].tolist() for c in curves],
-        }
+    return out
+
+
+def _metrics(ev: dict[str, torch.Tensor], ks: Sequence[int]) -> dict[str, list]:
+    """``pass@k`` and ``best@k`` per slot (on binary rewards best@k is pass@k)."""
+    out = {metric_key("pass", k): ev["pass"][:, j].tolist() for j, k in enumerate(ks)}
+    out.update({metric_key("best", k): ev["best"][:, j].tolist() for j, k in enumerate(ks)})
     return out
 
 
 # ---------------------------------------------------------------------------------------------
-# aggregation, report, plot
+# sweep on the validation split, then the test run
 
 
-def _stat(values: Sequence[float]) -> dict[str, Any]:
-    m, h = mean_ci(values)
-    return {"mean": m, "ci95": h, "seeds": list(values)}
+def selection_score(result: dict[str, Any], reward: str, ks: Sequence[int]) -> np.ndarray:
+    """Per slot: mean over ``ks`` of pass@k (binary) or best@k (graded) at the end."""
+    name = "pass" if reward == "binary" else "best"
+    return np.mean([result["end"][metric_key(name, k)] for k in ks], axis=0)
 
 
-def aggregate(cfg: DigitsConfig, settings: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """``{learner: {"test_accuracy", "pass@k", "best@k", "settings": {...}}}``; the headline
-    numbers are the binary-reward run at the largest N (graded if binary was not run)."""
-    reward0 = "binary" if "binary" in cfg.rewards else cfg.rewards[0]
-    head_n = max(cfg.ns)
-    results: dict[str, Any] = {}
-    for label in cfg.learners:
-        entry: dict[str, Any] = {"settings": {}}
-        for tag, st in settings.items():
-            d = st["learners"].get(label)
-            if d is None:
-                continue
-            alloc = None
-            if d["allocation"] is not None:
-                a = np.asarray(d["allocation"])
-                alloc = {b: _stat(a[:, j].tolist()) for j, b in enumerate(BIN_LABELS)}
-            entry["settings"][tag] = {
-                **({"calibration": st["kappo_calibration"]}
-                   if label.startswith("kappo") and "kappo_calibration" in st else {}),
-                "test_accuracy": _stat(d["test_accuracy"]),
-                "initial_pass@1": _stat(d["curve_pass@1"][0]),
-                "pass@k": {k: _stat(v) for k, v in d["pass@k"].items()},
-                "best@k": {k: _stat(v) for k, v in d["best@k"].items()},
-                "allocation": alloc,
+def sweep_and_test(make: Callable[[str], Problem], learners: Sequence[Learner],
+                   spec: RunSpec, *, seeds: int, lr_grid: Sequence[float], sweep_seeds: int,
+                   progress: Callable[[str, int], Callable[[], None] | None] | None = None,
+                   ) -> dict[str, Any]:
+    """Choose each learner's learning rate on ``make("validation")`` (every rate of ``lr_grid``
+    x ``sweep_seeds`` seeds; A/A controls take their learner's rate), then train every learner
+    with its rate on ``make("test")`` for ``seeds`` paired seeds.
+
+    Returns ``{"sweep": {...}, "test": run_slots(...) result, "selected": {label: lr}}``.
+    """
+    _check_lrs(lr_grid)
+    tuned = [x for x in learners if x.control_of is None]
+    sweep: dict[str, Any] = {"grid": [float(v) for v in lr_grid], "seeds": sweep_seeds,
+                             "scores": {}}
+    selected: dict[str, float] = {}
+    if len(lr_grid) == 1:
+        selected = {x.label: float(lr_grid[0]) for x in tuned}
+    else:
+        problem = make("validation")
+        slots = [Slot(x, float(v), SWEEP_SEED0 + j) for x in tuned for v in lr_grid
+                 for j in range(sweep_seeds)]
+        res = run_slots(problem, slots, spec,
+                        progress(f"sweep {problem.reward}", spec.steps) if progress else None)
+        score = selection_score(res, problem.reward, spec.ks)
+        for x in tuned:
+            rows = []
+            for v in lr_grid:
+                mask = [i for i, s in enumerate(slots) if s.learner is x and s.lr == float(v)]
+                rows.append({"lr": float(v), "score": float(np.mean(score[mask]))})
+            sweep["scores"][x.label] = rows
+            best = max(rows, key=lambda r: r["score"])  # ties: the smaller rate (grid order)
+            selected[x.label] = best["lr"]
+        sweep["data_id"] = problem.data_id
+        sweep["select_by"] = ("mean over k of validation " + ("pass@k" if problem.reward ==
+                                                               "binary" else "best@k"))
+    for x in learners:
+        if x.control_of is not None:
+            selected[x.label] = selected[x.control_of]
+    problem = make("test")
+    slots = [Slot(x, selected[x.label], s) for x in learners for s in range(seeds)]
+    test = run_slots(problem, slots, spec,
+                     progress(f"test {problem.reward}", spec.steps) if progress else None)
+    test["data_id"] = problem.data_id
+    return {"sweep": sweep, "selected": selected, "test": test}
+
+
+# ---------------------------------------------------------------------------------------------
+# per-seed data for the claims
+
+
+def per_learner(test: dict[str, Any], label: str, when: str) -> dict[str, list[float]]:
+    """Per-seed values (seed order) of every metric of one learner at ``when`` (start / end)."""
+    idx = [i for i, s in enumerate(test["slots"]) if s["learner"] == label]
+    idx.sort(key=lambda i: test["slots"][i]["seed"])
+    out = {k: [v[i] for i in idx] for k, v in test[when].items()}
+    if when == "end":
+        out.update({alloc_key(b): [v[i] for i in idx] for b, v in test["allocation"].items()})
+    return out
+
+
+def learner_config(lrn: Learner, reward: str, lr: float, *, n: int, steps: int, batch: int,
+                   data_id: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The run configuration recorded with each learner's per-seed data: what the estimator
+    sees (``reward``), the data it trains on (``prompts``) and the rollout budget."""
+    rl = lrn.estimator is not None
+    return {
+        "estimator": lrn.estimator or "cross-entropy (exact ML)",
+        "options": {k: v for k, v in lrn.options},
+        "reward": reward if rl else "label",
+        "prompts": data_id,
+        "rollouts": n * steps * batch if rl else 0,
+        "lr": lr,
+        "sampling": "independent (A/A control of " + lrn.control_of + ")" if lrn.control_of
+        else "per-slot draws",
+        "control_of": lrn.control_of,
+        **(extra or {}),
+    }
+
+
+def testbed_data(cfg: DigitsConfig, settings: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``{testbed id: {"ks", "seeds", "methods": {label: {"config", "start", "end"}}, "sweep"}}``
+    for the claims (testbed ids ``digits-binary`` / ``digits-graded``)."""
+    out = {}
+    for reward, st in settings.items():
+        test = st["test"]
+        methods = {}
+        for lb in st["learners"]:
+            lrn = LEARNERS[lb]
+            methods[lb] = {
+                "config": learner_config(lrn, reward, st["selected"][lb], n=cfg.n,
+                                         steps=cfg.steps, batch=cfg.batch_size,
+                                         data_id=test["data_id"]),
+                "start": per_learner(test, lb, "start"),
+                "end": per_learner(test, lb, "end"),
             }
-        head = entry["settings"].get(f"{reward0}/N={head_n}")
-        if head is None and entry["settings"]:
-            head = entry["settings"][sorted(entry["settings"])[-1]]
-        if head is None:
-            continue
-        entry["headline_setting"] = next(t for t, v in entry["settings"].items() if v is head)
-        entry["test_accuracy"] = head["test_accuracy"]["mean"]
-        entry["test_accuracy_ci95"] = head["test_accuracy"]["ci95"]
-        entry["pass@k"] = {k: v["mean"] for k, v in head["pass@k"].items()}
-        entry["best@k"] = {k: v["mean"] for k, v in head["best@k"].items()}
-        results[label] = {k: entry[k] for k in ("test_accuracy", "test_accuracy_ci95", "pass@k",
-                                                "best@k", "headline_setting", "settings")}
-    return results
+        extra = {"kappo_calibration": test["kappo_calibration"]} \
+            if "kappo_calibration" in test else {}
+        out[f"digits-{reward}"] = {"ks": list(cfg.ks), "seeds": list(range(cfg.seeds)),
+                                   "n": cfg.n, "methods": methods, "sweep": st["sweep"],
+                                   "wall_seconds": st.get("wall_seconds"), **extra}
+    return out
 
 
-def render_markdown(cfg: DigitsConfig, results: dict[str, Any],
-                    settings: dict[str, dict[str, Any]]) -> str:
-    lines = ["# bestk lab digits\n",
-             f"MLP (hidden {cfg.hidden}) on scikit-learn digits, {cfg.steps} Adam steps "
-             f"(lr {cfg.lr}) of {cfg.batch_size} images x N rollouts; {cfg.seeds} seeds; "
-             "exact evaluation on the held-out split; mean ± 95% t-interval over seeds.\n"]
-    for reward in cfg.rewards:
-        metric = "test accuracy (argmax)" if reward == "binary" else "test best@1 (graded)"
-        lines.append(f"## {reward} rewards: {metric} vs rollouts per image N\n")
-        rows = []
-        for label, res in results.items():
-            cells = [label]
-            for n in cfg.ns:
-                s = res["settings"].get(f"{reward}/N={n}")
-                if s is None:
-                    cells.append("n/a")
-                    continue
-                st = s["test_accuracy"] if reward == "binary" else s["best@k"]["1"]
-                cells.append(f"{st['mean']:.3f} ± {fmt(st['ci95'])}")
-            rows.append(cells)
-        lines.append(markdown_table(["learner", *[f"N={n}" for n in cfg.ns]], rows))
-        n_show = 8 if 8 in cfg.ns else max(cfg.ns)
-        key = "pass@k" if reward == "binary" else "best@k"
-        lines.append(f"\n{reward} rewards, N={n_show}: test {key} (exact)\n")
-        rows = []
-        for label, res in results.items():
-            s = res["settings"].get(f"{reward}/N={n_show}")
-            if s is None:
-                continue
-            rows.append([label, *[f"{s[key][str(k)]['mean']:.3f} ± {fmt(s[key][str(k)]['ci95'])}"
-                                  for k in cfg.ks]])
-        lines.append(markdown_table(["learner", *[f"{key[:-1]}{k}" for k in cfg.ks]], rows))
-        lines.append(f"\nGradient allocation by exact pass rate (share of sum |A_i|, SoftmaxGRPO "
-                     f"Table 3), {reward} rewards, N={n_show}, accumulated over training:\n")
-        rows = []
-        for label, res in results.items():
-            s = res["settings"].get(f"{reward}/N={n_show}")
-            if s is None or s["allocation"] is None:
-                continue
-            rows.append([label, *[f"{100 * s['allocation'][b]['mean']:.1f}%" for b in BIN_LABELS]])
-        lines.append(markdown_table(["learner", *BIN_LABELS], rows))
-        skipped = {lb: why for st in settings.values() if st["reward"] == reward
-                   for lb, why in st["skipped"].items()}
-        if skipped:
-            lines.append("\nNot run: " + "; ".join(f"{k} ({v})" for k, v in skipped.items()) + "\n")
-    return "\n".join(lines)
+# ---------------------------------------------------------------------------------------------
+# report and plot
 
 
-def plot(cfg: DigitsConfig, results: dict[str, Any], path: Path) -> None:
-    """Accuracy (best@1) vs N per reward variant, and pass@k / best@k vs k at N=8."""
+def _cell(values: Sequence[float]) -> str:
+    m, h = mean_ci(values)
+    return f"{m:.3f} ± {fmt(h)}"
+
+
+def render_testbed(tb: dict[str, Any], title: str | None = None,
+                   name: str | None = None,
+                   measure: str = "test split at the end of training, exact") -> str:
+    """Markdown of one testbed's data: selected learning rates, end metrics, change from the
+    start, allocation (``name``: ``"pass"`` or ``"best"``; default best@k when measured and
+    the rewards are not 0/1; ``measure`` says how the metrics were computed)."""
+    ks = tb["ks"]
+    m0 = next(iter(tb["methods"].values()))
+    if name is None:
+        rewards = {m["config"]["reward"] for m in tb["methods"].values()}
+        name = "best" if rewards - {"binary", "success", "label"} and \
+            metric_key("best", ks[0]) in m0["end"] else "pass"
+    lines = [f"## {title}\n"] if title else []
+    sw = tb.get("sweep") or {}
+    if sw.get("scores"):
+        grid = sw["grid"]
+        rows = [[lb, *[f"{r['score']:.4f}" for r in rs], f"**{tb['methods'][lb]['config']['lr']}**"]
+                for lb, rs in sw["scores"].items()]
+        lines.append(f"Learning-rate sweep on the validation split ({sw['seeds']} seed(s) per "
+                     f"rate; score = {sw['select_by']}):\n")
+        lines.append(markdown_table(["learner", *[f"lr {v}" for v in grid], "selected"], rows))
+    rows, drows = [], []
+    for lb, m in tb["methods"].items():
+        rows.append([lb, *[_cell(m["end"][metric_key(name, k)]) for k in ks]])
+        drows.append([lb, *[_cell(np.subtract(m["end"][metric_key(name, k)],
+                                              m["start"][metric_key(name, k)]))
+                            for k in ks]])
+    lines.append(f"\n{name}@k ({measure}), mean ± 95% t-interval over "
+                 f"{len(tb['seeds'])} seeds:\n")
+    lines.append(markdown_table(["learner", *[f"{name}@{k}" for k in ks]], rows))
+    lines.append("\nChange from the initial policy (end − start, paired by seed):\n")
+    lines.append(markdown_table(["learner", *[f"Δ{name}@{k}" for k in ks]], drows))
+    arows = [[lb, *[f"{100 * np.mean(m['end'][alloc_key(b)]):.1f}%" for b in BIN_LABELS]]
+             for lb, m in tb["methods"].items() if m["config"]["rollouts"] > 0
+             and alloc_key(BIN_LABELS[0]) in m["end"]]
+    if arows:
+        lines.append("\nGradient allocation by exact pass rate (share of Σ|A_i|, SoftmaxGRPO "
+                     "Table 3), accumulated over training, mean over seeds:\n")
+        lines.append(markdown_table(["learner", *BIN_LABELS], arows))
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    """Per reward: test pass@k / best@k vs k, and test pass@1 along training (mean over seeds)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    n_show = 8 if 8 in cfg.ns else max(cfg.ns)
+    rewards = list(results)
+    fig, axes = plt.subplots(2, len(rewards), figsize=(5.5 * len(rewards), 8), squeeze=False)
     cmap = plt.get_cmap("tab10")
-    color = {lb: cmap(i % 10) for i, lb in enumerate(cfg.learners)}
-    fig, axes = plt.subplots(2, len(cfg.rewards), figsize=(5.5 * len(cfg.rewards), 8),
-                             squeeze=False)
-    for j, reward in enumerate(cfg.rewards):
-        key = "pass@k" if reward == "binary" else "best@k"
+    for j, reward in enumerate(rewards):
+        st = results[reward]
+        test, ks = st["test"], st["ks"]
+        name = "pass" if reward == "binary" else "best"
         ax, ax2 = axes[0][j], axes[1][j]
-        for label, res in results.items():
-            xs, ms, hs = [], [], []
-            for n in cfg.ns:
-                s = res["settings"].get(f"{reward}/N={n}")
-                if s is None:
-                    continue
-                st = s["test_accuracy"] if reward == "binary" else s["best@k"]["1"]
-                xs.append(n)
-                ms.append(st["mean"])
-                hs.append(0.0 if math.isnan(st["ci95"]) else st["ci95"])
-            if xs:
-                ax.errorbar(xs, ms, yerr=hs, marker="o", capsize=3, label=label,
-                            color=color[label], alpha=0.85)
-            s = res["settings"].get(f"{reward}/N={n_show}")
-            if s is not None:
-                ax2.plot(list(cfg.ks), [s[key][str(k)]["mean"] for k in cfg.ks], marker="o",
-                         label=label, color=color[label])
+        for i, lb in enumerate(st["learners"]):
+            idx = [t for t, s in enumerate(test["slots"]) if s["learner"] == lb]
+            ys = [np.mean([test["end"][metric_key(name, k)][t] for t in idx]) for k in ks]
+            style = "--" if LEARNERS[lb].control_of else "-"
+            ax.plot(ks, ys, style, marker="o", ms=3, label=lb, color=cmap(i % 10))
+            curve = np.asarray(test["curve_pass@1"])[idx].mean(0)
+            ax2.plot(test["curve_steps"], curve, style, label=lb, color=cmap(i % 10))
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("rollouts per image N")
-        ax.set_ylabel("test accuracy" if reward == "binary" else "test best@1")
-        ax.set_title(f"digits, {reward} rewards")
+        ax.set_xlabel("k")
+        ax.set_ylabel(f"test {name}@k (exact)")
+        ax.set_title(f"digits, {reward} rewards, N={st['n']}")
         ax.grid(alpha=0.3)
-        ax2.set_xscale("log", base=2)
-        ax2.set_xlabel("k")
-        ax2.set_ylabel(f"test {key}")
-        ax2.set_title(f"{reward} rewards, N={n_show}")
+        ax2.set_xlabel("Adam step")
+        ax2.set_ylabel("test pass@1 (exact)")
         ax2.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
+    save_figure(fig, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# the command
+
+
+def _spec(cfg: DigitsConfig) -> RunSpec:
+    return RunSpec(n=cfg.n, steps=cfg.steps, batch_size=cfg.batch_size, hidden=cfg.hidden,
+                   ks=tuple(cfg.ks), eval_every=cfg.eval_every, seed=cfg.seed,
+                   kappo_beta=cfg.kappo_beta, kappo_winrate_beta=cfg.kappo_winrate_beta,
+                   kappo_bank=cfg.kappo_bank)
 
 
 def run_digits(cfg: DigitsConfig, out: str | Path, *, progress: bool = True,
                resume: bool = True) -> dict[str, Any]:
-    """Run every (reward, N) setting and write ``results.json``, ``results.md``,
-    ``digits.png`` and ``config.json`` under ``out``.
+    """Sweep and test every reward variant; write ``results.json`` (per reward: the sweep, the
+    selected rates and the per-slot test results), ``testbeds.json`` (per-seed data for the
+    claims), ``results.md``, ``digits.png`` and ``config.json`` under ``out``.
 
-    Each finished setting is saved atomically to ``out/settings/``; with ``resume`` a rerun
-    with the same configuration reuses them (a killed run continues where it stopped).
+    Each finished reward variant is saved atomically to ``out/settings/``; with ``resume`` a
+    rerun with the same configuration reuses it (a killed run continues where it stopped).
     """
-
     cfg.validate()
     out = Path(out)
     threads_before = torch.get_num_threads()
@@ -554,33 +829,77 @@ def run_digits(cfg: DigitsConfig, out: str | Path, *, progress: bool = True,
         torch.set_num_threads(threads_before)
 
 
-def _run_digits(cfg: DigitsConfig, out: Path, *, progress: bool, resume: bool) -> dict[str, Any]:
+Ticker = Callable[[str, int], Callable[[], None]]
+
+
+def run_settings(out: Path, items: Sequence[tuple[Any, str]], key: str, *, resume: bool,
+                 progress: bool, prefix: str,
+                 compute: Callable[[Any, Ticker], dict[str, Any]]) -> dict[Any, dict[str, Any]]:
+    """``{item: compute(item, tick)}`` for ``(item, file name)`` pairs, each result saved
+    atomically to ``out/settings/<file name>`` with its wall time and the config ``key``;
+    with ``resume`` a saved result of the same key is reused instead of recomputed."""
     from rich.progress import Progress
 
-    data = load_digits_split(cfg.test_fraction, cfg.seed)
-    key = cfg.key()
-    settings: dict[str, dict[str, Any]] = {}
+    results: dict[Any, dict[str, Any]] = {}
     with Progress(disable=not progress, transient=True) as bar:
-        for reward in cfg.rewards:
-            for n in cfg.ns:
-                part = out / "settings" / f"{reward}_N{n}.json"
-                if resume and part.exists():
-                    saved = json.loads(part.read_text())
-                    if saved.get("config_key") == key:
-                        settings[saved["setting"]] = saved
-                        continue
-                task = bar.add_task(f"digits {reward} N={n}", total=cfg.steps)
-                t0 = time.perf_counter()
-                st = run_setting(cfg, reward, n, data, progress=lambda t=task: bar.advance(t))
-                st["wall_seconds"] = time.perf_counter() - t0
-                st["config_key"] = key
-                write_json_atomic(part, st)
-                settings[st["setting"]] = st
-    results = aggregate(cfg, settings)
-    wall = sum(st.get("wall_seconds", 0.0) for st in settings.values())
-    write_json_atomic(out / "config.json", {**asdict(cfg), "config_key": key,
+        def tick(desc: str, total: int) -> Callable[[], None]:
+            task = bar.add_task(f"{prefix} {desc}", total=total)
+            return lambda: bar.advance(task)
+
+        for item, fname in items:
+            part = out / "settings" / fname
+            if resume and part.exists():
+                saved = json.loads(part.read_text())
+                if saved.get("config_key") == key:
+                    results[item] = saved
+                    continue
+            t0 = time.perf_counter()
+            st = {**compute(item, tick), "wall_seconds": time.perf_counter() - t0,
+                  "config_key": key}
+            write_json_atomic(part, st)
+            results[item] = st
+    return results
+
+
+def write_outputs(out: Path, cfg: Any, results: dict[Any, dict[str, Any]],
+                  data: dict[str, Any]) -> None:
+    """``config.json`` (with the summed training time), ``results.json`` and the per-seed
+    ``testbeds.json`` of a classification command."""
+    wall = sum(st.get("wall_seconds", 0.0) for st in results.values())
+    write_json_atomic(out / "config.json", {**asdict(cfg), "config_key": cfg.key(),
                                             "training_wall_seconds": wall})
     write_json_atomic(out / "results.json", results)
-    write_text_atomic(out / "results.md", render_markdown(cfg, results, settings))
-    plot(cfg, results, out / "digits.png")
+    write_json_atomic(out / "testbeds.json", data)
+
+
+def _run_digits(cfg: DigitsConfig, out: Path, *, progress: bool, resume: bool) -> dict[str, Any]:
+    key = cfg.key()
+    spec = _spec(cfg)
+
+    def compute(reward: str, tick: Ticker) -> dict[str, Any]:
+        learners = [LEARNERS[lb] for lb in cfg.learners if LEARNERS[lb].applies(reward, cfg.n)]
+        res = sweep_and_test(
+            lambda split: make_problem(reward, split=split, test_fraction=cfg.test_fraction,
+                                       val_fraction=cfg.val_fraction, seed=cfg.seed),
+            learners, spec, seeds=cfg.seeds, lr_grid=cfg.lr_grid,
+            sweep_seeds=cfg.sweep_seeds, progress=tick)
+        return {"reward": reward, "n": cfg.n, "ks": list(cfg.ks),
+                "learners": [x.label for x in learners],
+                "skipped": {lb: ("binary rewards only" if LEARNERS[lb].binary_only else
+                                 f"needs N >= {LEARNERS[lb].min_n}")
+                            for lb in cfg.learners if not LEARNERS[lb].applies(reward, cfg.n)},
+                **res}
+
+    results = run_settings(out, [(r, f"{r}.json") for r in cfg.rewards], key, resume=resume,
+                           progress=progress, prefix="digits", compute=compute)
+    data = testbed_data(cfg, results)
+    write_outputs(out, cfg, results, data)
+    md = [f"# bestk lab digits\n\nMLP (hidden {cfg.hidden}) on scikit-learn digits, N = {cfg.n} "
+          f"rollouts per image, {cfg.steps} Adam steps of {cfg.batch_size} images; "
+          f"{cfg.seeds} paired seeds; learning rate per learner from a sweep over "
+          f"{list(cfg.lr_grid)} on a validation split; exact evaluation on the test split.\n"]
+    for reward, tb in data.items():
+        md.append(render_testbed(tb, f"{reward}"))
+    write_text_atomic(out / "results.md", "\n".join(md))
+    plot(results, out / "digits.png")
     return results

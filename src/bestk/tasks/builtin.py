@@ -1,18 +1,30 @@
-"""Built-in tasks: ``arithmetic`` (the embedded default), ``reasoning_gym``, ``jsonl``,
-``math`` and ``similarity``."""
+"""Built-in tasks: ``strings`` (the embedded default), ``arithmetic``, ``permute`` (many
+correct answers per prompt), ``reasoning_gym``, ``jsonl``, ``math``, ``similarity`` and
+``validation`` (the validation split of another task)."""
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from bestk.tasks.base import Task, register_task
-from bestk.tasks.rewards import REWARDS, RewardSpec, get_reward
+from bestk.tasks.rewards import REWARDS, RewardSpec, get_reward, register_reward
 
-__all__ = ["arithmetic_task", "reasoning_gym_task", "jsonl_task", "math_task", "similarity_task"]
+__all__ = [
+    "arithmetic_task",
+    "reasoning_gym_task",
+    "jsonl_task",
+    "math_task",
+    "similarity_task",
+    "permute_task",
+    "validation_task",
+    "multiset_reward",
+    "exact_multiset_reward",
+]
 
 _OPS = {"+": np.add, "-": np.subtract, "*": np.multiply}
 
@@ -68,6 +80,28 @@ _STRING_OPS = {
 }
 
 
+def _distinct_strings(task: str, rng: np.random.Generator, symbols: str, min_len: int,
+                      max_len: int, num_train: int, num_eval: int) -> tuple[list[str], np.ndarray]:
+    """``num_train + num_eval`` distinct random strings over ``symbols`` with lengths drawn
+    uniformly in ``[min_len, max_len]`` (in draw order), and the sorted alphabet."""
+    if len(set(symbols)) < 2 or any(ch in ":=" for ch in symbols):
+        raise ValueError(
+            f"{task} option symbols needs >= 2 symbols other than ':' and '=', got {symbols!r}"
+        )
+    space = sum(len(set(symbols)) ** n for n in range(min_len, max_len + 1))
+    want = num_train + num_eval
+    if num_train < 1 or num_eval < 1 or want > space // 2:
+        raise ValueError(
+            f"{task}: num_train + num_eval = {want} is too many for {space} distinct strings"
+        )
+    alphabet = np.array(sorted(set(symbols)))
+    seen: dict[str, None] = {}
+    while len(seen) < want:
+        n = int(rng.integers(min_len, max_len + 1))
+        seen.setdefault("".join(rng.choice(alphabet, size=n)), None)
+    return list(seen), alphabet
+
+
 @register_task("strings")
 def strings_task(
     *,
@@ -92,23 +126,9 @@ def strings_task(
         raise ValueError(f"strings option op must be one of {', '.join(_STRING_OPS)}, got {op!r}")
     if not 1 <= min_len <= max_len <= 32:
         raise ValueError(f"strings needs 1 <= min_len <= max_len <= 32, got {min_len}, {max_len}")
-    if len(set(symbols)) < 2 or any(ch in ":=" for ch in symbols):
-        raise ValueError(
-            f"strings option symbols needs >= 2 symbols other than ':' and '=', got {symbols!r}"
-        )
-    space = sum(len(set(symbols)) ** n for n in range(min_len, max_len + 1))
-    want = num_train + num_eval
-    if num_train < 1 or num_eval < 1 or want > space // 2:
-        raise ValueError(
-            f"strings: num_train + num_eval = {want} is too many for {space} distinct strings"
-        )
     rng = np.random.default_rng(seed)
-    alphabet = np.array(sorted(set(symbols)))
-    seen: dict[str, None] = {}
-    while len(seen) < want:
-        n = int(rng.integers(min_len, max_len + 1))
-        seen.setdefault("".join(rng.choice(alphabet, size=n)), None)
-    strs = list(seen)
+    strs, alphabet = _distinct_strings("strings", rng, symbols, min_len, max_len, num_train,
+                                       num_eval)
     fn = _STRING_OPS[op]
     examples = [
         {"id": i, "prompt": f"{op[:3]}:{s}=", "answer": fn(s)} for i, s in enumerate(strs)
@@ -284,3 +304,93 @@ def similarity_task(
         num_eval=num_eval, prompt_field=prompt_field, answer_field=answer_field,
         template=template, max_answer_chars=max_answer_chars,
     )
+
+
+@register_reward("multiset", graded=True)
+def multiset_reward(prompt: str, completion: str, *, letters: str = "", **_: Any) -> float:
+    """Graded anagram reward: the share of symbols that the stripped completion and the target
+    multiset ``letters`` have in common, over the longer of the two lengths,
+    ``|ms(completion) & ms(letters)| / max(|completion|, |letters|)``; 1 exactly when the
+    completion is a rearrangement of ``letters``, 0 for an empty completion."""
+    text = completion.strip()
+    if not text or not letters:
+        return 0.0
+    common = sum((Counter(text) & Counter(letters)).values())
+    return common / max(len(text), len(letters))
+
+
+@register_reward("exact_multiset", graded=False)
+def exact_multiset_reward(prompt: str, completion: str, *, letters: str = "", **_: Any) -> float:
+    """1 when the stripped completion is a rearrangement of ``letters``, else 0."""
+    return float(bool(letters) and sorted(completion.strip()) == sorted(letters))
+
+
+@register_task("permute")
+def permute_task(
+    *,
+    seed: int = 0,
+    reward: RewardSpec | None = None,
+    min_len: int = 3,
+    max_len: int = 6,
+    symbols: str = "0123456789",
+    num_train: int = 4096,
+    num_eval: int = 128,
+    graded: bool = True,
+) -> Task:
+    """Anagrams: ``"per:s="`` -> any rearrangement of the string ``s`` (``s`` drawn like the
+    ``strings`` task: random symbols, length in ``[min_len, max_len]``, distinct strings).
+
+    Unlike ``strings`` (one correct answer per prompt), a prompt of ``L`` distinct symbols has
+    ``L!`` correct answers (720 at ``L = 6``), so distinct correct completions and pass@k at
+    large k measure how much of the answer space a policy keeps. The reference answer of each
+    example (used by the SFT warm-up) is one rearrangement drawn uniformly with ``seed``, so an
+    SFT policy spreads over the orders. ``graded=True`` scores with the ``multiset`` reward
+    (share of symbols in common); ``graded=False`` with 0/1. Success = a rearrangement of ``s``.
+    """
+    if not 1 <= min_len <= max_len <= 16:
+        raise ValueError(f"permute needs 1 <= min_len <= max_len <= 16, got {min_len}, {max_len}")
+    rng = np.random.default_rng(seed)
+    strs, alphabet = _distinct_strings("permute", rng, symbols, min_len, max_len, num_train,
+                                       num_eval)
+    examples = []
+    for i, s in enumerate(strs):
+        order = rng.permutation(len(s))
+        examples.append({"id": i, "prompt": f"per:{s}=", "letters": s,
+                         "answer": "".join(s[j] for j in order)})
+    spec = reward or REWARDS["multiset" if graded else "exact_multiset"]
+    chars = "".join(alphabet) + "per:="
+    return Task("permute", examples[:num_train], examples[num_train:], spec, chars,
+                max_answer_chars=max_len)
+
+
+@register_task("validation")
+def validation_task(
+    *,
+    seed: int = 0,
+    reward: RewardSpec | None = None,
+    task: str = "",
+    options: dict | None = None,
+    size: int = 256,
+) -> Task:
+    """The validation split of another task, for tuning without touching its test prompts.
+
+    Builds task ``task`` with ``options`` (and the same ``seed`` and ``reward``) and returns a
+    task whose held-out prompts are the *last* ``size`` training prompts of ``task`` and whose
+    training prompts are the rest; the test prompts of ``task`` are not used at all. A
+    learning rate chosen on ``validation`` therefore never sees the prompts the final runs are
+    scored on.
+    """
+    from bestk.tasks.base import load_task
+
+    if not task or task == "validation":
+        raise ValueError("task validation needs option task (the name of another task)")
+    inner = load_task(task, options or {}, seed=seed)
+    if reward is not None:
+        inner.reward = reward
+    if not 1 <= size < len(inner.train):
+        raise ValueError(
+            f"validation option size must be in [1, {len(inner.train) - 1}] for task {task!r} "
+            f"({len(inner.train)} training prompts), got {size}"
+        )
+    return Task(f"validation/{inner.name}", inner.train[:-size], inner.train[-size:],
+                inner.reward, inner.alphabet, inner.max_answer_chars, inner.success_threshold)

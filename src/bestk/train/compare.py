@@ -1,44 +1,110 @@
 """Matched comparison of estimators: ``bestk compare --estimators a,b,c --seeds S``.
 
-For each seed, every estimator starts from the *same* SFT warm-up weights (computed once per
-seed), sees the same training prompts in the same order, draws its sampling noise from the
-same per-step generators, and uses the same optimiser, rollout budget and evaluation prompts;
-only the advantage computation differs. Writes ``OUT/<estimator>/seed<S>/`` run directories,
-``OUT/results.json``, ``OUT/compare.md`` (final pass@k / best@k, mean over seeds with a 95%
-Student-t CI over seeds) and ``OUT/compare.png`` (overlay of the final pass@k curves).
+For each seed, every method starts RL from the *same* SFT warm-up weights (computed once per
+seed and saved), sees the same training prompts in the same order, draws its sampling noise
+from the same per-step generators, and uses the same optimiser, rollout budget and evaluation
+prompts; only the advantage computation differs — plus what a method declares for itself:
+
+* a :class:`Method` has a label, an estimator, its options and config overrides of its own
+  (``advantage_reward=success`` for GRPO on 0/1 success, ``optim.lr=1e-4``, ...);
+* an A/A control (``--control grpo``) is the same method again with ``sampling_seed = seed +
+  offset``: same weights and prompts, independent sampling noise;
+* ``lr_sweep`` picks each method's learning rate on a *validation split* (the last
+  ``val_prompts`` training prompts, held out from training by the ``validation`` task wrapper;
+  the test prompts are never used) by the mean over k = 1, 2, 4, ... of validation pass@k,
+  on ``sweep_seeds`` seeds of their own; A/A controls take their method's rate;
+* ``kappo`` calibrates ``kappo_grpo`` methods whose ``calibration`` option is ``"auto"`` from a
+  bank of the seed's SFT policy on *every* training prompt, so KAPPO trains on the same prompt
+  set as the others.
+
+Runs execute in ``workers`` processes (each single-threaded; 1 = in this process), SFT first,
+then the runs seed by seed. Every finished run writes ``OUT/<label>/seed<S>/result.json``
+atomically; a rerun with the same configuration skips finished runs and continues an
+interrupted one from its last checkpoint (``resume=True``), so a killed grid resumes where it
+stopped. Finally ``OUT/results.json`` (``{label: {"seedS": {"start", "end", "run"}}}``),
+``OUT/compare.md`` and ``OUT/compare.png``.
 """
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
-import math
+import re
 import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bestk.train.config import TrainConfig, apply_overrides, load_config, validate
+from bestk._atomic import write_text_atomic
+from bestk.lab._io import save_figure
+from bestk.lab.stats import mean_ci
+from bestk.train.config import (
+    TrainConfig,
+    apply_overrides,
+    config_to_dict,
+    load_config,
+    validate,
+)
 
-__all__ = ["run_compare", "DEFAULT_OPTIONS", "summarize", "write_summary"]
+__all__ = ["run_compare", "Method", "KappoAuto", "DEFAULT_OPTIONS", "summarize", "write_summary",
+           "method_slug", "sweep_score"]
 
 #: Options an estimator needs that the base config does not give (``pkpo`` needs ``k``).
 DEFAULT_OPTIONS: dict[str, dict[str, Any]] = {"pkpo": {"k": 4}}
-
-# Two-sided 95% Student-t quantiles for 1..10 degrees of freedom (then ~normal).
-_T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228]
-
-
-def _t95(df: int) -> float:
-    return _T95[df - 1] if 1 <= df <= len(_T95) else 1.96
+#: Seed ids of the sweep runs are ``base seed + SWEEP_SEED0 + j`` (disjoint from test seeds).
+SWEEP_SEED0 = 1000
+#: ``sampling_seed = seed + CONTROL_OFFSET`` for A/A controls.
+CONTROL_OFFSET = 100_003
 
 
 def summarize(values: np.ndarray) -> tuple[float, float]:
-    """Mean and the half-width of a 95% t-interval over seeds (0 for one seed)."""
-    v = np.asarray(values, dtype=np.float64)
-    if v.size < 2:
-        return float(v.mean()), 0.0
-    return float(v.mean()), _t95(v.size - 1) * float(v.std(ddof=1)) / math.sqrt(v.size)
+    """Mean and the half-width of a 95% t-interval over seeds (``nan`` for one seed):
+    :func:`bestk.lab.stats.mean_ci`."""
+    return mean_ci(values)
+
+
+@dataclass(frozen=True)
+class Method:
+    """One arm of a comparison.
+
+    ``overrides`` are ``key=value`` config overrides for this method's runs only (they may not
+    touch the model, task or SFT sections: every method starts from the same SFT weights).
+    ``options`` are estimator options (over :data:`DEFAULT_OPTIONS`); a string value with
+    ``{seed}`` is formatted with the seed index. ``control_of`` makes an A/A control of that
+    method: same estimator, options, overrides and learning rate, sampling noise from
+    ``sampling_seed = seed + CONTROL_OFFSET``.
+    """
+
+    label: str
+    estimator: str
+    options: dict[str, Any] = field(default_factory=dict)
+    overrides: tuple[str, ...] = ()
+    control_of: str | None = None
+
+
+@dataclass(frozen=True)
+class KappoAuto:
+    """Per-seed KAPPO calibration from the seed's SFT policy on every training prompt: a bank
+    of ``bank_n`` samples per prompt (0/1 success for ``kind="binary"``, raw rewards for
+    ``"winrate"``), then ``bestk.kappo.calibrate(bank, k, beta, kind)``."""
+
+    k: int = 4
+    beta: float = 1e-3
+    bank_n: int = 30
+    kind: str = "binary"
+
+
+def method_slug(label: str) -> str:
+    """A directory name for a method label (``"grpo (A/A)"`` -> ``"grpo_A_A"``)."""
+    slug = re.sub(r"[^A-Za-z0-9_.=-]+", "_", label).strip("_")
+    if not slug:
+        raise ValueError(f"method label {label!r} has no usable characters")
+    return slug
 
 
 def _base_config(config: Path | None, max_steps: int | None, overrides: list[str]) -> TrainConfig:
@@ -49,8 +115,299 @@ def _base_config(config: Path | None, max_steps: int | None, overrides: list[str
     return cfg
 
 
+_SHARED = ("model", "task", "sft", "seed", "threads", "device")
+
+
+def _fingerprint(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _sft_key(cfg: TrainConfig) -> str:
+    d = config_to_dict(cfg)
+    return _fingerprint({k: d[k] for k in ("model", "task", "sft", "seed")})
+
+
+def _methods(estimators: Sequence[str | Method], estimator_options: dict[str, dict] | None,
+             controls: Sequence[str]) -> list[Method]:
+    methods: list[Method] = []
+    for e in estimators:
+        methods.append(e if isinstance(e, Method) else Method(e, e))
+    labels = [m.label for m in methods]
+    extra = [e for e in (estimator_options or {}) if e not in labels]
+    if extra:
+        raise ValueError(f"estimator_options for {', '.join(map(repr, extra))}, which "
+                         f"is not among the compared estimators {labels}")
+    if estimator_options:
+        methods = [Method(m.label, m.estimator, {**m.options, **estimator_options[m.label]},
+                          m.overrides, m.control_of) if m.label in estimator_options else m
+                   for m in methods]
+    for c in controls:
+        base = next((m for m in methods if m.label == c), None)
+        if base is None:
+            raise ValueError(f"--control {c!r} is not among the compared methods {labels}")
+        methods.append(Method(f"{c} (A/A)", base.estimator, dict(base.options), base.overrides,
+                              control_of=c))
+    labels = [m.label for m in methods]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"duplicate method labels {labels}")
+    slugs = [method_slug(lb) for lb in labels]
+    if len(set(slugs)) != len(slugs):
+        raise ValueError(f"method labels {labels} map to the same directory names {slugs}")
+    for m in methods:
+        if m.control_of is not None and m.control_of not in labels:
+            raise ValueError(f"A/A control {m.label!r} of unknown method {m.control_of!r}")
+    return methods
+
+
+def _run_config(base: TrainConfig, m: Method, seed_index: int, seed_id: int, out: Path,
+                lr: float | None = None) -> TrainConfig:
+    import bestk
+
+    if m.estimator not in bestk.ESTIMATORS:
+        raise ValueError(f"unknown estimator(s) {m.estimator!r}; valid: "
+                         f"{', '.join(sorted(bestk.ESTIMATORS))}")
+    cfg = copy.deepcopy(base)
+    cfg.estimator = m.estimator
+    opts = dict(DEFAULT_OPTIONS.get(m.estimator, {})) if m.estimator != base.estimator else \
+        dict(base.estimator_options)
+    opts.update({k: v.format(seed=seed_index) if isinstance(v, str) and "{seed}" in v else v
+                 for k, v in m.options.items()})
+    if "k" in opts and isinstance(opts["k"], int):
+        opts["k"] = min(opts["k"], cfg.rollout.n)
+    cfg.estimator_options = opts
+    apply_overrides(cfg, list(m.overrides))
+    before, after = config_to_dict(base), config_to_dict(cfg)
+    touched = [k for k in ("model", "task", "sft") if before[k] != after[k]]
+    if touched:
+        raise ValueError(f"method {m.label!r}: overrides may not change {touched} (every method "
+                         "starts from the same SFT weights on the same task)")
+    cfg.seed = seed_id
+    if m.control_of is not None:
+        cfg.sampling_seed = seed_id + CONTROL_OFFSET
+    if lr is not None:
+        cfg.optim.lr = float(lr)
+    cfg.out = str(out)
+    validate(cfg)
+    return cfg
+
+
+# ---------------------------------------------------------------------------------------------
+# jobs (module-level functions: they run in worker processes)
+
+
+def _sft_job(cfg_dict: dict[str, Any], path: str, kappo: dict[str, Any] | None,
+             cal_path: str | None) -> str:
+    """SFT of one seed (saved atomically to ``path``) and, if asked, its KAPPO calibration."""
+    import torch
+
+    from bestk._atomic import atomic_path
+    from bestk.train.config import config_from_dict
+    from bestk.train.loop import Trainer
+
+    cfg = config_from_dict(copy.deepcopy(cfg_dict))
+    key = _sft_key(cfg)
+    meta = Path(path + ".json")
+    if not (Path(path).exists() and meta.exists() and json.loads(meta.read_text()) == key):
+        shutil.rmtree(cfg.out, ignore_errors=True)
+        tr = Trainer(cfg)
+        tr.sft()
+        with atomic_path(path) as tmp:
+            torch.save({k: v.detach().clone() for k, v in tr.model.state_dict().items()}, tmp)
+        write_text_atomic(meta, json.dumps(key))
+        shutil.rmtree(cfg.out, ignore_errors=True)
+    if kappo is not None and cal_path is not None and not Path(cal_path).exists():
+        _calibrate(cfg, path, KappoAuto(**kappo), Path(cal_path))
+    return path
+
+
+def _calibrate(cfg: TrainConfig, sft_path: str, kp: KappoAuto, cal_path: Path) -> None:
+    """A bank of ``bank_n`` samples of the SFT policy on every training prompt -> calibration."""
+    import torch
+
+    from bestk.kappo import calibrate
+    from bestk.train.evaluate import evaluate
+    from bestk.train.loop import Trainer
+
+    cfg = copy.deepcopy(cfg)
+    cfg.estimator, cfg.estimator_options = "grpo", {}
+    shutil.rmtree(cfg.out, ignore_errors=True)
+    tr = Trainer(cfg)
+    tr.model.load_state_dict(torch.load(sft_path))
+    exs = tr.task.train
+    res = evaluate(tr.model, tr.tokenizer, tr.task, exs, n=kp.bank_n,
+                   temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+                   max_new_tokens=tr.max_new_tokens, seed=cfg.seed + 77_001)
+    vals = tr.task.success(res.rewards).astype(float) if kp.kind == "binary" else res.rewards
+    bank = {int(ex["id"]): row.tolist() for ex, row in zip(exs, vals, strict=True)}
+    calibrate(bank, k=kp.k, beta=kp.beta, kind=kp.kind).save(cal_path)
+    shutil.rmtree(cfg.out, ignore_errors=True)
+
+
+def _prompt_fingerprint(tr: Any) -> str:
+    ids = sorted(int(e["id"]) for e in tr.task.train)
+    ev = [int(e["id"]) for e in tr.eval_examples]
+    return _fingerprint({"task": tr.task.name, "train": ids, "eval": ev})
+
+
+def _rl_job(cfg_dict: dict[str, Any], sft_path: str | None, label: str, key: str) -> dict:
+    """One RL run from the seed's SFT weights (resumed from its checkpoint if it has one);
+    writes ``result.json`` atomically and returns it."""
+    import torch
+
+    from bestk.train.checkpoint import latest_checkpoint
+    from bestk.train.config import config_from_dict
+    from bestk.train.loop import Trainer, read_metrics
+
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except ImportError:  # pragma: no cover
+        pass
+    cfg = config_from_dict(copy.deepcopy(cfg_dict))
+    run_dir = Path(cfg.out)
+    result_path = run_dir / "result.json"
+    if result_path.exists():
+        done = json.loads(result_path.read_text())
+        if done.get("key") == key:
+            return done
+    t0 = time.perf_counter()
+    same = (run_dir / "run.key").exists() and (run_dir / "run.key").read_text() == key
+    if same and latest_checkpoint(run_dir / "checkpoints") is not None:
+        tr = Trainer.resume(run_dir)
+    else:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        tr = Trainer(cfg)
+        write_text_atomic(run_dir / "run.key", key)
+        if sft_path is not None:
+            tr.model.load_state_dict(torch.load(sft_path))
+            tr.sft_done = True
+    tr.run(progress=False)
+    if tr.interrupted:
+        raise KeyboardInterrupt
+    evals = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["phase"] == "eval"]
+    keep = [k for k in evals[-1] if not k.endswith(("_lo", "_hi"))]
+    task = tr.task
+    run = {
+        "estimator": cfg.estimator,
+        "options": {k: (v if not hasattr(v, "kind") else f"calibration ({v.kind})")
+                    for k, v in tr.estimator_options.items()},
+        "reward": "success" if tr.binary_advantages or not task.graded else "graded",
+        "prompts": _prompt_fingerprint(tr),
+        "rollouts": cfg.max_steps * cfg.rollout.prompts_per_step * cfg.rollout.n,
+        "lr": cfg.optim.lr,
+        "seed": cfg.seed,
+        "sampling_seed": tr.sampling_seed,
+        "wall_seconds": time.perf_counter() - t0,
+    }
+    out = {"label": label, "key": key, "run": run,
+           "start": {k: evals[0][k] for k in keep if k in evals[0]},
+           "end": {k: evals[-1][k] for k in keep}}
+    write_text_atomic(result_path, json.dumps(out, indent=1))
+    for ck in (run_dir / "checkpoints", run_dir / "final"):
+        shutil.rmtree(ck, ignore_errors=True)  # the result is all a comparison keeps
+    return out
+
+
+def _execute(jobs: list[tuple], workers: int, progress: bool, what: str) -> list[Any]:
+    """Run ``(fn, *args)`` jobs in order (in-process for 1 worker, else a process pool of
+    single-threaded workers); results in job order."""
+    if not jobs:
+        return []
+    from rich.progress import Progress
+
+    with Progress(disable=not progress, transient=True) as bar:
+        task = bar.add_task(what, total=len(jobs))
+        if workers <= 1:
+            out = []
+            for fn, *args in jobs:
+                out.append(fn(*args))
+                bar.advance(task)
+            return out
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
+                                 initializer=_worker_init) as pool:
+            futs = [pool.submit(fn, *args) for fn, *args in jobs]
+            for f in futs:
+                f.result()
+                bar.advance(task)
+            return [f.result() for f in futs]
+
+
+def _worker_init() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+# ---------------------------------------------------------------------------------------------
+# the grid
+
+
+def sweep_score(end: dict[str, float], n: int) -> float:
+    """Mean over k = 1, 2, 4, ... <= n of pass@k (the learning-rate selection score)."""
+    ks = [k for k in (2**i for i in range(20)) if k <= n]
+    return float(np.mean([end[f"pass@{k}"] for k in ks]))
+
+
+def _grid(methods: list[Method], base: TrainConfig, seeds: Sequence[int], out: Path,
+          lrs: dict[str, float] | None, kappo: KappoAuto | None, workers: int,
+          progress: bool, resume: bool, what: str, shared: Path | None = None,
+          ) -> dict[str, dict[str, Any]]:
+    """SFT (and KAPPO calibration) per seed under ``shared`` (default ``out``), then every
+    (method, seed) run under ``out``; returns ``{label: {"seedS": result}}``."""
+    shared = out if shared is None else shared
+    sft_dir = shared / "_sft"
+    sft_jobs, runs = [], []
+    needs_cal = kappo is not None and any(
+        m.estimator == "kappo_grpo" and m.options.get("calibration") == "auto" for m in methods)
+    for i, sid in enumerate(seeds):
+        sft_path = None
+        cal_path = None
+        if needs_cal:
+            cal_path = str(shared / "_calibration" / f"seed{i}.json")
+        if base.sft.steps > 0 or needs_cal:
+            probe = copy.deepcopy(base)
+            probe.seed = sid
+            probe.out = str(sft_dir / f"work{i}")
+            sft_path = str(sft_dir / f"seed{i}.pt")
+            if not resume:
+                for p in (sft_path, sft_path + ".json", cal_path):
+                    if p:
+                        Path(p).unlink(missing_ok=True)
+            sft_jobs.append((_sft_job, config_to_dict(probe), sft_path,
+                             None if not needs_cal else {"k": kappo.k, "beta": kappo.beta,
+                                                         "bank_n": kappo.bank_n,
+                                                         "kind": kappo.kind}, cal_path))
+            if base.sft.steps == 0:
+                sft_path = None
+        for m in methods:
+            mm = m
+            if m.options.get("calibration") == "auto":
+                if cal_path is None:
+                    raise ValueError(f"method {m.label!r} has calibration 'auto' but no KAPPO "
+                                     "calibration was configured")
+                mm = Method(m.label, m.estimator, {**m.options, "calibration": cal_path},
+                            m.overrides, m.control_of)
+            cfg = _run_config(base, mm, i, sid, out / method_slug(m.label) / f"seed{i}",
+                              None if lrs is None else lrs[m.label])
+            key = _fingerprint({"config": config_to_dict(cfg), "sft": _sft_key(cfg)})
+            if not resume:
+                shutil.rmtree(cfg.out, ignore_errors=True)
+            runs.append((i, m.label, cfg, sft_path, key))
+    _execute(sft_jobs, workers, progress, f"{what}: SFT")
+    results = _execute([(_rl_job, config_to_dict(cfg), sft, label, key)
+                        for _, label, cfg, sft, key in runs], workers, progress, f"{what}: RL")
+    grid: dict[str, dict[str, Any]] = {m.label: {} for m in methods}
+    for (i, label, *_), res in zip(runs, results, strict=True):
+        grid[label][f"seed{i}"] = res
+    return grid
+
+
 def run_compare(
-    estimators: list[str],
+    estimators: Sequence[str | Method],
     *,
     seeds: int = 3,
     out: str | Path = "runs/compare",
@@ -59,75 +416,86 @@ def run_compare(
     overrides: list[str] | None = None,
     progress: bool = True,
     estimator_options: dict[str, dict[str, Any]] | None = None,
+    controls: Sequence[str] = (),
+    workers: int = 1,
+    lr_sweep: Sequence[float] | None = None,
+    sweep_seeds: int = 2,
+    val_prompts: int = 256,
+    kappo: KappoAuto | None = None,
+    resume: bool = True,
 ) -> str:
-    """Run the matched grid; return the markdown table (also written to ``compare.md``).
+    """Run the matched grid (module docstring); return the markdown table (also written to
+    ``compare.md``).
 
-    ``estimator_options`` maps an estimator name to its options (over
-    :data:`DEFAULT_OPTIONS`), e.g. ``{"kappo_grpo": {"calibration": "cal/seed{seed}.json"}}``:
-    a string value containing ``{seed}`` is formatted with the seed index ``0..seeds-1``
-    (a KAPPO calibration is made from each seed's own SFT policy).
+    ``estimators`` are estimator names (each its own method) or :class:`Method` objects;
+    ``estimator_options`` maps a label to options, e.g. ``{"kappo_grpo": {"calibration":
+    "cal/seed{seed}.json"}}``; ``controls`` adds an A/A control of each named method.
     """
-    import copy
-
-    import bestk
-    from bestk.train.loop import Trainer, read_metrics
-
     if not estimators:
         raise ValueError("--estimators is empty")
     if seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
-    extra = [e for e in (estimator_options or {}) if e not in estimators]
-    if extra:
-        raise ValueError(f"estimator_options for {', '.join(map(repr, extra))}, which "
-                         f"is not among the compared estimators {estimators}")
-    unknown = [e for e in estimators if e not in bestk.ESTIMATORS]
-    if unknown:
-        raise ValueError(
-            f"unknown estimator(s) {', '.join(map(repr, unknown))}; valid: "
-            f"{', '.join(sorted(bestk.ESTIMATORS))}"
-        )
+    if workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {workers}")
+    methods = _methods(estimators, estimator_options, controls)
     out = Path(out)
     base = _base_config(config, max_steps, list(overrides or []))
-    cfgs: dict[tuple[str, int], TrainConfig] = {}
-    for name in estimators:
-        for s in range(seeds):
-            cfg = copy.deepcopy(base)
-            cfg.estimator = name
-            opts = dict(DEFAULT_OPTIONS.get(name, {})) if name != base.estimator else {}
-            opts.update(base.estimator_options if name == base.estimator else {})
-            opts.update({
-                k: v.format(seed=s) if isinstance(v, str) and "{seed}" in v else v
-                for k, v in (estimator_options or {}).get(name, {}).items()
-            })
-            if "k" in opts and isinstance(opts["k"], int):
-                opts["k"] = min(opts["k"], cfg.rollout.n)
-            cfg.estimator_options = opts
-            cfg.seed = base.seed + s
-            cfg.out = str(out / name / f"seed{s}")
-            validate(cfg)  # fail before any run starts
-            cfgs[(name, s)] = cfg
+    test_seeds = [base.seed + s for s in range(seeds)]
+    # validate every run configuration before any work starts
+    for i, sid in enumerate(test_seeds):
+        for m in methods:
+            if m.options.get("calibration") != "auto":
+                _run_config(base, m, i, sid, out / method_slug(m.label) / f"seed{i}")
+    lrs = None
+    t0 = time.time()
+    if lr_sweep:
+        lrs = _sweep(methods, base, out, [float(v) for v in lr_sweep], sweep_seeds, val_prompts,
+                     kappo, workers, progress, resume)
+    grid = _grid(methods, base, test_seeds, out, lrs, kappo, workers, progress, resume, "test")
+    results = {label: {s: {"start": r["start"], "end": r["end"], "run": r["run"]}
+                       for s, r in runs.items()} for label, runs in grid.items()}
     out.mkdir(parents=True, exist_ok=True)
-    results: dict[str, dict[str, Any]] = {}
-    for s in range(seeds):
-        sft_state = None
-        for name in estimators:
-            cfg = cfgs[(name, s)]
-            run_dir = Path(cfg.out)
-            if run_dir.exists():
-                shutil.rmtree(run_dir)
-            tr = Trainer(cfg)
-            if sft_state is not None:
-                tr.model.load_state_dict(sft_state)
-                tr.sft_done = True
-            elif cfg.sft.steps > 0:
-                tr.sft()
-                sft_state = {k: v.detach().clone() for k, v in tr.model.state_dict().items()}
-            tr.run(progress=progress)
-            evals = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["phase"] == "eval"]
-            results.setdefault(name, {})[f"seed{s}"] = {"start": evals[0], "end": evals[-1]}
-    (out / "results.json").write_text(json.dumps(results, indent=1))
-    table = write_summary(out, results, base.eval.n)
-    return table
+    write_text_atomic(out / "results.json", json.dumps(results, indent=1))
+    write_text_atomic(out / "compare.json", json.dumps({
+        "methods": [{"label": m.label, "estimator": m.estimator, "options": m.options,
+                     "overrides": list(m.overrides), "control_of": m.control_of}
+                    for m in methods],
+        "seeds": seeds, "lr": lrs, "wall_seconds": time.time() - t0}, indent=1, default=str))
+    return write_summary(out, results, base.eval.n)
+
+
+def _sweep(methods: list[Method], base: TrainConfig, out: Path, grid: list[float],
+           sweep_seeds: int, val_prompts: int, kappo: KappoAuto | None, workers: int,
+           progress: bool, resume: bool) -> dict[str, float]:
+    """Each method's learning rate from ``grid`` on the validation split (module docstring);
+    writes ``OUT/sweep/selection.json``."""
+    if sweep_seeds < 1:
+        raise ValueError(f"sweep_seeds must be >= 1, got {sweep_seeds}")
+    val = copy.deepcopy(base)
+    val.task.options = {"task": base.task.name, "options": dict(base.task.options),
+                        "size": int(val_prompts)}
+    val.task.name = "validation"
+    tuned = [m for m in methods if m.control_of is None]
+    sdir = out / "sweep"
+    if not resume:
+        shutil.rmtree(sdir, ignore_errors=True)
+    seeds = [base.seed + SWEEP_SEED0 + j for j in range(sweep_seeds)]
+    scores: dict[str, list[dict[str, float]]] = {m.label: [] for m in tuned}
+    for lr in grid:
+        res = _grid(tuned, val, seeds, sdir / f"lr{lr:g}", {m.label: lr for m in tuned}, kappo,
+                    workers, progress, True, f"sweep lr={lr:g}", shared=sdir)
+        for m in tuned:
+            vals = [sweep_score(r["end"], base.eval.n) for r in res[m.label].values()]
+            scores[m.label].append({"lr": lr, "score": float(np.mean(vals))})
+    selected = {lb: max(rows, key=lambda r: r["score"])["lr"] for lb, rows in scores.items()}
+    for m in methods:
+        if m.control_of is not None:
+            selected[m.label] = selected[m.control_of]
+    write_text_atomic(sdir / "selection.json", json.dumps(
+        {"grid": grid, "seeds": sweep_seeds, "val_prompts": val_prompts,
+         "select_by": "mean over k = 1, 2, 4, ... of validation pass@k",
+         "scores": scores, "selected": selected}, indent=1))
+    return selected
 
 
 def write_summary(out: Path, results: dict[str, dict[str, Any]], n: int) -> str:
@@ -142,18 +510,17 @@ def write_summary(out: Path, results: dict[str, dict[str, Any]], n: int) -> str:
         "| estimator | " + " | ".join(cols) + " |",
         "|---|" + "---|" * len(cols),
     ]
+
+    def cell(vals: list[float], signed: bool = False) -> str:
+        mean, half = summarize(np.array(vals))
+        return f"{mean:+.3f} ± {half:.3f}" if signed else f"{mean:.3f} ± {half:.3f}"
+
     start_row = None
     for name, runs in results.items():
-        cells = []
-        for c in cols:
-            mean, half = summarize(np.array([r["end"][c] for r in runs.values()]))
-            cells.append(f"{mean:.3f} ± {half:.3f}")
+        cells = [cell([r["end"][c] for r in runs.values()]) for c in cols]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
         if start_row is None:
-            cells = []
-            for c in cols:
-                mean, half = summarize(np.array([r["start"][c] for r in runs.values()]))
-                cells.append(f"{mean:.3f} ± {half:.3f}")
+            cells = [cell([r["start"][c] for r in runs.values()]) for c in cols]
             start_row = "| (start of RL) | " + " | ".join(cells) + " |"
     lines.append(start_row)
     # Paired gains (end - start of RL, same seed): the SFT start varies across seeds, the
@@ -161,28 +528,24 @@ def write_summary(out: Path, results: dict[str, dict[str, Any]], n: int) -> str:
     gains = ["| estimator | " + " | ".join(f"Δ{c}" for c in cols) + " |",
              "|---|" + "---|" * len(cols)]
     for name, runs in results.items():
-        cells = []
-        for c in cols:
-            d = np.array([r["end"][c] - r["start"][c] for r in runs.values()])
-            mean, half = summarize(d)
-            cells.append(f"{mean:+.3f} ± {half:.3f}")
+        cells = [cell([r["end"][c] - r["start"][c] for r in runs.values()], signed=True)
+                 for c in cols]
         gains.append(f"| {name} | " + " | ".join(cells) + " |")
     seeds = len(next(iter(results.values())))
-    prompts = "draws its training prompts from the same seeded stream"
-    if "kappo_grpo" in results:
-        prompts += " (kappo_grpo only among the prompts of its calibration bank)"
     text = (
-        f"Final held-out metrics, mean ± 95% t-interval over {seeds} seed(s); every estimator "
-        f"starts from the same SFT weights per seed and {prompts}.\n\n"
+        f"Final held-out metrics, mean ± 95% t-interval over {seeds} seed(s) (– for one seed); "
+        "every method starts from the same SFT weights per seed and draws its training prompts "
+        "from the same seeded stream.\n\n"
         + "\n".join(lines)
         + "\n\nGain over the start of RL (paired by seed), mean ± 95% t-interval:\n\n"
         + "\n".join(gains)
         + "\n\n![pass@k overlay](compare.png)\n"
     )
+    text = text.replace("± nan", "± –")
     lines = lines + [""] + gains
-    (out / "compare.md").write_text(text)
+    write_text_atomic(out / "compare.md", text)
     _plot(out / "compare.png", results)
-    return "\n".join(lines)
+    return "\n".join(lines).replace("± nan", "± –")
 
 
 def _plot(path: Path, results: dict[str, dict[str, Any]]) -> None:
@@ -201,6 +564,7 @@ def _plot(path: Path, results: dict[str, dict[str, Any]]) -> None:
         ks = curve_of(next(iter(runs.values()))["end"], "pass")[0]
         mean = curves.mean(0)
         half = np.array([summarize(curves[:, j])[1] for j in range(curves.shape[1])])
+        half = np.nan_to_num(half, nan=0.0)
         (line,) = ax.plot(ks, mean, styles[i % len(styles)], label=name, ms=3, lw=1.3)
         # pass@k lies in [0, 1]; a t-interval over few seeds can reach past it.
         lo, hi = np.clip(mean - half, 0, 1), np.clip(mean + half, 0, 1)
@@ -215,5 +579,4 @@ def _plot(path: Path, results: dict[str, dict[str, Any]]) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)

@@ -188,6 +188,10 @@ class TrainConfig:
     """RL steps (one rollout batch each)."""
     seed: int = 0
     """Seeds data order, initialisation and sampling."""
+    sampling_seed: int | None = None
+    """Seed of the rollout- and evaluation-sampling noise only (``None`` = ``seed``). Two runs
+    with the same ``seed`` and different ``sampling_seed`` share initial weights, SFT and
+    prompts but not the sampled completions: an A/A control (``bestk compare --control``)."""
     out: str = "runs/bestk"
     """Run directory."""
     checkpoint_every: int = 20

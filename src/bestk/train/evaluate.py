@@ -27,8 +27,10 @@ class EvalResult:
     """Result of :func:`evaluate`.
 
     ``metrics`` is the flat dict logged to ``metrics.jsonl`` (``pass@k``, ``best@k`` for graded
-    tasks, their CI bounds as ``pass@k_lo``/``_hi``, ``reward_mean``, ``entropy``, ``distinct``,
-    ``response_len``); ``rewards`` is ``(P, n)``; ``texts`` the completions, prompt-major.
+    tasks, their CI bounds as ``pass@k_lo``/``_hi``, ``reward_mean``, ``entropy``, ``distinct``
+    (distinct stripped completions per prompt), ``distinct_correct`` (distinct stripped
+    *successful* completions per prompt), ``response_len``); ``rewards`` is ``(P, n)``;
+    ``texts`` the completions, prompt-major.
     """
 
     metrics: dict[str, float]
@@ -82,10 +84,13 @@ def evaluate(
         metrics.update({f"best@{int(k)}_hi": float(v) for k, v in zip(bk.ks, bk.hi, strict=True)})
     arr = np.asarray(texts, dtype=object).reshape(len(examples), n)
     distinct = np.mean([len({t.strip() for t in row}) for row in arr])
+    distinct_correct = np.mean([len({t.strip() for t, ok in zip(row, oks, strict=True) if ok})
+                                for row, oks in zip(arr, succ, strict=True)])
     metrics.update(
         reward_mean=float(r.mean()),
         entropy=sum(entropy) / max(ntok, 1.0),
         distinct=float(distinct),
+        distinct_correct=float(distinct_correct),
         response_len=ntok / r.size,
         num_prompts=float(len(examples)),
         n=float(n),

@@ -98,6 +98,7 @@ class Trainer:
         self.on_step = on_step
         self.out = Path(cfg.out)
         self.ckpt_dir = self.out / "checkpoints"
+        self.sampling_seed = cfg.seed if cfg.sampling_seed is None else cfg.sampling_seed
         self.notes: list[str] = []
         self._load_task()  # task options and sizes are checked here, still before any write
         created = not self.out.exists()
@@ -325,7 +326,8 @@ class Trainer:
         rng = np.random.default_rng(_step_seed(cfg.seed, step, 1))
         idx = rng.choice(len(self.task.train), size=r.prompts_per_step, replace=False)
         exs = [self.task.train[j] for j in idx]
-        gen = torch.Generator(device=self.device).manual_seed(_step_seed(cfg.seed, step, 2))
+        gen = torch.Generator(device=self.device).manual_seed(
+            _step_seed(self.sampling_seed, step, 2))
         ro = sample(
             self.model, self.tokenizer, [e["prompt"] for e in exs], n=r.n,
             temperature=r.temperature, top_p=r.top_p, max_new_tokens=self.max_new_tokens,
@@ -426,7 +428,7 @@ class Trainer:
         res = evaluate(
             self.model, self.tokenizer, self.task, self.eval_examples, n=e.n,
             temperature=e.temperature, top_p=e.top_p, max_new_tokens=self.max_new_tokens,
-            seed=_step_seed(self.cfg.seed, step, 3),
+            seed=_step_seed(self.sampling_seed, step, 3),
         )
         rec = {"phase": "eval", "step": step, **res.metrics}
         self.log(rec)

@@ -1,0 +1,186 @@
+"""``bestk compare``: matched methods, A/A controls, per-method overrides, the learning-rate
+sweep on a validation split, KAPPO on the same prompts, workers, atomic results and resume."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from bestk.cli import app
+from bestk.train import compare as cmp
+from bestk.train.compare import CONTROL_OFFSET, KappoAuto, Method, run_compare
+from bestk.train.config import TrainConfig, apply_overrides
+from bestk.train.loop import Trainer, read_metrics
+
+TINY = ["threads=1", "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
+        "model.intermediate_size=64", "task.name=strings",
+        "task.options={num_train: 64, num_eval: 4, max_len: 4}", "sft.steps=3",
+        "sft.batch_size=8", "rollout.prompts_per_step=2", "rollout.n=4", "eval.n=4",
+        "eval.every=2", "checkpoint_every=1"]
+
+
+def _ends(res: dict) -> dict:
+    return {lb: {s: (r["start"], r["end"]) for s, r in runs.items()} for lb, runs in res.items()}
+
+
+def test_sampling_seed_changes_only_the_sampling_noise(tmp_path):
+    def run(name, *extra):
+        cfg = TrainConfig()
+        apply_overrides(cfg, [*TINY, f"out={tmp_path / name}", "max_steps=2", *extra])
+        tr = Trainer(cfg)
+        init = {k: v.clone() for k, v in tr.model.state_dict().items()}
+        tr.run(progress=False)
+        rows = [r for r in read_metrics(tmp_path / name / "metrics.jsonl")
+                if r["phase"] == "train"]
+        return init, [{k: v for k, v in r.items() if not k.startswith("time")
+                       and k != "completions_per_s"} for r in rows]
+
+    init_a, a = run("a")
+    init_b, b = run("b", "sampling_seed=0")  # = seed: the default, bit for bit
+    init_c, c = run("c", "sampling_seed=7")
+    assert a == b
+    assert all((init_a[k] == init_c[k]).all() for k in init_a)  # same initial weights
+    assert a != c  # different sampled completions
+
+
+def test_controls_overrides_and_matched_configs(tmp_path):
+    run_compare([Method("grpo", "grpo"),
+                 Method("grpo (success)", "grpo", overrides=("advantage_reward=success",)),
+                 "maxrl"], seeds=2, out=tmp_path / "cmp", max_steps=1, overrides=TINY,
+                progress=False, controls=["grpo"])
+    res = json.loads((tmp_path / "cmp" / "results.json").read_text())
+    assert list(res) == ["grpo", "grpo (success)", "maxrl", "grpo (A/A)"]
+    reward = {lb: {r["run"]["reward"] for r in runs.values()} for lb, runs in res.items()}
+    assert reward == {"grpo": {"graded"}, "grpo (success)": {"success"}, "maxrl": {"success"},
+                      "grpo (A/A)": {"graded"}}
+    for s in ("seed0", "seed1"):
+        runs = {lb: res[lb][s]["run"] for lb in res}
+        assert len({r["prompts"] for r in runs.values()}) == 1  # same prompt set
+        assert len({r["rollouts"] for r in runs.values()}) == 1  # same budget
+        assert runs["grpo (A/A)"]["seed"] == runs["grpo"]["seed"]
+        assert runs["grpo (A/A)"]["sampling_seed"] == runs["grpo"]["seed"] + CONTROL_OFFSET
+        assert res["grpo (A/A)"][s]["end"] != res["grpo"][s]["end"]  # not bit-identical
+        # every non-control method starts RL from the same weights: same step-0 evaluation
+        assert res["maxrl"][s]["start"] == res["grpo"][s]["start"]
+    cfg = yaml.safe_load((tmp_path / "cmp" / "grpo_A_A" / "seed1" / "config.yaml").read_text())
+    assert cfg["sampling_seed"] == 1 + CONTROL_OFFSET and cfg["seed"] == 1
+    with pytest.raises(ValueError, match="may not change"):
+        run_compare([Method("x", "grpo", overrides=("model.hidden_size=64",))], seeds=1,
+                    out=tmp_path / "bad", max_steps=1, overrides=TINY, progress=False)
+    with pytest.raises(ValueError, match="--control 'nope'"):
+        run_compare(["grpo"], seeds=1, out=tmp_path / "bad", max_steps=1, overrides=TINY,
+                    progress=False, controls=["nope"])
+
+
+def test_resume_skips_finished_runs_and_continues_an_interrupted_one(tmp_path, monkeypatch):
+    kw = dict(seeds=1, max_steps=3, overrides=TINY, progress=False)
+    ref = run_compare(["grpo", "pkpo"], out=tmp_path / "ref", **kw)
+    assert ref
+    ref_res = json.loads((tmp_path / "ref" / "results.json").read_text())
+
+    real = Trainer.rl_step
+    calls = {"n": 0}
+
+    def dying(self, step):
+        if self.cfg.estimator == "pkpo" and step == 3:
+            raise KeyboardInterrupt  # a kill in the middle of the second run
+        calls["n"] += 1
+        return real(self, step)
+
+    monkeypatch.setattr(Trainer, "rl_step", dying)
+    with pytest.raises(KeyboardInterrupt):
+        run_compare(["grpo", "pkpo"], out=tmp_path / "cut", **kw)
+    done = tmp_path / "cut" / "grpo" / "seed0" / "result.json"
+    assert done.exists() and not (tmp_path / "cut" / "pkpo" / "seed0" / "result.json").exists()
+    stamp = done.stat().st_mtime_ns
+    monkeypatch.setattr(Trainer, "rl_step", real)
+    steps = []
+    monkeypatch.setattr(Trainer, "rl_step", lambda self, step: steps.append(step) or real(
+        self, step))
+    run_compare(["grpo", "pkpo"], out=tmp_path / "cut", **kw)
+    assert done.stat().st_mtime_ns == stamp  # the finished run was not redone
+    assert steps == [3]  # the interrupted run continued from its step-2 checkpoint
+    res = json.loads((tmp_path / "cut" / "results.json").read_text())
+    assert _ends(res) == _ends(ref_res)  # bit-identical to the uninterrupted grid
+
+
+@pytest.mark.slow
+def test_workers_give_the_results_of_one_process(tmp_path):
+    kw = dict(seeds=2, max_steps=1, overrides=TINY, progress=False, controls=["grpo"])
+    run_compare(["grpo", "argmaxrl"], out=tmp_path / "one", **kw)
+    run_compare(["grpo", "argmaxrl"], out=tmp_path / "two", workers=2, **kw)
+    one = json.loads((tmp_path / "one" / "results.json").read_text())
+    two = json.loads((tmp_path / "two" / "results.json").read_text())
+    assert _ends(one) == _ends(two)
+
+
+def test_learning_rate_sweep_on_a_validation_split(tmp_path):
+    run_compare(["grpo", "pkpo"], seeds=1, out=tmp_path / "cmp", max_steps=1, overrides=TINY,
+                progress=False, lr_sweep=[1e-3, 3e-3], sweep_seeds=1, val_prompts=8,
+                controls=["grpo"])
+    sel = json.loads((tmp_path / "cmp" / "sweep" / "selection.json").read_text())
+    assert set(sel["selected"]) == {"grpo", "pkpo", "grpo (A/A)"}
+    assert sel["selected"]["grpo (A/A)"] == sel["selected"]["grpo"]
+    for lb, rows in sel["scores"].items():
+        assert [r["lr"] for r in rows] == [1e-3, 3e-3]
+        assert sel["selected"][lb] == max(rows, key=lambda r: r["score"])["lr"]
+    res = json.loads((tmp_path / "cmp" / "results.json").read_text())
+    for lb in ("grpo", "pkpo", "grpo (A/A)"):
+        assert res[lb]["seed0"]["run"]["lr"] == sel["selected"][lb]
+    # the sweep trains on the validation task: its held-out prompts are training prompts of
+    # the test runs, never their test prompts
+    cfg = yaml.safe_load((tmp_path / "cmp" / "sweep" / "lr0.001" / "grpo" / "seed0" /
+                          "config.yaml").read_text())
+    assert cfg["task"]["name"] == "validation" and cfg["task"]["options"]["size"] == 8
+    from bestk.tasks import load_task
+
+    val = load_task("validation", cfg["task"]["options"], seed=cfg["seed"])
+    full = load_task("strings", cfg["task"]["options"]["options"], seed=cfg["seed"])
+    assert {e["id"] for e in val.eval} <= {e["id"] for e in full.train}
+    assert not {e["id"] for e in val.train} & {e["id"] for e in val.eval}
+
+
+def test_kappo_auto_calibrates_on_every_training_prompt(tmp_path):
+    run_compare(["grpo", Method("kappo", "kappo_grpo", {"calibration": "auto"})], seeds=1,
+                out=tmp_path / "cmp", max_steps=1, overrides=TINY, progress=False,
+                kappo=KappoAuto(k=2, beta=0.1, bank_n=4))
+    from bestk.kappo import Calibration
+
+    cal = Calibration.load(tmp_path / "cmp" / "_calibration" / "seed0.json")
+    assert cal.num_prompts == 64 and cal.k == 2  # every training prompt of the task
+    res = json.loads((tmp_path / "cmp" / "results.json").read_text())
+    assert res["kappo"]["seed0"]["run"]["prompts"] == res["grpo"]["seed0"]["run"]["prompts"]
+    assert res["kappo"]["seed0"]["run"]["reward"] == "success"
+    with pytest.raises(ValueError, match="calibration 'auto'"):
+        run_compare(["grpo", Method("kappo", "kappo_grpo", {"calibration": "auto"})], seeds=1,
+                    out=tmp_path / "bad", max_steps=1, overrides=TINY, progress=False)
+
+
+def test_compare_cli(tmp_path):
+    runner = CliRunner()
+    args = ["compare", "--estimators", "grpo,grpo_s=grpo", "--set-for",
+            "grpo_s:advantage_reward=success", "--control", "grpo", "--seeds", "1",
+            "--max-steps", "1", "--out", str(tmp_path / "c"), "--quiet"]
+    for s in TINY:
+        args += ["--set", s]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    res = json.loads((tmp_path / "c" / "results.json").read_text())
+    assert set(res) == {"grpo", "grpo_s", "grpo (A/A)"}
+    assert res["grpo_s"]["seed0"]["run"]["reward"] == "success"
+    bad = runner.invoke(app, ["compare", "--estimators", "grpo", "--set-for", "nope:x=1",
+                              "--out", str(tmp_path / "d")])
+    assert bad.exit_code == 2 and "error:" in bad.output and "Traceback" not in bad.output
+    bad = runner.invoke(app, ["compare", "--estimators", "grpo", "--workers", "0",
+                              "--out", str(tmp_path / "d")])
+    assert bad.exit_code == 2 and "--workers" in bad.output
+
+
+def test_method_slugs_are_distinct_directory_names():
+    assert cmp.method_slug("grpo (A/A)") == "grpo_A_A"
+    assert cmp.method_slug("softmax_grpo(tau=0.1)") == "softmax_grpo_tau=0.1"
+    with pytest.raises(ValueError, match="same directory"):
+        cmp._methods([Method("a b", "grpo"), Method("a_b", "grpo")], None, ())
