@@ -184,3 +184,20 @@ def test_method_slugs_are_distinct_directory_names():
     assert cmp.method_slug("softmax_grpo(tau=0.1)") == "softmax_grpo_tau=0.1"
     with pytest.raises(ValueError, match="same directory"):
         cmp._methods([Method("a b", "grpo"), Method("a_b", "grpo")], None, ())
+
+
+def test_run_keys_ignore_config_keys_left_at_their_defaults():
+    """A config key added later with a default must not change the keys of finished runs
+    (they stay resumable); a changed value must."""
+    from bestk.train.compare import _non_default
+
+    old_defaults = {"optim": {"lr": 3e-4}, "estimator_options": {}}
+    new_defaults = {"optim": {"lr": 3e-4, "new_knob": 1}, "estimator_options": {}, "extra": {}}
+    run = {"optim": {"lr": 1e-3}, "estimator_options": {"tau": 0.3}}
+    assert _non_default(run, old_defaults) == {"optim": {"lr": 1e-3},
+                                               "estimator_options": {"tau": 0.3}}
+    assert _non_default({**run, "optim": {"lr": 1e-3, "new_knob": 1}, "extra": {}},
+                        new_defaults) == _non_default(run, old_defaults)
+    assert _non_default({**run, "optim": {"lr": 1e-3, "new_knob": 2}}, new_defaults) != \
+        _non_default(run, old_defaults)
+    assert _non_default(old_defaults, old_defaults) is None
