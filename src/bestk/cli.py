@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import typer
 
+from bestk._typer import Group
+
 app = typer.Typer(
     name="bestk",
+    cls=Group,
     help="@k-aware reinforcement learning for language models: ArgMaxRL, KAPPO, SoftmaxGRPO.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain click help: typer's rich help costs ~0.3 s
 )
 
 

@@ -76,17 +76,14 @@ import numpy as np
 import torch
 
 import bestk
-import bestk.kappo  # noqa: F401  (registers kappo_grpo)
+import bestk.kappo.estimator  # noqa: F401  (registers kappo_grpo)
+from bestk._optional import require
 from bestk.estimators import check_estimator_options
 from bestk.integrations._common import load_calibration
 from bestk.kappo import transform_rewards
 
-try:
-    from trl import DPOTrainer, GRPOTrainer
-except ImportError as e:  # pragma: no cover - exercised only without trl
-    raise ImportError(
-        'bestk.integrations.trl needs TRL; install it with `pip install "bestk[trl]"`'
-    ) from e
+_trl = require("trl", extra="trl", who="bestk.integrations.trl")
+DPOTrainer, GRPOTrainer = _trl.DPOTrainer, _trl.GRPOTrainer
 
 __all__ = [
     "BestkDPOTrainer",

@@ -83,16 +83,12 @@ import numpy as np
 import torch
 
 import bestk
-import bestk.kappo  # noqa: F401  (registers kappo_grpo)
+import bestk.kappo.estimator  # noqa: F401  (registers kappo_grpo)
+from bestk._optional import require
 from bestk.integrations._common import load_calibration as _load_calibration
 from bestk.kappo import transform_rewards
 
-try:
-    from verl.trainer.ppo import core_algos as _core_algos
-except ImportError as e:  # pragma: no cover - exercised only without verl
-    raise ImportError(
-        'bestk.integrations.verl needs verl; install it with `pip install "bestk[verl]"`'
-    ) from e
+_core_algos = require("verl.trainer.ppo.core_algos", extra="verl", who="bestk.integrations.verl")
 
 __all__ = [
     "VERL_ESTIMATORS",
