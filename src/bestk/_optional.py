@@ -127,3 +127,12 @@ def available(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
         return False
+
+
+def pyplot(*, extra: str = "plot", who: str | None = None) -> ModuleType:
+    """``matplotlib.pyplot`` on the non-interactive Agg backend (figures go to files), or
+    :class:`MissingDependency` naming ``extra`` when matplotlib is missing."""
+    matplotlib = require("matplotlib", extra=extra, who=who or _command_path()
+                         or _caller_module(2))
+    matplotlib.use("Agg")
+    return importlib.import_module("matplotlib.pyplot")

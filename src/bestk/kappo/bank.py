@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from bestk._optional import require
 from bestk.kappo.calibration import _Bank, _finish_bank, _normalise_ids
 
 __all__ = ["load_bank", "read_bank_rows"]
@@ -63,10 +64,7 @@ def _iter_jsonl(path: Path):
 
 
 def _iter_parquet(path: Path):
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:  # pragma: no cover - pyarrow is in the dev/plot extras
-        raise ValueError("reading parquet banks needs pyarrow (pip install pyarrow)") from None
+    pq = require("pyarrow.parquet", extra="train")
     try:
         rows = pq.read_table(path).to_pylist()
     except Exception as e:  # pyarrow raises several error types for corrupt files

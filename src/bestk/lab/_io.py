@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bestk._atomic import atomic_path, write_text_atomic
+from bestk._optional import pyplot
 from bestk.lab.stats import mean_ci
 
 __all__ = ["write_text_atomic", "write_json_atomic", "save_figure", "mean_ci", "markdown_table",
@@ -24,7 +25,7 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
 def save_figure(fig: Any, path: str | os.PathLike, dpi: int = 110) -> None:
     """Save a matplotlib figure as PNG atomically (:func:`bestk._atomic.atomic_path`) and
     close it."""
-    import matplotlib.pyplot as plt
+    plt = pyplot(extra="lab")
 
     with atomic_path(path, suffix=".png") as tmp:
         fig.savefig(tmp, dpi=dpi, format="png")

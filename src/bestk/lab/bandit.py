@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bestk._optional import pyplot
 from bestk.lab._io import (
     fmt,
     markdown_table,
@@ -585,10 +586,7 @@ def render_markdown(result: dict[str, Any]) -> str:
 
 def plot_curves(result: dict[str, Any], path: Path) -> None:
     """One row per bandit, one column per plotted k: mean best@k vs rollouts."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot(extra="lab")
 
     cfg = result["config"]
     names = cfg["bandits"]

@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bestk._optional import pyplot, require
 from bestk.lab._io import (
     fmt,
     markdown_table,
@@ -247,8 +248,8 @@ def _check_lrs(grid: Sequence[float]) -> None:
 def load_digits_split(test_fraction: float, seed: int):
     """scikit-learn's digits (bundled with the package, nothing downloaded), scaled to [0, 1]
     and split stratified: returns ``(x_train, y_train, x_test, y_test)`` tensors."""
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
+    load_digits = require("sklearn.datasets", extra="lab").load_digits
+    train_test_split = require("sklearn.model_selection", extra="lab").train_test_split
 
     data = load_digits()
     x = data.data.astype(np.float32) / 16.0
@@ -325,7 +326,7 @@ def make_problem(reward: str, *, split: str, test_fraction: float, val_fraction:
         raise ValueError(f"split must be 'test' or 'validation', got {split!r}")
     xtr, ytr, xte, yte = load_digits_split(test_fraction, seed)
     if split == "validation":
-        from sklearn.model_selection import train_test_split
+        train_test_split = require("sklearn.model_selection", extra="lab").train_test_split
 
         a, b, c, d = train_test_split(xtr.numpy(), ytr.numpy(), test_size=val_fraction,
                                       random_state=seed + 1, stratify=ytr.numpy())
@@ -765,10 +766,7 @@ def render_testbed(tb: dict[str, Any], title: str | None = None,
 
 def plot(results: dict[str, Any], path: Path) -> None:
     """Per reward: test pass@k / best@k vs k, and test pass@1 along training (mean over seeds)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot(extra="lab")
 
     rewards = list(results)
     fig, axes = plt.subplots(2, len(rewards), figsize=(5.5 * len(rewards), 8), squeeze=False)

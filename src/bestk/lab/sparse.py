@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bestk._optional import pyplot
 from bestk.lab._io import markdown_table, save_figure, write_text_atomic
 from bestk.lab.digits import (
     LEARNERS,
@@ -134,10 +135,7 @@ def testbed_data(cfg: SparseConfig, settings: dict[int, dict[str, Any]]) -> dict
 
 def plot(results: dict[int, dict[str, Any]], path: Path) -> None:
     """Test pass@1 along training per N (mean over seeds), as SoftmaxGRPO Figure 2."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot(extra="lab")
 
     ns = list(results)
     fig, axes = plt.subplots(1, len(ns), figsize=(5.5 * len(ns), 4), squeeze=False)

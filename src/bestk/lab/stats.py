@@ -23,12 +23,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bestk._optional import require
+
 __all__ = ["t_quantile", "mean_ci", "PairedTest", "paired_test", "holm"]
 
 
 def t_quantile(df: int, level: float = 0.95) -> float:
     """Two-sided ``level`` Student-t quantile ``t_{(1+level)/2, df}`` (``scipy.stats.t.ppf``)."""
-    from scipy import stats
+    stats = require("scipy.stats", extra="lab")
 
     if int(df) != df or df < 1:
         raise ValueError(f"degrees of freedom must be a positive integer, got {df}")
@@ -80,7 +82,7 @@ def paired_test(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray
     Needs at least two pairs. Returns the mean difference, its 95% t-interval and the p-value
     (module docstring for the zero-variance case).
     """
-    from scipy import stats
+    stats = require("scipy.stats", extra="lab")
 
     x, y = _values(a, "paired_test a"), _values(b, "paired_test b")
     if x.size != y.size:

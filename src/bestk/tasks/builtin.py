@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from bestk._optional import require
 from bestk.tasks.base import Task, register_task
 from bestk.tasks.rewards import REWARDS, RewardSpec, get_reward, register_reward
 
@@ -162,7 +163,7 @@ def reasoning_gym_task(
     """
     if not dataset:
         raise ValueError("task reasoning_gym needs option dataset (a reasoning-gym dataset name)")
-    import reasoning_gym
+    reasoning_gym = require("reasoning_gym", extra="train")
 
     cfg = dict(config or {})
     try:

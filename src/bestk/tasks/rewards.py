@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from bestk._optional import require
+
 __all__ = [
     "REWARDS",
     "RewardSpec",
@@ -132,7 +134,7 @@ def positional_reward(prompt: str, completion: str, *, answer: Any, **_: Any) ->
 
 @lru_cache(maxsize=4096)
 def _parse_gold(answer: str) -> Any:
-    from math_verify import parse
+    parse = require("math_verify", extra="train").parse
 
     text = answer if ("$" in answer or "\\boxed" in answer) else f"${answer}$"
     return parse(text)
@@ -145,7 +147,8 @@ def math_verify_reward(prompt: str, completion: str, *, answer: Any, **_: Any) -
     The reference is parsed as LaTeX (wrapped in ``$...$`` when it has no delimiters); the
     completion is parsed as free text (``\\boxed{}``, ``$...$``, plain numbers).
     """
-    from math_verify import parse, verify
+    mv = require("math_verify", extra="train")
+    parse, verify = mv.parse, mv.verify
 
     gold = _parse_gold(str(answer))
     try:
@@ -181,7 +184,7 @@ def squad_f1(prediction: str, reference: str) -> float:
 
 @lru_cache(maxsize=1)
 def _rouge_scorer() -> Any:
-    from rouge_score import rouge_scorer
+    rouge_scorer = require("rouge_score.rouge_scorer", extra="train")
 
     return rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False)
 
@@ -201,7 +204,7 @@ def reasoning_gym_reward(prompt: str, completion: str, *, entry: dict, **_: Any)
     ``entry`` is the dataset item (``question``, ``answer``, ``metadata`` with
     ``source_dataset``). Scores lie in [0, 1]; 1.0 means correct.
     """
-    import reasoning_gym
+    reasoning_gym = require("reasoning_gym", extra="train")
 
     score_fn = reasoning_gym.get_score_answer_fn(entry["metadata"]["source_dataset"])
     score = score_fn(completion.strip(), entry)

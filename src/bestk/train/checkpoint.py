@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from bestk._atomic import atomic_path, write_text_atomic
+from bestk._optional import require
 
 __all__ = [
     "save_checkpoint",
@@ -76,7 +77,7 @@ def save_checkpoint(
     ``state`` must be JSON-serialisable; the python / numpy RNG states are added to it.
     Returns the checkpoint's path.
     """
-    from safetensors.torch import save_file
+    save_file = require("safetensors.torch", extra="train").save_file
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -211,7 +212,7 @@ def load_checkpoint(
     a damaged or unreadable checkpoint raises ``ValueError`` naming it. Restores the torch,
     numpy and python global RNG states when ``restore_rng``.
     """
-    from safetensors import safe_open
+    safe_open = require("safetensors", extra="train").safe_open
 
     path = Path(path)
     if not path.is_file():

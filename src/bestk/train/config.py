@@ -24,6 +24,7 @@ from typing import Any, get_type_hints
 import yaml
 
 __all__ = [
+    "LoRAConfig",
     "ModelConfig",
     "TaskConfig",
     "SFTConfig",
@@ -43,11 +44,29 @@ __all__ = [
     "check_finite",
     "check_device",
     "check_model_dir",
+    "check_dependencies",
     "check_estimator_runs",
     "config_items",
     "resolve_estimator_options",
     "calibration_prompt_ids",
 ]
+
+
+@dataclass
+class LoRAConfig:
+    """Low-rank adapters (LoRA, through PEFT) instead of a full fine-tune (``r = 0``)."""
+
+    r: int = 0
+    """Adapter rank; 0 = no adapters, every weight trains."""
+    alpha: float = 32.0
+    """LoRA scaling numerator: the adapter update is scaled by ``alpha / r``."""
+    dropout: float = 0.0
+    """Dropout on the adapters' input (0 keeps the training forward equal to the sampling
+    one, so the PPO ratio of an on-policy step is exactly 1)."""
+    target_modules: list[str] | str | None = None
+    """Modules that get adapters: a list of names (``[q_proj, v_proj]``), ``all-linear``
+    (every linear layer but the output head), or ``None`` = PEFT's default for the
+    architecture."""
 
 
 @dataclass
@@ -71,6 +90,14 @@ class ModelConfig:
     """Context length of the tiny default model."""
     dtype: str = "float32"
     """Parameter dtype: ``float32`` or ``bfloat16``."""
+    chat_template: str = "auto"
+    """``auto``: when the tokenizer has a chat template, each prompt is sent as one user
+    message through ``apply_chat_template(..., add_generation_prompt=True)`` (instruct
+    models); ``none``: the prompt text as is."""
+    autocast: str = "auto"
+    """Mixed precision of forward passes: ``auto`` = bfloat16 autocast on a CUDA device that
+    supports it, none elsewhere; ``bf16`` (CUDA only); ``none``."""
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
 
 
 @dataclass
@@ -203,6 +230,12 @@ class TrainConfig:
     and much faster than on several when the machine is shared."""
     device: str = "cpu"
     """``cpu``, ``cuda`` or ``cuda:N``."""
+    report_to: str | list[str] = "none"
+    """Live logging besides ``metrics.jsonl``, as TRL's ``report_to``: ``none`` (TRL's
+    default), ``all`` (every supported integration installed), ``tensorboard``, ``wandb``,
+    or a list of them (see ``bestk.train.reporters``)."""
+    run_name: str | None = None
+    """Name of the run in W&B (``None`` = the run directory's name)."""
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     sft: SFTConfig = field(default_factory=lambda: SFTConfig(steps=100))
@@ -278,6 +311,10 @@ def _coerce(value: Any, tp: Any, full: str) -> Any:
         if optional:
             return None
         raise ValueError(f"config key {full!r} cannot be null")
+    if "list" in text and isinstance(value, (list, tuple)):
+        if not all(isinstance(v, str) for v in value):
+            raise ValueError(f"config key {full!r} must be a list of names, got {value!r}")
+        return list(value)
     if tp is bool or text == "bool":
         if isinstance(value, bool):
             return value
@@ -360,7 +397,8 @@ def validate(cfg: TrainConfig) -> None:
     """Check every value before any work; raise ``ValueError`` naming the offending key.
 
     In order: names (estimator, its option names, task option names), values (types, finite
-    floats, ranges; :func:`check_values`), the device (:func:`check_device`), a local model
+    floats, ranges; :func:`check_values`), the device (:func:`check_device`), the optional
+    packages the config needs (:func:`check_dependencies`), a local model
     directory (:func:`check_model_dir`), and the estimator options' *values*, by running the
     estimator on a dummy batch shaped like a training batch (:func:`check_estimator_runs`; a
     ``calibration`` path is loaded). Nothing here trains, builds a model or writes a file.
@@ -368,6 +406,7 @@ def validate(cfg: TrainConfig) -> None:
     check_names(cfg)
     check_values(cfg)
     check_device(cfg.device)
+    check_dependencies(cfg)
     if cfg.model.path is not None:
         check_model_dir(cfg.model.path)
     check_estimator_runs(cfg)
@@ -460,6 +499,17 @@ def _value_rules() -> list[tuple[str, Callable[[Any], bool], str]]:
         ("model.intermediate_size", ge(1), "an integer >= 1"),
         ("model.max_positions", ge(1), "an integer >= 1"),
         ("model.dtype", *_in_choices("float32", "bfloat16")),
+        ("model.chat_template", *_in_choices("auto", "none")),
+        ("model.autocast", *_in_choices("auto", "bf16", "none")),
+        ("model.lora.r", ge(0), "an integer >= 0 (0 = no adapters)"),
+        ("model.lora.alpha", num(lambda v: v > 0), "> 0"),
+        ("model.lora.dropout", num(lambda v: 0 <= v < 1), "in [0, 1)"),
+        ("model.lora.target_modules",
+         lambda v: v is None or (isinstance(v, str) and bool(v)) or (
+             isinstance(v, list) and bool(v) and all(isinstance(x, str) and x for x in v)),
+         "a list of module names, all-linear or null (PEFT's default)"),
+        ("run_name", lambda v: v is None or (isinstance(v, str) and bool(v)),
+         "a name or null"),
         ("sft.steps", ge(0), "an integer >= 0"),
         ("sft.batch_size", ge(1), "an integer >= 1"),
         ("sft.lr", num(lambda v: v > 0), "> 0"),
@@ -503,6 +553,14 @@ def check_values(cfg: TrainConfig) -> None:
             f"rollout.prompts_per_step ({cfg.rollout.prompts_per_step}): minibatches hold "
             "whole groups"
         )
+    from bestk.train.reporters import resolve_report_to
+
+    resolve_report_to(cfg.report_to)
+    if cfg.model.autocast == "bf16" and not cfg.device.startswith("cuda"):
+        raise ValueError(
+            f"config key 'model.autocast' is bf16, which needs a CUDA device; device is "
+            f"{cfg.device!r} (use auto or none)"
+        )
     if cfg.model.path is None and cfg.model.hidden_size % cfg.model.num_heads:
         raise ValueError(
             f"config key 'model.hidden_size' ({cfg.model.hidden_size}) must be divisible by "
@@ -541,6 +599,24 @@ def check_device(device: str) -> None:
             f"config key 'device' is {device!r}, but only {count()} {dev.type} device(s) are "
             "visible"
         )
+
+
+def check_dependencies(cfg: TrainConfig) -> None:
+    """The optional packages this config needs are installed (else
+    :class:`bestk._optional.MissingDependency`, an ``ImportError`` naming the extra): the
+    ``train`` extra's transformers, tokenizers, safetensors and matplotlib, PEFT for
+    ``model.lora``, and each integration of ``report_to``. A task checks its own (the
+    ``dataset`` task needs ``datasets``, a reward its scorer) when it loads."""
+    from bestk._optional import require
+    from bestk.train.reporters import INTEGRATIONS, resolve_report_to
+
+    for module in ("transformers", "tokenizers", "safetensors", "matplotlib"):
+        require(module, extra="train")
+    if cfg.model.lora.r > 0:
+        require("peft", extra="train")
+    for name in resolve_report_to(cfg.report_to):
+        module, extra = INTEGRATIONS[name]
+        require(module, extra=extra)
 
 
 #: Files of which a Hugging Face tokenizer directory holds at least one.

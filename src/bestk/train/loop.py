@@ -46,11 +46,13 @@ from bestk.train.config import (
     TrainConfig,
     calibration_prompt_ids,
     config_from_dict,
+    config_to_dict,
     resolve_estimator_options,
     validate,
 )
 from bestk.train.evaluate import evaluate
 from bestk.train.policy import count_parameters, load_policy
+from bestk.train.reporters import Reporters, resolve_report_to, rollout_stats
 from bestk.train.rollout import sample, sequence_logprobs
 from bestk.train.rundir import (
     RunLock,
@@ -156,9 +158,18 @@ class Trainer:
             self._resume()
         else:
             self._start_dir()
+        self.reporters = Reporters(
+            resolve_report_to(cfg.report_to), self.out, config=config_to_dict(cfg),
+            resume_step=self.step if self.state.kind == "resume" else None,
+            run_name=cfg.run_name,
+        )
 
     def close(self) -> None:
-        """Release the run directory's lock (done by :meth:`run` when it returns)."""
+        """Close the live reporters and release the run directory's lock (done by :meth:`run`
+        when it returns)."""
+        reporters = getattr(self, "reporters", None)
+        if reporters is not None:
+            reporters.close()
         lock = getattr(self, "_lock", None)
         if lock is not None:
             lock.release()
@@ -245,7 +256,8 @@ class Trainer:
 
     # -- logging / checkpoints ---------------------------------------------------------------
     def log(self, record: dict[str, Any]) -> None:
-        """Append one JSON line to ``metrics.jsonl`` (flushed and fsync'ed)."""
+        """Append one JSON line to ``metrics.jsonl`` (flushed and fsync'ed), then send the
+        record to the live reporters (``report_to``: TensorBoard, W&B)."""
         path = self.out / "metrics.jsonl"
         try:
             with open(path, "a") as f:
@@ -256,6 +268,7 @@ class Trainer:
             if e.filename is None and e.errno is not None:  # write() errors name no file
                 raise OSError(e.errno, e.strerror, str(path)) from e
             raise
+        self.reporters.log(record)
 
     def checkpoint(self) -> Path:
         """Atomic checkpoint of the current state."""
@@ -357,6 +370,7 @@ class Trainer:
             "adv_abs_mean": float(adv.abs().mean()),
             "entropy": float((ro.entropy * mask).sum() / mask.sum().clamp_min(1)),
             "response_len": float(mask.sum(1).mean()),
+            **rollout_stats(rewards, r.n, mask.sum(1).cpu().numpy(), ro.finished.cpu().numpy()),
             **stats,
             "time_generate": t_gen - t0,
             "time_score": t_score - t_gen,

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from bestk._optional import require
 from bestk.train.config import ModelConfig, check_model_dir
 
 __all__ = ["build_char_tokenizer", "build_tiny_model", "load_policy", "count_parameters"]
@@ -28,6 +29,8 @@ def build_char_tokenizer(alphabet: str | None) -> Any:
     Built locally with ``tokenizers`` (WordLevel over single characters, a ``Fuse`` decoder);
     ``save_pretrained`` gives a directory ``AutoTokenizer`` loads.
     """
+    require("tokenizers", extra="train")
+    require("transformers", extra="train")
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -48,6 +51,7 @@ def build_char_tokenizer(alphabet: str | None) -> Any:
 
 def build_tiny_model(cfg: ModelConfig, tokenizer: Any, seed: int = 0) -> Any:
     """A freshly initialised Qwen2 / Llama causal LM sized by ``cfg`` for ``tokenizer``."""
+    require("transformers", extra="train")
     from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
     if cfg.hidden_size % cfg.num_heads:
@@ -88,6 +92,7 @@ def load_policy(cfg: ModelConfig, alphabet: str | None, seed: int = 0) -> tuple[
     if cfg.path is None:
         tok = build_char_tokenizer(alphabet)
         return build_tiny_model(cfg, tok, seed), tok
+    require("transformers", extra="train")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = Path(cfg.path)

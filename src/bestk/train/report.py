@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bestk._optional import pyplot
+
 __all__ = ["write_report", "curve_of"]
 
 
@@ -26,10 +28,7 @@ def curve_of(record: dict[str, Any], prefix: str) -> tuple[list[int], list[float
 
 
 def _plot_curves(path: Path, start: dict, end: dict, prefix: str, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot(extra="train")
 
     fig, ax = plt.subplots(figsize=(5, 3.6))
     for rec, label, color in ((start, "start of RL", "tab:gray"), (end, "end of RL", "tab:blue")):
@@ -48,10 +47,7 @@ def _plot_curves(path: Path, start: dict, end: dict, prefix: str, title: str) ->
 
 
 def _plot_training(path: Path, train: list[dict], evals: list[dict], n: int) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot(extra="train")
 
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
     steps = [r["step"] for r in train]

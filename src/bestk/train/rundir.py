@@ -64,6 +64,8 @@ RESUME_FREE: dict[str, str] = {
     "eval.every": "evaluations draw from their own generators and change no weight",
     "checkpoint_every": "where checkpoints are written, not what is trained",
     "keep_checkpoints": "how many checkpoints stay on disk",
+    "report_to": "where records are shown live (TensorBoard, W&B), not what is trained",
+    "run_name": "the run's name in W&B",
 }
 
 #: Keys a resumed run may change because they describe the machine, not the experiment. The
