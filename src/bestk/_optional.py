@@ -8,9 +8,9 @@ extra, e.g.::
 
     bestk lab digits needs scikit-learn: pip install "bestk[lab]"
 
-Inside a ``bestk`` command the message starts with the command line the user typed (the
-click context's command path); elsewhere with the caller's module. The ``bestk`` CLI prints
-it as one ``error:`` line and exits with status 2 (:func:`bestk.cli.main`).
+The message starts with the module that needed the package; the ``bestk`` command line
+restates it with the command the user typed and prints it as one ``error:`` line, exit
+status 2 (:class:`bestk._typer.Group`).
 """
 
 from __future__ import annotations
@@ -65,15 +65,6 @@ class MissingDependency(ImportError):
         return (type(self), (self.who, self.module, self.package, self.extra, self.detail))
 
 
-def _command_path() -> str | None:
-    """The running ``bestk`` command line (``bestk lab digits``), if inside one."""
-    click = sys.modules.get("click")
-    if click is None:
-        return None
-    ctx = click.get_current_context(silent=True)
-    return ctx.command_path if ctx is not None else None
-
-
 def _caller_module(depth: int) -> str:
     frame = sys._getframe(depth)
     return frame.f_globals.get("__name__", "bestk")
@@ -83,15 +74,16 @@ def missing_from(
     error: ImportError, *, extra: str | None = None, who: str | None = None
 ) -> MissingDependency | None:
     """The :class:`MissingDependency` an ``ImportError`` of a known optional module stands
-    for (``None`` when the missing module is not one of :data:`OPTIONAL`)."""
+    for, said by ``who`` when given (``None`` when the missing module is not one of
+    :data:`OPTIONAL`)."""
     if isinstance(error, MissingDependency):
-        return error
+        return MissingDependency(who or error.who, error.module, error.package,
+                                 extra or error.extra, error.detail)
     name = (getattr(error, "name", None) or "").split(".")[0]
     if name not in OPTIONAL:
         return None
     package, default_extra = OPTIONAL[name]
-    return MissingDependency(who or _command_path() or "bestk", name, package,
-                             extra or default_extra)
+    return MissingDependency(who or "bestk", name, package, extra or default_extra)
 
 
 def require(module: str, *, extra: str | None = None, who: str | None = None) -> ModuleType:
@@ -99,7 +91,7 @@ def require(module: str, *, extra: str | None = None, who: str | None = None) ->
 
     Raises :class:`MissingDependency` naming the package and ``extra`` (default: the module's
     extra in :data:`OPTIONAL`) when it, or an optional package it imports, is missing. The
-    message starts with ``who``, else the running ``bestk`` command, else the calling module.
+    message starts with ``who``, else the calling module.
     An ``ImportError`` of anything that is not an optional package propagates unchanged (a
     broken install is not a missing extra).
     """
@@ -114,7 +106,7 @@ def require(module: str, *, extra: str | None = None, who: str | None = None) ->
         package, default_extra = OPTIONAL.get(needed, (needed, extra or "train"))
         # The extra of the module asked for also installs what it imports.
         chosen = extra or (OPTIONAL[top][1] if top in OPTIONAL else default_extra)
-        who = who or _command_path() or _caller_module(2)
+        who = who or _caller_module(2)
         raise MissingDependency(who, needed, package, chosen) from None
 
 
@@ -132,7 +124,6 @@ def available(module: str) -> bool:
 def pyplot(*, extra: str = "plot", who: str | None = None) -> ModuleType:
     """``matplotlib.pyplot`` on the non-interactive Agg backend (figures go to files), or
     :class:`MissingDependency` naming ``extra`` when matplotlib is missing."""
-    matplotlib = require("matplotlib", extra=extra, who=who or _command_path()
-                         or _caller_module(2))
+    matplotlib = require("matplotlib", extra=extra, who=who or _caller_module(2))
     matplotlib.use("Agg")
     return importlib.import_module("matplotlib.pyplot")

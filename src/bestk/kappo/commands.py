@@ -113,11 +113,10 @@ def plot_weights_cmd(
     beta: float = typer.Option(0.1, "--beta", help="KL strength for the KAPPO panels."),
 ) -> None:
     """Draw prompt weights omega(p), KAPPO beta_eff(p_ref) and the win-rate transform T(q)."""
-    import numpy as np
-
     from bestk._optional import pyplot
 
     plt = pyplot(extra="plot")
+    import numpy as np
 
     from bestk import theory
     from bestk.kappo import binary_calibration, winrate_T

@@ -37,6 +37,15 @@ def _fail(err: Exception) -> None:
     raise typer.Exit(code=2)
 
 
+def _needs(*modules: str) -> None:
+    """The ``lab`` extra's packages this command uses are installed, checked before any work
+    (else one line naming the extra, exit 2: :class:`bestk._typer.Group`)."""
+    from bestk._optional import require
+
+    for module in modules:
+        require(module, extra="lab")
+
+
 @lab_app.command("bandit")
 def bandit_cmd(
     out: Path = typer.Option(Path("runs/lab-bandit"), "--out", "-o", help="Output directory."),
@@ -51,6 +60,7 @@ def bandit_cmd(
 
     Writes OUT/results.json, OUT/results.md and OUT/curves.png.
     """
+    _needs("scipy", "matplotlib")
     from bestk.lab.bandit import BanditConfig, run_bandit
 
     cfg = BanditConfig.fast() if fast else BanditConfig()
@@ -98,6 +108,7 @@ def digits_cmd(
     Writes OUT/results.json, OUT/testbeds.json (per-seed data), OUT/results.md,
     OUT/digits.png and OUT/config.json.
     """
+    _needs("sklearn", "scipy", "matplotlib")
     from bestk.lab.digits import DigitsConfig, run_digits
 
     cfg = DigitsConfig.fast() if fast else DigitsConfig()
@@ -175,6 +186,7 @@ def sparse_cmd(
 
     Writes OUT/results.json, OUT/testbeds.json, OUT/results.md, OUT/sparse.png, OUT/config.json.
     """
+    _needs("sklearn", "scipy", "matplotlib")
     from bestk.lab.sparse import SparseConfig, run_sparse
 
     cfg = SparseConfig.fast() if fast else SparseConfig()

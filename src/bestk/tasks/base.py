@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from bestk._optional import require
 from bestk.estimators import check_option_names
 from bestk.tasks.rewards import RewardSpec, get_reward
 
@@ -115,11 +116,14 @@ def load_task(
     name: str, options: dict[str, Any] | None = None, *, seed: int = 0, reward: str | None = None
 ) -> Task:
     """Build task ``name`` with ``options``; ``reward`` (a name or ``module:function``)
-    replaces the task's default reward. Unknown tasks/options raise ``ValueError``."""
+    replaces the task's default reward. Unknown tasks/options raise ``ValueError``; a missing
+    package of the task or its reward raises :class:`bestk._optional.MissingDependency`."""
     options = dict(options or {})
     check_option_names("task", name, options, task_options(name))
     spec = get_reward(reward) if reward else None
     task = TASKS[name](seed=seed, reward=spec, **options)
+    for module in task.reward.requires:  # before any work, not at the first score
+        require(module)
     if not task.train:
         raise ValueError(f"task {name!r} has no training prompts")
     if not task.eval:

@@ -51,21 +51,26 @@ RewardFn = Callable[..., float]
 
 @dataclass(frozen=True)
 class RewardSpec:
-    """A registered reward: the function and whether its values are graded (not only 0/1)."""
+    """A registered reward: the function, whether its values are graded (not only 0/1), and
+    the optional modules it imports (checked when a task using it loads)."""
 
     fn: RewardFn
     graded: bool
+    requires: tuple[str, ...] = ()
 
 
 #: name -> :class:`RewardSpec`. Add with :func:`register_reward`.
 REWARDS: dict[str, RewardSpec] = {}
 
 
-def register_reward(name: str, *, graded: bool) -> Callable[[RewardFn], RewardFn]:
-    """Decorator registering ``fn(prompt, completion, **example) -> float`` under ``name``."""
+def register_reward(
+    name: str, *, graded: bool, requires: tuple[str, ...] = ()
+) -> Callable[[RewardFn], RewardFn]:
+    """Decorator registering ``fn(prompt, completion, **example) -> float`` under ``name``;
+    ``requires`` names the optional modules it imports (e.g. ``("math_verify",)``)."""
 
     def deco(fn: RewardFn) -> RewardFn:
-        REWARDS[name] = RewardSpec(fn, graded)
+        REWARDS[name] = RewardSpec(fn, graded, tuple(requires))
         return fn
 
     return deco
@@ -140,7 +145,7 @@ def _parse_gold(answer: str) -> Any:
     return parse(text)
 
 
-@register_reward("math_verify", graded=False)
+@register_reward("math_verify", graded=False, requires=("math_verify",))
 def math_verify_reward(prompt: str, completion: str, *, answer: Any, **_: Any) -> float:
     """1.0 if math-verify judges the completion's final answer equal to ``answer``, else 0.0.
 
@@ -189,7 +194,7 @@ def _rouge_scorer() -> Any:
     return rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False)
 
 
-@register_reward("similarity", graded=True)
+@register_reward("similarity", graded=True, requires=("rouge_score",))
 def similarity_reward(prompt: str, completion: str, *, answer: Any, **_: Any) -> float:
     """SoftmaxGRPO's ``r_sim = 0.6 F1_SQuAD + 0.4 ROUGE-L`` (F-measure) against ``answer``."""
     ref = str(answer)
@@ -197,7 +202,7 @@ def similarity_reward(prompt: str, completion: str, *, answer: Any, **_: Any) ->
     return 0.6 * squad_f1(completion, ref) + 0.4 * float(rouge)
 
 
-@register_reward("reasoning_gym", graded=True)
+@register_reward("reasoning_gym", graded=True, requires=("reasoning_gym",))
 def reasoning_gym_reward(prompt: str, completion: str, *, entry: dict, **_: Any) -> float:
     """The reasoning-gym score of ``completion`` for ``entry`` (its dataset's ``score_answer``).
 

@@ -1,0 +1,204 @@
+"""Missing extras: each optional dependency, hidden, gives one line naming the extra to install
+(exit status 2, no traceback) before any work; and the command line stays light (no torch for
+``--help``), with a lazy public API that still registers every estimator."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from bestk._optional import MissingDependency, available, missing_from, require
+from bestk.cli import app
+from tests.test_train import TINY
+from tests.test_train_rundir import one_line_error
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _restore_torch_threads():
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+def _train(out: Path, *sets: str) -> list[str]:
+    args = ["train", "--out", str(out), "--quiet", "--max-steps", "1"]
+    for s in [*TINY, *sets]:
+        args += ["--set", s]
+    return args
+
+
+def _cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
+    """hidden module -> (bestk arguments, the expected error line)."""
+    bank = tmp / "bank.parquet"
+    bank.write_bytes(b"PAR1")
+    jsonl = tmp / "math.jsonl"
+    jsonl.write_text("".join(f'{{"question": "{i}+1", "answer": "{i + 1}"}}\n' for i in range(8)))
+    parquet = tmp / "gsm8k.parquet"
+    parquet.write_bytes(b"PAR1")
+    run = tmp / "run"
+    train = 'needs {}: pip install "bestk[train]"'
+    return {
+        "sklearn": (["lab", "digits", "--fast", "--quiet", "--out", str(tmp / "d")],
+                    'bestk lab digits needs scikit-learn: pip install "bestk[lab]"'),
+        "scipy": (["lab", "bandit", "--fast", "--quiet", "--out", str(tmp / "b")],
+                  'bestk lab bandit needs scipy: pip install "bestk[lab]"'),
+        "matplotlib": (["plot", "weights", "--out", str(tmp / "img")],
+                       'bestk plot weights needs matplotlib: pip install "bestk[plot]"'),
+        "pyarrow": (["calibrate", str(bank), "--k", "2", "--beta", "0.1", "--out",
+                     str(tmp / "cal.json")],
+                    'bestk calibrate needs pyarrow: pip install "bestk[train]"'),
+        "transformers": (_train(run), "bestk train " + train.format("transformers")),
+        "peft": (_train(run, "model.lora.r=4"), "bestk train " + train.format("peft")),
+        "tensorboard": (_train(run, "report_to=tensorboard"),
+                        "bestk train " + train.format("tensorboard")),
+        "wandb": (_train(run, "report_to=[tensorboard, wandb]"),
+                  'bestk train needs wandb: pip install "bestk[wandb]"'),
+        "datasets": (_train(run, "task.name=dataset", f"task.options={{path: {parquet}}}"),
+                     "bestk train " + train.format("datasets")),
+        "math_verify": (_train(run, "task.name=math", f"task.options={{path: {jsonl}, "
+                               "num_eval: 2}"), "bestk train " + train.format("math-verify")),
+    }
+
+
+CASES = ["sklearn", "scipy", "matplotlib", "pyarrow", "transformers", "peft", "tensorboard",
+         "wandb", "datasets", "math_verify"]
+
+
+@pytest.mark.parametrize("module", CASES)
+def test_a_missing_extra_is_one_line_naming_it(module, tmp_path, hide_modules):
+    args, expected = _cases(tmp_path)[module]
+    hide_modules(module)
+    result = CliRunner().invoke(app, args)
+    assert one_line_error(result) == f"error: {expected}"
+    assert not (tmp_path / "run").exists()  # refused before the run directory was made
+
+
+@pytest.mark.parametrize("module, package, extra", [("trl", "trl", "trl"),
+                                                    ("verl", "verl", "verl")])
+def test_the_integrations_name_their_extra(module, package, extra, hide_modules, monkeypatch):
+    name = f"bestk.integrations.{module}"
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    hide_modules(module)
+    with pytest.raises(MissingDependency) as info:
+        __import__(name)
+    assert str(info.value) == f'{name} needs {package}: pip install "bestk[{extra}]"'
+    assert isinstance(info.value, ImportError)
+
+
+def test_a_real_process_prints_one_line_and_exits_2(tmp_path):
+    code = ("import sys; sys.modules['sklearn'] = None; sys.argv[0] = 'bestk'; "
+            "from bestk.cli import main; main()")
+    res = subprocess.run([sys.executable, "-c", code, "lab", "digits", "--fast", "--quiet",
+                          "--out", str(tmp_path / "d")], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 2
+    assert res.stderr == 'error: bestk lab digits needs scikit-learn: pip install "bestk[lab]"\n'
+    assert not (tmp_path / "d").exists()
+
+
+def test_require(hide_modules):
+    assert require("json").dumps([1]) == "[1]"
+    hide_modules("sklearn")
+    with pytest.raises(MissingDependency) as info:
+        require("sklearn.datasets", extra="lab")
+    err = info.value
+    assert str(err) == f'{__name__} needs scikit-learn: pip install "bestk[lab]"'
+    assert (err.module, err.package, err.extra) == ("sklearn", "scikit-learn", "lab")
+    with pytest.raises(MissingDependency, match='^the digits lab needs scikit-learn: pip '
+                       'install "bestk\\[lab\\]"$'):
+        require("sklearn", extra="lab", who="the digits lab")
+    again = pickle.loads(pickle.dumps(err))  # worker processes send errors back
+    assert type(again) is MissingDependency and str(again) == str(err)
+    assert not available("sklearn") and available("json")
+
+
+def test_require_names_the_optional_package_a_module_needs(hide_modules):
+    """An installed package whose own optional dependency is missing: the message names the
+    missing one with the extra of the package asked for."""
+    hide_modules("safetensors")
+    with pytest.raises(MissingDependency, match='needs safetensors: pip install "bestk\\[trl\\]"'):
+        require("safetensors.torch", extra="trl")
+
+
+def test_a_broken_install_is_not_reported_as_a_missing_extra(tmp_path, monkeypatch):
+    (tmp_path / "brokenpkg.py").write_text("import not_a_real_module_xyz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ModuleNotFoundError, match="not_a_real_module_xyz"):
+        require("brokenpkg")
+    assert missing_from(ModuleNotFoundError("x", name="not_a_real_module_xyz")) is None
+    assert "bestk[lab]" in str(missing_from(ModuleNotFoundError("x", name="sklearn.base")))
+
+
+# -- a light command line ---------------------------------------------------------------------
+HELP = [[], ["estimators"], ["train"], ["eval"], ["compare"], ["calibrate"], ["lab"],
+        ["lab", "bandit"], ["lab", "digits"], ["lab", "sparse"], ["lab", "kappo"], ["plot"],
+        ["plot", "weights"]]
+
+_PROBE = """
+import sys
+sys.argv = ["bestk", *sys.argv[1:], "--help"]
+from bestk.cli import main
+try:
+    main()
+except SystemExit as e:
+    assert e.code in (0, None), e.code
+heavy = sorted(m for m in ("torch", "numpy", "transformers", "scipy", "pydantic")
+               if m in sys.modules)
+print("HEAVY", heavy, file=sys.stderr)
+"""
+
+
+def test_no_help_imports_torch():
+    """``bestk [SUBCOMMAND] --help`` imports neither torch nor numpy (nor pydantic, which typer
+    would import to coerce a group's unset --help flag); timings: benchmarks/cli_startup.py."""
+    for sub in HELP:
+        res = subprocess.run([sys.executable, "-c", _PROBE, *sub], capture_output=True,
+                             text=True, timeout=60)
+        assert res.returncode == 0, res.stderr
+        assert "Usage:" in res.stdout and "--help" in res.stdout, sub
+        assert "HEAVY []" in res.stderr, (sub, res.stderr)
+
+
+def test_lazy_public_api_in_a_fresh_interpreter():
+    code = """
+import sys
+import bestk
+assert "torch" not in sys.modules, "import bestk pulled torch"
+names = set(bestk.ESTIMATORS)
+expected = {"argmaxrl", "maxrl", "softmax_grpo", "grpo", "rloo", "reinforce", "pkpo",
+            "kappo_grpo"}
+assert expected <= names, expected - names
+adv = bestk.advantages("grpo", [1.0, 0.0, 1.0, 1.0], [0, 0, 1, 1])
+assert adv.tolist()[0] > 0 > adv.tolist()[1], adv
+assert bestk.pass_at_k(n=4, c=1, k=4) == 1.0
+assert callable(bestk.kappo.calibrate) and bestk.theory is sys.modules["bestk.theory"]
+assert set(bestk.__all__) <= set(dir(bestk))
+try:
+    bestk.nope
+except AttributeError as e:
+    assert "nope" in str(e)
+import bestk.cli, bestk.train, bestk.kappo
+print("OK")
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0 and res.stdout.strip() == "OK", res.stderr
+
+
+def test_first_access_registers_kappo_grpo_even_after_a_direct_import():
+    code = """
+import bestk.estimators
+from bestk.estimators import ESTIMATORS
+import bestk
+assert "kappo_grpo" in bestk.ESTIMATORS and bestk.ESTIMATORS is ESTIMATORS
+print("OK")
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0 and res.stdout.strip() == "OK", res.stderr
