@@ -24,3 +24,70 @@ def hide_modules(monkeypatch) -> Callable[..., None]:
             monkeypatch.setitem(sys.modules, name, None)
 
     return hide
+
+
+def gsm8k_rows(n: int, offset: int = 0) -> list[dict[str, str]]:
+    """``n`` GSM8K-format rows: ``question`` and a worked ``answer`` ending ``#### <result>``
+    (with GSM8K's ``<<a*b=c>>`` calculator annotations)."""
+    rows = []
+    for i in range(offset, offset + n):
+        a, b = i % 7 + 2, i % 5 + 3
+        rows.append({
+            "question": f"Tom has {a} bags with {b} apples each. How many apples does he have?",
+            "answer": f"He has {a} * {b} = <<{a}*{b}={a * b}>>{a * b} apples.\n#### {a * b}",
+        })
+    return rows
+
+
+@pytest.fixture(scope="session")
+def gsm8k_parquet(tmp_path_factory):
+    """A GSM8K-format parquet file of 40 training rows and one of 8 test rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d = tmp_path_factory.mktemp("gsm8k")
+    pq.write_table(pa.Table.from_pylist(gsm8k_rows(40)), d / "train.parquet")
+    pq.write_table(pa.Table.from_pylist(gsm8k_rows(8, offset=1000)), d / "test.parquet")
+    return d / "train.parquet", d / "test.parquet"
+
+
+#: A ChatML-style template (Qwen's layout), set on the tiny tokenizer by the fixture below.
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.fixture(scope="session")
+def tiny_hf_model(tmp_path_factory):
+    """A local Hugging Face model directory, built here (nothing downloaded): a 2-layer Qwen2
+    of width 32 with a byte-level BPE tokenizer trained with ``tokenizers`` on GSM8K-format
+    text, and the ChatML chat template :data:`CHAT_TEMPLATE`."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    d = tmp_path_factory.mktemp("tiny-qwen2")
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    corpus = [f"{r['question']}\n{r['answer']}" for r in gsm8k_rows(200)]
+    bpe.train_from_iterator(corpus * 3, trainer)
+    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>",
+                                  pad_token="<|endoftext|>")
+    tok.chat_template = CHAT_TEMPLATE
+    tok.save_pretrained(d)
+    conf = Qwen2Config(
+        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
+        tie_word_embeddings=True, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        bos_token_id=None,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = Qwen2ForCausalLM(conf)
+    model.save_pretrained(d)
+    return d

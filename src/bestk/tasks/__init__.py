@@ -6,6 +6,7 @@ A reward function is ``(prompt, completion, **example) -> float``, registered by
 """
 
 from bestk.tasks import builtin as _builtin  # noqa: F401  (registers the built-in tasks)
+from bestk.tasks import dataset as _dataset  # noqa: F401  (registers the dataset task)
 from bestk.tasks.base import TASKS, Task, load_task, register_task, task_options
 from bestk.tasks.rewards import REWARDS, RewardSpec, get_reward, register_reward
 

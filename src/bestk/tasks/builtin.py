@@ -19,6 +19,8 @@ __all__ = [
     "arithmetic_task",
     "reasoning_gym_task",
     "jsonl_task",
+    "rows_to_examples",
+    "split_rows",
     "math_task",
     "similarity_task",
     "permute_task",
@@ -235,33 +237,53 @@ def jsonl_task(
     """
     if not path:
         raise ValueError("task jsonl needs option path (a .jsonl file)")
-    rows = _read_jsonl(path)
     spec = reward or get_reward(reward_name)
-
-    def convert(rows: list[dict[str, Any]], src: str, offset: int) -> list[dict[str, Any]]:
-        out = []
-        for i, row in enumerate(rows):
-            for f in (prompt_field, answer_field):
-                if f not in row:
-                    raise ValueError(f"{src}: row {i + 1} has no field {f!r}")
-            ex = dict(row)
-            ex["prompt"] = template.format(**{**row, "prompt": row[prompt_field]})
-            ex["answer"] = str(row[answer_field])
-            ex["id"] = offset + i
-            out.append(ex)
-        return out
-
-    if eval_path:
-        train = convert(rows, path, 0)
-        held = convert(_read_jsonl(eval_path), eval_path, len(rows))
-    else:
-        if not 1 <= num_eval < len(rows):
-            raise ValueError(f"num_eval must be in [1, {len(rows) - 1}] for {path}, got {num_eval}")
-        examples = convert(rows, path, 0)
-        order = np.random.default_rng(seed).permutation(len(rows))
-        held = [examples[i] for i in order[:num_eval]]
-        train = [examples[i] for i in np.sort(order[num_eval:])]
+    fields = {"prompt_field": prompt_field, "answer_field": answer_field, "template": template}
+    train, held = split_rows(_read_jsonl(path), path,
+                             _read_jsonl(eval_path) if eval_path else None, eval_path,
+                             num_eval=num_eval, seed=seed, **fields)
     return Task(f"jsonl/{Path(path).stem}", train, held, spec, None, max_answer_chars)
+
+
+def rows_to_examples(rows: list[dict[str, Any]], src: str, offset: int, *, prompt_field: str,
+                     answer_field: str, template: str) -> list[dict[str, Any]]:
+    """Task examples of data rows: every field of the row, plus ``prompt`` =
+    ``template.format(prompt=row[prompt_field], **row)``, ``answer`` = ``str(row[answer_field])``
+    and ``id`` = ``offset + row index``. A row without either field raises ``ValueError``
+    naming ``src``, the row and the fields it has."""
+    out = []
+    for i, row in enumerate(rows):
+        for f in (prompt_field, answer_field):
+            if f not in row:
+                raise ValueError(f"{src}: row {i + 1} has no field {f!r} (it has "
+                                 f"{', '.join(map(repr, row))})")
+        ex = dict(row)
+        try:
+            ex["prompt"] = template.format(**{**row, "prompt": row[prompt_field]})
+        except (KeyError, IndexError, ValueError) as e:
+            raise ValueError(f"task option template {template!r} does not fit {src} row "
+                             f"{i + 1}: {type(e).__name__} {e}") from None
+        ex["answer"] = str(row[answer_field])
+        ex["id"] = offset + i
+        out.append(ex)
+    return out
+
+
+def split_rows(rows: list[dict[str, Any]], src: str, eval_rows: list[dict[str, Any]] | None,
+               eval_src: str, *, num_eval: int, seed: int, **fields: str
+               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(train, held-out)`` examples (:func:`rows_to_examples`): ``eval_rows`` are the held-out
+    ones when given (ids after the training rows'), else ``num_eval`` rows of ``rows`` drawn
+    with ``seed`` (the rest train, in file order)."""
+    if eval_rows is not None:
+        return (rows_to_examples(rows, src, 0, **fields),
+                rows_to_examples(eval_rows, eval_src, len(rows), **fields))
+    examples = rows_to_examples(rows, src, 0, **fields)
+    if not 1 <= num_eval < len(rows):
+        raise ValueError(f"num_eval must be in [1, {len(rows) - 1}] for {src}, got {num_eval}")
+    order = np.random.default_rng(seed).permutation(len(rows))
+    return ([examples[i] for i in np.sort(order[num_eval:])],
+            [examples[i] for i in order[:num_eval]])
 
 
 @register_task("math")

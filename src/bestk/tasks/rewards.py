@@ -12,7 +12,8 @@ Built in:
   (1 when exact, 1/2 when off by one, ...; 0 when no integer can be read).
 * ``positional`` — graded string match: share of positions where completion and answer agree
   (over the longer length); 1 only for an exact match.
-* ``math_verify`` — 1 if math-verify finds the completion's answer equal to the reference.
+* ``math_verify`` — 1 if math-verify finds the completion's answer equal to the reference
+  (GSM8K's ``#### answer`` convention is read on both sides: :func:`final_answer`).
 * ``similarity`` — SoftmaxGRPO's weak reward ``r_sim = 0.6 F1_SQuAD + 0.4 ROUGE-L``
   (papers/softmaxgrpo-paper.md, Appendix B.5) against the reference answer.
 * ``reasoning_gym`` — the reasoning-gym dataset's own ``score_answer`` of the entry (raw score
@@ -41,6 +42,7 @@ __all__ = [
     "arithmetic_reward",
     "positional_reward",
     "math_verify_reward",
+    "final_answer",
     "similarity_reward",
     "squad_f1",
     "reasoning_gym_reward",
@@ -137,6 +139,24 @@ def positional_reward(prompt: str, completion: str, *, answer: Any, **_: Any) ->
     return same / max(len(c), len(a))
 
 
+_GSM8K_MARK = "####"
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+
+
+def final_answer(text: str) -> str:
+    """The final answer of a GSM8K-style text: what follows the last ``####`` on its line,
+    stripped, without thousands separators (``1,234`` -> ``1234``); the whole text when there
+    is no ``####`` (math-verify then finds a ``\\boxed{}`` or the last expression itself).
+
+    ``"48/2 = 24 clips in May.\\n#### 72"`` -> ``"72"``.
+    """
+    if _GSM8K_MARK not in text:
+        return text
+    tail = text.rsplit(_GSM8K_MARK, 1)[1].strip()
+    line = tail.splitlines()[0].strip() if tail else ""
+    return _THOUSANDS.sub("", line)
+
+
 @lru_cache(maxsize=4096)
 def _parse_gold(answer: str) -> Any:
     parse = require("math_verify", extra="train").parse
@@ -149,15 +169,17 @@ def _parse_gold(answer: str) -> Any:
 def math_verify_reward(prompt: str, completion: str, *, answer: Any, **_: Any) -> float:
     """1.0 if math-verify judges the completion's final answer equal to ``answer``, else 0.0.
 
-    The reference is parsed as LaTeX (wrapped in ``$...$`` when it has no delimiters); the
-    completion is parsed as free text (``\\boxed{}``, ``$...$``, plain numbers).
+    Both sides first go through :func:`final_answer` (GSM8K's ``#### 72``: the reference may
+    be a whole worked solution). The reference is then parsed as LaTeX (wrapped in ``$...$``
+    when it has no delimiters); the completion as free text (``\\boxed{}``, ``$...$``, plain
+    numbers).
     """
     mv = require("math_verify", extra="train")
     parse, verify = mv.parse, mv.verify
 
-    gold = _parse_gold(str(answer))
+    gold = _parse_gold(final_answer(str(answer)))
     try:
-        pred = parse(completion)
+        pred = parse(final_answer(completion))
         return float(bool(verify(gold, pred)))
     except Exception:  # math-verify raises on malformed LaTeX; an unparseable answer is wrong
         return 0.0

@@ -235,8 +235,8 @@ def load_checkpoint(
         raise ValueError(f"checkpoint {str(path)!r} is unreadable: {first}") from None
     try:
         model.load_state_dict(groups["model."])
-        if ref_model is not None:
-            if not groups["ref."]:
+        if ref_model is not None:  # a reference without weights of its own needs none
+            if not groups["ref."] and ref_model.state_dict():
                 raise ValueError(f"checkpoint {str(path)!r} has no reference model")
             ref_model.load_state_dict(groups["ref."])
     except RuntimeError as e:

@@ -148,6 +148,7 @@ def _eval(
     from bestk.tasks import load_task
     from bestk.train.config import TrainConfig, apply_overrides, validate
     from bestk.train.evaluate import evaluate
+    from bestk.train.hf import autocast, render_task_prompts
     from bestk.train.policy import load_policy
 
     cfg = TrainConfig()
@@ -162,12 +163,15 @@ def _eval(
             raise ValueError(f"{flag} {str(path)!r} is a directory; give a file name")
     t = load_task(cfg.task.name, cfg.task.options, seed=cfg.seed, reward=cfg.task.reward)
     mdl, tok = load_policy(cfg.model, t.alphabet)
+    mdl.to(cfg.device)
+    render_task_prompts(t, tok, cfg.model.chat_template)
     max_new = cfg.rollout.max_new_tokens or t.max_answer_chars + 2
     examples = t.eval[: cfg.eval.num_prompts or len(t.eval)]
-    res = evaluate(
-        mdl, tok, t, examples, n=n, temperature=cfg.eval.temperature, top_p=cfg.eval.top_p,
-        max_new_tokens=max_new, seed=seed,
-    )
+    with autocast(cfg.device, cfg.model.autocast):
+        res = evaluate(
+            mdl, tok, t, examples, n=n, temperature=cfg.eval.temperature, top_p=cfg.eval.top_p,
+            max_new_tokens=max_new, seed=seed,
+        )
     table = Table(title=f"{t.name}: {len(examples)} held-out prompts x {n} samples")
     table.add_column("k")
     table.add_column("pass@k [95% CI]")
@@ -188,10 +192,11 @@ def _eval(
         write_text_atomic(json_out, json.dumps(m, indent=1))
     if bank_out is not None:
         bank_ex = t.train[:bank_prompts]
-        b = evaluate(
-            mdl, tok, t, bank_ex, n=n, temperature=cfg.eval.temperature, top_p=cfg.eval.top_p,
-            max_new_tokens=max_new, seed=seed + 1,
-        )
+        with autocast(cfg.device, cfg.model.autocast):
+            b = evaluate(
+                mdl, tok, t, bank_ex, n=n, temperature=cfg.eval.temperature,
+                top_p=cfg.eval.top_p, max_new_tokens=max_new, seed=seed + 1,
+            )
         write_text_atomic(bank_out, "".join(
             json.dumps({"prompt_id": ex["id"], "rewards": row.tolist()}) + "\n"
             for ex, row in zip(bank_ex, b.rewards, strict=True)

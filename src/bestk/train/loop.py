@@ -22,7 +22,6 @@ config allows it (see :mod:`bestk.train.rundir`).
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import os
@@ -51,6 +50,7 @@ from bestk.train.config import (
     validate,
 )
 from bestk.train.evaluate import evaluate
+from bestk.train.hf import autocast, reference_policy, render_task_prompts, save_model
 from bestk.train.policy import count_parameters, load_policy
 from bestk.train.reporters import Reporters, resolve_report_to, rollout_stats
 from bestk.train.rollout import sample, sequence_logprobs
@@ -147,6 +147,7 @@ class Trainer:
     def _build(self) -> None:
         cfg = self.cfg
         self.model, self.tokenizer = load_policy(cfg.model, self.task.alphabet, seed=cfg.seed)
+        render_task_prompts(self.task, self.tokenizer, cfg.model.chat_template)
         self.model.to(self.device)
         self.ref_model = None
         self.optimizer = self._make_optimizer(cfg.optim.lr)
@@ -222,7 +223,8 @@ class Trainer:
     def _make_optimizer(self, lr: float) -> torch.optim.Optimizer:
         o = self.cfg.optim
         return torch.optim.AdamW(
-            self.model.parameters(), lr=lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay
+            [p for p in self.model.parameters() if p.requires_grad],  # LoRA: the adapters
+            lr=lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay,
         )
 
     def _start_dir(self) -> None:
@@ -232,7 +234,7 @@ class Trainer:
     def _resume(self) -> None:
         set_aside(self.state.damaged)
         if self.cfg.loss.kl_coef > 0:
-            self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
+            self.ref_model = reference_policy(self.model)
         # verified by inspect_run under the lock a moment ago
         meta = load_checkpoint(
             self.state.checkpoint, self.model, self.optimizer, ref_model=self.ref_model,
@@ -508,7 +510,10 @@ class Trainer:
         console = Console(stderr=True, quiet=not progress)
         console.print(
             f"[bold]bestk train[/] task={self.task.name} estimator={cfg.estimator} "
-            f"params={count_parameters(self.model):,} out={self.out}"
+            f"params={count_parameters(self.model):,}"
+            + (f" (LoRA: {count_parameters(self.model, trainable=True):,} train)"
+               if cfg.model.lora.r > 0 else "")
+            + f" out={self.out}"
             + (f" (resuming at step {self.step})" if self.state.kind == "resume" else "")
         )
         bar = Progress(
@@ -518,13 +523,13 @@ class Trainer:
         last_eval: dict[str, Any] = {}
         restore = self._install_sigint()
         try:
-            with bar:
+            with bar, autocast(self.device, cfg.model.autocast):
                 if self.step == 0 and not self.sft_done:
                     self.sft(bar)
                 if self.step == 0 and latest_checkpoint(self.ckpt_dir) is None:
                     last_eval = self.evaluate(0)
                     if cfg.loss.kl_coef > 0:
-                        self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
+                        self.ref_model = reference_policy(self.model)
                     self.checkpoint()
                 rl = bar.add_task("RL", total=cfg.max_steps, completed=self.step)
                 live = ""
@@ -584,7 +589,7 @@ class Trainer:
                 shutil.rmtree(leftover)
         try:
             with _transformers_progress(progress):
-                self.model.save_pretrained(tmp)
+                save_model(self.model, tmp)  # a LoRA policy: merged, + final/adapter/
                 self.tokenizer.save_pretrained(tmp)
         except Exception as e:  # safetensors reports I/O failures as SafetensorError
             shutil.rmtree(tmp, ignore_errors=True)

@@ -16,6 +16,7 @@ import torch
 
 from bestk._optional import require
 from bestk.train.config import ModelConfig, check_model_dir
+from bestk.train.hf import add_lora
 
 __all__ = ["build_char_tokenizer", "build_tiny_model", "load_policy", "count_parameters"]
 
@@ -84,11 +85,20 @@ def _dtype(name: str) -> torch.dtype:
 
 
 def load_policy(cfg: ModelConfig, alphabet: str | None, seed: int = 0) -> tuple[Any, Any]:
-    """``(model, tokenizer)``: from ``cfg.path`` if set, else the tiny default for ``alphabet``.
+    """``(model, tokenizer)``: from ``cfg.path`` if set, else the tiny default for ``alphabet``;
+    wrapped in LoRA adapters when ``cfg.lora.r > 0`` (:func:`bestk.train.hf.add_lora`, adapter
+    initialisation drawn from ``seed``).
 
     A tokenizer without a pad token gets its EOS token as pad; padding is on the left (the
     rollout left-pads prompts).
     """
+    model, tok = _load_base(cfg, alphabet, seed)
+    if cfg.lora.r > 0:
+        model = add_lora(model, cfg.lora, seed)
+    return model, tok
+
+
+def _load_base(cfg: ModelConfig, alphabet: str | None, seed: int) -> tuple[Any, Any]:
     if cfg.path is None:
         tok = build_char_tokenizer(alphabet)
         return build_tiny_model(cfg, tok, seed), tok
@@ -113,6 +123,7 @@ def load_policy(cfg: ModelConfig, alphabet: str | None, seed: int = 0) -> tuple[
     return model, tok
 
 
-def count_parameters(model: torch.nn.Module) -> int:
-    """Number of distinct parameters (tied weights counted once)."""
-    return sum(p.numel() for p in model.parameters())
+def count_parameters(model: torch.nn.Module, *, trainable: bool = False) -> int:
+    """Number of distinct parameters (tied weights counted once); with ``trainable`` only
+    those that train (the adapters of a LoRA policy)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable)

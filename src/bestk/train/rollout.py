@@ -66,6 +66,8 @@ def _cache_kwarg(model: Any) -> str:
     ``past_key_values`` before)."""
     import inspect
 
+    if hasattr(model, "get_base_model"):  # a PEFT model forwards **kwargs to its base model
+        model = model.get_base_model()
     params = inspect.signature(model.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 

@@ -1,0 +1,213 @@
+"""Hugging Face model helpers of the embedded trainer: chat templates, LoRA through PEFT, the
+reference policy, mixed precision and saving ``final/``.
+
+* **Chat templates** (``model.chat_template``): with ``auto``, a tokenizer that has a chat
+  template gets each prompt as one user message, rendered with
+  ``apply_chat_template(..., add_generation_prompt=True)`` (:func:`render_task_prompts`).
+* **LoRA** (``model.lora``): :func:`add_lora` wraps the policy in PEFT adapters; only the
+  adapters train. The reference policy of the KL penalty is then the same network with its
+  adapters disabled (:class:`AdaptersDisabled`, PEFT's ``disable_adapter()``), never a second
+  copy of the weights (:func:`reference_policy`).
+* **Mixed precision** (``model.autocast``): :func:`autocast` is bfloat16 autocast on CUDA.
+* **final/**: :func:`save_model` writes a plain Hugging Face model (a LoRA policy is saved
+  with its adapters merged, plus the adapters alone in ``final/adapter/``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bestk._optional import require
+from bestk.train.config import LoRAConfig
+
+__all__ = [
+    "AdaptersDisabled",
+    "add_lora",
+    "autocast",
+    "chat_prompt",
+    "has_chat_template",
+    "is_peft_model",
+    "merged_state_dict",
+    "reference_policy",
+    "render_task_prompts",
+    "save_model",
+]
+
+
+# -- chat templates -----------------------------------------------------------------------------
+def has_chat_template(tokenizer: Any) -> bool:
+    """Whether ``tokenizer`` carries a chat template."""
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def chat_prompt(tokenizer: Any, text: str) -> str:
+    """``text`` as one user message, rendered by the tokenizer's chat template with the
+    generation prompt appended (the text an instruct model continues)."""
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+    )
+
+
+def render_task_prompts(task: Any, tokenizer: Any, mode: str) -> bool:
+    """Apply ``model.chat_template`` to every example of ``task`` in place.
+
+    ``mode`` ``"auto"``: when the tokenizer has a chat template, each example's ``prompt``
+    becomes :func:`chat_prompt` of it and the original text is kept as ``user_prompt`` (a
+    reward function receives both: ``prompt`` is what the model saw). ``"none"``: nothing
+    changes. Returns whether the template was applied.
+    """
+    if mode not in ("auto", "none"):
+        raise ValueError(f"model.chat_template must be auto or none, got {mode!r}")
+    if mode == "none" or not has_chat_template(tokenizer):
+        return False
+    for ex in [*task.train, *task.eval]:
+        if "user_prompt" not in ex:  # idempotent
+            ex["user_prompt"] = ex["prompt"]
+            ex["prompt"] = chat_prompt(tokenizer, ex["prompt"])
+    return True
+
+
+# -- LoRA ---------------------------------------------------------------------------------------
+def is_peft_model(model: Any) -> bool:
+    """Whether ``model`` is a PEFT model (has adapters that can be disabled)."""
+    return hasattr(model, "disable_adapter") and hasattr(model, "get_base_model")
+
+
+def add_lora(model: Any, cfg: LoRAConfig, seed: int = 0) -> Any:
+    """``model`` wrapped in LoRA adapters (``peft.get_peft_model``); only the adapters train.
+
+    Rank ``cfg.r``, scaling ``cfg.alpha / cfg.r``, dropout ``cfg.dropout`` on the adapters'
+    input, adapters on ``cfg.target_modules`` (PEFT's default for the architecture when
+    ``None``). The adapters' random initialisation is drawn from ``seed`` (``B = 0``, so the
+    wrapped model computes exactly what ``model`` did). Raises ``ValueError`` when no module
+    matches ``target_modules``.
+    """
+    if cfg.r < 1:
+        raise ValueError(f"model.lora.r must be >= 1 to add adapters, got {cfg.r}")
+    peft = require("peft", extra="train")
+    lora = peft.LoraConfig(
+        r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout,
+        target_modules=copy.copy(cfg.target_modules), task_type="CAUSAL_LM", bias="none",
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        try:
+            return peft.get_peft_model(model, lora)
+        except ValueError as e:  # "Target modules {...} not found in the base model"
+            first = str(e).strip().splitlines()[0]
+            raise ValueError(f"config key 'model.lora.target_modules': {first}") from None
+
+
+class AdaptersDisabled(torch.nn.Module):
+    """The base model of a PEFT model: every call runs with the adapters disabled.
+
+    It owns no parameters (its ``state_dict()`` is empty), so a checkpoint stores no second
+    copy: the reference weights are the frozen base weights inside the policy itself.
+    """
+
+    def __init__(self, model: Any):
+        super().__init__()
+        self._policy = (model,)  # a tuple: not registered as a submodule
+
+    @property
+    def policy(self) -> Any:
+        return self._policy[0]
+
+    def get_base_model(self) -> Any:
+        return self.policy.get_base_model()
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        with self.policy.disable_adapter():
+            return self.policy(*args, **kwargs)
+
+
+def reference_policy(model: Any) -> torch.nn.Module:
+    """The frozen reference policy of the KL penalty: the adapters-disabled view of a LoRA
+    policy (no copy), else a frozen deep copy of ``model`` as it is now."""
+    if is_peft_model(model):
+        return AdaptersDisabled(model)
+    return copy.deepcopy(model).eval().requires_grad_(False)
+
+
+# -- mixed precision ------------------------------------------------------------------------------
+def autocast(device: torch.device | str, mode: str = "auto") -> contextlib.AbstractContextManager:
+    """The mixed-precision context of forward passes (``model.autocast``).
+
+    ``"bf16"``: ``torch.autocast("cuda", dtype=torch.bfloat16)``; ``"auto"``: the same on a
+    CUDA device that supports bfloat16, no autocast elsewhere; ``"none"``: no autocast.
+    Log-probabilities are still computed in float32 (the rollout and the loss cast logits).
+    """
+    device = torch.device(device)
+    if mode not in ("auto", "bf16", "none"):
+        raise ValueError(f"model.autocast must be auto, bf16 or none, got {mode!r}")
+    if mode == "none" or device.type != "cuda":
+        if mode == "bf16":
+            raise ValueError(f"model.autocast bf16 needs a CUDA device, got {str(device)!r}")
+        return contextlib.nullcontext()
+    if mode == "auto" and not torch.cuda.is_bf16_supported():
+        return contextlib.nullcontext()
+    return torch.autocast("cuda", dtype=torch.bfloat16)
+
+
+# -- saving -----------------------------------------------------------------------------------
+_BASE_LAYER = re.compile(r"\.base_layer(?=\.)")
+
+
+def merged_state_dict(model: Any) -> dict[str, torch.Tensor]:
+    """The plain Hugging Face state dict (CPU tensors) of a PEFT LoRA model with its active
+    adapters merged, ``W + (alpha / r) B A`` per adapted layer, computed without modifying
+    ``model`` (PEFT's ``get_delta_weight``)."""
+    base = model.get_base_model()
+    deltas: dict[str, torch.Tensor] = {}
+    for name, module in base.named_modules():
+        if hasattr(module, "get_delta_weight") and hasattr(module, "base_layer"):
+            for adapter in module.active_adapters:
+                if adapter in getattr(module, "lora_A", {}) or adapter in getattr(
+                        module, "lora_embedding_A", {}):
+                    d = module.get_delta_weight(adapter).detach()
+                    deltas[name] = deltas[name] + d if name in deltas else d
+    state: dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        for key, value in base.state_dict().items():
+            if ".lora_" in key:
+                continue
+            clean = _BASE_LAYER.sub("", key)
+            owner = key.rsplit(".base_layer.", 1)[0] if ".base_layer." in key else None
+            if owner in deltas and key.endswith(".base_layer.weight"):
+                value = value + deltas[owner].to(value.dtype)
+            state[clean] = value.detach().to("cpu").clone()
+    return state
+
+
+def save_model(model: Any, path: str | Path) -> None:
+    """Save ``model`` as a Hugging Face model directory loadable with ``AutoModelForCausalLM``.
+
+    A PEFT model is saved with its adapters merged into the weights (:func:`merged_state_dict`)
+    and, in ``path/adapter``, its adapters alone (``PeftModel.from_pretrained`` on the base
+    model reloads them).
+    """
+    path = Path(path)
+    if not is_peft_model(model):
+        model.save_pretrained(path)
+        return
+    require("transformers", extra="train")
+    from transformers import AutoModelForCausalLM
+
+    base = model.get_base_model()
+    state = merged_state_dict(model)
+    with torch.device("meta"):
+        plain = AutoModelForCausalLM.from_config(base.config)
+    plain.load_state_dict(state, strict=True, assign=True)
+    if getattr(base.config, "tie_word_embeddings", False):
+        plain.tie_weights()
+    if getattr(base, "generation_config", None) is not None:
+        plain.generation_config = base.generation_config
+    plain.save_pretrained(path)
+    model.save_pretrained(path / "adapter")
+
