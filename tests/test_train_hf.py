@@ -1,0 +1,249 @@
+"""Real Hugging Face models in ``bestk train``: a local Qwen2 with a BPE tokenizer trained here
+and a chat template, a GSM8K-format parquet, LoRA through PEFT (only adapters train; the
+reference is the base model with adapters disabled, no second copy), checkpoints and resume
+with LoRA, a loadable ``final/``, and the autocast switch."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from bestk.cli import app
+from bestk.tasks import load_task
+from bestk.train.checkpoint import list_checkpoints
+from bestk.train.config import LoRAConfig, TrainConfig, apply_overrides
+from bestk.train.hf import (
+    AdaptersDisabled,
+    add_lora,
+    autocast,
+    merged_state_dict,
+    reference_policy,
+    render_task_prompts,
+)
+from bestk.train.loop import Trainer
+from bestk.train.rollout import sample, sequence_logprobs
+from bestk.train.rundir import read_metrics
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _restore_torch_threads():
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+def _config(model_dir, data, out, *extra: str) -> TrainConfig:
+    train_path, test_path = data
+    cfg = TrainConfig()
+    apply_overrides(cfg, [
+        f"out={out}", f"model.path={model_dir}", "threads=1", "task.name=dataset",
+        f"task.options={{path: {train_path}, eval_path: {test_path}}}",
+        "sft.steps=2", "sft.batch_size=4", "rollout.prompts_per_step=2", "rollout.n=2",
+        "rollout.max_new_tokens=6", "eval.n=2", "eval.num_prompts=2", "eval.every=2",
+        "optim.lr=0.05", "estimator=grpo", *extra,
+    ])
+    return cfg
+
+
+LORA = ["model.lora.r=4", "model.lora.alpha=8", "model.lora.target_modules=[q_proj, v_proj]",
+        "loss.kl_coef=0.1", "checkpoint_every=2", "max_steps=4"]
+
+
+def _base(model_dir):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(model_dir).eval()
+
+
+def _rollout(trainer):
+    gen = torch.Generator().manual_seed(0)
+    prompts = [e["prompt"] for e in trainer.task.eval[:2]]
+    return sample(trainer.model, trainer.tokenizer, prompts, n=2, max_new_tokens=5,
+                  generator=gen)
+
+
+def _logp(model, ro):
+    with torch.no_grad():
+        return sequence_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
+                                 ro.completion_mask)[0]
+
+
+class Crash(RuntimeError):
+    pass
+
+
+def test_lora_run_with_chat_template_crash_resume_and_final(tiny_hf_model, gsm8k_parquet,
+                                                             tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    # Uninterrupted reference run.
+    ref_run = Trainer(_config(tiny_hf_model, gsm8k_parquet, tmp_path / "a", *LORA))
+    ref_run.run(progress=False)
+
+    # The same run, crashed after step 3 was logged but before its checkpoint, then resumed.
+    def crash(step, metrics):
+        if step == 3:
+            raise Crash
+
+    out = tmp_path / "b"
+    with pytest.raises(Crash):
+        Trainer(_config(tiny_hf_model, gsm8k_parquet, out, *LORA), on_step=crash).run(
+            progress=False)
+    trainer = Trainer.resume(out)
+    assert trainer.step == 2 and trainer.state.kind == "resume"
+    trainer.run(progress=False)
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl") if r["phase"] == "train"] \
+        == [1, 2, 3, 4]
+
+    # Resume with LoRA reproduces the uninterrupted run exactly.
+    a, b = ref_run.model.state_dict(), trainer.model.state_dict()
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0)
+
+    # The chat template wrapped each prompt as a user message with the generation prompt.
+    ex = trainer.task.train[0]
+    assert ex["prompt"] == (f"<|im_start|>user\n{ex['user_prompt']}<|im_end|>\n"
+                            "<|im_start|>assistant\n")
+
+    # Only the adapters trained: the base weights are the ones on disk, the adapters moved.
+    base = _base(tiny_hf_model)
+    merged_free = {k.replace(".base_layer", ""): v
+                   for k, v in trainer.model.get_base_model().state_dict().items()
+                   if ".lora_" not in k}
+    for k, v in base.state_dict().items():
+        torch.testing.assert_close(merged_free[k], v, rtol=0, atol=0)
+    lora_b = [v for k, v in trainer.model.named_parameters() if "lora_B" in k]
+    assert lora_b and all(float(v.detach().abs().max()) > 0 for v in lora_b)  # initialised at 0
+    trainable = {k for k, p in trainer.model.named_parameters() if p.requires_grad}
+    assert trainable and all(".lora_" in k for k in trainable)
+    assert len(trainer.optimizer.param_groups[0]["params"]) == len(trainable)
+
+    # The reference: the policy with adapters disabled, equal to the base model, no weights.
+    assert isinstance(trainer.ref_model, AdaptersDisabled)
+    assert list(trainer.ref_model.parameters()) == [] and trainer.ref_model.state_dict() == {}
+    ro = _rollout(trainer)
+    ref_lp, base_lp, pol_lp = _logp(trainer.ref_model, ro), _logp(base, ro), _logp(
+        trainer.model, ro)
+    mask = ro.completion_mask.bool()
+    torch.testing.assert_close(ref_lp[mask], base_lp[mask], rtol=1e-6, atol=1e-6)
+    assert float((pol_lp - base_lp)[mask].abs().max()) > 1e-4  # the adapters change the policy
+    assert any(r.get("kl_ref", 0) != 0 for r in read_metrics(out / "metrics.jsonl")
+               if r["phase"] == "train")
+    from safetensors import safe_open
+
+    with safe_open(str(list_checkpoints(out / "checkpoints")[-1]), "pt") as f:
+        assert not any(k.startswith("ref.") for k in f.keys())  # no second copy on disk
+
+    # final/ is a plain HF model (adapters merged) computing the LoRA policy; final/adapter/
+    # reloads the adapters onto the base model.
+    final = AutoModelForCausalLM.from_pretrained(out / "final").eval()
+    torch.testing.assert_close(_logp(final, ro)[mask], pol_lp[mask], rtol=1e-5, atol=1e-5)
+    again = PeftModel.from_pretrained(_base(tiny_hf_model), out / "final" / "adapter").eval()
+    torch.testing.assert_close(_logp(again, ro)[mask], pol_lp[mask], rtol=1e-5, atol=1e-5)
+
+    # ``bestk eval`` on final/ uses the chat template too.
+    res = CliRunner().invoke(app, ["eval", "--model", str(out / "final"), "--task", "dataset",
+                                   "-n", "2", "--set", f"task.options={{path: "
+                                   f"{gsm8k_parquet[0]}, num_eval: 2}}",
+                                   "--set", "rollout.max_new_tokens=4"])
+    assert res.exit_code == 0, res.output
+    assert "pass@k" in res.output
+
+
+def test_full_fine_tune_of_a_local_model_keeps_a_copy_as_reference(tiny_hf_model,
+                                                                   gsm8k_parquet, tmp_path):
+    cfg = _config(tiny_hf_model, gsm8k_parquet, tmp_path / "full", "max_steps=1",
+                  "loss.kl_coef=0.1", "model.chat_template=none")
+    trainer = Trainer(cfg)
+    trainer.run(progress=False)
+    assert "user_prompt" not in trainer.task.train[0]  # chat_template none: the raw text
+    assert not isinstance(trainer.ref_model, AdaptersDisabled)
+    assert all(not p.requires_grad for p in trainer.ref_model.parameters())
+    assert all(p.requires_grad for p in trainer.model.parameters())
+
+
+def test_render_task_prompts(tiny_hf_model):
+    from transformers import AutoTokenizer
+
+    from bestk.train.policy import build_char_tokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_hf_model)
+    task = load_task("strings", {"num_train": 8, "num_eval": 2})
+    raw = [e["prompt"] for e in task.train]
+    assert not render_task_prompts(task, tok, "none") and [e["prompt"] for e in task.train] == raw
+    assert not render_task_prompts(task, build_char_tokenizer("0123"), "auto")  # no template
+    assert render_task_prompts(task, tok, "auto")
+    assert [e["user_prompt"] for e in task.train] == raw
+    assert task.eval[0]["prompt"] == tok.apply_chat_template(
+        [{"role": "user", "content": task.eval[0]["user_prompt"]}], tokenize=False,
+        add_generation_prompt=True)
+    once = [e["prompt"] for e in task.train]
+    render_task_prompts(task, tok, "auto")  # idempotent
+    assert [e["prompt"] for e in task.train] == once
+    with pytest.raises(ValueError, match="auto or none"):
+        render_task_prompts(task, tok, "chatml")
+
+
+def test_merged_state_dict_is_w_plus_scaled_ba(tiny_hf_model):
+    model = add_lora(_base(tiny_hf_model), LoRAConfig(r=2, alpha=6.0,
+                                                      target_modules=["q_proj", "o_proj"]))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn_like(p))
+    merged = merged_state_dict(model)
+    base = _base(tiny_hf_model).state_dict()
+    assert merged.keys() == base.keys()
+    layer = model.get_base_model().model.layers[1].self_attn.q_proj
+    a, b = layer.lora_A["default"].weight, layer.lora_B["default"].weight
+    want = base["model.layers.1.self_attn.q_proj.weight"] + (6.0 / 2) * (b @ a)
+    torch.testing.assert_close(merged["model.layers.1.self_attn.q_proj.weight"], want)
+    torch.testing.assert_close(merged["model.layers.1.mlp.up_proj.weight"],
+                               base["model.layers.1.mlp.up_proj.weight"], rtol=0, atol=0)
+
+
+def test_lora_errors_and_the_reference_of_a_plain_model(tiny_hf_model):
+    with pytest.raises(ValueError, match="model.lora.target_modules"):
+        add_lora(_base(tiny_hf_model), LoRAConfig(r=2, target_modules=["no_such_proj"]))
+    with pytest.raises(ValueError, match="r must be >= 1"):
+        add_lora(_base(tiny_hf_model), LoRAConfig(r=0))
+    plain = _base(tiny_hf_model)
+    ref = reference_policy(plain)
+    assert ref is not plain and all(not p.requires_grad for p in ref.parameters())
+    cfg = TrainConfig()
+    apply_overrides(cfg, ["model.lora.r=-1"])
+    from bestk.train.config import check_values
+
+    with pytest.raises(ValueError, match="'model.lora.r' must be an integer >= 0"):
+        check_values(cfg)
+    apply_overrides(cfg, ["model.lora.r=4", "model.lora.target_modules=[]"])
+    with pytest.raises(ValueError, match="'model.lora.target_modules' must be a list of module"):
+        check_values(cfg)
+
+
+def test_autocast_is_bf16_on_cuda_only(monkeypatch):
+    assert isinstance(autocast("cpu", "auto"), contextlib.nullcontext)
+    assert isinstance(autocast("cpu", "none"), contextlib.nullcontext)
+    with pytest.raises(ValueError, match="bf16 needs a CUDA device"):
+        autocast("cpu", "bf16")
+    with pytest.raises(ValueError, match="auto, bf16 or none"):
+        autocast("cpu", "fp8")
+    assert isinstance(autocast("cuda", "none"), contextlib.nullcontext)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert isinstance(autocast("cuda:0", "auto"), contextlib.nullcontext)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    with pytest.warns(UserWarning) if not torch.cuda.is_available() else contextlib.nullcontext():
+        ctx = autocast("cuda:0", "auto")  # built here; torch warns that CUDA is absent
+    assert isinstance(ctx, torch.autocast)
+    assert ctx.device == "cuda" and ctx.fast_dtype == torch.bfloat16
+    cfg = TrainConfig()
+    apply_overrides(cfg, ["model.autocast=bf16"])
+    from bestk.train.config import check_values
+
+    with pytest.raises(ValueError, match="'model.autocast' is bf16, which needs a CUDA device"):
+        check_values(cfg)
