@@ -247,3 +247,19 @@ def test_autocast_is_bf16_on_cuda_only(monkeypatch):
 
     with pytest.raises(ValueError, match="'model.autocast' is bf16, which needs a CUDA device"):
         check_values(cfg)
+
+
+def test_the_real_model_recipe_is_a_valid_config():
+    """examples/train/qwen2.5-0.5b-gsm8k-lora.yaml (docs/training.md) parses and passes every
+    check that needs neither the GPU nor the downloaded files."""
+    from pathlib import Path
+
+    from bestk.train.config import check_names, check_values, load_config
+
+    path = Path(__file__).resolve().parents[1] / "examples/train/qwen2.5-0.5b-gsm8k-lora.yaml"
+    cfg = load_config(path)
+    check_names(cfg)
+    check_values(cfg)
+    assert cfg.model.lora.r == 16 and cfg.model.lora.target_modules == "all-linear"
+    assert (cfg.task.name, cfg.device, cfg.model.chat_template) == ("dataset", "cuda", "auto")
+    assert cfg.report_to == ["tensorboard"] and cfg.loss.kl_coef > 0
