@@ -91,3 +91,14 @@ def tiny_hf_model(tmp_path_factory):
         model = Qwen2ForCausalLM(conf)
     model.save_pretrained(d)
     return d
+
+
+@pytest.fixture(scope="module")
+def restore_torch_threads():
+    """The trainer sets torch's global thread count (``threads``); give the next test module
+    the count it had (use with ``pytestmark = pytest.mark.usefixtures(...)``)."""
+    import torch
+
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 from typer.testing import CliRunner
 
 from bestk._optional import MissingDependency, available, missing_from, require
@@ -18,12 +17,7 @@ from bestk.cli import app
 from tests.test_train import TINY
 from tests.test_train_rundir import one_line_error
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _restore_torch_threads():
-    n = torch.get_num_threads()
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 
 
 def _train(out: Path, *sets: str) -> list[str]:

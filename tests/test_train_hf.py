@@ -27,12 +27,7 @@ from bestk.train.loop import Trainer
 from bestk.train.rollout import sample, sequence_logprobs
 from bestk.train.rundir import read_metrics
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _restore_torch_threads():
-    n = torch.get_num_threads()
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 
 
 def _config(model_dir, data, out, *extra: str) -> TrainConfig:

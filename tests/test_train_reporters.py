@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from bestk.train.config import TrainConfig, apply_overrides
 from bestk.train.loop import Trainer
@@ -23,12 +22,7 @@ from bestk.train.rundir import RESUME_FREE, check_resume, read_metrics
 from tests._wandb_records import history, run_config
 from tests.test_train import tiny_config
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _restore_torch_threads():
-    n = torch.get_num_threads()
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 
 
 @pytest.fixture
@@ -222,3 +216,22 @@ def test_a_new_run_in_a_reused_directory_starts_new_curves(tmp_path):
     Trainer(tiny_config(out, "max_steps=1", "report_to=tensorboard")).run(progress=False)
     assert not (stale / "events.out.tfevents.0.stale").exists()
     assert [s for s, _ in _tb_scalars(stale)["train/reward"]] == [1]
+
+
+def test_a_wandb_that_cannot_start_is_one_line(tmp_path, monkeypatch):
+    import wandb
+
+    from bestk.train.reporters import Reporters
+
+    def refuse(**kwargs):
+        raise wandb.errors.UsageError("api_key not configured (no-tty). call wandb.login(key=...)"
+                                      "\nmore detail")
+
+    monkeypatch.setattr(wandb, "init", refuse)
+    reporters = Reporters(["tensorboard", "wandb"], tmp_path / "run")
+    with pytest.raises(ValueError, match="^W&B could not start a run: api_key not configured "
+                       "\\(no-tty\\).*; run `wandb login`, or log offline with "
+                       "WANDB_MODE=offline") as info:
+        reporters.open()
+    assert "\n" not in str(info.value)
+    reporters.close()

@@ -164,6 +164,8 @@ class Trainer:
             resume_step=self.step if self.state.kind == "resume" else None,
             run_name=cfg.run_name,
         )
+        if not self.complete:
+            self.reporters.open()  # a W&B login problem shows now, not after the SFT
 
     def close(self) -> None:
         """Close the live reporters and release the run directory's lock (done by :meth:`run`

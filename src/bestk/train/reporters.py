@@ -25,8 +25,8 @@ the SFT warm-up logs ``sft/loss`` and ``sft/learning_rate``.
   continues the same W&B run. Train and eval values are plotted against
   ``train/global_step`` (the RL step), SFT values against ``sft/step``.
 
-Backends open on the first record (a complete run reopened logs nothing) and close with
-:meth:`Reporters.close`.
+The trainer opens the backends when it starts or resumes a run (:meth:`Reporters.open`; a
+complete run reopened opens none) and closes them with :meth:`Reporters.close`.
 """
 
 from __future__ import annotations
@@ -245,6 +245,12 @@ class Reporters:
         self.run_name = run_name
         self._backends: list[Any] | None = None
 
+    def open(self) -> None:
+        """Start every backend now (else on the first record); idempotent. Raises
+        ``ValueError`` when W&B cannot start a run."""
+        if self._backends is None:
+            self._backends = self._open()
+
     def _open(self) -> list[Any]:
         import yaml
 
@@ -267,8 +273,7 @@ class Reporters:
         """Send one record (a ``metrics.jsonl`` line) to every backend."""
         if not self.names:
             return
-        if self._backends is None:
-            self._backends = self._open()
+        self.open()
         axis, step, values = scalars(record)
         for backend in self._backends:
             backend.log(axis, step, values)
