@@ -1,4 +1,4 @@
-"""ArgMaxRL and its binary special case MaxRL (papers/argmaxrl-blog.md).
+"""ArgMaxRL and its binary special case MaxRL (ArgMaxRL blog; Tajwar et al. 2026).
 
 Sort a group descending ``r_(1) >= ... >= r_(N)`` and set ``r_(N+1) = 0``. The ArgMaxRL weight
 of the sample at rank ``j`` is the reverse cumulative sum
@@ -8,8 +8,18 @@ of the sample at rank ``j`` is the reverse cumulative sum
 and ``sum_i w_i grad log pi(y_i)`` is an unbiased estimate of ``grad J_N`` with
 ``J_N = sum_{k=1}^{N} (1/k) best@k`` (blog, "Joint Best@k Gradient Estimator": the layer-cake
 integral of binary MaxRL estimators over thresholds). ``sum_i w_i = r_(1)``; tied rewards get
-identical weights (the difference term between them is exactly 0); on 0/1 rewards
-``w_i = r_i / K`` with ``K`` the number of successes, which is MaxRL.
+identical weights; on 0/1 rewards ``w_i = r_i / K`` with ``K`` the number of successes, which
+is MaxRL.
+
+Computation: one ascending within-group sort ``g_(1) <= ... <= g_(N)`` (``g_(i) = r_(N-i+1)``)
+and one segment-local prefix sum,
+
+    w at ascending rank i = sum_{i'=1}^{i} (g_(i') - g_(i'-1)) / (N - i' + 1),   g_(0) = 0,
+
+so each weight only sums the differences of the values at or below it (a huge reward cannot
+swamp the weights of the small ones), and tie runs are canonicalised (bit-identical weights).
+Groups whose ``4 N max|r|`` would leave the float64 range are first divided by an exact power
+of two.
 """
 
 from __future__ import annotations
@@ -17,24 +27,28 @@ from __future__ import annotations
 import torch
 
 from bestk.estimators._registry import register_estimator
-from bestk.groups import Groups
+from bestk.groups import Groups, Rows
 
 __all__ = ["argmaxrl", "maxrl", "argmaxrl_weights"]
 
 _BASELINES = ("loo", "mean", "none")
 
 
+def _weights(rows: Rows) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(w, g_prev)`` on a padded ascending matrix: the ArgMaxRL weights (ties canonical)
+    and ``g_(i-1)`` (0 before the smallest)."""
+    g = rows.values
+    prev = rows.prev(g)
+    t = (g - prev) / rows.remaining  # (g_(i) - g_(i-1)) / (N - i + 1), i = col + 1
+    return rows.tie_canonical(rows.cumsum(t)), prev
+
+
 def argmaxrl_weights(rewards: torch.Tensor, groups: Groups) -> torch.Tensor:
     """Per-sample ArgMaxRL weights ``w_i`` (unscaled; ``sum_i w_i S_i`` estimates grad J_N).
 
-    One within-group descending sort and one segmented reverse cumulative sum.
+    One within-group sort and one segment-local prefix sum (see the module docstring).
     """
-    s = groups.sort(rewards, descending=True)
-    r_sorted = s.gather(rewards)
-    r_next = s.shift(r_sorted, 1, fill=0.0)  # r_(m+1), 0 past the group's last sample
-    rank1 = (s.rank + 1).to(rewards.dtype)  # m = 1..N
-    w_sorted = s.cumsum((r_sorted - r_next) / rank1, reverse=True)
-    return s.scatter(w_sorted)
+    return groups.sort(rewards).scatter_rows(lambda rows: _weights(rows)[0])
 
 
 def _check_baseline(baseline: str) -> None:
@@ -64,16 +78,24 @@ def argmaxrl(rewards: torch.Tensor, groups: Groups, *, baseline: str = "loo") ->
     baselines.
     """
     _check_baseline(baseline)
-    w = argmaxrl_weights(rewards, groups)
-    n = groups.sample_sizes.to(rewards.dtype)
-    a = n * w
-    if baseline == "none":
-        return a
-    if baseline == "mean":
-        a = a - groups.max(rewards)[groups.index]
-    else:
-        a = a - groups.loo_max(rewards)
-    return torch.where(groups.sample_sizes > 1, a, torch.zeros_like(a))
+    scale = groups.pow2_scale(rewards, 4.0)  # None unless 4 N max|r| nears the float64 range
+    r = rewards if scale is None else rewards / groups.broadcast(scale)
+
+    def advantage(rows: Rows) -> torch.Tensor:
+        w, prev = _weights(rows)
+        a = rows.n * w
+        if baseline == "none":
+            return a
+        top = rows.at(rows.values)  # r_(1), the group maximum
+        # loo: max_{j != i} r_j is r_(1) except at the top position, where it is r_(2).
+        base = top if baseline == "mean" else torch.where(rows.is_last, prev, top)
+        a = a - base
+        if rows.uniform:
+            return a if rows.size > 1 else torch.zeros_like(a)
+        return torch.where(rows.size > 1, a, torch.zeros_like(a))
+
+    a = groups.sort(r).scatter_rows(advantage)
+    return a if scale is None else a * groups.broadcast(scale)
 
 
 @register_estimator("maxrl")
