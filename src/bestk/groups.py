@@ -529,43 +529,63 @@ class Groups:
         """``(G,)`` per-group minimum."""
         return -self.max(-x)
 
+    def _descaled(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(x / s, s)`` with ``s`` the per-group :meth:`pow2_scale`, or ``(x, None)``."""
+        scale = self.pow2_scale(x, 4.0)
+        return (x, None) if scale is None else (x / self.broadcast(scale), scale)
+
+    def _center_scaled(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        below = x - self.broadcast(self.max(x))  # <= 0, exactly 0 at the maximum
+        shift = self.sum(below) / self.sizes.to(x.dtype)  # mean(x - p) = -spread
+        return below - self.broadcast(shift), 0.0 - shift
+
     def center(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(dev, spread)``: deviations ``x_i - mean`` (``(B,)``) and, per group, the mean
         distance to the group maximum ``spread = mean(max - x)`` (``(G,)``, 0 iff the group
         is constant).
 
         Computed about the group maximum ``p``: ``dev = (x - p) - mean(x - p)``, so a constant
-        group gets exactly 0 and nothing overflows unless the group's range itself does.
+        group gets exactly 0; groups near the float64 limits are first divided by an exact
+        power of two (:meth:`pow2_scale`), so nothing overflows unless the result does.
         """
-        below = x - self.broadcast(self.max(x))  # <= 0, exactly 0 at the maximum
-        shift = self.sum(below) / self.sizes.to(x.dtype)  # mean(x - p) = -spread
-        return below - self.broadcast(shift), -shift
+        xs, scale = self._descaled(x)
+        dev, spread = self._center_scaled(xs)
+        if scale is None:
+            return dev, spread
+        return dev * self.broadcast(scale), spread * scale
 
     def mean(self, x: torch.Tensor) -> torch.Tensor:
         """``(G,)`` per-group mean, ``p + mean(x - p)`` about the group maximum ``p``.
 
-        Exact for constant groups; no overflow unless the group's range overflows.
+        Exact for constant groups; no overflow (near the float64 limits the group is first
+        divided by an exact power of two).
         """
-        p = self.max(x)
-        return p + self.sum(x - self.broadcast(p)) / self.sizes.to(x.dtype)
+        xs, scale = self._descaled(x)
+        p = self.max(xs)
+        m = p + self.sum(xs - self.broadcast(p)) / self.sizes.to(x.dtype)
+        return m if scale is None else m * scale
 
-    def _scaled_dev(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(z, spread)``: deviations divided by the group spread (0 for constant groups),
-        so ``|z| <= n`` and ``max |z| >= 1`` -- their squares neither overflow nor vanish."""
-        dev, spread = self.center(x)
-        s = self.broadcast(spread)
-        z = dev / torch.where(s > 0, s, torch.ones_like(s))
-        return z, spread
+    def _scaled_dev(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """``(z, spread, scale)``: deviations divided by the group spread (0 for constant
+        groups), so ``|z| <= n`` and ``max |z| >= 1`` -- their squares neither overflow nor
+        vanish; ``spread`` is in units of the per-group power-of-two ``scale`` (1.0 when no
+        group needed one)."""
+        xs, scale = self._descaled(x)
+        dev, spread = self._center_scaled(xs)
+        sp = self.broadcast(spread)
+        z = dev / torch.where(sp > 0, sp, torch.ones_like(sp))
+        return z, spread, 1.0 if scale is None else scale
 
     def std(self, x: torch.Tensor, ddof: int = 1) -> torch.Tensor:
         """``(G,)`` per-group standard deviation with ``n - ddof`` in the denominator.
 
         ``spread * sqrt(sum(z^2) / (n - ddof))`` with ``z`` the deviations divided by the
-        group's spread: no overflow or underflow of the squares, 0 for constant groups and
-        for groups with ``n <= ddof``.
+        group's spread: no overflow or underflow of the squares; 0 for constant groups and
+        for groups with ``n <= ddof``; ``inf`` only if the std itself exceeds the float64
+        range.
         """
-        z, spread = self._scaled_dev(x)
-        return spread * self._std_of_scaled(z, ddof)
+        z, spread, scale = self._scaled_dev(x)
+        return spread * self._std_of_scaled(z, ddof) * scale
 
     def _std_of_scaled(self, z: torch.Tensor, ddof: int) -> torch.Tensor:
         denom = (self.sizes - ddof).clamp_min(1).to(z.dtype)
@@ -575,14 +595,18 @@ class Groups:
     def standardize(self, x: torch.Tensor, eps: float = 0.0, ddof: int = 1) -> torch.Tensor:
         """``(B,)`` ``(x_i - mean) / (std + eps)`` within each group (``std`` with
         ``n - ddof``), computed as ``z / (std(z) + eps / spread)`` on the deviations scaled
-        by the group spread, so neither huge nor tiny groups overflow or underflow.
+        by the group spread, so neither huge nor tiny groups overflow or underflow
+        (``[-1.7e308, 1.7e308]`` gives ``-0.707, 0.707``).
 
         Constant groups and groups with ``n <= ddof`` get 0.
         """
-        z, spread = self._scaled_dev(x)
+        z, spread, scale = self._scaled_dev(x)
         std_z = self._std_of_scaled(z, ddof)
         safe = torch.where(spread > 0, spread, torch.ones_like(spread))
-        denom = std_z + eps / safe  # eps / tiny spread -> inf -> A = 0, the right limit
+        # (A Python number divided by a tensor is a reciprocal times the number in torch:
+        # 0 * inf = NaN for a subnormal spread. Divide tensors.)
+        eps_t = torch.as_tensor(eps, dtype=z.dtype, device=z.device)
+        denom = std_z + (eps_t / scale) / safe  # eps / tiny spread -> inf -> 0, the right limit
         ok = (spread > 0) & (self.sizes > ddof) & (denom > 0)
         denom = torch.where(ok, denom, torch.ones_like(denom))
         return torch.where(self.broadcast(ok), z / self.broadcast(denom), torch.zeros_like(z))

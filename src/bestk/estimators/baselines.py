@@ -19,14 +19,6 @@ __all__ = ["grpo", "rloo", "reinforce"]
 _SCALES = ("std", "none")
 
 
-def _scaled(rewards: torch.Tensor, groups: Groups):
-    """``(r / s, s)`` with ``s`` the per-sample power-of-two scale, or ``(r, None)``."""
-    scale = groups.pow2_scale(rewards, 4.0)
-    if scale is None:
-        return rewards, None
-    return rewards / groups.broadcast(scale), scale
-
-
 @register_estimator("grpo")
 def grpo(
     rewards: torch.Tensor, groups: Groups, *, scale: str = "std", eps: float = 1e-6
@@ -51,12 +43,9 @@ def grpo(
     if scale not in _SCALES:
         raise ValueError(f"unknown scale {scale!r} for grpo; valid: {', '.join(_SCALES)}")
     eps = real_option("grpo", "eps", eps, minimum=0.0)
-    r, sc = _scaled(rewards, groups)
     if scale == "none":
-        dev, _ = groups.center(r)
-        return dev if sc is None else dev * groups.broadcast(sc)
-    # (r - mean) / (std + eps) is invariant to the scale except through eps: eps / sc.
-    return groups.standardize(r, eps if sc is None else eps / sc, ddof=1)
+        return groups.center(rewards)[0]
+    return groups.standardize(rewards, eps, ddof=1)
 
 
 @register_estimator("rloo")
@@ -67,13 +56,14 @@ def rloo(rewards: torch.Tensor, groups: Groups) -> torch.Tensor:
     Computed as ``x_i - (sum_j x_j - x_i) / (N - 1)`` with ``x = r - max`` (exact for
     constant groups). Groups of size 1 get ``A = 0``.
     """
-    r, sc = _scaled(rewards, groups)
+    scale = groups.pow2_scale(rewards, 4.0)
+    r = rewards if scale is None else rewards / groups.broadcast(scale)
     x = r - groups.broadcast(groups.max(r))
     n = groups.sample_sizes
     total = groups.broadcast(groups.sum(x))
     a = x - (total - x) / (n - 1).clamp_min(1).to(r.dtype)
     a = torch.where(n > 1, a, torch.zeros_like(a))
-    return a if sc is None else a * groups.broadcast(sc)
+    return a if scale is None else a * groups.broadcast(scale)
 
 
 @register_estimator("reinforce")

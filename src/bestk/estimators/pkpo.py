@@ -60,7 +60,7 @@ def maxk_weights(
     ratio = torch.where(inner, (m - k) / torch.maximum(m - 1, one), one)
     suffix = rows.rcumsum(torch.log(ratio), exclusive=True)  # sum_{j=i+1}^{n'}
     valid = (m >= k) & (m <= n_eff)
-    logw = torch.log(k / torch.maximum(n_eff, one)) + suffix
+    logw = torch.log(_div(k, torch.maximum(n_eff, one))) + suffix
     return torch.where(valid, torch.exp(torch.where(valid, logw, -one)), torch.zeros_like(logw))
 
 
@@ -128,7 +128,7 @@ def pkpo(
             u = maxk_weights(rows, kk, leave_one_out=True)  # u_m at rank m, group of n - 1
             u_prev = rows.prev(u)  # u_{j-1} at rank j
             rho = rows.cumsum(u * g, exclusive=True) + rows.rcumsum(u_prev * g, exclusive=True)
-            coef = k / _at_least_one(n - 1) if variant == "sloo" else k / n
+            coef = _div(k, _at_least_one(n - 1) if variant == "sloo" else n)
             a = n * (s_val - coef * rho)
         if rows.uniform:
             a = a if rows.size > 1 else torch.zeros_like(a)
@@ -142,3 +142,9 @@ def pkpo(
 
 def _at_least_one(x):
     return max(x, 1.0) if isinstance(x, float) else torch.clamp(x, min=1)
+
+
+def _div(a: float, b):
+    """``a / b`` for a number ``a``, correctly rounded also when ``b`` is a tensor (torch
+    computes ``number / tensor`` as ``number * reciprocal(tensor)``, two roundings)."""
+    return a / b if isinstance(b, float) else torch.full_like(b, a) / b
