@@ -52,7 +52,7 @@ from tests._reference import (
     softmax_fsum,
 )
 
-FAST_EXAMPLES = 500
+FAST_EXAMPLES = 300
 LONG_EXAMPLES = 10_000
 EPS = float(np.finfo(np.float64).eps)
 C = 16.0

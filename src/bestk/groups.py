@@ -166,10 +166,11 @@ class Rows:
         """``y`` with each run of tied values given the value at the run's first cell, so
         tied members get bit-identical results whatever the sort left in between."""
         v = self.values
-        new_run = v != self.prev(v)
-        new_run[:, 0] = True
-        if bool(new_run.all()):
+        tied = v[:, 1:] == v[:, :-1]  # padding cells tie only with padding
+        if not bool(tied.any()):
             return y
+        new_run = torch.ones_like(v, dtype=torch.bool)
+        new_run[:, 1:] = ~tied
         first = torch.cummax(torch.where(new_run, self.col, torch.zeros_like(self.col)), 1)
         return torch.gather(y, 1, first.values)
 
@@ -235,7 +236,7 @@ class SortedGroups:
         """``(B,)`` in sorted order: ``fn`` applied to each padded matrix, members kept."""
         if self.block is not None:
             return fn(self.buckets[0].rows).reshape(-1)
-        parts = [fn(b.rows).reshape(-1)[b.cells] for b in self.buckets]
+        parts = [torch.index_select(fn(b.rows).reshape(-1), 0, b.cells) for b in self.buckets]
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def scatter_rows(self, fn: Callable[[Rows], torch.Tensor]) -> torch.Tensor:
@@ -293,9 +294,7 @@ class SortedGroups:
         if self._cols is not None:
             R, N = self.block
             return torch.empty_like(y).view(R, N).scatter_(1, self._cols, y.view(R, N)).view(-1)
-        out = torch.empty_like(y)
-        out[self.perm] = y
-        return out
+        return torch.empty_like(y).scatter_(0, self.perm, y)
 
     def _on_rows(self, y: torch.Tensor, fn: Callable[[Rows, torch.Tensor], torch.Tensor]):
         """Apply ``fn(rows, matrix)`` to a flat sorted-order ``y`` laid out like the values
@@ -453,9 +452,7 @@ class Groups:
         idx = seg_g.repeat_interleave(lay.seg_size)
         if lay.order is None:
             return idx
-        out = torch.empty_like(idx)
-        out[lay.order] = idx
-        return out
+        return torch.empty_like(idx).scatter_(0, lay.order, idx)
 
     @cached_property
     def _layout(self) -> _Layout:
@@ -496,7 +493,7 @@ class Groups:
         if self._block is not None and self._layout.seg_group is None:
             G, N = self._block
             return v.view(G, 1).expand(G, N).reshape(-1)
-        return v[self.index]
+        return torch.index_select(v, 0, self.index)
 
     def _rows_to_groups(self, per_row: torch.Tensor) -> torch.Tensor:
         seg_group = self._layout.seg_group
@@ -673,12 +670,13 @@ class Groups:
         seg_size = lay.seg_size
         S = seg_size.shape[0]
         seg_group = torch.arange(S, device=dev) if lay.seg_group is None else lay.seg_group
-        seg_start0 = torch.cumsum(seg_size, 0) - seg_size  # segment starts in `order`
         order = torch.arange(B, device=dev) if lay.order is None else lay.order
         wmax = int(seg_size.max())
         if S * wmax <= _PAD_FACTOR * B + 1024:
             spans = [(0, S, wmax)]
+            src = order  # the sample at each layout position: segments as the layout has them
         else:  # one matrix per power-of-two size class: padding at most doubles the batch
+            seg_start0 = torch.cumsum(seg_size, 0) - seg_size  # segment starts in `order`
             cls = torch.ceil(torch.log2(seg_size.to(torch.float64))).to(torch.long)
             seg_order = torch.argsort(cls, stable=True)
             seg_size, seg_group = seg_size[seg_order], seg_group[seg_order]
@@ -687,29 +685,33 @@ class Groups:
             ends = np.cumsum(counts).tolist()
             spans = [(lo, hi, int(seg_size[lo:hi].max()))
                      for lo, hi in zip([0] + ends[:-1], ends, strict=True)]
+            new_start = torch.cumsum(seg_size, 0) - seg_size
+            shift = torch.repeat_interleave(seg_start0 - new_start, seg_size)
+            src = torch.index_select(order, 0, torch.arange(B, device=dev) + shift)
         seg_start = torch.cumsum(seg_size, 0) - seg_size  # starts in the sorted layout
-        seg_id = torch.repeat_interleave(torch.arange(S, device=dev), seg_size)
-        rank = torch.arange(B, device=dev) - seg_start[seg_id]
-        src = order[seg_start0[seg_id] + rank]  # the sample at each layout position
         perm = torch.empty_like(src)
         buckets = []
         for s_lo, s_hi, width in spans:
             lo = int(seg_start[s_lo])
             hi = int(seg_start[s_hi - 1] + seg_size[s_hi - 1])
             R = s_hi - s_lo
-            cells = (seg_id[lo:hi] - s_lo) * width + rank[lo:hi]
+            sizes = seg_size[s_lo:s_hi]
+            # cell of layout position q: q - lo + (row * width - (segment start - lo))
+            row_off = torch.arange(R, device=dev) * width - (seg_start[s_lo:s_hi] - lo)
+            cells = torch.arange(hi - lo, device=dev) + torch.repeat_interleave(row_off, sizes)
             kbuf = torch.full((R * width,), torch.inf, dtype=key.dtype, device=dev)
-            kbuf[cells] = key[src[lo:hi]]
+            kbuf.scatter_(0, cells, torch.index_select(key, 0, src[lo:hi]))
             m = kbuf.view(R, width)
             cols = _argsort_rows(m)
-            sbuf = torch.zeros(R * width, dtype=torch.long, device=dev)
-            sbuf[cells] = src[lo:hi]
             # +inf padding sorts after every (finite) member, so each row's members stay in
-            # its first `size` cells and `cells` addresses them before and after the sort.
+            # its first `size` cells and `cells` addresses them before and after the sort;
+            # the member now at cell (r, j) came from layout position cells^-1(r, cols[r, j]).
+            src_cell = cols + (torch.arange(R, device=dev) * width).unsqueeze(1)
+            from_pos = torch.index_select(src_cell.view(-1), 0, cells)
+            from_pos = from_pos - torch.repeat_interleave(row_off, sizes)
+            perm[lo:hi] = torch.index_select(src[lo:hi], 0, from_pos)
             vals = torch.gather(m, 1, cols)
-            perm[lo:hi] = torch.gather(sbuf.view(R, width), 1, cols).view(-1)[cells]
-            size = seg_size[s_lo:s_hi].unsqueeze(1)
-            rows = Rows(-vals if descending else vals, size)
+            rows = Rows(-vals if descending else vals, sizes.unsqueeze(1))
             buckets.append(_Bucket(lo, hi, rows, cells, s_lo))
         return SortedGroups(tuple(buckets), seg_group, None, perm=perm, descending=descending)
 
@@ -761,10 +763,29 @@ def _block_of(a: np.ndarray) -> tuple[int, np.ndarray | None, np.ndarray] | None
     return N, rows.reshape(-1), uniq
 
 
+def _stable_argsort(a: np.ndarray) -> np.ndarray:
+    """Stable argsort; integers spanning fewer than 2^32 values use numpy's radix sort on
+    16-bit digits (one or two ``O(B)`` passes instead of a comparison sort)."""
+    if a.dtype.kind in "iu" and a.size:
+        lo, hi = int(a.min()), int(a.max())
+        span = hi - lo
+        if span < 1 << 32:
+            if a.dtype.kind == "i":
+                d = (a.astype(np.int64) - lo).astype(np.uint64)
+            else:
+                d = a.astype(np.uint64) - np.uint64(lo)
+            order = np.argsort(d.astype(np.uint16), kind="stable")  # low 16 bits
+            if span >= 1 << 16:  # then the high 16 bits, stably: LSD radix sort
+                high = (d[order] >> np.uint64(16)).astype(np.uint16)
+                order = order[np.argsort(high, kind="stable")]
+            return order
+    return np.argsort(a, kind="stable")
+
+
 def _factor_sortable(a: np.ndarray) -> _Factor:
     """Factorise an orderable 1-D array (numbers, numpy strings) with one argsort."""
     n = a.shape[0]
-    order = np.argsort(a, kind="stable")
+    order = _stable_argsort(a)
     sa = a[order]
     new = np.empty(n, dtype=bool)
     new[:1] = True

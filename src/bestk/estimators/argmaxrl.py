@@ -86,12 +86,17 @@ def argmaxrl(rewards: torch.Tensor, groups: Groups, *, baseline: str = "loo") ->
         a = rows.n * w
         if baseline == "none":
             return a
+        if rows.uniform and rows.size < 2:
+            return torch.zeros_like(a)
         top = rows.at(rows.values)  # r_(1), the group maximum
+        a = a - top
+        if baseline == "mean":
+            return a if rows.uniform else torch.where(rows.size > 1, a, torch.zeros_like(a))
         # loo: max_{j != i} r_j is r_(1) except at the top position, where it is r_(2).
-        base = top if baseline == "mean" else torch.where(rows.is_last, prev, top)
-        a = a - base
-        if rows.uniform:
-            return a if rows.size > 1 else torch.zeros_like(a)
+        if rows.uniform:  # the top is the last column
+            a[:, -1:] += top - prev[:, -1:]
+            return a
+        a = a + torch.where(rows.is_last, top - prev, torch.zeros_like(a))
         return torch.where(rows.size > 1, a, torch.zeros_like(a))
 
     a = groups.sort(r).scatter_rows(advantage)
