@@ -8,9 +8,10 @@ mean and std with ``np.bincount`` and one gather each,
     mean = bincount(g, r) / n;  std = sqrt(bincount(g, (r - mean[g])**2) / (n - 1))
     A = (r - mean[g]) / (std[g] + 1e-6)
 
-Both take the same numpy float64 rewards and ids and return numpy advantages. Each repeat
-times every estimator and the reference back to back (alternating, so machine load hits all
-alike); the table gives medians and the ratio ``bestk / reference`` of the medians.
+Both take the same numpy float64 rewards and ids and return numpy advantages. Each round
+times the reference and every estimator back to back, in an order shuffled every round (so
+machine load, cache and allocator state hit all alike); the table gives the median time of
+each and the ratio ``bestk / reference``, the median over rounds of the within-round ratio.
 
 Times are process CPU time by default (``--clock wall`` for elapsed time): torch runs on one
 thread (``--threads``), like numpy, so CPU time is the work each call does, and it is not
@@ -27,7 +28,7 @@ Workloads (one process, one seed):
 Target (core hardening issue): argmaxrl <= 1.0x the reference on ``65k int`` and ``65k str``.
 Before timing, every estimator is checked against a per-group numpy loop (to 1e-9).
 
-Run: ``python benchmarks/estimators.py [--repeats 31] [--threads 1] [--no-1m]``
+Run: ``python benchmarks/estimators.py [--repeats 51] [--threads 1] [--clock cpu] [--no-1m]``
 """
 
 from __future__ import annotations
@@ -146,22 +147,28 @@ def workloads(seed: int = 0, big: bool = True):
 CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 
 
-def side_by_side(fns: dict, repeats: int, clock=time.process_time) -> dict[str, float]:
-    """Median ms of each function, timed alternately within every repeat."""
+def side_by_side(fns: dict, repeats: int, clock=time.process_time,
+                 seed: int = 0) -> dict[str, np.ndarray]:
+    """Seconds per call of each function over ``repeats`` rounds; within a round every
+    function runs once, in an order shuffled afresh each round (seeded), so that no function
+    always follows the same one (the cache and allocator state a call starts from depends
+    on what ran just before it)."""
+    keys = list(fns)
     for fn in fns.values():
         fn()  # warm-up
-    times: dict[str, list[float]] = {k: [] for k in fns}
+    rng = np.random.default_rng(seed)
+    times: dict[str, list[float]] = {k: [] for k in keys}
     for _ in range(repeats):
-        for key, fn in fns.items():
+        for i in rng.permutation(len(keys)):
             t0 = clock()
-            fn()
-            times[key].append(clock() - t0)
-    return {k: 1e3 * float(np.median(v)) for k, v in times.items()}
+            fns[keys[i]]()
+            times[keys[i]].append(clock() - t0)
+    return {k: np.asarray(v) for k, v in times.items()}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=31)
+    ap.add_argument("--repeats", type=int, default=51)
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (numpy's reference is single-threaded; default 1)")
     ap.add_argument("--no-1m", action="store_true", help="skip the 1M-rollout workload")
@@ -190,9 +197,10 @@ def main() -> None:
         for name, opts in ESTIMATORS:
             r = binary if name == "maxrl" else graded
             fns[name] = functools.partial(bestk.advantages, name, r, ids, **opts)
-        ms = side_by_side(fns, args.repeats, CLOCKS[args.clock])
+        t = side_by_side(fns, args.repeats, CLOCKS[args.clock])
+        ms = {k: 1e3 * float(np.median(v)) for k, v in t.items()}
         for name, _ in ESTIMATORS:
-            ratio = ms[name] / ms["reference"]
+            ratio = float(np.median(t[name] / t["reference"]))  # paired within each round
             target = TARGETS.get((name, wname))
             verdict = ""
             if target is not None:

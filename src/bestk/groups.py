@@ -46,6 +46,7 @@ Conventions
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -96,20 +97,31 @@ class Rows:
         """``(R, 1)`` group sizes in the values' dtype (a float for full rows)."""
         return float(self.size) if self.uniform else self.size.to(self.values.dtype)
 
+    def _columns(self) -> dict[str, torch.Tensor]:
+        if self.uniform:  # constants of (N, dtype, device), built once per process
+            return _uniform_columns(self.size, self.values.dtype, self.values.device)
+        return _column_constants(self.shape[1], self.values.dtype, self.values.device,
+                                 self.size)
+
     @cached_property
     def col(self) -> torch.Tensor:
         """``(1, W)`` long: the 0-based rank of each column."""
-        return torch.arange(self.shape[1], device=self.values.device).unsqueeze(0)
+        return self._columns()["col"]
 
     @cached_property
     def rank(self) -> torch.Tensor:
         """``(1, W)`` the 1-based rank ``i`` of each column, in the values' dtype."""
-        return (self.col + 1).to(self.values.dtype)
+        return self._columns()["rank"]
 
     @cached_property
     def remaining(self) -> torch.Tensor:
         """``n - col`` (``N - i + 1`` for the 1-based rank ``i``), in the values' dtype."""
-        return (self.size - self.col).to(self.values.dtype)
+        return self._columns()["remaining"]
+
+    @cached_property
+    def n_over_remaining(self) -> torch.Tensor:
+        """``N / (N - i + 1)`` at each column, in the values' dtype."""
+        return self._columns()["n_over_remaining"]
 
     @cached_property
     def valid(self) -> torch.Tensor | None:
@@ -158,6 +170,28 @@ class Rows:
             return y[:, j : j + 1]
         return torch.gather(y, 1, (self.size - 1 - offset_from_end).clamp_min(0))
 
+    def pow2_scale(self, factor: float = 4.0) -> torch.Tensor | None:
+        """``(R, 1)`` power-of-two divisors keeping ``factor * n * max|values|`` of each row
+        below half the float64 range, or ``None`` when no row needs one (the common case).
+
+        Reads only the first and last member of each row (the extremes of a sorted row). See
+        :meth:`Groups.pow2_scale`; dividing a row by its divisor is exact.
+        """
+        v = self.values
+        first, last = v[:, :1], self.at(v)  # the extremes of each (sorted) row
+        # (ascending rows: the smallest first, the largest last; descending: the reverse)
+        lo, hi = torch.aminmax(torch.cat([first, last], 1))
+        if max(-float(lo), float(hi)) * factor * self.shape[1] <= _HALF_MAX:
+            return None
+        amax = torch.maximum(first.abs(), last.abs())
+        need = torch.log2(amax) + torch.log2(factor * torch.as_tensor(self.n, dtype=v.dtype))
+        return torch.exp2(torch.ceil(torch.nan_to_num(need - _LOG2_HALF_MAX, neginf=0.0))
+                          .clamp_min(0))
+
+    def scaled(self, scale: torch.Tensor) -> Rows:
+        """The same rows with their values divided by ``scale`` (``(R, 1)``)."""
+        return Rows(self.values / scale, self.size)
+
     def total(self, y: torch.Tensor) -> torch.Tensor:
         """``(R,)`` sum of ``y`` over each group's members, left to right."""
         return self.at(y.cumsum(1)).reshape(-1)
@@ -167,12 +201,48 @@ class Rows:
         tied members get bit-identical results whatever the sort left in between."""
         v = self.values
         tied = v[:, 1:] == v[:, :-1]  # padding cells tie only with padding
+        return self.canonical_runs(y, tied)
+
+    def tied_prefix_sums(self, t: torch.Tensor, tied: Callable[[], torch.Tensor]):
+        """In-place row prefix sums of ``t`` whose increments are exactly 0 inside every run
+        of tied values (``tied()`` gives the ``(R, W - 1)`` tie mask when needed).
+
+        On CPU torch's ``cumsum`` adds left to right, so adding the exact zeros keeps every
+        member of a tie run bit-identical and nothing else is done. Other devices may scan
+        in a tree, so there the runs are canonicalised (:meth:`canonical_runs`).
+        """
+        c = t.cumsum_(1)
+        return c if c.device.type == "cpu" else self.canonical_runs(c, tied())
+
+    def canonical_runs(self, y: torch.Tensor, tied: torch.Tensor) -> torch.Tensor:
+        """:meth:`tie_canonical` given ``tied[:, j] = values[:, j + 1] == values[:, j]``."""
         if not bool(tied.any()):
             return y
-        new_run = torch.ones_like(v, dtype=torch.bool)
+        new_run = torch.ones_like(y, dtype=torch.bool)
         new_run[:, 1:] = ~tied
         first = torch.cummax(torch.where(new_run, self.col, torch.zeros_like(self.col)), 1)
         return torch.gather(y, 1, first.values)
+
+
+@functools.lru_cache(maxsize=64)
+def _uniform_columns(n: int, dtype: torch.dtype, device: torch.device) -> dict[str, torch.Tensor]:
+    return _columns_of(n, dtype, device, n)
+
+
+def _column_constants(width: int, dtype: torch.dtype, device: torch.device,
+                      size: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per-column constants of a padded ``(R, width)`` layout with row sizes ``size``."""
+    return _columns_of(width, dtype, device, size)
+
+
+def _columns_of(width, dtype, device, size) -> dict[str, torch.Tensor]:
+    """``col`` (0-based), ``rank`` (1-based), ``remaining = size - col`` and
+    ``n_over_remaining = size / remaining`` (the last two in ``dtype``)."""
+    col = torch.arange(width, device=device).unsqueeze(0)
+    remaining = (size - col).to(dtype)
+    n = torch.as_tensor(size, device=device).to(dtype)
+    return {"col": col, "rank": (col + 1).to(dtype), "remaining": remaining,
+            "n_over_remaining": n / remaining}
 
 
 @dataclass(frozen=True)
@@ -225,11 +295,18 @@ class SortedGroups:
         descending: bool = False,
     ):
         self.buckets = buckets
-        self.seg_group = seg_group
+        self._seg_group = seg_group  # None: row r is group r
         self.block = block
         self._perm = perm
         self._cols = cols  # block: (R, N) column of each sorted cell in its row
         self.descending = descending
+
+    @cached_property
+    def seg_group(self) -> torch.Tensor:
+        if self._seg_group is not None:
+            return self._seg_group
+        rows = sum(b.rows.shape[0] for b in self.buckets)
+        return torch.arange(rows, device=self.buckets[0].rows.values.device)
 
     # -- padded-matrix interface -----------------------------------------------------------
     def map_rows(self, fn: Callable[[Rows], torch.Tensor]) -> torch.Tensor:
@@ -239,11 +316,18 @@ class SortedGroups:
         parts = [torch.index_select(fn(b.rows).reshape(-1), 0, b.cells) for b in self.buckets]
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
-    def scatter_rows(self, fn: Callable[[Rows], torch.Tensor]) -> torch.Tensor:
-        """``(B,)`` in the original sample order: ``fn`` applied to each padded matrix."""
+    def scatter_rows(self, fn: Callable[[Rows], torch.Tensor], *, consume: bool = False):
+        """``(B,)`` in the original sample order: ``fn`` applied to each padded matrix.
+
+        ``consume=True`` writes the result over the sorted values of a block layout instead
+        of a new buffer (one allocation less); this layout must not be used afterwards, and
+        ``fn``'s result must not be a view of the values.
+        """
         if self._cols is not None:
-            y = fn(self.buckets[0].rows)
-            return torch.empty_like(y).scatter_(1, self._cols, y).view(-1)
+            rows = self.buckets[0].rows
+            y = fn(rows)
+            out = rows.values if consume and y.dtype == rows.values.dtype else torch.empty_like(y)
+            return out.scatter_(1, self._cols, y).view(-1)
         return self.scatter(self.map_rows(fn))
 
     def row_totals(self, fn: Callable[[Rows], torch.Tensor], num_groups: int) -> torch.Tensor:
@@ -629,7 +713,10 @@ class Groups:
         scaled values, multiplied back, equals the unscaled one bit for bit wherever the
         latter does not overflow. Each group's divisor depends on that group alone.
         """
-        amax = float(x.abs().max()) if x.numel() else 0.0
+        if not x.numel():
+            return None
+        lo, hi = torch.aminmax(x)
+        amax = max(-float(lo), float(hi))
         nmax = float(self.sizes.max()) if self.num_groups else 0.0
         if amax * factor * nmax <= _HALF_MAX:
             return None
@@ -650,7 +737,6 @@ class Groups:
         """
         lay = self._layout
         key = -x if descending else x
-        dev = x.device
         seg_group = lay.seg_group
         if lay.block is not None:
             R, N = lay.block
@@ -658,8 +744,6 @@ class Groups:
             cols = _argsort_rows(m)
             vals = torch.gather(m, 1, cols)
             rows = Rows(-vals if descending else vals, N)
-            if seg_group is None:
-                seg_group = torch.arange(R, device=dev)
             return SortedGroups((_Bucket(0, R * N, rows, None, 0),), seg_group, (R, N),
                                 cols=cols, descending=descending)
         return self._sort_ragged(key, descending, lay)
@@ -734,10 +818,17 @@ def _block_of(a: np.ndarray) -> tuple[int, np.ndarray | None, np.ndarray] | None
     n = a.shape[0]
     first = np.empty((), dtype=a.dtype)
     first[()] = a[0]  # a 0-d array: a tuple label must not broadcast as a sequence
-    differs = a != first
-    if not isinstance(differs, np.ndarray) or differs.dtype != np.bool_:
-        return None
-    N = int(np.argmax(differs)) if bool(differs.any()) else n
+    N, stop = n, 64
+    while True:  # the first label change, scanning a growing prefix
+        differs = a[:stop] != first
+        if not isinstance(differs, np.ndarray) or differs.dtype != np.bool_:
+            return None
+        if bool(differs.any()):
+            N = int(np.argmax(differs))
+            break
+        if stop >= n:
+            break
+        stop *= 8
     if N < 2 or n % N:
         return None
     m = a.reshape(-1, N)

@@ -14,10 +14,11 @@ is MaxRL.
 Computation: one ascending within-group sort ``g_(1) <= ... <= g_(N)`` (``g_(i) = r_(N-i+1)``)
 and one segment-local prefix sum,
 
-    w at ascending rank i = sum_{i'=1}^{i} (g_(i') - g_(i'-1)) / (N - i' + 1),   g_(0) = 0,
+    N w at ascending rank i = sum_{i'=1}^{i} (g_(i') - g_(i'-1)) N / (N - i' + 1),   g_(0) = 0,
 
 so each weight only sums the differences of the values at or below it (a huge reward cannot
-swamp the weights of the small ones), and tie runs are canonicalised (bit-identical weights).
+swamp the weights of the small ones). Inside a run of tied rewards the increments are exactly
+0, so tied rewards get bit-identical weights (:meth:`bestk.groups.Rows.tied_prefix_sums`).
 Groups whose ``4 N max|r|`` would leave the float64 range are first divided by an exact power
 of two.
 """
@@ -34,13 +35,16 @@ __all__ = ["argmaxrl", "maxrl", "argmaxrl_weights"]
 _BASELINES = ("loo", "mean", "none")
 
 
-def _weights(rows: Rows) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(w, g_prev)`` on a padded ascending matrix: the ArgMaxRL weights (ties canonical)
-    and ``g_(i-1)`` (0 before the smallest)."""
+def _scaled_weights(rows: Rows, offset: torch.Tensor | None = None) -> torch.Tensor:
+    """``N w - offset`` on a padded ascending matrix (ties canonical): the prefix sums of
+    ``(g_(i) - g_(i-1)) N / (N - i + 1)``, ``g_(0) = 0``, with ``offset`` (``(R, 1)``)
+    subtracted from the first term (one pass less than subtracting it afterwards)."""
     g = rows.values
-    prev = rows.prev(g)
-    t = (g - prev) / rows.remaining  # (g_(i) - g_(i-1)) / (N - i + 1), i = col + 1
-    return rows.tie_canonical(rows.cumsum(t)), prev
+    t = torch.empty_like(g)
+    torch.sub(g[:, 1:], g[:, :-1], out=t[:, 1:])  # g_(i) - g_(i-1): exactly 0 between ties
+    t.mul_(rows.n_over_remaining)  # * N / (N - i + 1), i = col + 1 (the first factor is 1)
+    t[:, :1] = g[:, :1] if offset is None else g[:, :1] - offset
+    return rows.tied_prefix_sums(t, lambda: g[:, 1:] == g[:, :-1])
 
 
 def argmaxrl_weights(rewards: torch.Tensor, groups: Groups) -> torch.Tensor:
@@ -48,7 +52,7 @@ def argmaxrl_weights(rewards: torch.Tensor, groups: Groups) -> torch.Tensor:
 
     One within-group sort and one segment-local prefix sum (see the module docstring).
     """
-    return groups.sort(rewards).scatter_rows(lambda rows: _weights(rows)[0])
+    return groups.sort(rewards).scatter_rows(lambda rows: _scaled_weights(rows).div_(rows.n))
 
 
 def _check_baseline(baseline: str) -> None:
@@ -78,29 +82,30 @@ def argmaxrl(rewards: torch.Tensor, groups: Groups, *, baseline: str = "loo") ->
     baselines.
     """
     _check_baseline(baseline)
-    scale = groups.pow2_scale(rewards, 4.0)  # None unless 4 N max|r| nears the float64 range
-    r = rewards if scale is None else rewards / groups.broadcast(scale)
 
     def advantage(rows: Rows) -> torch.Tensor:
-        w, prev = _weights(rows)
-        a = rows.n * w
+        # Rows whose 4 N max|r| nears the float64 range are divided by a power of two.
+        scale = rows.pow2_scale(4.0)
+        if scale is not None:
+            rows = rows.scaled(scale)
         if baseline == "none":
-            return a
-        if rows.uniform and rows.size < 2:
-            return torch.zeros_like(a)
-        top = rows.at(rows.values)  # r_(1), the group maximum
-        a = a - top
-        if baseline == "mean":
-            return a if rows.uniform else torch.where(rows.size > 1, a, torch.zeros_like(a))
-        # loo: max_{j != i} r_j is r_(1) except at the top position, where it is r_(2).
-        if rows.uniform:  # the top is the last column
-            a[:, -1:] += top - prev[:, -1:]
-            return a
-        a = a + torch.where(rows.is_last, top - prev, torch.zeros_like(a))
-        return torch.where(rows.size > 1, a, torch.zeros_like(a))
+            a = _scaled_weights(rows)  # N w_i
+        else:
+            top = rows.at(rows.values)  # r_(1), the group maximum
+            a = _scaled_weights(rows, top)  # N w_i - r_(1)
+            if baseline == "loo":  # max_{j != i} r_j is r_(1), but r_(2) at the top position
+                gap = top - rows.at(rows.values, 1)
+                if rows.uniform:  # the top is the last column
+                    a[:, -1:] += gap
+                else:
+                    a.scatter_add_(1, (rows.size - 1).clamp_min(0), gap)
+            if rows.uniform:
+                a = a if rows.size > 1 else torch.zeros_like(a)
+            else:
+                a = torch.where(rows.size > 1, a, torch.zeros_like(a))
+        return a if scale is None else a.mul_(scale)
 
-    a = groups.sort(r).scatter_rows(advantage)
-    return a if scale is None else a * groups.broadcast(scale)
+    return groups.sort(rewards).scatter_rows(advantage, consume=True)
 
 
 @register_estimator("maxrl")

@@ -105,10 +105,14 @@ def pkpo(
     if variant not in _VARIANTS:
         raise ValueError(f"unknown variant {variant!r} for pkpo; valid: {', '.join(_VARIANTS)}")
     k = _check_k(k, groups, variant)
-    scale = groups.pow2_scale(rewards, 4.0)
-    r = rewards if scale is None else rewards / groups.broadcast(scale)
 
     def advantage(rows: Rows) -> torch.Tensor:
+        # Rows whose 4 N max|r| nears the float64 range are divided by a power of two.
+        scale = rows.pow2_scale(4.0)
+        a = _advantage(rows if scale is None else rows.scaled(scale))
+        return a if scale is None else a.mul_(scale)
+
+    def _advantage(rows: Rows) -> torch.Tensor:
         g = rows.values
         n = rows.n
         m = rows.rank
@@ -136,8 +140,7 @@ def pkpo(
             a = torch.where(rows.size > 1, a, torch.zeros_like(a))
         return rows.tie_canonical(a)
 
-    a = groups.sort(r).scatter_rows(advantage)
-    return a if scale is None else a * groups.broadcast(scale)
+    return groups.sort(rewards).scatter_rows(advantage)
 
 
 def _at_least_one(x):

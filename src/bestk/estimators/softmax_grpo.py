@@ -31,7 +31,8 @@ def softmax_grpo(rewards: torch.Tensor, groups: Groups, *, tau: float = 0.1) -> 
     """
     tau = real_option("softmax_grpo", "tau", tau, minimum=0.0, strict=True)
     top = groups.broadcast(groups.max(rewards))
-    if float(rewards.abs().max()) <= _QUARTER_MAX:
+    lo, hi = torch.aminmax(rewards)
+    if max(-float(lo), float(hi)) <= _QUARTER_MAX:
         z = (rewards - top) / tau
     else:
         z = ((rewards * 0.5 - top * 0.5) / tau) * 2.0
