@@ -1,4 +1,8 @@
-"""ArgMaxRL and its binary special case MaxRL (ArgMaxRL blog; Tajwar et al. 2026).
+"""ArgMaxRL and its binary special case MaxRL.
+
+"ArgMaxRL: Generalizing MaxRL to Continuous Rewards" (blog post, 2026), building on MaxRL
+(Tajwar, Zeng, Zhou, Song, Arora, Jiang, Schneider, Salakhutdinov, Feng and Zanette, "Maximum
+Likelihood Reinforcement Learning", 2026).
 
 Sort a group descending ``r_(1) >= ... >= r_(N)`` and set ``r_(N+1) = 0``. The ArgMaxRL weight
 of the sample at rank ``j`` is the reverse cumulative sum
@@ -6,10 +10,11 @@ of the sample at rank ``j`` is the reverse cumulative sum
     w_(j) = sum_{m=j}^{N} (r_(m) - r_(m+1)) / m,
 
 and ``sum_i w_i grad log pi(y_i)`` is an unbiased estimate of ``grad J_N`` with
-``J_N = sum_{k=1}^{N} (1/k) best@k`` (blog, "Joint Best@k Gradient Estimator": the layer-cake
-integral of binary MaxRL estimators over thresholds). ``sum_i w_i = r_(1)``; tied rewards get
-identical weights; on 0/1 rewards ``w_i = r_i / K`` with ``K`` the number of successes, which
-is MaxRL.
+``J_N = sum_{k=1}^{N} (1/k) best@k`` (blog, "Joint Best@k Gradient Estimator" and its Theorem
+"Continuous Gradient Estimator-Objective Equivalence": the layer-cake integral over thresholds
+of the binary MaxRL estimator, unbiased by Tajwar et al.'s Theorem 2). ``sum_i w_i = r_(1)``;
+tied rewards get identical weights; on 0/1 rewards ``w_i = r_i / K`` with ``K`` the number of
+successes, which is MaxRL.
 
 Computation: one ascending within-group sort ``g_(1) <= ... <= g_(N)`` (``g_(i) = r_(N-i+1)``)
 and one segment-local prefix sum,

@@ -1,11 +1,16 @@
-"""PKPO: pass@k / max@k policy optimisation (Walder & Karkhanis 2025).
+"""PKPO: pass@k / max@k policy optimisation.
+
+Walder and Karkhanis, "Pass@K Policy Optimization: Solving Harder Reinforcement Learning
+Problems", 2025, arXiv:2505.15201.
+
 
 For a group of ``n`` rewards sorted ascending ``g_(1) <= ... <= g_(n)``, the unbiased
 estimate of ``max@k = E[max of k iid rewards]`` is
 
     rho_k(g) = sum_{i >= k} g_(i) C(i-1, k-1) / C(n, k),
 
-and the per-sample value ``s_i`` averages, over the k-subsets containing ``i``, the subset max:
+and the per-sample value ``s_i`` sums the subset maxima over the k-subsets containing ``i``,
+divided by ``C(n, k)``:
 
     s_(i) = [C(i-1, k-1) g_(i) + sum_{j > i} C(j-2, k-2) g_(j)] / C(n, k).
 
@@ -97,10 +102,9 @@ def pkpo(
     * ``variant="sloo_minus_one"`` (default): ``A_i = n (s_i - (k/n) rho_{k-1}(g_{-i}))``;
       RLOO when ``k = 1``. Unbiased for ``grad max@k``.
 
-    (Walder & Karkhanis 2025: ``s_i`` their Eq. for the per-sample max@k credit, ``rho_k``
-    the unbiased max@k estimator.) ``k`` is required, an integer with ``1 <= k <= n`` for
-    every group (``n - 1`` for ``sloo``). Groups of size 1 get ``A = 0`` from the ``sloo``
-    variants. Tied rewards get bit-identical advantages.
+    (``s_i`` and ``rho_k`` as in the module docstring.) ``k`` is required, an integer with
+    ``1 <= k <= n`` for every group (``n - 1`` for ``sloo``). Groups of size 1 get ``A = 0``
+    from the ``sloo`` variants. Tied rewards get bit-identical advantages.
     """
     if variant not in _VARIANTS:
         raise ValueError(f"unknown variant {variant!r} for pkpo; valid: {', '.join(_VARIANTS)}")

@@ -1,4 +1,9 @@
-"""SoftmaxGRPO: softmax group advantages (SoftmaxGRPO paper, Table 1)."""
+"""SoftmaxGRPO: softmax group advantages.
+
+Hernandez, Koo, Xiao, Wei and Ordonez, "SoftmaxGRPO: Learning to Reason using Softmax Advantage
+Group Estimation", 2026, arXiv:2608.09271: advantages Eq. (1), binary-reward prompt weight
+Eq. (4), low-temperature (MaxRL) limit Eq. (5).
+"""
 
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ _QUARTER_MAX = float(torch.finfo(torch.float64).max) / 4
 
 @register_estimator("softmax_grpo")
 def softmax_grpo(rewards: torch.Tensor, groups: Groups, *, tau: float = 0.1) -> torch.Tensor:
-    """SoftmaxGRPO advantages ``A_i = N softmax(r / tau)_i - 1`` within each group.
+    """SoftmaxGRPO advantages ``A_i = N softmax(r / tau)_i - 1`` within each group (Eq. (1)).
 
     Computed stably as ``N exp((r_i - max)/tau) / sum_j exp((r_j - max)/tau) - 1``; zero-sum
     per group, shift invariant, ``A = 0`` for groups of size 1 and for all-equal groups.
@@ -24,9 +29,10 @@ def softmax_grpo(rewards: torch.Tensor, groups: Groups, *, tau: float = 0.1) -> 
     ``2 ((r_i/2 - max/2) / tau)``, which is the same number wherever both are finite.
 
     **Not** an unbiased gradient of a fixed objective for finite ``tau``: on binary rewards it
-    reweights prompts by ``omega_{N,tau}(p)`` (``bestk.theory.softmax_grpo_weight``), a
+    reweights prompts by ``omega_{N,tau}(p)`` (Eq. (4), ``bestk.theory.softmax_grpo_weight``), a
     bounded interpolation between the RL weight (``tau -> inf``) and MaxRL. As ``tau -> 0``
-    on 0/1 rewards it tends to ``N r_i / K - 1``, i.e. ``argmaxrl`` with ``baseline="mean"``,
+    on 0/1 rewards it tends to ``N r_i / K - 1`` (Eq. (5)), i.e. ``argmaxrl`` with
+    ``baseline="mean"``,
     which is unbiased for ``grad sum_{k=1}^{N-1} (1/k) pass@k``.
     """
     tau = real_option("softmax_grpo", "tau", tau, minimum=0.0, strict=True)
