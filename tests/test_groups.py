@@ -261,3 +261,33 @@ def test_pow2_scale_is_none_unless_needed_and_exact():
     sc = g.pow2_scale(torch.tensor([1.7e308, -1e308, 3.0, 4.0], dtype=f64))
     assert sc[1].item() == 1.0 and sc[0].item() > 1.0
     assert np.log2(sc[0].item()).is_integer()
+
+
+def test_accelerator_code_paths_agree_with_the_cpu_ones(monkeypatch):
+    """The branches taken on devices without numpy sorts or sequential scans (torch.sort,
+    explicit tie canonicalisation, torch.unique factorisation) give the same advantages."""
+    import bestk
+    import bestk.groups as mod
+
+    rng = np.random.default_rng(8)
+    lab = rng.permutation(np.repeat(np.arange(40), rng.integers(1, 30, 40)))
+    r = rng.integers(0, 4, lab.size).astype(np.float64)  # many ties
+    cases = [("argmaxrl", {}), ("argmaxrl", {"baseline": "none"}), ("pkpo", {"k": 1}),
+             ("maxrl", {})]
+    want = {}
+    for name, opts in cases:
+        x = (r > 1).astype(np.float64) if name == "maxrl" else r
+        want[name, str(opts)] = bestk.advantages(name, x, lab, **opts)
+    monkeypatch.setattr(mod, "_sequential_scans", lambda device: False)
+    monkeypatch.setattr(mod, "_numpy_sorts", lambda device: False)
+    for name, opts in cases:
+        x = (r > 1).astype(np.float64) if name == "maxrl" else r
+        got = bestk.advantages(name, x, lab, **opts)
+        np.testing.assert_allclose(got, want[name, str(opts)], rtol=1e-13, atol=1e-13)
+        for v in np.unique(x):  # ties still bit-identical
+            for g in np.unique(lab):
+                tied = got[(lab == g) & (x == v)]
+                assert np.all(tied == tied[:1])
+    f = mod._factor_tensor(torch.tensor(lab))
+    np.testing.assert_array_equal(f.labels, np.unique(lab))
+    np.testing.assert_array_equal(f.index.numpy(), np.searchsorted(np.unique(lab), lab))

@@ -212,7 +212,7 @@ class Rows:
         in a tree, so there the runs are canonicalised (:meth:`canonical_runs`).
         """
         c = t.cumsum_(1)
-        return c if c.device.type == "cpu" else self.canonical_runs(c, tied())
+        return c if _sequential_scans(c.device) else self.canonical_runs(c, tied())
 
     def canonical_runs(self, y: torch.Tensor, tied: torch.Tensor) -> torch.Tensor:
         """:meth:`tie_canonical` given ``tied[:, j] = values[:, j + 1] == values[:, j]``."""
@@ -435,13 +435,23 @@ class SortedGroups:
         return self._on_rows(y, lambda rows, m: rows.tie_canonical(m))
 
 
+def _sequential_scans(device: torch.device) -> bool:
+    """Whether ``cumsum`` adds left to right on ``device`` (torch's CPU kernel does)."""
+    return device.type == "cpu"
+
+
+def _numpy_sorts(device: torch.device) -> bool:
+    """Whether to sort with numpy (CPU tensors, shared with numpy without a copy)."""
+    return device.type == "cpu"
+
+
 def _argsort_rows(m: torch.Tensor) -> torch.Tensor:
     """Row-wise ascending argsort of a 2-D tensor (tie order unspecified).
 
     On CPU numpy's SIMD quicksort is several times faster than ``torch.sort`` on short rows;
     the tensor is shared with numpy, not copied.
     """
-    if m.device.type == "cpu":
+    if _numpy_sorts(m.device):
         return torch.from_numpy(np.argsort(m.numpy(), axis=1))
     return torch.sort(m, dim=1).indices
 
