@@ -97,31 +97,31 @@ class Rows:
         """``(R, 1)`` group sizes in the values' dtype (a float for full rows)."""
         return float(self.size) if self.uniform else self.size.to(self.values.dtype)
 
+    @cached_property
     def _columns(self) -> dict[str, torch.Tensor]:
         if self.uniform:  # constants of (N, dtype, device), built once per process
             return _uniform_columns(self.size, self.values.dtype, self.values.device)
-        return _column_constants(self.shape[1], self.values.dtype, self.values.device,
-                                 self.size)
+        return _columns_of(self.shape[1], self.values.dtype, self.values.device, self.size)
 
     @cached_property
     def col(self) -> torch.Tensor:
         """``(1, W)`` long: the 0-based rank of each column."""
-        return self._columns()["col"]
+        return self._columns["col"]
 
     @cached_property
     def rank(self) -> torch.Tensor:
         """``(1, W)`` the 1-based rank ``i`` of each column, in the values' dtype."""
-        return self._columns()["rank"]
+        return self._columns["rank"]
 
     @cached_property
     def remaining(self) -> torch.Tensor:
         """``n - col`` (``N - i + 1`` for the 1-based rank ``i``), in the values' dtype."""
-        return self._columns()["remaining"]
+        return self._columns["remaining"]
 
     @cached_property
     def n_over_remaining(self) -> torch.Tensor:
         """``N / (N - i + 1)`` at each column, in the values' dtype."""
-        return self._columns()["n_over_remaining"]
+        return self._columns["n_over_remaining"]
 
     @cached_property
     def valid(self) -> torch.Tensor | None:
@@ -229,14 +229,9 @@ def _uniform_columns(n: int, dtype: torch.dtype, device: torch.device) -> dict[s
     return _columns_of(n, dtype, device, n)
 
 
-def _column_constants(width: int, dtype: torch.dtype, device: torch.device,
-                      size: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Per-column constants of a padded ``(R, width)`` layout with row sizes ``size``."""
-    return _columns_of(width, dtype, device, size)
-
-
 def _columns_of(width, dtype, device, size) -> dict[str, torch.Tensor]:
-    """``col`` (0-based), ``rank`` (1-based), ``remaining = size - col`` and
+    """Per-column constants of a padded ``(R, width)`` layout with row sizes ``size``:
+    ``col`` (0-based), ``rank`` (1-based), ``remaining = size - col`` and
     ``n_over_remaining = size / remaining`` (the last two in ``dtype``)."""
     col = torch.arange(width, device=device).unsqueeze(0)
     remaining = (size - col).to(dtype)
