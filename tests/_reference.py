@@ -7,6 +7,7 @@ imports bestk's math.
 from __future__ import annotations
 
 import itertools
+import math
 from fractions import Fraction
 from math import comb
 
@@ -114,3 +115,151 @@ def pass_at_k_exact(n, c, k):
     if n - c < k:
         return 1.0
     return float(1 - Fraction(comb(n - c, k), comb(n, k)))
+
+
+# ---------------------------------------------------------------------------- fuzz references
+# Per-group float64 references fast enough for thousands of random groups of up to 1024
+# samples. Each is written from the defining formula, not from bestk's algorithm, and returns
+# the value together with the magnitude its rounding error scales with.
+
+
+def argmaxrl_layer_cake(r, baseline="loo"):
+    """ArgMaxRL advantages from the layer-cake definition, vectorised over thresholds.
+
+    ``w_i = c/N + int_0^{x_i} dtau / K_tau`` with ``x = r - c``, ``c = min(r, 0)`` and
+    ``K_tau = #{j : x_j > tau}``; between consecutive distinct values ``K`` is constant.
+    Returns ``(A, mag)`` with ``mag_i = N (|r_min| + r_i - r_min) + |baseline_i|``, a bound
+    on the sum of the magnitudes that enter ``A_i``.
+    """
+    r = np.asarray(r, dtype=np.float64)
+    n = r.size
+    c = min(r.min(), 0.0)
+    x = r - c
+    pts = np.unique(np.append(x, 0.0))  # thresholds 0 = p_0 < p_1 < ...
+    lengths = np.diff(pts)
+    above = n - np.searchsorted(np.sort(x), pts[:-1], side="right")  # K on (p_j, p_j+1)
+    layer = np.concatenate([[0.0], np.cumsum(lengths / above)])
+    w = c / n + layer[np.searchsorted(pts, x)]
+    a = n * w
+    rmin = r.min()
+    mag = n * (abs(rmin) + (r - rmin))
+    if baseline == "none":
+        return a, mag
+    if n == 1:
+        return np.zeros(1), mag
+    top = r.max()
+    if baseline == "mean":
+        base = np.full(n, top)
+    else:
+        srt = np.sort(r)
+        base = np.where((r == top) & (srt[-2] < top), srt[-2], top)
+    return a - base, mag + np.abs(base)
+
+
+def _log_comb(a, b):
+    """``log C(a, b)`` (``-inf`` where ``b < 0`` or ``b > a``), via log-gamma."""
+    from scipy.special import gammaln
+
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    ok = (b >= 0) & (b <= a)
+    out = gammaln(a + 1) - gammaln(np.where(ok, b, 0) + 1) - gammaln(np.where(ok, a - b, 0) + 1)
+    return np.where(ok, out, -np.inf)
+
+
+def maxk_weight_table(n, k):
+    """``C(i-1, k-1) / C(n, k)`` for ``i = 1..n`` from log-gamma (independent of recursions)."""
+    i = np.arange(1, n + 1)
+    return np.exp(_log_comb(i - 1, k - 1) - _log_comb(n, k))
+
+
+def best_at_k_formula(g, k):
+    g = np.sort(np.asarray(g, dtype=np.float64))
+    return math.fsum(maxk_weight_table(g.size, k) * g)
+
+
+def _suffix_excl(v):
+    """``sum_{j > i} v_j`` for each ``i``."""
+    c = np.cumsum(v[::-1])[::-1]
+    return np.append(c[1:], 0.0)
+
+
+def _prefix_excl(v):
+    """``sum_{j < i} v_j`` for each ``i``."""
+    return np.append(0.0, np.cumsum(v)[:-1])
+
+
+def pkpo_formula(g, k, variant="sloo_minus_one"):
+    """PKPO advantages from the per-sample subset-max formula with log-gamma binomials.
+
+    ``s_(i) = [C(i-1,k-1) g_(i) + sum_{j>i} C(j-2,k-2) g_(j)] / C(n,k)`` and, for the
+    baselines, ``rho_m(g_{-i}) = sum_{j != i} g_j C(rank'_j - 1, m - 1) / C(n - 1, m)`` with
+    ``rank'_j`` the rank of ``j`` among the other ``n - 1`` samples (``j`` below ``i``, else
+    ``j - 1``). (Use :func:`pkpo_ref`, subset enumeration, for small groups.)
+    """
+    g0 = np.asarray(g, dtype=np.float64)
+    order = np.argsort(g0, kind="stable")
+    g = g0[order]
+    n = g.size
+    i = np.arange(1, n + 1)
+    lc = _log_comb(n, k)
+    own = np.exp(_log_comb(i - 1, k - 1) - lc)
+    pair = np.exp(_log_comb(i - 2, k - 2) - lc) if k >= 2 else np.zeros(n)
+    s = own * g + _suffix_excl(pair * g)
+    if variant == "s":
+        a = n * s
+    elif n == 1:
+        a = np.zeros(1)
+    else:
+        m = k if variant == "sloo" else k - 1
+        if m == 0:
+            a = n * s - (_prefix_excl(g) + _suffix_excl(g)) / (n - 1)
+        else:
+            u = np.exp(_log_comb(i - 1, m - 1) - _log_comb(n - 1, m))  # weight of rank' = i
+            u_prev = np.append(0.0, u[:-1])  # rank' = j - 1 for j above i
+            rho = _prefix_excl(u * g) + _suffix_excl(u_prev * g)
+            coef = k / (n - 1) if variant == "sloo" else k / n
+            a = n * (s - coef * rho)
+    out = np.empty(n)
+    out[order] = a
+    return out
+
+
+def exact_center(r):
+    """Deviations ``r_i - mean`` and the variance (``n - 1``), in exact rational arithmetic."""
+    fr = [Fraction(float(v)) for v in r]
+    n = len(fr)
+    mean = sum(fr, Fraction(0)) / n
+    dev = [v - mean for v in fr]
+    var = sum((d * d for d in dev), Fraction(0)) / (n - 1) if n > 1 else Fraction(0)
+    return dev, var
+
+
+def grpo_exact(r, scale="std", eps=1e-6):
+    """GRPO / Dr.GRPO from exact deviations and variance (one rounding each, then sqrt)."""
+    n = len(r)
+    if n == 1:
+        return np.zeros(1)
+    dev, var = exact_center(r)
+    d = np.array([float(v) for v in dev])
+    if scale == "none":
+        return d
+    std = math.sqrt(float(var))
+    denom = std + eps
+    return d / denom if denom > 0 else np.zeros(n)
+
+
+def rloo_exact(r):
+    n = len(r)
+    if n == 1:
+        return np.zeros(1)
+    fr = [Fraction(float(v)) for v in r]
+    tot = sum(fr, Fraction(0))
+    return np.array([float(v - (tot - v) / (n - 1)) for v in fr])
+
+
+def softmax_fsum(r, tau):
+    r = np.asarray(r, dtype=np.float64)
+    z = (r - r.max()) / tau
+    e = np.exp(z)
+    return r.size * e / math.fsum(e) - 1, np.abs(z).max()

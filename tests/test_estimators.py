@@ -80,7 +80,7 @@ def test_pkpo_s_sums_to_k_rho():
     r = np.random.default_rng(5).random(40)
     for k in (2, 7, 40):
         a = bestk.advantages("pkpo", r, k=k, variant="s") / len(r)
-        rho = bestk.best_at_k(r, k)[0]
+        rho = bestk.best_at_k(r, k)
         assert a.sum() == pytest.approx(k * rho, rel=1e-10)
 
 
@@ -231,7 +231,10 @@ def test_size_one_groups_get_zero_from_baselined_estimators():
         (lambda: bestk.advantages("argmaxrl", [1.0], baseline="max"), "baseline 'max'"),
         (lambda: bestk.advantages("maxrl", [1.0, 0.5]), "index 1 is 0.5"),
         (lambda: bestk.advantages("softmax_grpo", [1.0], tau=0), "tau must be > 0"),
-        (lambda: bestk.advantages("softmax_grpo", [1.0], tau="x"), "tau must be a finite"),
+        (
+            lambda: bestk.advantages("softmax_grpo", [1.0], tau="x"),
+            "tau must be a real number, got str 'x'",
+        ),
         (lambda: bestk.advantages("grpo", [1.0], scale="mad"), "scale 'mad'"),
         (lambda: bestk.advantages("grpo", [1.0], eps=-1), "eps must be"),
         (lambda: bestk.advantages("pkpo", [1.0, 2.0], k=0), "k must be >= 1"),
@@ -272,3 +275,159 @@ def test_argmaxrl_reward_shift_adds_c_over_n_to_every_weight():
     np.testing.assert_allclose(
         (shifted - bestk.advantages("argmaxrl", r, baseline="none")) / 6, 1.7 / 6
     )
+
+
+# ---------------------------------------------------------------------------- hardening
+def _close(got, want, rtol=4e-16, atol=0.0):
+    np.testing.assert_allclose(np.asarray(got, dtype=np.float64), want, rtol=rtol, atol=atol)
+
+
+def test_a_huge_reward_does_not_corrupt_the_small_ones():
+    """Ragged path: [1e17, 3, 2, 1] in group a; brute force gives [4e17, 13/3, 7/3, 1]."""
+    a = bestk.advantages("argmaxrl", [1e17, 3.0, 2.0, 1.0, 0.0], ["a"] * 4 + ["b"],
+                         baseline="none")
+    _close(a[:4], [4e17, 13 / 3, 7 / 3, 1.0])
+    _close(a[:4], per_group(lambda r: argmaxrl_ref(r, "none"), [1e17, 3, 2, 1], [0] * 4))
+    block = bestk.advantages("argmaxrl", [1e17, 3.0, 2.0, 1.0], baseline="none")
+    np.testing.assert_array_equal(a[:4], block)  # ragged and block layouts agree bit for bit
+
+
+def test_other_groups_do_not_change_a_groups_advantages():
+    r, g = [1e20, 0.0, 1.0, 2.0, 3.0], ["a", "a", "b", "b", "b"]
+    _close(bestk.advantages("argmaxrl", r, g, baseline="none")[2:], [1.0, 2.5, 5.5])
+    _close(bestk.advantages("pkpo", r, g, k=2, variant="s")[2:], [5.0, 5.0, 6.0], rtol=2e-15)
+    for name, opts in ALL + [("pkpo", {"k": 2, "variant": "s"}), ("maxrl", {})]:
+        vals = [1.0, 0.0, 1.0, 0.0, 1.0] if name == "maxrl" else r
+        alone = bestk.advantages(name, vals[2:], **opts)
+        np.testing.assert_array_equal(bestk.advantages(name, vals, g, **opts)[2:], alone, name)
+
+
+@pytest.mark.parametrize(
+    "name, opts", ALL + [("pkpo", {"k": 2}), ("pkpo", {"k": 3, "variant": "s"})]
+)
+def test_tied_rewards_get_bit_identical_advantages(name, opts):
+    """~25% of tie sets differed with the global-cumsum scan; now every one is identical."""
+    rng = np.random.default_rng(3)
+    sizes = rng.integers(3, 40, 300)
+    lab = rng.permutation(np.repeat(np.arange(300), sizes))
+    r = rng.integers(0, 4, lab.size) * 10.0 ** rng.integers(-3, 4, lab.size)
+    r[rng.random(lab.size) < 0.01] = 1e17  # a few huge rewards in some groups
+    a = bestk.advantages(name, r, lab, **opts)
+    _, inv = np.unique(np.stack([lab, r]), axis=1, return_inverse=True)  # (group, reward)
+    first = np.full(inv.max() + 1, -1)
+    first[inv[::-1]] = np.arange(lab.size)[::-1]
+    np.testing.assert_array_equal(a, a[first[inv]])
+
+
+def test_zero_dimensional_rewards_are_rejected():
+    with pytest.raises(ValueError, match="0-d scalar 2.0"):
+        bestk.advantages("argmaxrl", 2.0)
+    with pytest.raises(ValueError, match="0-d tensor"):
+        bestk.advantages("argmaxrl", torch.tensor(2.0))
+
+
+def test_kappo_grpo_requires_explicit_prompt_ids():
+    from bestk.kappo import calibrate
+
+    cal = calibrate({0: [1, 0, 0, 1], 1: [0, 0, 0, 1]}, k=2, beta=0.1)
+    with pytest.raises(ValueError, match="needs the prompt ids"):
+        bestk.advantages("kappo_grpo", [1.0, 0.0, 1.0], calibration=cal)
+    with pytest.raises(ValueError, match="needs the prompt ids"):
+        bestk.advantages("kappo_grpo", [[1.0, 0.0], [0.0, 1.0]], calibration=cal)
+    a = bestk.advantages("kappo_grpo", [1.0, 0.0, 1.0, 0.0], [1, 1, 0, 0], calibration=cal)
+    a_k = cal.get("a_k", [0, 1])
+    grpo = bestk.advantages("grpo", [1.0, 0.0, 1.0, 0.0], [1, 1, 0, 0])
+    _close(a, grpo * np.repeat(a_k[::-1], 2), rtol=1e-15)
+
+
+@pytest.mark.parametrize(
+    "rewards, opts, msg",
+    [
+        # N * 1000 = 128000 > 65504: float16 cannot hold the top advantage
+        (torch.tensor([1000.0] + [0.0] * 127, dtype=torch.float16), {}, "float16.*65504"),
+        # 3 * 3e38 / 2 = 4.5e38 > 3.4e38
+        (torch.tensor([3e38, 3e38, 0.0], dtype=torch.float32), {"baseline": "none"},
+         "4.5e\\+38.*float32"),
+        # the true advantage 2 * 2.55e308 exceeds float64 itself
+        (torch.tensor([1.7e308, -1.7e308], dtype=torch.float64), {"baseline": "none"},
+         "exceed the float64 range"),
+    ],
+)
+def test_results_a_dtype_cannot_hold_are_a_value_error(rewards, opts, msg):
+    with pytest.raises(ValueError, match=msg):
+        bestk.advantages("argmaxrl", rewards, **opts)
+
+
+def test_narrow_dtypes_are_computed_in_float64_and_fit_when_they_can():
+    r16 = torch.tensor([1000.0] + [0.0] * 15, dtype=torch.float16)  # 16 * 1000 fits
+    a = bestk.advantages("argmaxrl", r16, baseline="none")
+    assert a.dtype == torch.float16 and torch.isfinite(a).all()
+    _close(a.double(), argmaxrl_ref(r16.double().numpy(), "none"), rtol=1e-3)
+    r32 = torch.tensor([3e38, 3e38, 0.0], dtype=torch.float32)
+    for name, opts in [("argmaxrl", {}), ("grpo", {}), ("softmax_grpo", {}), ("rloo", {})]:
+        got = bestk.advantages(name, r32, **opts)
+        want = bestk.advantages(name, r32.double(), **opts).float()
+        assert got.dtype == torch.float32
+        np.testing.assert_array_equal(got.numpy(), want.numpy(), err_msg=name)
+
+
+def test_grpo_at_the_float64_limits():
+    _close(bestk.advantages("grpo", [-1.7e308, 1.7e308]), [-(0.5**0.5), 0.5**0.5], rtol=1e-15)
+    _close(bestk.advantages("grpo", [1.7e308, 1.7e308, 1.6e308]),
+           grpo_ref([1.7, 1.7, 1.6], eps=0.0), rtol=1e-12)
+    _close(bestk.advantages("grpo", [1e-310, 3e-310], eps=0.0), [-(0.5**0.5), 0.5**0.5],
+           rtol=1e-6)
+    _close(bestk.advantages("grpo", [-1.7e308, 1.7e308], scale="none"), [-1.7e308, 1.7e308])
+    with pytest.raises(ValueError, match="exceed the float64 range"):
+        bestk.advantages("rloo", [-1.7e308, 1.7e308])  # the true A = +-3.4e308
+    _close(bestk.advantages("rloo", [-0.8e308, 0.8e308]), [-1.6e308, 1.6e308], rtol=1e-15)
+    _close(bestk.advantages("softmax_grpo", [-1.7e308, 1.7e308], tau=1e308),
+           softmax_ref([-1.7, 1.7], tau=1.0), rtol=1e-12)
+    # intermediate values (N w = 2.2e308) overflow; the advantages do not
+    _close(bestk.advantages("argmaxrl", [1.7e308, 1.6e308, 1e308], baseline="loo"),
+           argmaxrl_ref([1.7, 1.6, 1.0], "loo") * 1e308, rtol=1e-12)
+    _close(bestk.advantages("pkpo", [1.7e308, 1.6e308, 1e308], k=2),
+           pkpo_ref([1.7, 1.6, 1.0], 2) * 1e308, rtol=1e-12)
+
+
+def test_grpo_constant_groups_are_exactly_zero_even_with_eps_zero():
+    """sum/n of [0.1] * 3 is not 0.1; the deviations about the maximum are exactly 0."""
+    for eps in (0.0, 1e-6):
+        assert np.all(bestk.advantages("grpo", [0.1, 0.1, 0.1], eps=eps) == 0)
+    assert np.all(bestk.advantages("rloo", [0.1, 0.1, 0.1]) == 0)
+    assert np.all(bestk.advantages("grpo", [0.1, 0.1, 0.1], scale="none") == 0)
+
+
+@pytest.mark.parametrize(
+    "value", [np.float32(0.1), np.float64(0.1), torch.tensor(0.1), np.array(0.1), 0.1, 1]
+)
+def test_scalar_options_accept_any_real_number_type(value):
+    want = bestk.advantages("softmax_grpo", [1.0, 2.0, 4.0], tau=float(value))
+    np.testing.assert_array_equal(bestk.advantages("softmax_grpo", [1.0, 2.0, 4.0], tau=value),
+                                  want)
+    assert np.isfinite(bestk.advantages("grpo", [1.0, 2.0], eps=value)).all()
+
+
+@pytest.mark.parametrize(
+    "call, msg",
+    [
+        (lambda: bestk.advantages("grpo", [1.0, 2.0], eps=True), "eps must be a real.*bool"),
+        (lambda: bestk.advantages("softmax_grpo", [1.0], tau=np.bool_(True)), "got bool"),
+        (lambda: bestk.advantages("softmax_grpo", [1.0], tau=torch.tensor([0.1, 0.2])),
+         "tau must be a real number, got Tensor"),
+        (lambda: bestk.advantages("softmax_grpo", [1.0], tau=float("inf")), "must be finite"),
+        (lambda: bestk.advantages("pkpo", [1.0, 2.0], k=True), "k must be an integer, got bool"),
+        (lambda: bestk.advantages("pkpo", [1.0, 2.0], k=2.0), "k must be an integer, got float"),
+        (lambda: bestk.advantages("argmaxrl", np.array([2**60, 1])), "2\\*\\*53"),
+    ],
+)
+def test_bad_option_types(call, msg):
+    with pytest.raises(ValueError, match=msg):
+        call()
+
+
+def test_integer_like_options_from_numpy_and_tensors():
+    r = [1.0, 3.0, 2.0, 5.0]
+    want = bestk.advantages("pkpo", r, k=2)
+    for k in (np.int64(2), np.array(2), torch.tensor(2)):
+        np.testing.assert_array_equal(bestk.advantages("pkpo", r, k=k), want)

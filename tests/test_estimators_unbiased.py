@@ -120,3 +120,27 @@ def test_softmax_grpo_limit_expectation_is_maxrl_mean_objective():
     np.testing.assert_allclose(got, exact_gradient("J_N-1", N, logits, values), atol=1e-10)
     warm = expected_estimate("softmax_grpo", {"tau": 1.0}, N, logits, values)
     assert np.abs(warm - exact_gradient("J_N-1", N, logits, values)).max() > 1e-3
+
+
+def test_kappo_grpo_expectation_is_a_k_times_grpo_and_not_a_pass_at_k_gradient():
+    """kappo_grpo makes no unbiasedness claim; what it does claim (binary calibration): its
+    expected update is GRPO's scaled by the prompt's a_k."""
+    from bestk.kappo import calibrate
+
+    values, logits = BANDITS["binary"]
+    N, K = 4, len(values)
+    D = K**N
+    cal = calibrate({p: [1, 0, 0, 1, 0, 0, 0, 1] for p in range(D)}, k=2, beta=0.1)
+    a_k = float(cal.get("a_k", [0])[0])
+    pi = np.exp(logits - logits.max())
+    pi /= pi.sum()
+    draws = np.array(list(itertools.product(range(K), repeat=N)))
+    rewards = values[draws].reshape(-1)
+    labels = np.repeat(np.arange(D), N)  # one calibrated prompt id per draw (group)
+    A = bestk.advantages("kappo_grpo", rewards, labels, calibration=cal).reshape(D, N)
+    score = np.eye(K)[draws] - pi
+    got = pi[draws].prod(1) @ (A[:, :, None] * score).mean(1)
+    grpo = expected_estimate("grpo", {}, N, logits, values)
+    np.testing.assert_allclose(got, a_k * grpo, atol=1e-12, rtol=1e-12)
+    pass2 = exact_gradient("max@2", N, logits, values)
+    assert np.abs(got - pass2).max() > 1e-3 and np.abs(got / a_k - pass2).max() > 1e-3

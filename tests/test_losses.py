@@ -112,3 +112,31 @@ def test_entropy_and_logprobs_by_hand():
     lp = token_logprobs(logits, torch.tensor([[2, 0]]))
     assert lp[0, 0].item() == pytest.approx(math.log(0.25))
     assert lp[0, 1].item() == pytest.approx(math.log(0.75), rel=1e-5)
+
+
+def test_entropy_with_masked_vocabulary_is_finite_and_exact():
+    inf = float("inf")
+    logits = torch.tensor([[[0.0, -inf, 0.0, -inf], [math.log(3), 0.0, -inf, -inf]]])
+    h = entropy_from_logits(logits)
+    assert torch.isfinite(h).all()
+    assert h[0, 0].item() == pytest.approx(math.log(2), rel=1e-6)
+    assert h[0, 1].item() == pytest.approx(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25)),
+                                           rel=1e-6)
+    one_hot = torch.tensor([[5.0, -inf, -inf]])
+    assert entropy_from_logits(one_hot).item() == 0.0
+    half = entropy_from_logits(logits.half())
+    assert half.dtype == torch.float32 and torch.isfinite(half).all()
+
+
+@pytest.mark.parametrize(
+    "row, msg",
+    [
+        ([-float("inf")] * 3, "all -inf"),
+        ([0.0, float("inf"), 0.0], r"\+inf"),
+        ([0.0, float("nan"), 0.0], "NaN"),
+    ],
+)
+def test_entropy_rejects_rows_without_a_distribution(row, msg):
+    logits = torch.tensor([[0.0, 1.0, 2.0], row])
+    with pytest.raises(ValueError, match=msg):
+        entropy_from_logits(logits)

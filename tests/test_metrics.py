@@ -138,3 +138,53 @@ def test_gradient_allocation_by_pass_rate_bin():
     )
     with pytest.raises(ValueError, match="advantages have 3"):
         gradient_allocation([1.0, 2.0, 3.0], r)
+
+
+# ---------------------------------------------------------------------------- hardening
+def test_best_at_k_returns_a_float_for_a_single_group():
+    got = bestk.best_at_k([1.0, 3.0, 2.0], 2)
+    assert isinstance(got, float) and got == pytest.approx((3 + 3 + 2) / 3)
+    t = bestk.best_at_k(torch.tensor([1.0, 3.0, 2.0]), 2)
+    assert isinstance(t, torch.Tensor) and t.ndim == 0 and t.dtype == torch.float32
+    rows = bestk.best_at_k(np.array([[1.0, 3.0, 2.0]]), 2)  # 2-D: one entry per row
+    assert isinstance(rows, np.ndarray) and rows.shape == (1,)
+    labelled = bestk.best_at_k([1.0, 3.0, 2.0], 2, ["a", "a", "a"])
+    assert isinstance(labelled, np.ndarray) and labelled.shape == (1,)
+
+
+@pytest.mark.parametrize(
+    "call, msg",
+    [
+        (lambda: bestk.best_at_k(3.0, 1), "0-d scalar 3.0"),
+        (lambda: bestk.best_at_k([1.0, 2.0], True), "k must be an integer >= 1"),
+        (lambda: bestk.pass_at_k(1e300, 1, 1), "n must hold integers in the int64 range"),
+        (lambda: bestk.pass_at_k(2**64, 1, 1), "n must hold integers in the int64 range"),
+        (lambda: bestk.pass_at_k(np.uint64(2**63), 1, 1), "int64 range"),
+        (lambda: bestk.pass_at_k(10**15, 10**12, 10**12), "product terms"),
+    ],
+)
+def test_metric_bad_input_messages(call, msg):
+    with pytest.raises(ValueError, match=msg):
+        call()
+
+
+def test_best_at_k_ragged_is_segment_local_and_tie_order_free():
+    """Each group's estimate equals the group alone, bit for bit, whatever else is in the
+    batch and however the batch is permuted."""
+    rng = np.random.default_rng(4)
+    sizes = [5, 1000, 3, 7]
+    lab = rng.permutation(np.repeat(np.arange(4), sizes))
+    r = rng.integers(0, 3, lab.size) * 10.0 ** rng.integers(-10, 20, lab.size)
+    got = bestk.best_at_k(r, 3, lab)
+    for g in range(4):
+        assert got[g] == bestk.best_at_k(r[lab == g], 3)
+    perm = rng.permutation(lab.size)
+    np.testing.assert_array_equal(bestk.best_at_k(r[perm], 3, lab[perm]), got)
+    np.testing.assert_allclose(got[[0, 2, 3]], [maxk_subsets(list(r[lab == g]), 3)
+                                                for g in (0, 2, 3)], rtol=1e-14)
+
+
+def test_best_at_k_float16_input_fits():
+    r = torch.tensor([60000.0, 65504.0, 100.0], dtype=torch.float16)
+    got = bestk.best_at_k(r, 2)
+    assert got.dtype == torch.float16 and torch.isfinite(got)

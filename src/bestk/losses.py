@@ -25,7 +25,8 @@ loss computed here matches what those trainers optimise:
   - ``k2 = (log r)^2 / 2`` (biased, low variance; its gradient is the gradient of the KL),
   - ``k3 = (r - 1) - log r`` (unbiased, always >= 0; GRPO's choice).
 
-* Token entropy from logits: ``H = logsumexp(z) - sum_v softmax(z)_v z_v``.
+* Token entropy from logits: ``H = -sum_v p_v log p_v`` with ``0 log 0 = 0`` (``-inf`` logits
+  of a masked vocabulary contribute 0).
 """
 
 from __future__ import annotations
@@ -154,10 +155,28 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str = "k3"
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy of ``softmax(logits)`` over the last axis: ``logsumexp(z) - sum p z``."""
+    """Entropy of ``softmax(logits)`` over the last axis: ``H = -sum_v p_v log p_v``.
+
+    Computed as ``-sum_v p_v (z_v - logsumexp(z))`` with the convention ``0 log 0 = 0``, so
+    masked vocabulary entries (``-inf`` logits, as top-k / top-p filtering leaves them) add
+    nothing instead of ``0 * -inf = NaN``. half / bfloat16 logits are computed in float32.
+
+    Raises ``ValueError`` if a row has no finite logit (all ``-inf``: no distribution), a
+    ``+inf`` logit, or a NaN.
+    """
     z = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
-    p = torch.softmax(z, -1)
-    return torch.logsumexp(z, -1) - (p * z).sum(-1)
+    lse = torch.logsumexp(z, -1, keepdim=True)
+    if not bool(torch.isfinite(lse).all()):
+        bad = torch.nonzero(~torch.isfinite(lse[..., 0]))[0].tolist()
+        row = z[tuple(bad)]
+        what = ("contains NaN" if bool(torch.isnan(row).any()) else
+                "contains +inf" if bool(torch.isposinf(row).any()) else
+                "is all -inf (no token has positive probability)")
+        raise ValueError(f"entropy_from_logits: the logits row at index {tuple(bad)} {what}")
+    logp = z - lse
+    p = torch.exp(logp)
+    plogp = torch.where(p > 0, p * logp, torch.zeros_like(p))
+    return -plogp.sum(-1)
 
 
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:

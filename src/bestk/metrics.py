@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +21,7 @@ import numpy as np
 import torch
 
 from bestk.estimators import prepare
+from bestk.estimators._options import int_option
 from bestk.estimators.pkpo import maxk_weights
 
 __all__ = [
@@ -39,15 +39,38 @@ __all__ = [
 PASS_RATE_BINS: tuple[float, ...] = (0.0, 0.2, 0.5, 0.7, 0.9, 1.0)
 
 
+_INT64_LIMIT = 2**63
+
+
 def _int_array(name: str, x: Any) -> np.ndarray:
-    arr = np.asarray(x)
+    """``x`` as an int64 array; floats must be integral, everything must fit int64."""
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu().numpy()
+    try:
+        arr = np.asarray(x)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{name} must hold integers: {e}") from None
+    if arr.dtype.kind == "O":  # e.g. Python ints beyond int64
+        try:
+            arr = arr.astype(np.int64)
+        except (OverflowError, TypeError, ValueError):
+            raise ValueError(f"{name} must hold integers in the int64 range, got {x!r}") from None
     if arr.dtype.kind == "f":
         if not np.isfinite(arr).all() or not np.all(arr == np.round(arr)):
             raise ValueError(f"{name} must hold integers, got {x!r}")
-        arr = arr.astype(np.int64)
-    elif arr.dtype.kind not in "iu":
+        if arr.size and not bool(np.all(np.abs(arr) < _INT64_LIMIT)):
+            raise ValueError(f"{name} must hold integers in the int64 range, got {x!r}")
+        return arr.astype(np.int64)
+    if arr.dtype.kind == "u":
+        if arr.size and int(arr.max()) >= _INT64_LIMIT:
+            raise ValueError(f"{name} must hold integers in the int64 range, got {x!r}")
+    elif arr.dtype.kind != "i":
         raise ValueError(f"{name} must hold integers, got dtype {arr.dtype}")
     return arr.astype(np.int64)
+
+
+#: Largest number of product terms pass_at_k evaluates per entry (min(c, k) of n - c >= k).
+MAX_PRODUCT_TERMS = 1 << 26
 
 
 def _log_fail_product(
@@ -66,6 +89,11 @@ def _log_fail_product(
     width = int(m.max(initial=0))
     if width == 0:
         return out
+    if width > MAX_PRODUCT_TERMS:
+        raise ValueError(
+            f"pass_at_k: min(c, k) = {width} exceeds the {MAX_PRODUCT_TERMS} product terms "
+            "evaluated exactly; for such n the estimate is 1 - (1 - c/n)^k to within k/n"
+        )
     j = np.arange(width, dtype=np.float64)
     step = max(1, budget // width)
     for lo in range(0, n.size, step):  # chunks bound memory; each chunk is vectorised
@@ -114,9 +142,10 @@ def pass_at_k(n: Any, c: Any, k: Any) -> Any:
     return float(out) if out.ndim == 0 else out
 
 
-def _best_at_k_sorted(groups, s, flat: torch.Tensor, k: int) -> torch.Tensor:
-    """``(G,)`` best@k estimates from an ascending within-group sort ``s`` of ``flat``."""
-    return groups.sum(s.scatter(maxk_weights(s, k, flat.dtype) * s.gather(flat)))
+def _best_at_k_sorted(groups, s, k: int) -> torch.Tensor:
+    """``(G,)`` best@k estimates from an ascending within-group sort ``s``, each summed in
+    sorted order (a function of the group's sorted values alone)."""
+    return s.row_totals(lambda rows: maxk_weights(rows, k) * rows.values, groups.num_groups)
 
 
 def best_at_k(rewards: Any, k: int, group: Any = None) -> Any:
@@ -124,32 +153,42 @@ def best_at_k(rewards: Any, k: int, group: Any = None) -> Any:
 
     For a group of ``n`` rewards sorted ascending, ``sum_{i>=k} r_(i) C(i-1,k-1)/C(n,k)``
     with the weights from the recursion ``w_n = k/n, w_{i-1} = w_i (i-k)/(i-1)``. Unbiased
-    for ``E[max(r_1..r_k)]`` of ``k`` iid draws; ties need no care.
+    for ``E[max(r_1..r_k)]`` of ``k`` iid draws; ties need no care. Computed in float64.
 
     Parameters
     ----------
     rewards: 1-D ``(B,)`` with ``group`` labels, or 2-D ``(G, N)`` (one row per prompt).
-    k: budget, ``1 <= k <= n`` for every group.
+    k: budget, an integer ``1 <= k <= n`` for every group.
     group: labels as in :func:`bestk.advantages`; ``None`` = one group.
 
     Returns
     -------
-    ``(G,)`` estimates in group order: rows for 2-D input, sorted unique labels for 1-D
-    (``numpy.unique`` order). A tensor for tensor input, else a float64 numpy array.
+    * 1-D rewards with ``group=None`` (a single group): a Python ``float`` (a 0-d tensor of
+      the rewards' dtype for tensor input), like :func:`pass_at_k` on scalars;
+    * otherwise ``(G,)`` estimates in group order: rows for 2-D input, sorted unique labels
+      for 1-D (``numpy.unique`` order); a tensor of the rewards' dtype for tensor input, else
+      a float64 numpy array.
     """
-    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
-        raise ValueError(f"best_at_k: k must be an integer >= 1, got {k!r}")
-    flat, groups, _ = prepare(rewards, group)
+    try:
+        k = int_option("best_at_k", "k", k, minimum=1)
+    except ValueError:
+        raise ValueError(f"best_at_k: k must be an integer >= 1, got {k!r}") from None
+    flat, groups, finish = prepare(rewards, group)
     sizes = groups.sizes
     if bool((sizes < k).any()):
         g = int(torch.nonzero(sizes < k)[0])
         raise ValueError(
             f"best_at_k: k={k} exceeds the size {int(sizes[g])} of group {groups.label(g)!r}"
         )
-    est = _best_at_k_sorted(groups, groups.sort(flat, descending=False), flat, int(k))
-    if isinstance(rewards, torch.Tensor):
-        return est.to(rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype())
-    return est.numpy()
+    est = _best_at_k_sorted(groups, groups.sort(flat), k)
+    if group is None and _ndim(rewards) == 1:  # a single group: a scalar, like pass_at_k
+        out = finish(est, (), what="best@k")
+        return out if isinstance(out, torch.Tensor) else float(out)
+    return finish(est, (groups.num_groups,), what="best@k")
+
+
+def _ndim(x: Any) -> int:
+    return x.ndim if hasattr(x, "ndim") else np.ndim(x)
 
 
 @dataclass
@@ -240,9 +279,9 @@ def best_at_k_curve(
     """
     flat, groups, _ = prepare(rewards, group)
     ks_a = resolve_ks(ks, int(groups.sizes.min()))
-    s = groups.sort(flat, descending=False)  # one sort serves every k
+    s = groups.sort(flat)  # one sort serves every k
     # loop over k only; each k is vectorised over all samples and prompts
-    cols = [_best_at_k_sorted(groups, s, flat, int(k)) for k in ks_a]
+    cols = [_best_at_k_sorted(groups, s, int(k)) for k in ks_a]
     per_prompt = torch.stack(cols, 1).cpu().numpy()
     return _bootstrap(per_prompt, ks_a, n_boot, ci, seed)
 

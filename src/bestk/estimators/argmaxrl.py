@@ -1,4 +1,8 @@
-"""ArgMaxRL and its binary special case MaxRL (papers/argmaxrl-blog.md).
+"""ArgMaxRL and its binary special case MaxRL.
+
+"ArgMaxRL: Generalizing MaxRL to Continuous Rewards" (blog post, 2026), building on MaxRL
+(Tajwar, Zeng, Zhou, Song, Arora, Jiang, Schneider, Salakhutdinov, Feng and Zanette, "Maximum
+Likelihood Reinforcement Learning", 2026).
 
 Sort a group descending ``r_(1) >= ... >= r_(N)`` and set ``r_(N+1) = 0``. The ArgMaxRL weight
 of the sample at rank ``j`` is the reverse cumulative sum
@@ -6,10 +10,22 @@ of the sample at rank ``j`` is the reverse cumulative sum
     w_(j) = sum_{m=j}^{N} (r_(m) - r_(m+1)) / m,
 
 and ``sum_i w_i grad log pi(y_i)`` is an unbiased estimate of ``grad J_N`` with
-``J_N = sum_{k=1}^{N} (1/k) best@k`` (blog, "Joint Best@k Gradient Estimator": the layer-cake
-integral of binary MaxRL estimators over thresholds). ``sum_i w_i = r_(1)``; tied rewards get
-identical weights (the difference term between them is exactly 0); on 0/1 rewards
-``w_i = r_i / K`` with ``K`` the number of successes, which is MaxRL.
+``J_N = sum_{k=1}^{N} (1/k) best@k`` (blog, "Joint Best@k Gradient Estimator" and its Theorem
+"Continuous Gradient Estimator-Objective Equivalence": the layer-cake integral over thresholds
+of the binary MaxRL estimator, unbiased by Tajwar et al.'s Theorem 2). ``sum_i w_i = r_(1)``;
+tied rewards get identical weights; on 0/1 rewards ``w_i = r_i / K`` with ``K`` the number of
+successes, which is MaxRL.
+
+Computation: one ascending within-group sort ``g_(1) <= ... <= g_(N)`` (``g_(i) = r_(N-i+1)``)
+and one segment-local prefix sum,
+
+    N w at ascending rank i = sum_{i'=1}^{i} (g_(i') - g_(i'-1)) N / (N - i' + 1),   g_(0) = 0,
+
+so each weight only sums the differences of the values at or below it (a huge reward cannot
+swamp the weights of the small ones). Inside a run of tied rewards the increments are exactly
+0, so tied rewards get bit-identical weights (:meth:`bestk.groups.Rows.tied_prefix_sums`).
+Groups whose ``4 N max|r|`` would leave the float64 range are first divided by an exact power
+of two.
 """
 
 from __future__ import annotations
@@ -17,24 +33,31 @@ from __future__ import annotations
 import torch
 
 from bestk.estimators._registry import register_estimator
-from bestk.groups import Groups
+from bestk.groups import Groups, Rows
 
 __all__ = ["argmaxrl", "maxrl", "argmaxrl_weights"]
 
 _BASELINES = ("loo", "mean", "none")
 
 
+def _scaled_weights(rows: Rows, offset: torch.Tensor | None = None) -> torch.Tensor:
+    """``N w - offset`` on a padded ascending matrix (ties canonical): the prefix sums of
+    ``(g_(i) - g_(i-1)) N / (N - i + 1)``, ``g_(0) = 0``, with ``offset`` (``(R, 1)``)
+    subtracted from the first term (one pass less than subtracting it afterwards)."""
+    g = rows.values
+    t = torch.empty_like(g)
+    torch.sub(g[:, 1:], g[:, :-1], out=t[:, 1:])  # g_(i) - g_(i-1): exactly 0 between ties
+    t.mul_(rows.n_over_remaining)  # * N / (N - i + 1), i = col + 1 (the first factor is 1)
+    t[:, :1] = g[:, :1] if offset is None else g[:, :1] - offset
+    return rows.tied_prefix_sums(t, lambda: g[:, 1:] == g[:, :-1])
+
+
 def argmaxrl_weights(rewards: torch.Tensor, groups: Groups) -> torch.Tensor:
     """Per-sample ArgMaxRL weights ``w_i`` (unscaled; ``sum_i w_i S_i`` estimates grad J_N).
 
-    One within-group descending sort and one segmented reverse cumulative sum.
+    One within-group sort and one segment-local prefix sum (see the module docstring).
     """
-    s = groups.sort(rewards, descending=True)
-    r_sorted = s.gather(rewards)
-    r_next = s.shift(r_sorted, 1, fill=0.0)  # r_(m+1), 0 past the group's last sample
-    rank1 = (s.rank + 1).to(rewards.dtype)  # m = 1..N
-    w_sorted = s.cumsum((r_sorted - r_next) / rank1, reverse=True)
-    return s.scatter(w_sorted)
+    return groups.sort(rewards).scatter_rows(lambda rows: _scaled_weights(rows).div_(rows.n))
 
 
 def _check_baseline(baseline: str) -> None:
@@ -64,16 +87,30 @@ def argmaxrl(rewards: torch.Tensor, groups: Groups, *, baseline: str = "loo") ->
     baselines.
     """
     _check_baseline(baseline)
-    w = argmaxrl_weights(rewards, groups)
-    n = groups.sample_sizes.to(rewards.dtype)
-    a = n * w
-    if baseline == "none":
-        return a
-    if baseline == "mean":
-        a = a - groups.max(rewards)[groups.index]
-    else:
-        a = a - groups.loo_max(rewards)
-    return torch.where(groups.sample_sizes > 1, a, torch.zeros_like(a))
+
+    def advantage(rows: Rows) -> torch.Tensor:
+        # Rows whose 4 N max|r| nears the float64 range are divided by a power of two.
+        scale = rows.pow2_scale(4.0)
+        if scale is not None:
+            rows = rows.scaled(scale)
+        if baseline == "none":
+            a = _scaled_weights(rows)  # N w_i
+        else:
+            top = rows.at(rows.values)  # r_(1), the group maximum
+            a = _scaled_weights(rows, top)  # N w_i - r_(1)
+            if baseline == "loo":  # max_{j != i} r_j is r_(1), but r_(2) at the top position
+                gap = top - rows.at(rows.values, 1)
+                if rows.uniform:  # the top is the last column
+                    a[:, -1:] += gap
+                else:
+                    a.scatter_add_(1, (rows.size - 1).clamp_min(0), gap)
+            if rows.uniform:
+                a = a if rows.size > 1 else torch.zeros_like(a)
+            else:
+                a = torch.where(rows.size > 1, a, torch.zeros_like(a))
+        return a if scale is None else a.mul_(scale)
+
+    return groups.sort(rewards).scatter_rows(advantage, consume=True)
 
 
 @register_estimator("maxrl")

@@ -1,15 +1,16 @@
 """The @1 baselines the @k methods are measured against: GRPO, Dr.GRPO, RLOO, REINFORCE.
 
 All use the GRPO scaling convention: the per-group gradient estimate is
-``(1/N) sum_i A_i grad log pi(y_i | x)``.
+``(1/N) sum_i A_i grad log pi(y_i | x)``. Deviations are taken about the group maximum
+(:meth:`bestk.groups.Groups.center`), so a constant group gets exactly ``A = 0``, and groups
+whose ``4 N max|r|`` would leave the float64 range are first divided by an exact power of two.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 
+from bestk.estimators._options import real_option
 from bestk.estimators._registry import register_estimator
 from bestk.groups import Groups
 
@@ -24,7 +25,8 @@ def grpo(
 ) -> torch.Tensor:
     """GRPO group-standardised advantages (Shao et al. 2024); Dr.GRPO with ``scale="none"``.
 
-    * ``scale="std"``: ``A_i = (r_i - mean) / (std + eps)``, ``std`` with ``N - 1``.
+    * ``scale="std"``: ``A_i = (r_i - mean) / (std + eps)``, ``std`` with ``N - 1``
+      (Shao et al. 2024, Eq. 3's outcome-supervision advantage).
       **Not** an unbiased gradient of any fixed objective: dividing by the group's own std
       couples the samples (on 0/1 rewards it approximates the prompt weight
       ``1/sqrt(p(1-p))`` of SoftmaxGRPO Table 1).
@@ -32,19 +34,18 @@ def grpo(
       ``= ((N-1)/N) (r_i - mean_{j != i} r_j)``, an unbiased gradient of
       ``((N-1)/N) E[r]``.
 
-    Groups of size 1 get ``A = 0``. ``eps`` must be a finite number ``>= 0``; a group whose
-    std and ``eps`` are both 0 gets ``A = 0``.
+    Groups of size 1 and constant groups get ``A = 0``. ``eps`` must be a finite real
+    ``>= 0`` (``eps = 0`` is safe: a constant group's deviations are exactly 0). The std is
+    computed on the deviations divided by the group's spread, so rewards near the float64
+    limits (``[-1.7e308, 1.7e308]`` gives ``-0.707, 0.707``) or far below 1 do not overflow
+    or underflow.
     """
     if scale not in _SCALES:
         raise ValueError(f"unknown scale {scale!r} for grpo; valid: {', '.join(_SCALES)}")
-    if not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
-        raise ValueError(f"grpo option eps must be a finite number >= 0, got {eps!r}")
-    dev = rewards - groups.mean(rewards)[groups.index]
+    eps = real_option("grpo", "eps", eps, minimum=0.0)
     if scale == "none":
-        return dev
-    denom = groups.std(rewards, ddof=1)[groups.index] + eps
-    safe = torch.where(denom > 0, denom, torch.ones_like(denom))
-    return torch.where(denom > 0, dev / safe, torch.zeros_like(dev))
+        return groups.center(rewards)[0]
+    return groups.standardize(rewards, eps, ddof=1)
 
 
 @register_estimator("rloo")
@@ -52,13 +53,17 @@ def rloo(rewards: torch.Tensor, groups: Groups) -> torch.Tensor:
     """REINFORCE leave-one-out (Ahmadian et al. 2024): ``A_i = r_i - mean_{j != i} r_j``.
 
     Unbiased gradient of ``E[r]`` (pass@1 / best@1): the baseline does not depend on ``y_i``.
-    Groups of size 1 get ``A = 0``.
+    Computed as ``x_i - (sum_j x_j - x_i) / (N - 1)`` with ``x = r - max`` (exact for
+    constant groups). Groups of size 1 get ``A = 0``.
     """
+    scale = groups.pow2_scale(rewards, 4.0)
+    r = rewards if scale is None else rewards / groups.broadcast(scale)
+    x = r - groups.broadcast(groups.max(r))
     n = groups.sample_sizes
-    total = groups.sum(rewards)[groups.index]
-    loo_mean = (total - rewards) / (n - 1).clamp_min(1).to(rewards.dtype)
-    a = rewards - loo_mean
-    return torch.where(n > 1, a, torch.zeros_like(a))
+    total = groups.broadcast(groups.sum(x))
+    a = x - (total - x) / (n - 1).clamp_min(1).to(r.dtype)
+    a = torch.where(n > 1, a, torch.zeros_like(a))
+    return a if scale is None else a * groups.broadcast(scale)
 
 
 @register_estimator("reinforce")

@@ -1,11 +1,16 @@
-"""PKPO: pass@k / max@k policy optimisation (Walder & Karkhanis 2025).
+"""PKPO: pass@k / max@k policy optimisation.
+
+Walder and Karkhanis, "Pass@K Policy Optimization: Solving Harder Reinforcement Learning
+Problems", 2025, arXiv:2505.15201.
+
 
 For a group of ``n`` rewards sorted ascending ``g_(1) <= ... <= g_(n)``, the unbiased
 estimate of ``max@k = E[max of k iid rewards]`` is
 
     rho_k(g) = sum_{i >= k} g_(i) C(i-1, k-1) / C(n, k),
 
-and the per-sample value ``s_i`` averages, over the k-subsets containing ``i``, the subset max:
+and the per-sample value ``s_i`` sums the subset maxima over the k-subsets containing ``i``,
+divided by ``C(n, k)``:
 
     s_(i) = [C(i-1, k-1) g_(i) + sum_{j > i} C(j-2, k-2) g_(j)] / C(n, k).
 
@@ -14,62 +19,67 @@ come from the recursion ``W_n = k/n, W_{i-1} = W_i (i-k)/(i-1)`` for
 ``W_i = C(i-1,k-1)/C(n,k)``, run in log space as a segmented reverse cumulative sum, so
 ``n`` in the thousands neither overflows nor underflows to NaN; ``C(j-2,k-2)/C(n,k)`` is
 ``W_j (k-1)/(j-1)``.
+
+Every sum is a segment-local scan over one group; leave-one-out sums are a prefix scan plus a
+suffix scan that both leave the element out (nothing is subtracted from a total), and each run
+of tied rewards gets the value computed at one canonical position, so tied samples get
+bit-identical advantages.
 """
 
 from __future__ import annotations
 
-import numbers
-
 import torch
 
+from bestk.estimators._options import int_option
 from bestk.estimators._registry import register_estimator
-from bestk.groups import Groups, SortedGroups
+from bestk.groups import Groups, Rows, SortedGroups
 
 __all__ = ["pkpo", "maxk_weights"]
 
 _VARIANTS = ("sloo_minus_one", "sloo", "s")
 
 
-def maxk_weights(s: SortedGroups, k: int, dtype: torch.dtype, *, leave_one_out: bool = False):
+def maxk_weights(
+    s: SortedGroups | Rows, k: int, dtype: torch.dtype | None = None, *,
+    leave_one_out: bool = False
+) -> torch.Tensor:
     """``C(i-1, k-1) / C(n', k)`` at every position of an ascending sorted layout.
 
     ``i`` is the 1-based rank in the group and ``n'`` the group size, or the size minus one
     when ``leave_one_out`` (weights of the group with one member removed, indexed by the rank
-    in the reduced group). Zero where ``i < k`` or ``i > n'``.
+    in the reduced group). Zero where ``i < k`` or ``i > n'``. Computed as
+    ``exp(log(k/n') + sum_{j=i+1}^{n'} log((j-k)/(j-1)))``, a segment-local suffix scan.
+    ``s`` is a :class:`~bestk.groups.SortedGroups` (flat ``(B,)`` result in sorted order) or
+    one padded :class:`~bestk.groups.Rows` matrix (``(R, W)`` result).
     """
-    m = (s.rank + 1).to(dtype)
-    n = s.size.to(dtype)
-    one = torch.ones_like(m)
-    # log of the recursion ratio (m-k)/(m-1), used for m > k only.
-    ratio = torch.where(m > k, (m - k) / torch.maximum(m - 1, one), one)
-    suffix = s.cumsum(torch.log(ratio), reverse=True, exclusive=True)  # sum_{j=i+1}^{n}
-    n_eff = n
-    if leave_one_out:
-        last = torch.where(n > k, (n - k) / torch.maximum(n - 1, one), one)
-        suffix = suffix - torch.log(last)  # drop the j = n term: sum_{j=i+1}^{n-1}
-        n_eff = n - 1
+    if isinstance(s, SortedGroups):
+        return s.map_rows(lambda rows: maxk_weights(rows, k, dtype, leave_one_out=leave_one_out))
+    rows = s
+    dtype = dtype or rows.values.dtype
+    m = rows.rank.to(dtype)
+    n_eff = rows.n - 1 if leave_one_out else rows.n
+    n_eff = torch.as_tensor(n_eff, dtype=dtype, device=m.device)
+    one = torch.ones((), dtype=dtype, device=m.device)
+    # log of the recursion ratio (j-k)/(j-1) for k < j <= n', 0 elsewhere (padding included).
+    inner = (m > k) & (m <= n_eff)
+    ratio = torch.where(inner, (m - k) / torch.maximum(m - 1, one), one)
+    suffix = rows.rcumsum(torch.log(ratio), exclusive=True)  # sum_{j=i+1}^{n'}
     valid = (m >= k) & (m <= n_eff)
-    logw = torch.log(k / torch.maximum(n_eff, one)) + suffix
-    return torch.where(valid, torch.exp(torch.where(valid, logw, -one)), torch.zeros_like(m))
+    logw = torch.log(_div(k, torch.maximum(n_eff, one))) + suffix
+    return torch.where(valid, torch.exp(torch.where(valid, logw, -one)), torch.zeros_like(logw))
 
 
-def _check_k(k: int, groups: Groups, variant: str) -> None:
-    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
-        raise ValueError(f"pkpo option k must be an integer >= 1, got {k!r}")
-    if k < 1:
-        raise ValueError(f"pkpo option k must be >= 1, got {k}")
+def _check_k(k, groups: Groups, variant: str) -> int:
+    k = int_option("pkpo", "k", k, minimum=1)
     sizes = groups.sizes
     if variant == "s":
-        limit = sizes
-        too_big = k > limit
+        too_big = k > sizes
         need = "k <= group size"
     elif variant == "sloo":
-        limit = sizes - 1
-        too_big = (k > limit) & (sizes > 1)
+        too_big = (k > sizes - 1) & (sizes > 1)
         need = "k <= group size - 1 for variant 'sloo'"
     else:
-        limit = sizes
-        too_big = (k > limit) & (sizes > 1)
+        too_big = (k > sizes) & (sizes > 1)
         need = "k <= group size"
     if bool(too_big.any()):
         g = int(torch.nonzero(too_big)[0])
@@ -77,6 +87,7 @@ def _check_k(k: int, groups: Groups, variant: str) -> None:
             f"pkpo option k={k} is too large for group {groups.label(g)!r} of size "
             f"{int(sizes[g])} (needs {need})"
         )
+    return k
 
 
 @register_estimator("pkpo")
@@ -91,37 +102,56 @@ def pkpo(
     * ``variant="sloo_minus_one"`` (default): ``A_i = n (s_i - (k/n) rho_{k-1}(g_{-i}))``;
       RLOO when ``k = 1``. Unbiased for ``grad max@k``.
 
-    ``k`` is required, ``1 <= k <= n`` for every group (``n - 1`` for ``sloo``). Groups of
-    size 1 get ``A = 0`` from the ``sloo`` variants. Ties need no special care: every formula
-    is a function of the sorted multiset.
+    (``s_i`` and ``rho_k`` as in the module docstring.) ``k`` is required, an integer with
+    ``1 <= k <= n`` for every group (``n - 1`` for ``sloo``). Groups of size 1 get ``A = 0``
+    from the ``sloo`` variants. Tied rewards get bit-identical advantages.
     """
     if variant not in _VARIANTS:
         raise ValueError(f"unknown variant {variant!r} for pkpo; valid: {', '.join(_VARIANTS)}")
-    _check_k(k, groups, variant)
-    k = int(k)
-    dt = rewards.dtype
-    s = groups.sort(rewards, descending=False)
-    g = s.gather(rewards)
-    n = s.size.to(dt)
-    m = (s.rank + 1).to(dt)
-    w = maxk_weights(s, k, dt)
-    if k >= 2:
-        v = w * (k - 1) / torch.clamp(m - 1, min=1)
-        s_val = w * g + s.cumsum(v * g, reverse=True, exclusive=True)
-    else:
-        s_val = w * g  # = g / n
-    if variant == "s":
-        return s.scatter(n * s_val)
+    k = _check_k(k, groups, variant)
 
-    kk = k if variant == "sloo" else k - 1
-    if kk == 0:  # sloo_minus_one with k = 1: RLOO
-        total = s.cumsum(g, reverse=True)[s.start]  # group sums, per position
-        a = n * s_val - (total - g) / torch.clamp(n - 1, min=1)
-    else:
-        u = maxk_weights(s, kk, dt, leave_one_out=True)  # u_m at rank m, group of n - 1
-        u_prev = s.shift(u, -1, fill=0.0)  # u_{j-1} at rank j
-        rho = s.cumsum(u * g, exclusive=True) + s.cumsum(u_prev * g, reverse=True, exclusive=True)
-        coef = k / torch.clamp(n - 1, min=1) if variant == "sloo" else k / n
-        a = n * (s_val - coef * rho)
-    a = torch.where(s.size > 1, a, torch.zeros_like(a))
-    return s.scatter(a)
+    def advantage(rows: Rows) -> torch.Tensor:
+        # Rows whose 4 N max|r| nears the float64 range are divided by a power of two.
+        scale = rows.pow2_scale(4.0)
+        a = _advantage(rows if scale is None else rows.scaled(scale))
+        return a if scale is None else a.mul_(scale)
+
+    def _advantage(rows: Rows) -> torch.Tensor:
+        g = rows.values
+        n = rows.n
+        m = rows.rank
+        w = maxk_weights(rows, k)
+        if k >= 2:
+            v = w * (k - 1) / torch.clamp(m - 1, min=1)
+            s_val = w * g + rows.rcumsum(v * g, exclusive=True)
+        else:
+            s_val = w * g  # = g / n
+        if variant == "s":
+            return rows.tie_canonical(n * s_val)
+        kk = k if variant == "sloo" else k - 1
+        if kk == 0:  # sloo_minus_one with k = 1: RLOO
+            others = rows.cumsum(g, exclusive=True) + rows.rcumsum(g, exclusive=True)
+            a = n * s_val - others / _at_least_one(n - 1)
+        else:
+            u = maxk_weights(rows, kk, leave_one_out=True)  # u_m at rank m, group of n - 1
+            u_prev = rows.prev(u)  # u_{j-1} at rank j
+            rho = rows.cumsum(u * g, exclusive=True) + rows.rcumsum(u_prev * g, exclusive=True)
+            coef = _div(k, _at_least_one(n - 1) if variant == "sloo" else n)
+            a = n * (s_val - coef * rho)
+        if rows.uniform:
+            a = a if rows.size > 1 else torch.zeros_like(a)
+        else:
+            a = torch.where(rows.size > 1, a, torch.zeros_like(a))
+        return rows.tie_canonical(a)
+
+    return groups.sort(rewards).scatter_rows(advantage)
+
+
+def _at_least_one(x):
+    return max(x, 1.0) if isinstance(x, float) else torch.clamp(x, min=1)
+
+
+def _div(a: float, b):
+    """``a / b`` for a number ``a``, correctly rounded also when ``b`` is a tensor (torch
+    computes ``number / tensor`` as ``number * reciprocal(tensor)``, two roundings)."""
+    return a / b if isinstance(b, float) else torch.full_like(b, a) / b

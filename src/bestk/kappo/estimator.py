@@ -37,10 +37,17 @@ def kappo_grpo(rewards: torch.Tensor, groups: Groups, *, calibration: Calibratio
 
     Binary: ``A_i = a_k(x) (R_i - mean) / (std + 1e-6)`` (Eq. 140); win-rate: ``T_j`` of each
     reward, standardised within the group. The group labels must be the calibration's prompt
-    ids (pass 1-D rewards with ``group``). Not an unbiased gradient of any fixed objective (GRPO's
+    ids: pass 1-D rewards with ``group``; ``group=None`` or 2-D rewards raise ``ValueError``
+    (their row numbers are not prompt ids). Not an unbiased gradient of any fixed objective (GRPO's
     std-normalisation reweights prompts by sample-dependent factors); the expected update is
     GRPO's with each prompt scaled by a_k(x) -- see the module docstring.
     """
+    if not groups.from_labels:
+        raise ValueError(
+            "kappo_grpo needs the prompt ids: pass 1-D rewards with group=<the calibration's "
+            "prompt id of each sample> (with group=None or 2-D rewards the prompts would be "
+            "row numbers, and each prompt would get another prompt's a_k)"
+        )
     if not isinstance(calibration, Calibration):
         raise ValueError(
             "option 'calibration' must be a bestk.kappo.Calibration (from bestk.kappo.calibrate "
@@ -48,7 +55,6 @@ def kappo_grpo(rewards: torch.Tensor, groups: Groups, *, calibration: Calibratio
         )
     # One lookup per group (G unique labels), then broadcast to samples.
     rows = calibration.index_of(groups.labels)
-    std_dev = groups.std  # (G,) per-group std, N-1
     if calibration.kind == "binary":
         bad = (rewards != 0) & (rewards != 1)
         if bool(bad.any()):
@@ -58,9 +64,6 @@ def kappo_grpo(rewards: torch.Tensor, groups: Groups, *, calibration: Calibratio
                 "calibration needs 0/1 rewards"
             )
         a_k = torch.from_numpy(calibration.values["a_k"][rows]).to(rewards)
-        centred = rewards - groups.mean(rewards)[groups.index]
-        z = centred / (std_dev(rewards)[groups.index] + _EPS)
-        return a_k[groups.index] * z
+        return groups.broadcast(a_k) * groups.standardize(rewards, _EPS, ddof=1)
     s = calibration.transform_rows(rows[groups.index.cpu().numpy()], rewards)
-    centred = s - groups.mean(s)[groups.index]
-    return centred / (std_dev(s)[groups.index] + _EPS)
+    return groups.standardize(s, _EPS, ddof=1)
