@@ -47,6 +47,24 @@ def tiny_config(out: Path, *extra: str) -> TrainConfig:
     return cfg
 
 
+#: TINY on a binary task (exact 3-character answers) with enough SFT that the reference solves
+#: some prompts sometimes, and a small KAPPO bank: 16 prompts x 8 reference samples.
+KAPPO_TINY = [s for s in TINY if not s.startswith(("task.options", "rollout.n", "sft."))] + [
+    "task.options={num_train: 64, num_eval: 4, max_len: 3, graded: false}",
+    "sft.steps=150",
+    "sft.batch_size=32",
+    "kappo.bank_prompts=16",
+    "kappo.bank_size=8",
+]
+
+
+def kappo_config(out: Path, *extra: str) -> TrainConfig:
+    """A tiny KAPPO run (:data:`KAPPO_TINY`) in ``out``."""
+    cfg = TrainConfig()
+    apply_overrides(cfg, [*KAPPO_TINY, f"out={out}", *extra])
+    return cfg
+
+
 def test_two_step_run_writes_the_run_directory(tmp_path):
     out = tmp_path / "run"
     cfg = tiny_config(out, "max_steps=2", "estimator=argmaxrl")
