@@ -208,7 +208,7 @@ def test_config_errors_name_the_key():
     cfg = TrainConfig()
     with pytest.raises(ValueError, match="unknown config key 'rollout.nn'.*rollout.n"):
         apply_overrides(cfg, ["rollout.nn=3"])
-    with pytest.raises(ValueError, match="unknown config key 'bogus'; valid keys: estimator"):
+    with pytest.raises(ValueError, match="key 'bogus'; valid keys: algorithm, estimator,"):
         apply_overrides(cfg, ["bogus=1"])
     with pytest.raises(ValueError, match="'rollout.n' must be an integer"):
         apply_overrides(cfg, ["rollout.n=abc"])
@@ -319,7 +319,7 @@ def test_kappo_grpo_with_a_calibration_made_from_an_eval_bank(tmp_path):
                       f"estimator_options.calibration={cal}",
                       "task.options={num_train: 64, num_eval: 4, max_len: 4, graded: false}")
     tr = Trainer(cfg)
-    assert {e["id"] for e in tr.task.train} == {x["prompt_id"] for x in rows}
+    assert {e["id"] for e in tr.rl_prompts} == {x["prompt_id"] for x in rows}
     tr.run(progress=False)
     assert [r["step"] for r in read_metrics(run / "metrics.jsonl") if r["phase"] == "train"] == [1]
 

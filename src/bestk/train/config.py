@@ -480,8 +480,9 @@ def uses_kappo(cfg: TrainConfig) -> bool:
 
 
 def check_names(cfg: TrainConfig) -> None:
-    """The algorithm and estimator are registered; estimator and task option names are known
-    (a ``calibration`` the ``kappo`` section supplies counts as given)."""
+    """The algorithm and estimator are registered; task option names and, for ``pg``, the
+    estimator's option names are known (a ``calibration`` the ``kappo`` section supplies
+    counts as given)."""
     import bestk
     from bestk.estimators import check_estimator_options, check_option_names
     from bestk.tasks import task_options
@@ -499,10 +500,11 @@ def check_names(cfg: TrainConfig) -> None:
         raise ValueError(
             f"config key 'estimator_options' must be a mapping, got {cfg.estimator_options!r}"
         )
-    given = dict(cfg.estimator_options)
-    if cfg.algorithm == "pg" and estimator_needs_calibration(cfg.estimator):
-        given.setdefault("calibration", "kappo section")  # calibrated from the kappo section
-    check_estimator_options(cfg.estimator, given)
+    if cfg.algorithm == "pg":  # the other algorithms refuse estimator_options (their check)
+        given = dict(cfg.estimator_options)
+        if estimator_needs_calibration(cfg.estimator):
+            given.setdefault("calibration", "kappo section")  # calibrated from the kappo section
+        check_estimator_options(cfg.estimator, given)
     if not isinstance(cfg.task.options, dict):
         raise ValueError(f"config key 'task.options' must be a mapping, got {cfg.task.options!r}")
     check_option_names("task", cfg.task.name, cfg.task.options, task_options(cfg.task.name))
