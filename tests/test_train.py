@@ -370,6 +370,23 @@ def test_compare_per_estimator_options_with_a_per_seed_calibration(tmp_path):
         run_compare(["grpo"], seeds=1, out=tmp_path / "x", estimator_options={"pkpo": {"k": 2}})
 
 
+def test_compare_runs_an_algorithm_variant(tmp_path):
+    """``bestk compare --set algorithm=apo``: every run is an @k-A*PO run (one sample per
+    prompt by default) that calibrates itself from the seed's shared SFT weights."""
+    from bestk.train.compare import run_compare
+
+    run_compare(["grpo", "rloo"], seeds=1, out=tmp_path / "cmp", max_steps=1,
+                overrides=[*KAPPO_TINY, "algorithm=apo", "kappo.k=2"], progress=False)
+    yaml = __import__("yaml")
+    for name in ("grpo", "rloo"):
+        run = tmp_path / "cmp" / name / "seed0"
+        cfg = yaml.safe_load((run / "config.yaml").read_text())
+        assert cfg["algorithm"] == "apo" and cfg["rollout"]["n"] == 1
+        assert (run / "calibration.json").is_file()
+    cal = [(tmp_path / "cmp" / n / "seed0/calibration.json").read_text() for n in ("grpo", "rloo")]
+    assert cal[0] == cal[1]  # the same SFT weights -> the same reference bank
+
+
 def test_maxrl_on_a_graded_task_uses_success_indicators(tmp_path):
     tr = Trainer(tiny_config(tmp_path / "m", "max_steps=1", "estimator=maxrl"))
     assert tr.binary_advantages

@@ -50,6 +50,7 @@ __all__ = [
     "resolve_estimator_options",
     "calibration_prompt_ids",
     "resolve_defaults",
+    "AUTO_KEYS",
     "estimator_needs_calibration",
     "uses_kappo",
     "check_algorithm",
@@ -121,9 +122,9 @@ class RolloutConfig:
     For ``dpo``: prompts per step, each contributing ``kappo.dpo_pairs`` bank pairs."""
     n: int | None = None
     """Completions per prompt (the group size ``N`` of the estimators). ``None`` = the
-    algorithm's default, fixed when the run starts and recorded in ``config.yaml``: 8 for
-    ``pg``, 1 for ``apo`` (A*PO's one on-policy completion per prompt); ``dpo`` samples no
-    completions while training (it must stay ``None`` or 1)."""
+    algorithm's default, filled in by :class:`TrainConfig` (and kept in step with
+    ``algorithm`` until set explicitly): 8 for ``pg``, 1 for ``apo`` (A*PO's one on-policy
+    completion per prompt); ``dpo`` samples no completions while training (it must be 1)."""
     temperature: float = 1.0
     """Sampling temperature (log-probs and entropy use the same temperature)."""
     top_p: float = 1.0
@@ -247,8 +248,9 @@ class TrainConfig:
     seed: int = 0
     """Seeds data order, initialisation and sampling."""
     out: str | None = None
-    """Run directory. ``None`` = ``runs/bestk`` for ``pg``, ``runs/bestk-apo`` /
-    ``runs/bestk-dpo`` for the others (so their default runs do not meet in one directory)."""
+    """Run directory. ``None`` = the algorithm's default, filled in like ``rollout.n``:
+    ``runs/bestk`` for ``pg``, ``runs/bestk-apo`` / ``runs/bestk-dpo`` for the others (so
+    their default runs do not meet in one directory)."""
     checkpoint_every: int = 20
     """Write an atomic checkpoint every this many RL steps (and at the end / on Ctrl-C)."""
     keep_checkpoints: int = 2
@@ -266,6 +268,9 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     kappo: KappoConfig = field(default_factory=KappoConfig)
+
+    def __post_init__(self) -> None:
+        _fill_auto(self)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -368,7 +373,7 @@ def config_from_dict(data: dict[str, Any], base: TrainConfig | None = None) -> T
     if not isinstance(data, dict):
         raise ValueError(f"a config must be a mapping at the top level, got {type(data).__name__}")
     for k, v in data.items():
-        _set(cfg, [str(k)], v, str(k))
+        _assign(cfg, [str(k)], v, str(k))
     return cfg
 
 
@@ -408,8 +413,67 @@ def apply_overrides(cfg: TrainConfig, overrides: list[str] | None) -> TrainConfi
             value = yaml.safe_load(raw) if raw.strip() else None
         except yaml.YAMLError:
             value = raw
-        _set(cfg, key.split("."), value, key)
+        _assign(cfg, key.split("."), value, key)
     return cfg
+
+
+# -- the algorithm's defaults -------------------------------------------------------------------
+#: Keys whose ``None`` means "the algorithm's default" (:func:`resolve_defaults`).
+AUTO_KEYS = ("rollout.n", "out")
+
+
+def _auto_value(cfg: TrainConfig, key: str) -> Any:
+    spec = _algorithms().get(cfg.algorithm)
+    if spec is None:
+        return None
+    if key == "rollout.n":
+        return spec.default_n
+    return DEFAULT_OUT if cfg.algorithm == "pg" else f"{DEFAULT_OUT}-{cfg.algorithm}"
+
+
+def _get_key(cfg: Any, key: str) -> Any:
+    for part in key.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def _fill_auto(cfg: TrainConfig) -> None:
+    """Give each :data:`AUTO_KEYS` field that is ``None``, or still holds the value filled in
+    for it before, the default of the current algorithm (remembered in ``cfg._auto``; a value
+    set explicitly is left alone)."""
+    auto = cfg.__dict__.setdefault("_auto", {})
+    for key in AUTO_KEYS:
+        current = _get_key(cfg, key)
+        if current is None or (key in auto and auto[key] == current):
+            value = _auto_value(cfg, key)
+            if value is None:  # unknown algorithm: check_names reports it
+                continue
+            *sections, name = key.split(".")
+            setattr(_get_key(cfg, ".".join(sections)) if sections else cfg, name, value)
+            auto[key] = value
+        else:
+            auto.pop(key, None)
+
+
+def _assign(cfg: TrainConfig, path: list[str], value: Any, full: str) -> None:
+    """:func:`_set`, then: an :data:`AUTO_KEYS` field it set is explicit from now on (unless
+    set to ``None``), and the others follow the algorithm (:func:`_fill_auto`)."""
+    _set(cfg, path, value, full)
+    auto = cfg.__dict__.setdefault("_auto", {})
+    for key in AUTO_KEYS:
+        inside = key.startswith(full + ".") and _mapping_sets(value, key[len(full) + 1:])
+        if key == full or inside:
+            auto.pop(key, None)
+    _fill_auto(cfg)
+
+
+def _mapping_sets(value: Any, rest: str) -> bool:
+    """Whether the nested mapping ``value`` holds the dotted key ``rest``."""
+    for part in rest.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return False
+        value = value[part]
+    return True
 
 
 def validate(cfg: TrainConfig) -> None:
@@ -444,19 +508,16 @@ def _algorithms() -> dict[str, Any]:
 
 
 def resolve_defaults(cfg: TrainConfig) -> TrainConfig:
-    """A copy of ``cfg`` with the fields whose ``None`` means "the algorithm's default" filled
-    in: ``rollout.n`` (8 for ``pg``, 1 for ``apo`` and ``dpo``) and ``out`` (``runs/bestk``,
-    ``runs/bestk-<algorithm>``). An unknown algorithm is left for :func:`check_names`."""
+    """A copy of ``cfg`` whose :data:`AUTO_KEYS` fields hold the current algorithm's defaults
+    unless set explicitly: ``rollout.n`` (8 for ``pg``, 1 for ``apo`` and ``dpo``) and
+    ``out`` (``runs/bestk``, ``runs/bestk-<algorithm>``). :class:`TrainConfig`,
+    :func:`apply_overrides` and :func:`config_from_dict` keep them in step already; this also
+    catches an ``algorithm`` (or a ``None``) assigned as an attribute. An unknown algorithm is
+    left for :func:`check_names`."""
     import copy
 
     out = copy.deepcopy(cfg)
-    spec = _algorithms().get(cfg.algorithm)
-    if spec is None:
-        return out
-    if out.rollout.n is None:
-        out.rollout.n = spec.default_n
-    if out.out is None:
-        out.out = DEFAULT_OUT if cfg.algorithm == "pg" else f"{DEFAULT_OUT}-{cfg.algorithm}"
+    _fill_auto(out)
     return out
 
 
