@@ -64,6 +64,7 @@ from bestk.train.reference import (
     calibrate_bank,
     check_prompt_ids,
     load_reference,
+    resolve_kind,
     sample_bank,
     save_reference,
 )
@@ -192,8 +193,6 @@ class Trainer:
             self._file_calibration = cal
             self.kappo_kind = cal.kind
         else:
-            from bestk.train.reference import resolve_kind
-
             self.kappo_kind = resolve_kind(cfg.kappo.kind, binary_only=spec.binary_only,
                                            graded=self.task.graded)
         if self._file_calibration is None or spec.bank_completions:

@@ -72,15 +72,15 @@ class APO:
     def batch(self, step: int) -> APOBatch:
         """Sample and score the step's completions and look up their targets."""
         run, r, cal = self.run, self.run.cfg.rollout, self.calibration
-        exs = run.draw_prompts(step)                                      # x ~ D
-        ro = run.sample_completions(exs, step, r.n)                    # y ~ pi_old(.|x)
+        exs = run.draw_prompts(step)                                # x ~ D
+        ro = run.sample_completions(exs, step, r.n)                 # y ~ pi_old(.|x)
         flat = [e for e in exs for _ in range(r.n)]
-        rewards = run.task.score(flat, ro.texts)                          # R(y, x)
+        rewards = run.task.score(flat, ro.texts)                    # R(y, x)
         ids = np.asarray([e["id"] for e in flat], dtype=np.int64)
-        values = calibration_values(run.task, cal.kind, rewards)          # 0/1 or raw R
+        values = calibration_values(run.task, cal.kind, rewards)    # 0/1 or raw R
         targets = torch.from_numpy(cal.regression_target(ids, values))    # a_k R - b log Z | T_j
         with torch.no_grad():
-            ref = completion_logprobs(                                    # log pi_ref(y|x)
+            ref = completion_logprobs(                              # log pi_ref(y|x)
                 run.ref_model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
                 ro.completion_mask, temperature=r.temperature, group_size=r.n,
             )
@@ -97,7 +97,7 @@ class APO:
         for _ in range(lc.ppo_epochs):
             for start in range(0, B, mb):
                 sl = slice(start, start + mb)
-                logp = completion_logprobs(                               # log pi_theta(y|x)
+                logp = completion_logprobs(                         # log pi_theta(y|x)
                     run.model, ro.prompt_ids[sl], ro.prompt_mask[sl], ro.completion_ids[sl],
                     ro.completion_mask[sl], temperature=cfg.rollout.temperature,
                     group_size=cfg.rollout.n,

@@ -122,13 +122,13 @@ class DPO:
         size = min(cfg.rollout.prompts_per_step, self.pool.size)
         prompts = np.repeat(rng.choice(self.pool, size=size, replace=False), cfg.kappo.dpo_pairs)
         u = rng.random((2, prompts.size))
-        win, lose = pair_rows(self.success, prompts, u[0], u[1])      # y_w, y_l ~ bank(x)
+        win, lose = pair_rows(self.success, prompts, u[0], u[1])    # y_w, y_l ~ bank(x)
         rows = torch.from_numpy(np.stack([win, lose], 1).reshape(-1))
         enc = run.tokenizer([self.prompts[p] for p in prompts for _ in range(2)],
                             padding=True, return_tensors="pt", add_special_tokens=False)
         mask = self.bank.completion_mask[rows]
         width = int(mask.sum(1).max())
-        ref = self.bank.ref_logps[rows]                                  # log pi_ref(y|x)
+        ref = self.bank.ref_logps[rows]                             # log pi_ref(y|x)
         dev = run.device
         return DPOBatch(
             prompt_ids=self.bank.prompt_ids[prompts],
@@ -160,7 +160,7 @@ class DPO:
         for _ in range(lc.ppo_epochs):
             for start in range(0, B, mb):
                 sl, seq = slice(start, start + mb), slice(2 * start, 2 * (start + mb))
-                logp = completion_logprobs(                       # log pi_theta(y_w), (y_l)
+                logp = completion_logprobs(                         # log pi_theta(y_w), (y_l)
                     run.model, b.input_ids[seq], b.input_mask[seq], b.completion_ids[seq],
                     b.completion_mask[seq], temperature=cfg.rollout.temperature, group_size=2,
                 )

@@ -61,15 +61,15 @@ class PolicyGradient:
         """One RL step (module docstring); returns its logged metrics."""
         run, cfg, r = self.run, self.run.cfg, self.run.cfg.rollout
         t0 = time.perf_counter()
-        exs = run.draw_prompts(step)                                    # x ~ D
-        ro = run.sample_completions(exs, step, r.n)                  # y_i ~ pi_old(.|x)
+        exs = run.draw_prompts(step)                                # x ~ D
+        ro = run.sample_completions(exs, step, r.n)                 # y_i ~ pi_old(.|x)
         t_gen = time.perf_counter()
         flat_exs = [e for e in exs for _ in range(r.n)]
-        rewards = run.task.score(flat_exs, ro.texts)                    # R(y_i, x)
+        rewards = run.task.score(flat_exs, ro.texts)                # R(y_i, x)
         prompt_ids = np.asarray([e["id"] for e in flat_exs], dtype=np.int64)
         succ = run.task.success(rewards)
         adv_input = succ.astype(np.float64) if self.binary else rewards
-        adv = bestk.advantages(                                         # A_i
+        adv = bestk.advantages(                                     # A_i
             cfg.estimator, torch.from_numpy(adv_input), group=torch.from_numpy(prompt_ids),
             **self.options,
         ).to(torch.float32).to(run.device)
