@@ -14,9 +14,14 @@ from scipy.optimize import brentq
 from scipy.special import logsumexp
 
 from bestk.kappo import Calibration, winrate_table
-from bestk.train.checkpoint import latest_checkpoint
 from bestk.train.loop import Trainer, read_metrics
-from tests.test_train import kappo_config, tiny_config
+from tests.test_train import (
+    Crash,
+    assert_same_run,
+    crash_then_resume,
+    kappo_config,
+    tiny_config,
+)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -131,10 +136,6 @@ def test_updates_on_one_batch_drive_the_residuals_down(tmp_path):
     assert first > 0 and last < 0.2 * first
 
 
-class Crash(RuntimeError):
-    pass
-
-
 def test_two_steps_then_resume_after_a_crash_is_exact(tmp_path):
     extra = ["algorithm=apo", "max_steps=4", "checkpoint_every=2", "kappo.k=2"]
     ref = Trainer(kappo_config(tmp_path / "a", *extra))
@@ -147,26 +148,9 @@ def test_two_steps_then_resume_after_a_crash_is_exact(tmp_path):
     report = (tmp_path / "a/report.md").read_text()
     assert "`apo` (@k-A*PO" in report and "k = 2, beta = 0.1, M = 8, 16 prompts" in report
     assert "RL drew these prompts only" in report
-
-    def crash(step, metrics):
-        if step == 3:
-            raise Crash
-
-    run = Trainer(kappo_config(tmp_path / "b", *extra), on_step=crash)
-    with pytest.raises(Crash):
-        run.run(progress=False)
-    cal_bytes = (tmp_path / "b/calibration.json").read_bytes()
-    assert latest_checkpoint(tmp_path / "b/checkpoints").name == "step_0000002.safetensors"
-    resumed = Trainer.resume(tmp_path / "b")
-    assert resumed.calibration.checksum == ref.calibration.checksum
-    resumed.run(progress=False)
-    assert (tmp_path / "b/calibration.json").read_bytes() == cal_bytes  # reused, not redone
-    for k, v in ref.model.state_dict().items():
-        torch.testing.assert_close(v, resumed.model.state_dict()[k], rtol=0, atol=0)
-    timing = ("time_generate", "time_update", "completions_per_s")
-    rb = [{k: v for k, v in r.items() if k not in timing}
-          for r in read_metrics(tmp_path / "b/metrics.jsonl") if r["phase"] == "train"]
-    assert rb == [{k: v for k, v in r.items() if k not in timing} for r in rows]
+    resumed = crash_then_resume(kappo_config(tmp_path / "b", *extra), at=3)
+    assert resumed.step == 4 and resumed.calibration.checksum == ref.calibration.checksum
+    assert_same_run(ref, resumed)
 
 
 def test_a_run_killed_during_calibration_starts_over(tmp_path, monkeypatch):

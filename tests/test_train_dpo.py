@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from bestk.cli import app
 from bestk.train.algorithms.dpo import P_SUCCESS_WINS, pair_rows
 from bestk.train.loop import Trainer, read_metrics
-from tests.test_train import KAPPO_TINY, kappo_config
+from tests.test_train import KAPPO_TINY, assert_same_run, crash_then_resume, kappo_config
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -131,10 +131,6 @@ def test_loss_matches_an_independent_computation(k1, labels, tmp_path):
     assert stats["reward_accuracy"] == pytest.approx(float((z > 0).double().mean()))
 
 
-class Crash(RuntimeError):
-    pass
-
-
 def test_run_metrics_report_and_exact_resume(tmp_path):
     extra = ["algorithm=dpo", "kappo.k=2", "max_steps=4", "checkpoint_every=2"]
     ref = Trainer(kappo_config(tmp_path / "a", *extra))
@@ -148,22 +144,7 @@ def test_run_metrics_report_and_exact_resume(tmp_path):
     report = (tmp_path / "a/report.md").read_text()
     assert "`dpo` (@k-DPO" in report and "binary, in-run" in report and "k = 2" in report
     assert (tmp_path / "a/training.png").is_file()
-
-    def crash(step, metrics):
-        if step == 3:
-            raise Crash
-
-    run = Trainer(kappo_config(tmp_path / "b", *extra), on_step=crash)
-    with pytest.raises(Crash):
-        run.run(progress=False)
-    resumed = Trainer.resume(tmp_path / "b")
-    resumed.run(progress=False)
-    for k, v in ref.model.state_dict().items():
-        torch.testing.assert_close(v, resumed.model.state_dict()[k], rtol=0, atol=0)
-    drop = ("time_update", "pairs_per_s")
-    rb = [{k: v for k, v in r.items() if k not in drop}
-          for r in read_metrics(tmp_path / "b/metrics.jsonl") if r["phase"] == "train"]
-    assert rb == [{k: v for k, v in r.items() if k not in drop} for r in rows]
+    assert_same_run(ref, crash_then_resume(kappo_config(tmp_path / "b", *extra), at=3))
 
 
 def test_damaged_bank_tokens_on_resume_is_a_one_line_error(tmp_path):

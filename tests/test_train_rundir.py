@@ -551,15 +551,13 @@ def test_resume_policy_classifies_every_key():
             check_resume(old, changed, 10, "R")
 
 
-def test_kill_9_then_the_same_command_continues(tmp_path):
-    """A real ``kill -9`` of ``bestk train`` mid-run; the same command again (a larger
-    --max-steps) continues it: the lock died with the process, nothing lost or doubled."""
-    out = tmp_path / "k"
-    base = cli_args(out, "checkpoint_every=1", "eval.every=1000", max_steps=400)
-    proc = subprocess.Popen([sys.executable, "-m", "bestk", *base], stdout=subprocess.DEVNULL,
+def kill_9_after_step_3(args: list[str], out: Path, timeout: float = 180) -> int:
+    """Start ``bestk ARGS`` (a run of 400 steps checkpointing every step), ``kill -9`` it once
+    its checkpoint of step 3 or later is there; returns the step of its newest valid one."""
+    proc = subprocess.Popen([sys.executable, "-m", "bestk", *args], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
     try:
-        deadline = time.time() + 120
+        deadline = time.time() + timeout
         while time.time() < deadline:
             ck = list_checkpoints(out / "checkpoints")
             if ck and ck[-1].name >= "step_0000003.safetensors":
@@ -572,6 +570,15 @@ def test_kill_9_then_the_same_command_continues(tmp_path):
         proc.wait()
     step = int(latest_valid_checkpoint(out / "checkpoints")[0].name[5:12])
     assert 3 <= step < 400 and not (out / "final").exists()
+    return step
+
+
+def test_kill_9_then_the_same_command_continues(tmp_path):
+    """A real ``kill -9`` of ``bestk train`` mid-run; the same command again (a larger
+    --max-steps) continues it: the lock died with the process, nothing lost or doubled."""
+    out = tmp_path / "k"
+    step = kill_9_after_step_3(cli_args(out, "checkpoint_every=1", "eval.every=1000",
+                                        max_steps=400), out)
     again = subprocess_cli(*cli_args(out, "checkpoint_every=1", "eval.every=1000",
                                      max_steps=step + 2))
     assert again.returncode == 0, again.stderr
@@ -597,22 +604,7 @@ def test_kill_9_of_a_kappo_run_then_the_same_command_continues(tmp_path, algorit
             a += ["--set", s]
         return a
 
-    proc = subprocess.Popen([sys.executable, "-m", "bestk", *args(400)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.time() + 180
-        while time.time() < deadline:
-            ck = list_checkpoints(out / "checkpoints")
-            if ck and ck[-1].name >= "step_0000003.safetensors":
-                break
-            if proc.poll() is not None:
-                pytest.fail(proc.stderr.read().decode())
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait()
-    step = int(latest_valid_checkpoint(out / "checkpoints")[0].name[5:12])
-    assert 3 <= step < 400 and not (out / "final").exists()
+    step = kill_9_after_step_3(args(400), out)
     kept = {p.name: p.read_bytes() for p in out.iterdir()
             if p.name in ("calibration.json", "bank.jsonl", "bank_tokens.safetensors")}
     assert "calibration.json" in kept and ("bank_tokens.safetensors" in kept) == (

@@ -15,7 +15,7 @@ optimizer, checkpoints, evaluation, logging) and calls them.
 
 from __future__ import annotations
 
-from bestk.train.algorithms._spec import AlgorithmSpec
+from bestk.train.algorithms._base import AlgorithmSpec
 from bestk.train.algorithms.apo import SPEC as _APO
 from bestk.train.algorithms.dpo import SPEC as _DPO
 from bestk.train.algorithms.pg import SPEC as _PG

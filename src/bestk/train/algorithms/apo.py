@@ -38,7 +38,12 @@ import numpy as np
 import torch
 
 from bestk.kappo import kappo_apo_loss
-from bestk.train.algorithms._spec import AlgorithmSpec, refuse_pg_options
+from bestk.train.algorithms._base import (
+    AlgorithmSpec,
+    mean_metrics,
+    minibatches,
+    refuse_pg_options,
+)
 from bestk.train.reference import calibration_values
 from bestk.train.rollout import Rollout, completion_logprobs
 
@@ -90,31 +95,25 @@ class APO:
         """Minimise Eq. 14 over the batch; mean metrics of the optimizer steps."""
         run, cfg = self.run, self.run.cfg
         beta, lc, ro = self.calibration.beta, cfg.loss, b.rollout
-        B = b.targets.shape[0]
-        mb = max(1, B // lc.minibatches)
         run.model.train()
-        agg: dict[str, list[float]] = {}
-        for _ in range(lc.ppo_epochs):
-            for start in range(0, B, mb):
-                sl = slice(start, start + mb)
-                logp = completion_logprobs(                         # log pi_theta(y|x)
-                    run.model, ro.prompt_ids[sl], ro.prompt_mask[sl], ro.completion_ids[sl],
-                    ro.completion_mask[sl], temperature=cfg.rollout.temperature,
-                    group_size=cfg.rollout.n,
-                )
-                loss = kappo_apo_loss(logp, b.ref_logps[sl], b.targets[sl], beta)   # Eq. 14
-                with torch.no_grad():
-                    log_ratio = logp.detach() - b.ref_logps[sl]
-                    resid = b.targets[sl].to(log_ratio) - beta * log_ratio
-                gnorm, lr = run.optimize(loss)
-                st = {
-                    "loss": loss.item(), "residual_mean": float(resid.mean()),
-                    "residual_abs_mean": float(resid.abs().mean()),
-                    "log_ratio_mean": float(log_ratio.mean()), "grad_norm": gnorm, "lr": lr,
-                }
-                for k, v in st.items():
-                    agg.setdefault(k, []).append(v)
-        return {k: float(np.mean(v)) for k, v in agg.items()}
+        steps = []
+        for sl in minibatches(b.targets.shape[0], lc.ppo_epochs, lc.minibatches):
+            logp = completion_logprobs(                                 # log pi_theta(y|x)
+                run.model, ro.prompt_ids[sl], ro.prompt_mask[sl], ro.completion_ids[sl],
+                ro.completion_mask[sl], temperature=cfg.rollout.temperature,
+                group_size=cfg.rollout.n,
+            )
+            loss = kappo_apo_loss(logp, b.ref_logps[sl], b.targets[sl], beta)   # Eq. 14
+            with torch.no_grad():
+                log_ratio = logp.detach() - b.ref_logps[sl]
+                resid = b.targets[sl].to(log_ratio) - beta * log_ratio
+            gnorm, lr = run.optimize(loss)
+            steps.append({
+                "loss": loss.item(), "residual_mean": float(resid.mean()),
+                "residual_abs_mean": float(resid.abs().mean()),
+                "log_ratio_mean": float(log_ratio.mean()), "grad_norm": gnorm, "lr": lr,
+            })
+        return mean_metrics(steps)
 
     def step(self, step: int) -> dict[str, Any]:
         """One @k-A*PO step; returns its logged metrics."""

@@ -42,7 +42,12 @@ import numpy as np
 import torch
 
 from bestk.kappo import kappo_dpo_loss
-from bestk.train.algorithms._spec import AlgorithmSpec, refuse_pg_options
+from bestk.train.algorithms._base import (
+    AlgorithmSpec,
+    mean_metrics,
+    minibatches,
+    refuse_pg_options,
+)
 from bestk.train.rollout import completion_logprobs
 
 __all__ = ["DPO", "DPOBatch", "SPEC", "P_SUCCESS_WINS", "pair_rows"]
@@ -153,34 +158,28 @@ class DPO:
         """Minimise Eq. 13 over the pairs; mean metrics of the optimizer steps."""
         run, cfg = self.run, self.run.cfg
         lc = cfg.loss
-        B = b.beta_eff.shape[0]
-        mb = max(1, -(-B // lc.minibatches))
         run.model.train()
-        agg: dict[str, list[float]] = {}
-        for _ in range(lc.ppo_epochs):
-            for start in range(0, B, mb):
-                sl, seq = slice(start, start + mb), slice(2 * start, 2 * (start + mb))
-                logp = completion_logprobs(                         # log pi_theta(y_w), (y_l)
-                    run.model, b.input_ids[seq], b.input_mask[seq], b.completion_ids[seq],
-                    b.completion_mask[seq], temperature=cfg.rollout.temperature, group_size=2,
-                )
-                chosen, rejected = logp[0::2], logp[1::2]
-                loss = self.loss(chosen, rejected, b, sl)
-                with torch.no_grad():
-                    be = b.beta_eff[sl].to(logp.dtype)
-                    r_w = be * (chosen - b.ref_chosen[sl].to(logp.dtype))
-                    r_l = be * (rejected - b.ref_rejected[sl].to(logp.dtype))
-                gnorm, lr = run.optimize(loss)
-                st = {
-                    "loss": loss.item(), "reward_chosen": float(r_w.mean()),
-                    "reward_rejected": float(r_l.mean()),
-                    "reward_margin": float((r_w - r_l).mean()),
-                    "reward_accuracy": float((r_w > r_l).double().mean()),
-                    "grad_norm": gnorm, "lr": lr,
-                }
-                for k, v in st.items():
-                    agg.setdefault(k, []).append(v)
-        return {k: float(np.mean(v)) for k, v in agg.items()}
+        steps = []
+        for sl in minibatches(b.beta_eff.shape[0], lc.ppo_epochs, lc.minibatches):
+            seq = slice(2 * sl.start, 2 * sl.stop)  # pair j is rows 2j (y_w) and 2j + 1 (y_l)
+            logp = completion_logprobs(                                 # log pi_theta(y_w), (y_l)
+                run.model, b.input_ids[seq], b.input_mask[seq], b.completion_ids[seq],
+                b.completion_mask[seq], temperature=cfg.rollout.temperature, group_size=2,
+            )
+            chosen, rejected = logp[0::2], logp[1::2]
+            loss = self.loss(chosen, rejected, b, sl)                   # Eq. 13
+            with torch.no_grad():
+                be = b.beta_eff[sl].to(logp.dtype)
+                r_w = be * (chosen - b.ref_chosen[sl].to(logp.dtype))
+                r_l = be * (rejected - b.ref_rejected[sl].to(logp.dtype))
+            gnorm, lr = run.optimize(loss)
+            steps.append({
+                "loss": loss.item(), "reward_chosen": float(r_w.mean()),
+                "reward_rejected": float(r_l.mean()), "reward_margin": float((r_w - r_l).mean()),
+                "reward_accuracy": float((r_w > r_l).double().mean()),
+                "grad_norm": gnorm, "lr": lr,
+            })
+        return mean_metrics(steps)
 
     def step(self, step: int) -> dict[str, Any]:
         """One @k-DPO step; returns its logged metrics."""

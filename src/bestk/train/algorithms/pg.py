@@ -28,7 +28,7 @@ import torch
 
 import bestk
 from bestk.losses import aggregate, kl_penalty, ppo_clip_loss
-from bestk.train.algorithms._spec import AlgorithmSpec
+from bestk.train.algorithms._base import AlgorithmSpec, mean_metrics, minibatches
 from bestk.train.config import (
     calibration_prompt_ids,
     estimator_needs_calibration,
@@ -115,33 +115,29 @@ class PolicyGradient:
                     ro.completion_mask, temperature=T, group_size=n,
                 )
         run.model.train()
-        mb = B // lc.minibatches
-        agg: dict[str, list[float]] = {}
-        for _ in range(lc.ppo_epochs):
-            for start in range(0, B, mb):
-                sl = slice(start, start + mb)
-                mask = ro.completion_mask[sl]
-                logp, ent = sequence_logprobs(
-                    run.model, ro.prompt_ids[sl], ro.prompt_mask[sl], ro.completion_ids[sl],
-                    mask, temperature=T, with_entropy=lc.entropy_coef > 0, group_size=n,
-                )
-                old = logp.detach() if on_policy else old_logp[sl]
-                loss, st = ppo_clip_loss(
-                    logp, old, adv[sl], mask, clip_low=lc.clip_low, clip_high=lc.clip_high,
-                    agg=lc.agg,
-                )
-                pg = loss.item()
-                if ref_logp is not None:
-                    kl = aggregate(kl_penalty(logp, ref_logp[sl], lc.kl_estimator), mask, lc.agg)
-                    loss = loss + lc.kl_coef * kl
-                    st["kl_ref"] = kl.item()
-                if ent is not None:
-                    loss = loss - lc.entropy_coef * aggregate(ent, mask, lc.agg)
-                gnorm, lr = run.optimize(loss)
-                st.update(loss=loss.item(), pg_loss=pg, grad_norm=gnorm, lr=lr)
-                for k, v in st.items():
-                    agg.setdefault(k, []).append(v)
-        return {k: float(np.mean(v)) for k, v in agg.items()}
+        steps = []
+        for sl in minibatches(B, lc.ppo_epochs, lc.minibatches):
+            mask = ro.completion_mask[sl]
+            logp, ent = sequence_logprobs(
+                run.model, ro.prompt_ids[sl], ro.prompt_mask[sl], ro.completion_ids[sl],
+                mask, temperature=T, with_entropy=lc.entropy_coef > 0, group_size=n,
+            )
+            old = logp.detach() if on_policy else old_logp[sl]
+            loss, st = ppo_clip_loss(
+                logp, old, adv[sl], mask, clip_low=lc.clip_low, clip_high=lc.clip_high,
+                agg=lc.agg,
+            )
+            pg = loss.item()
+            if ref_logp is not None:
+                kl = aggregate(kl_penalty(logp, ref_logp[sl], lc.kl_estimator), mask, lc.agg)
+                loss = loss + lc.kl_coef * kl
+                st["kl_ref"] = kl.item()
+            if ent is not None:
+                loss = loss - lc.entropy_coef * aggregate(ent, mask, lc.agg)
+            gnorm, lr = run.optimize(loss)
+            st.update(loss=loss.item(), pg_loss=pg, grad_norm=gnorm, lr=lr)
+            steps.append(st)
+        return mean_metrics(steps)
 
     @staticmethod
     def describe(m: dict[str, Any]) -> str:

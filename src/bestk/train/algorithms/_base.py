@@ -1,12 +1,15 @@
-"""The properties of a training algorithm (what the trainer and the config checks ask)."""
+"""What the algorithms share: their properties (:class:`AlgorithmSpec`, what the trainer and
+the config checks ask), the passes over a batch and the mean of their metrics."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["AlgorithmSpec"]
+import numpy as np
+
+__all__ = ["AlgorithmSpec", "refuse_pg_options", "minibatches", "mean_metrics"]
 
 
 @dataclass(frozen=True)
@@ -62,3 +65,19 @@ def refuse_pg_options(cfg: Any) -> None:
             f"config key 'estimator_options' is a pg option; algorithm {name!r} uses no "
             "advantage estimator (remove it)"
         )
+
+
+def minibatches(size: int, epochs: int, count: int) -> Iterator[slice]:
+    """The slices of ``epochs`` passes over a batch of ``size`` items in ``count`` minibatches
+    of ``ceil(size / count)`` consecutive items (``loss.ppo_epochs`` x ``loss.minibatches``
+    optimizer steps)."""
+    step = max(1, -(-size // count))
+    for _ in range(epochs):
+        for start in range(0, size, step):
+            yield slice(start, start + step)
+
+
+def mean_metrics(steps: list[dict[str, float]]) -> dict[str, float]:
+    """The mean of each metric over the optimizer steps of an update."""
+    keys = dict.fromkeys(k for st in steps for k in st)
+    return {k: float(np.mean([st[k] for st in steps if k in st])) for k in keys}
