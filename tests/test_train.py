@@ -47,6 +47,24 @@ def tiny_config(out: Path, *extra: str) -> TrainConfig:
     return cfg
 
 
+#: TINY on a binary task (exact 3-character answers) with enough SFT that the reference solves
+#: some prompts sometimes, and a small KAPPO bank: 16 prompts x 8 reference samples.
+KAPPO_TINY = [s for s in TINY if not s.startswith(("task.options", "rollout.n", "sft."))] + [
+    "task.options={num_train: 64, num_eval: 4, max_len: 3, graded: false}",
+    "sft.steps=150",
+    "sft.batch_size=32",
+    "kappo.bank_prompts=16",
+    "kappo.bank_size=8",
+]
+
+
+def kappo_config(out: Path, *extra: str) -> TrainConfig:
+    """A tiny KAPPO run (:data:`KAPPO_TINY`) in ``out``."""
+    cfg = TrainConfig()
+    apply_overrides(cfg, [*KAPPO_TINY, f"out={out}", *extra])
+    return cfg
+
+
 def test_two_step_run_writes_the_run_directory(tmp_path):
     out = tmp_path / "run"
     cfg = tiny_config(out, "max_steps=2", "estimator=argmaxrl")
@@ -94,6 +112,38 @@ def test_off_policy_minibatches_and_entropy_bonus(tmp_path):
 
 class Crash(RuntimeError):
     pass
+
+
+#: Metrics that measure time, not the run (left out when runs are compared).
+TIMING = ("time_generate", "time_score", "time_update", "completions_per_s", "pairs_per_s")
+
+
+def crash_then_resume(cfg: TrainConfig, at: int) -> Trainer:
+    """Run ``cfg`` until it crashes right after logging step ``at``, then resume it from its
+    last checkpoint to the end; returns the resumed trainer."""
+
+    def crash(step, metrics):
+        if step == at:
+            raise Crash
+
+    with pytest.raises(Crash):
+        Trainer(cfg, on_step=crash).run(progress=False)
+    resumed = Trainer.resume(cfg.out)
+    resumed.run(progress=False)
+    return resumed
+
+
+def assert_same_run(a: Trainer, b: Trainer) -> None:
+    """Bit-identical weights and ``phase: train`` records (timing left out)."""
+    sb = b.model.state_dict()
+    for k, v in a.model.state_dict().items():
+        torch.testing.assert_close(v, sb[k], rtol=0, atol=0)
+
+    def rows(t: Trainer) -> list[dict]:
+        return [{k: v for k, v in r.items() if k not in TIMING}
+                for r in read_metrics(t.out / "metrics.jsonl") if r["phase"] == "train"]
+
+    assert rows(a) == rows(b) and rows(a)
 
 
 def _params(model):
@@ -190,7 +240,7 @@ def test_config_errors_name_the_key():
     cfg = TrainConfig()
     with pytest.raises(ValueError, match="unknown config key 'rollout.nn'.*rollout.n"):
         apply_overrides(cfg, ["rollout.nn=3"])
-    with pytest.raises(ValueError, match="unknown config key 'bogus'; valid keys: estimator"):
+    with pytest.raises(ValueError, match="key 'bogus'; valid keys: algorithm, estimator,"):
         apply_overrides(cfg, ["bogus=1"])
     with pytest.raises(ValueError, match="'rollout.n' must be an integer"):
         apply_overrides(cfg, ["rollout.n=abc"])
@@ -301,7 +351,7 @@ def test_kappo_grpo_with_a_calibration_made_from_an_eval_bank(tmp_path):
                       f"estimator_options.calibration={cal}",
                       "task.options={num_train: 64, num_eval: 4, max_len: 4, graded: false}")
     tr = Trainer(cfg)
-    assert {e["id"] for e in tr.task.train} == {x["prompt_id"] for x in rows}
+    assert {e["id"] for e in tr.rl_prompts} == {x["prompt_id"] for x in rows}
     tr.run(progress=False)
     assert [r["step"] for r in read_metrics(run / "metrics.jsonl") if r["phase"] == "train"] == [1]
 
@@ -350,6 +400,23 @@ def test_compare_per_estimator_options_with_a_per_seed_calibration(tmp_path):
     assert res["kappo_grpo"]["seed1"]["start"] == res["grpo"]["seed1"]["start"]
     with pytest.raises(ValueError, match="estimator_options for 'pkpo'"):
         run_compare(["grpo"], seeds=1, out=tmp_path / "x", estimator_options={"pkpo": {"k": 2}})
+
+
+def test_compare_runs_an_algorithm_variant(tmp_path):
+    """``bestk compare --set algorithm=apo``: every run is an @k-A*PO run (one sample per
+    prompt by default) that calibrates itself from the seed's shared SFT weights."""
+    from bestk.train.compare import run_compare
+
+    run_compare(["grpo", "rloo"], seeds=1, out=tmp_path / "cmp", max_steps=1,
+                overrides=[*KAPPO_TINY, "algorithm=apo", "kappo.k=2"], progress=False)
+    yaml = __import__("yaml")
+    for name in ("grpo", "rloo"):
+        run = tmp_path / "cmp" / name / "seed0"
+        cfg = yaml.safe_load((run / "config.yaml").read_text())
+        assert cfg["algorithm"] == "apo" and cfg["rollout"]["n"] == 1
+        assert (run / "calibration.json").is_file()
+    cal = [(tmp_path / "cmp" / n / "seed0/calibration.json").read_text() for n in ("grpo", "rloo")]
+    assert cal[0] == cal[1]  # the same SFT weights -> the same reference bank
 
 
 def test_maxrl_on_a_graded_task_uses_success_indicators(tmp_path):

@@ -275,6 +275,33 @@ def test_checkpoints_carry_a_sha256sum_compatible_checksum(tmp_path):
         (["--set", "task.options={num_train: 64}", "--set", "rollout.prompts_per_step=100"],
          "prompts_per_step \\(100\\) exceeds the 64 training prompts"),
         (["--set", "task.options={max_len: -3}"], "max_len"),
+        (["--set", "algorithm=ppo"], "unknown algorithm 'ppo'; valid: pg, apo, dpo"),
+        (["--set", "algorithm=apo", "--set", "kappo.k=0"],
+         "config key 'kappo.k' must be an integer >= 1, got 0"),
+        (["--set", "algorithm=apo", "--set", "kappo.beta=0"],
+         "config key 'kappo.beta' must be a number >= 1e-30, got 0"),
+        (["--set", "algorithm=apo", "--set", "kappo.bank_size=1"],
+         "'kappo.bank_size' must be an integer >= 2"),
+        (["--set", "algorithm=apo", "--set", "kappo.kind=exact"],
+         "'kappo.kind' must be auto, binary or winrate, got 'exact'"),
+        (["--set", "algorithm=dpo", "--set", "kappo.dpo_labels=soft"],
+         "'kappo.dpo_labels' must be bradley_terry or hard"),
+        (["--set", "algorithm=dpo", "--set", "kappo.kind=winrate"],
+         "algorithm 'dpo' needs a binary calibration"),
+        (["--set", "algorithm=dpo", "--set", "rollout.n=4"],
+         "'rollout.n' \\(4\\) is not used by algorithm 'dpo'"),
+        (["--set", "algorithm=apo", "--set", "loss.kl_coef=0.1"],
+         "'loss.kl_coef' is a pg option; algorithm 'apo' is regularised by kappo.beta"),
+        (["--set", "algorithm=apo", "--set", "estimator_options={tau: 0.3}"],
+         "'estimator_options' is a pg option"),
+        (["--set", "algorithm=apo", "--set", "kappo.calibration=nope.json"],
+         "cannot load kappo.calibration 'nope.json'"),
+        (["--set", "kappo.calibration=nope.json"],
+         "'kappo.calibration' is set, but algorithm 'pg' with estimator 'argmaxrl' uses no"),
+        (["--set", "algorithm=apo", "--set", "kappo.bank_prompts=8"],
+         "prompts_per_step \\(64\\) exceeds the 8 calibrated prompts .*kappo.bank_prompts"),
+        (["--estimator", "kappo_grpo", "--set", "kappo.k=1.5"],
+         "config key 'kappo.k' must be an integer"),
     ],
 )
 def test_bad_values_stop_before_any_work(tmp_path, extra, match):
@@ -515,21 +542,22 @@ def test_resume_policy_classifies_every_key():
     notes = check_resume(old, new, 10, "R")
     assert any(n.startswith("threads: 1 -> 4 (the continuation is bit-identical") for n in notes)
     for key in ("loss.kl_coef=0.1", "task.options.max_len=5", "eval.n=4", "sft.steps=3",
-                "estimator_options.tau=0.3", "model.hidden_size=64", "eval.temperature=0.5"):
+                "estimator_options.tau=0.3", "model.hidden_size=64", "eval.temperature=0.5",
+                "algorithm=apo", "kappo.k=2", "kappo.beta=0.2", "kappo.bank_size=8",
+                "kappo.bank_prompts=64", "kappo.kind=binary", "kappo.calibration=c.json",
+                "kappo.dpo_pairs=2", "kappo.dpo_labels=hard"):
         changed = apply_overrides(TrainConfig(), [key])
         with pytest.raises(ValueError, match=key.split("=")[0].replace(".", "\\.")):
             check_resume(old, changed, 10, "R")
 
 
-def test_kill_9_then_the_same_command_continues(tmp_path):
-    """A real ``kill -9`` of ``bestk train`` mid-run; the same command again (a larger
-    --max-steps) continues it: the lock died with the process, nothing lost or doubled."""
-    out = tmp_path / "k"
-    base = cli_args(out, "checkpoint_every=1", "eval.every=1000", max_steps=400)
-    proc = subprocess.Popen([sys.executable, "-m", "bestk", *base], stdout=subprocess.DEVNULL,
+def kill_9_after_step_3(args: list[str], out: Path, timeout: float = 180) -> int:
+    """Start ``bestk ARGS`` (a run of 400 steps checkpointing every step), ``kill -9`` it once
+    its checkpoint of step 3 or later is there; returns the step of its newest valid one."""
+    proc = subprocess.Popen([sys.executable, "-m", "bestk", *args], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
     try:
-        deadline = time.time() + 120
+        deadline = time.time() + timeout
         while time.time() < deadline:
             ck = list_checkpoints(out / "checkpoints")
             if ck and ck[-1].name >= "step_0000003.safetensors":
@@ -542,12 +570,50 @@ def test_kill_9_then_the_same_command_continues(tmp_path):
         proc.wait()
     step = int(latest_valid_checkpoint(out / "checkpoints")[0].name[5:12])
     assert 3 <= step < 400 and not (out / "final").exists()
+    return step
+
+
+def test_kill_9_then_the_same_command_continues(tmp_path):
+    """A real ``kill -9`` of ``bestk train`` mid-run; the same command again (a larger
+    --max-steps) continues it: the lock died with the process, nothing lost or doubled."""
+    out = tmp_path / "k"
+    step = kill_9_after_step_3(cli_args(out, "checkpoint_every=1", "eval.every=1000",
+                                        max_steps=400), out)
     again = subprocess_cli(*cli_args(out, "checkpoint_every=1", "eval.every=1000",
                                      max_steps=step + 2))
     assert again.returncode == 0, again.stderr
     assert "done: held-out" in again.stdout
     steps = [r["step"] for r in train_rows(out)]
     assert steps == list(range(1, step + 3))  # nothing lost, nothing doubled
+    assert (out / "final" / "config.json").is_file()
+
+
+@pytest.mark.parametrize("algorithm", ["apo", "dpo"])
+def test_kill_9_of_a_kappo_run_then_the_same_command_continues(tmp_path, algorithm):
+    """A real ``kill -9`` of an @k-A*PO / @k-DPO run mid-RL; the same command continues it from
+    its checkpoint with the calibration (and bank) it made, which is neither redone nor
+    changed."""
+    from tests.test_train import KAPPO_TINY
+
+    out = tmp_path / algorithm
+
+    def args(max_steps: int) -> list[str]:
+        a = ["train", "--out", str(out), "--quiet", "--max-steps", str(max_steps)]
+        for s in [*KAPPO_TINY, f"algorithm={algorithm}", "kappo.k=2", "checkpoint_every=1",
+                  "eval.every=1000"]:
+            a += ["--set", s]
+        return a
+
+    step = kill_9_after_step_3(args(400), out)
+    kept = {p.name: p.read_bytes() for p in out.iterdir()
+            if p.name in ("calibration.json", "bank.jsonl", "bank_tokens.safetensors")}
+    assert "calibration.json" in kept and ("bank_tokens.safetensors" in kept) == (
+        algorithm == "dpo")
+    again = subprocess_cli(*args(step + 2))
+    assert again.returncode == 0, again.stderr
+    assert "done: held-out" in again.stdout and "KAPPO" not in again.stderr  # not recalibrated
+    assert [r["step"] for r in train_rows(out)] == list(range(1, step + 3))
+    assert {n: (out / n).read_bytes() for n in kept} == kept
     assert (out / "final" / "config.json").is_file()
 
 

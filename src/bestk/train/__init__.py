@@ -2,8 +2,10 @@
 
 ``bestk train`` drives :class:`Trainer`; see ``docs/training.md``. Submodules: ``config``
 (dataclasses, YAML, ``--set``), ``policy`` (model + tokenizer), ``hf`` (chat templates, LoRA,
-autocast for Hugging Face models), ``rollout`` (KV-cache sampling), ``loop`` (the trainer),
-``checkpoint`` (atomic safetensors), ``evaluate`` (pass@k / best@k curves), ``reporters``
+autocast for Hugging Face models), ``rollout`` (KV-cache sampling), ``loop`` (the trainer: run
+state), ``algorithms`` (``pg``, ``apo`` = @k-A*PO, ``dpo`` = @k-DPO: one module each),
+``reference`` (in-run KAPPO calibration and its files), ``checkpoint`` (atomic safetensors),
+``rundir`` (lock, resume policy), ``evaluate`` (pass@k / best@k curves), ``reporters``
 (TensorBoard / W&B), ``report`` (report.md + plots), ``compare`` (matched runs), ``commands``
 (CLI).
 

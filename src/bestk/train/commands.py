@@ -53,8 +53,9 @@ def train_command(
 ) -> None:
     """Train a policy with @k-aware RL; no argument needed (runs the embedded default).
 
-    Running it again on the same --out continues that run (or says it is complete);
-    a different config there is refused, naming the differing keys.
+    --set algorithm=apo (@k-A*PO) or algorithm=dpo (@k-DPO) trains with KAPPO, calibrating
+    in-run (--set kappo.k=4 ...). Running it again on the same --out continues that run (or
+    says it is complete); a different config there is refused, naming the differing keys.
     """
     from bestk.train.config import TrainConfig, apply_overrides, load_config
     from bestk.train.loop import Trainer

@@ -275,7 +275,7 @@ def _calibrate(cfg: TrainConfig, sft_path: str, kp: KappoAuto, cal_path: Path) -
 
 
 def _prompt_fingerprint(tr: Any) -> str:
-    ids = sorted(int(e["id"]) for e in tr.task.train)
+    ids = sorted(int(e["id"]) for e in tr.rl_prompts)  # the prompts RL draws from
     ev = [int(e["id"]) for e in tr.eval_examples]
     return _fingerprint({"task": tr.task.name, "train": ids, "eval": ev})
 
@@ -325,7 +325,12 @@ def _rl_job(cfg_dict: dict[str, Any], sft_path: str | None, label: str, key: str
                     for k, v in tr.estimator_options.items()},
         "reward": "success" if tr.binary_advantages or not task.graded else "graded",
         "prompts": _prompt_fingerprint(tr),
-        "rollouts": cfg.max_steps * cfg.rollout.prompts_per_step * cfg.rollout.n,
+        "algorithm": cfg.algorithm,
+        # on-policy completions sampled during RL, plus the reference bank of a calibration
+        # made in the run (an offline algorithm such as dpo samples none during RL)
+        "rollouts": (cfg.max_steps * cfg.rollout.prompts_per_step * cfg.rollout.n
+                     if tr.spec.online else 0),
+        "bank": tr.bank_samples,
         "lr": cfg.optim.lr,
         "seed": cfg.seed,
         "sampling_seed": tr.sampling_seed,

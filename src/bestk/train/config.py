@@ -32,7 +32,9 @@ __all__ = [
     "LossConfig",
     "OptimConfig",
     "EvalConfig",
+    "KappoConfig",
     "TrainConfig",
+    "CALIBRATION_KINDS",
     "load_config",
     "yaml_error_line",
     "apply_overrides",
@@ -49,7 +51,20 @@ __all__ = [
     "config_items",
     "resolve_estimator_options",
     "calibration_prompt_ids",
+    "resolve_defaults",
+    "AUTO_KEYS",
+    "estimator_needs_calibration",
+    "uses_kappo",
+    "check_algorithm",
+    "check_kappo_file",
 ]
+
+#: ``kappo.kind`` values: ``auto`` picks ``binary`` (Algorithm 1 on 0/1 success) for binary
+#: tasks and for @k-DPO, ``winrate`` (Algorithm 2 on the raw reward) for graded tasks.
+CALIBRATION_KINDS = ("auto", "binary", "winrate")
+
+#: The default run directory (of ``pg``; the other algorithms append ``-<algorithm>``).
+DEFAULT_OUT = "runs/bestk"
 
 
 @dataclass
@@ -130,9 +145,13 @@ class RolloutConfig:
     """Sampling of the training completions."""
 
     prompts_per_step: int = 64
-    """Prompts per RL step (each gets ``n`` completions; the group of a prompt is its ``n``)."""
-    n: int = 8
-    """Completions per prompt (the group size ``N`` of the estimators)."""
+    """Prompts per RL step (each gets ``n`` completions; the group of a prompt is its ``n``).
+    For ``dpo``: prompts per step, each contributing ``kappo.dpo_pairs`` bank pairs."""
+    n: int | None = None
+    """Completions per prompt (the group size ``N`` of the estimators). ``None`` = the
+    algorithm's default, filled in by :class:`TrainConfig` (and kept in step with
+    ``algorithm`` until set explicitly): 8 for ``pg``, 1 for ``apo`` (A*PO's one on-policy
+    completion per prompt); ``dpo`` samples no completions while training (it must be 1)."""
     temperature: float = 1.0
     """Sampling temperature (log-probs and entropy use the same temperature)."""
     top_p: float = 1.0
@@ -200,11 +219,51 @@ class EvalConfig:
 
 
 @dataclass
+class KappoConfig:
+    """KAPPO reference calibration and the @k losses (see ``docs/kappo.md``).
+
+    Used by ``algorithm: apo`` (@k-A*PO) and ``dpo`` (@k-DPO), and by ``pg`` with an estimator
+    that needs a calibration (``kappo_grpo``) when ``estimator_options`` gives none. Without
+    ``calibration`` the run calibrates itself after the SFT warm-up: the frozen reference
+    samples ``bank_size`` completions for each of ``bank_prompts`` training prompts
+    (``rollout.temperature`` / ``top_p``), and RL then draws from those prompts only.
+    """
+
+    k: int = 4
+    """The @k objective parameter (an integer >= 1; k = 1 is the plain @1 method)."""
+    beta: float = 0.1
+    """KL strength beta of the calibration (> 0). A*PO regresses ``beta log pi/pi_ref`` on
+    the target; @k-DPO uses ``beta_eff(x) = min(beta / a_k(x), 2)``."""
+    bank_size: int = 30
+    """Reference completions per bank prompt, M (the paper's 30)."""
+    bank_prompts: int | None = 512
+    """Training prompts in the bank (a seeded random subset; ``None`` = every training
+    prompt). RL draws only from them (@k-DPO: from those with a success and a failure)."""
+    kind: str = "auto"
+    """``binary`` (Algorithm 1 on the 0/1 success), ``winrate`` (Algorithm 2 on the raw
+    reward) or ``auto`` = ``binary`` for binary tasks and for ``dpo``, else ``winrate``."""
+    calibration: str | None = None
+    """A calibration file from ``bestk calibrate`` to use instead of calibrating in-run (its
+    k, beta and kind must match; its prompt ids must be training prompts of the task).
+    ``dpo`` still samples a bank of reference completions on its prompts for the pairs."""
+    dpo_pairs: int = 1
+    """@k-DPO: (success, failure) pairs drawn per prompt and step from the bank."""
+    dpo_labels: str = "bradley_terry"
+    """@k-DPO preference labels: ``bradley_terry`` (P(success > failure) = sigmoid(1), under
+    which Eq. 13's minimiser is the pass@k optimum) or ``hard`` (the success always wins:
+    plain DPO labels, whose loss has no minimiser; the policy keeps moving towards the
+    successes for as long as it trains)."""
+
+
+@dataclass
 class TrainConfig:
     """A complete embedded-trainer run. ``bestk train`` with no arguments uses the defaults."""
 
+    algorithm: str = "pg"
+    """``pg`` (PPO-clip on ``bestk.advantages`` of any estimator), ``apo`` (@k-A*PO, KAPPO
+    Eq. 14) or ``dpo`` (@k-DPO on reference-bank pairs, KAPPO Eq. 13)."""
     estimator: str = "argmaxrl"
-    """Advantage estimator (a key of ``bestk.ESTIMATORS``)."""
+    """Advantage estimator of ``pg`` (a key of ``bestk.ESTIMATORS``)."""
     estimator_options: dict[str, Any] = field(default_factory=dict)
     """Options of the estimator, e.g. ``{tau: 0.3}``; ``calibration`` may be a file path."""
     advantage_reward: str = "auto"
@@ -219,8 +278,10 @@ class TrainConfig:
     """Seed of the rollout- and evaluation-sampling noise only (``None`` = ``seed``). Two runs
     with the same ``seed`` and different ``sampling_seed`` share initial weights, SFT and
     prompts but not the sampled completions: an A/A control (``bestk compare --control``)."""
-    out: str = "runs/bestk"
-    """Run directory."""
+    out: str | None = None
+    """Run directory. ``None`` = the algorithm's default, filled in like ``rollout.n``:
+    ``runs/bestk`` for ``pg``, ``runs/bestk-apo`` / ``runs/bestk-dpo`` for the others (so
+    their default runs do not meet in one directory)."""
     checkpoint_every: int = 20
     """Write an atomic checkpoint every this many RL steps (and at the end / on Ctrl-C)."""
     keep_checkpoints: int = 2
@@ -243,6 +304,10 @@ class TrainConfig:
     loss: LossConfig = field(default_factory=LossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    kappo: KappoConfig = field(default_factory=KappoConfig)
+
+    def __post_init__(self) -> None:
+        _fill_auto(self)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -349,7 +414,7 @@ def config_from_dict(data: dict[str, Any], base: TrainConfig | None = None) -> T
     if not isinstance(data, dict):
         raise ValueError(f"a config must be a mapping at the top level, got {type(data).__name__}")
     for k, v in data.items():
-        _set(cfg, [str(k)], v, str(k))
+        _assign(cfg, [str(k)], v, str(k))
     return cfg
 
 
@@ -389,35 +454,148 @@ def apply_overrides(cfg: TrainConfig, overrides: list[str] | None) -> TrainConfi
             value = yaml.safe_load(raw) if raw.strip() else None
         except yaml.YAMLError:
             value = raw
-        _set(cfg, key.split("."), value, key)
+        _assign(cfg, key.split("."), value, key)
     return cfg
+
+
+# -- the algorithm's defaults -------------------------------------------------------------------
+#: Keys whose ``None`` means "the algorithm's default" (:func:`resolve_defaults`).
+AUTO_KEYS = ("rollout.n", "out")
+
+
+def _auto_value(cfg: TrainConfig, key: str) -> Any:
+    spec = _algorithms().get(cfg.algorithm)
+    if spec is None:
+        return None
+    if key == "rollout.n":
+        return spec.default_n
+    return DEFAULT_OUT if cfg.algorithm == "pg" else f"{DEFAULT_OUT}-{cfg.algorithm}"
+
+
+def _get_key(cfg: Any, key: str) -> Any:
+    for part in key.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def _fill_auto(cfg: TrainConfig) -> None:
+    """Give each :data:`AUTO_KEYS` field that is ``None``, or still holds the value filled in
+    for it before, the default of the current algorithm (remembered in ``cfg._auto``; a value
+    set explicitly is left alone)."""
+    auto = cfg.__dict__.setdefault("_auto", {})
+    for key in AUTO_KEYS:
+        current = _get_key(cfg, key)
+        if current is None or (key in auto and auto[key] == current):
+            value = _auto_value(cfg, key)
+            if value is None:  # unknown algorithm: check_names reports it
+                continue
+            *sections, name = key.split(".")
+            setattr(_get_key(cfg, ".".join(sections)) if sections else cfg, name, value)
+            auto[key] = value
+        else:
+            auto.pop(key, None)
+
+
+def _assign(cfg: TrainConfig, path: list[str], value: Any, full: str) -> None:
+    """:func:`_set`, then: an :data:`AUTO_KEYS` field it set is explicit from now on (unless
+    set to ``None``), and the others follow the algorithm (:func:`_fill_auto`)."""
+    _set(cfg, path, value, full)
+    auto = cfg.__dict__.setdefault("_auto", {})
+    for key in AUTO_KEYS:
+        inside = key.startswith(full + ".") and _mapping_sets(value, key[len(full) + 1:])
+        if key == full or inside:
+            auto.pop(key, None)
+    _fill_auto(cfg)
+
+
+def _mapping_sets(value: Any, rest: str) -> bool:
+    """Whether the nested mapping ``value`` holds the dotted key ``rest``."""
+    for part in rest.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return False
+        value = value[part]
+    return True
 
 
 def validate(cfg: TrainConfig) -> None:
     """Check every value before any work; raise ``ValueError`` naming the offending key.
 
-    In order: names (estimator, its option names, task option names), values (types, finite
-    floats, ranges; :func:`check_values`), the device (:func:`check_device`), the optional
-    packages the config needs (:func:`check_dependencies`), a local model
-    directory (:func:`check_model_dir`), and the estimator options' *values*, by running the
-    estimator on a dummy batch shaped like a training batch (:func:`check_estimator_runs`; a
-    ``calibration`` path is loaded). Nothing here trains, builds a model or writes a file.
+    In order: names (algorithm, estimator, its option names, task option names), values
+    (types, finite floats, ranges; :func:`check_values`) of the config with its ``None`` =
+    "the algorithm's default" fields filled in (:func:`resolve_defaults`; ``cfg`` itself is
+    not changed), what the algorithm accepts (:func:`check_algorithm`), the device
+    (:func:`check_device`), the optional packages the config needs
+    (:func:`check_dependencies`), a local model directory (:func:`check_model_dir`), a KAPPO
+    calibration file (:func:`check_kappo_file`), and the estimator options' *values*, by
+    running the estimator on a dummy batch shaped like a training batch
+    (:func:`check_estimator_runs`; a ``calibration`` path is loaded). Nothing here trains,
+    builds a model or writes a file.
     """
     check_names(cfg)
+    cfg = resolve_defaults(cfg)
     check_values(cfg)
+    check_algorithm(cfg)
     check_device(cfg.device)
     check_dependencies(cfg)
     if cfg.model.path is not None:
         check_model_dir(cfg.model.path)
-    check_estimator_runs(cfg)
+    check_kappo_file(cfg)
+    if cfg.algorithm == "pg":
+        check_estimator_runs(cfg)
+
+
+def _algorithms() -> dict[str, Any]:
+    from bestk.train.algorithms import ALGORITHMS
+
+    return ALGORITHMS
+
+
+def resolve_defaults(cfg: TrainConfig) -> TrainConfig:
+    """A copy of ``cfg`` whose :data:`AUTO_KEYS` fields hold the current algorithm's defaults
+    unless set explicitly: ``rollout.n`` (8 for ``pg``, 1 for ``apo`` and ``dpo``) and
+    ``out`` (``runs/bestk``, ``runs/bestk-<algorithm>``). :class:`TrainConfig`,
+    :func:`apply_overrides` and :func:`config_from_dict` keep them in step already; this also
+    catches an ``algorithm`` (or a ``None``) assigned as an attribute. An unknown algorithm is
+    left for :func:`check_names`."""
+    import copy
+
+    out = copy.deepcopy(cfg)
+    _fill_auto(out)
+    return out
+
+
+def estimator_needs_calibration(name: str) -> bool:
+    """Whether estimator ``name`` takes a required ``calibration`` option (a KAPPO
+    :class:`~bestk.kappo.Calibration`, e.g. ``kappo_grpo``): read off its signature, the one
+    place the trainer asks this (until estimators carry registry metadata)."""
+    import inspect
+
+    from bestk.estimators import estimator_options
+
+    return estimator_options(name).get("calibration", None) is inspect.Parameter.empty
+
+
+def uses_kappo(cfg: TrainConfig) -> bool:
+    """Whether the run needs a KAPPO calibration from the ``kappo`` section: always for
+    ``apo`` and ``dpo``; for ``pg`` when the estimator needs one and ``estimator_options``
+    gives none."""
+    spec = _algorithms()[cfg.algorithm]
+    return spec.calibrated(cfg)
 
 
 def check_names(cfg: TrainConfig) -> None:
-    """The estimator is registered; estimator and task option names are known."""
+    """The algorithm and estimator are registered; task option names and, for ``pg``, the
+    estimator's option names are known (a ``calibration`` the ``kappo`` section supplies
+    counts as given)."""
     import bestk
     from bestk.estimators import check_estimator_options, check_option_names
     from bestk.tasks import task_options
 
+    algorithms = _algorithms()
+    if cfg.algorithm not in algorithms:
+        raise ValueError(
+            f"unknown algorithm {cfg.algorithm!r}; valid: {', '.join(algorithms)}"
+        )
     if cfg.estimator not in bestk.ESTIMATORS:
         raise ValueError(
             f"unknown estimator {cfg.estimator!r}; valid: {', '.join(sorted(bestk.ESTIMATORS))}"
@@ -426,10 +604,78 @@ def check_names(cfg: TrainConfig) -> None:
         raise ValueError(
             f"config key 'estimator_options' must be a mapping, got {cfg.estimator_options!r}"
         )
-    check_estimator_options(cfg.estimator, cfg.estimator_options)
+    if cfg.algorithm == "pg":  # the other algorithms refuse estimator_options (their check)
+        given = dict(cfg.estimator_options)
+        if estimator_needs_calibration(cfg.estimator):
+            given.setdefault("calibration", "kappo section")  # calibrated from the kappo section
+        check_estimator_options(cfg.estimator, given)
     if not isinstance(cfg.task.options, dict):
         raise ValueError(f"config key 'task.options' must be a mapping, got {cfg.task.options!r}")
     check_option_names("task", cfg.task.name, cfg.task.options, task_options(cfg.task.name))
+
+
+def check_algorithm(cfg: TrainConfig) -> None:
+    """What the algorithm accepts (its own ``check``), and the ``kappo`` section's use: a
+    ``kappo.calibration`` file for a run that calibrates nothing, or next to an
+    ``estimator_options.calibration``, is refused."""
+    spec = _algorithms()[cfg.algorithm]
+    spec.check(cfg)
+    if cfg.kappo.calibration is not None:
+        if "calibration" in cfg.estimator_options:
+            raise ValueError(
+                "give the calibration once: estimator_options.calibration or kappo.calibration"
+            )
+        if not spec.calibrated(cfg):
+            raise ValueError(
+                f"config key 'kappo.calibration' is set, but algorithm {cfg.algorithm!r} with "
+                f"estimator {cfg.estimator!r} uses no calibration (apo, dpo, or pg with an "
+                "estimator that needs one, such as kappo_grpo)"
+            )
+    if spec.calibrated(cfg) and spec.binary_only and cfg.kappo.kind == "winrate":
+        raise ValueError(
+            f"algorithm {cfg.algorithm!r} needs a binary calibration (pairs of a success and a "
+            "failure); config key 'kappo.kind' is 'winrate'"
+        )
+
+
+def check_kappo_file(cfg: TrainConfig) -> None:
+    """A ``kappo.calibration`` file loads, and its k, beta and kind match the ``kappo``
+    section (its prompt ids are checked against the task when the trainer loads it)."""
+    if cfg.kappo.calibration is None:
+        return
+    load_kappo_file(cfg)
+
+
+def load_kappo_file(cfg: TrainConfig) -> Any:
+    """The :class:`~bestk.kappo.Calibration` of ``kappo.calibration``, checked against the
+    ``kappo`` section (``ValueError`` naming the mismatch)."""
+    import math as _math
+
+    from bestk.kappo import Calibration
+
+    path = cfg.kappo.calibration
+    try:
+        cal = Calibration.load(path)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"cannot load kappo.calibration {str(path)!r}: {e}") from None
+    k, beta, kind = cfg.kappo.k, cfg.kappo.beta, cfg.kappo.kind
+    if cal.k != k or not _math.isclose(cal.beta, beta, rel_tol=1e-12, abs_tol=0.0):
+        raise ValueError(
+            f"kappo.calibration {str(path)!r} was made for k={cal.k}, beta={cal.beta}, but the "
+            f"run has kappo.k={k}, kappo.beta={beta}; set them to the file's values or "
+            "recalibrate (`bestk calibrate BANK --k K --beta B`)"
+        )
+    if kind != "auto" and cal.kind != kind:
+        raise ValueError(
+            f"kappo.calibration {str(path)!r} is a {cal.kind} calibration, but kappo.kind is "
+            f"{kind!r}"
+        )
+    if _algorithms()[cfg.algorithm].binary_only and cal.kind != "binary":
+        raise ValueError(
+            f"algorithm {cfg.algorithm!r} needs a binary calibration; kappo.calibration "
+            f"{str(path)!r} is a {cal.kind} one"
+        )
+    return cal
 
 
 def config_items(cfg: Any, prefix: str = "") -> list[tuple[str, Any]]:
@@ -473,6 +719,7 @@ def _in_choices(*choices: str) -> tuple[Callable[[Any], bool], str]:
 
 def _value_rules() -> list[tuple[str, Callable[[Any], bool], str]]:
     """``(dotted key, predicate, what it must be)`` for every constrained field."""
+    from bestk.kappo.calibration import MIN_BETA
     from bestk.losses import AGG_MODES, KL_ESTIMATORS
 
     def ge(lo: int) -> Callable[[Any], bool]:
@@ -485,6 +732,7 @@ def _value_rules() -> list[tuple[str, Callable[[Any], bool], str]]:
         return lambda v: _is_num(v) and pred(float(v))
 
     return [
+        ("algorithm", *_in_choices(*_algorithms())),
         ("max_steps", ge(0), "an integer >= 0"),
         ("advantage_reward", *_in_choices("auto", "raw", "success")),
         ("seed", lambda v: _is_int(v) and 0 <= v <= _MAX_SEED, "an integer in [0, 2**63 - 1]"),
@@ -514,7 +762,7 @@ def _value_rules() -> list[tuple[str, Callable[[Any], bool], str]]:
         ("sft.batch_size", ge(1), "an integer >= 1"),
         ("sft.lr", num(lambda v: v > 0), "> 0"),
         ("rollout.prompts_per_step", ge(1), "an integer >= 1"),
-        ("rollout.n", ge(1), "an integer >= 1"),
+        ("rollout.n", opt_ge(1), "an integer >= 1 or null (the algorithm's default)"),
         ("rollout.temperature", num(lambda v: v > 0), "> 0"),
         ("rollout.top_p", num(lambda v: 0 < v <= 1), "in (0, 1]"),
         ("rollout.max_new_tokens", opt_ge(1), "an integer >= 1 or null"),
@@ -537,6 +785,15 @@ def _value_rules() -> list[tuple[str, Callable[[Any], bool], str]]:
         ("eval.num_prompts", opt_ge(1), "an integer >= 1 or null (all)"),
         ("eval.temperature", num(lambda v: v > 0), "> 0"),
         ("eval.top_p", num(lambda v: 0 < v <= 1), "in (0, 1]"),
+        ("kappo.k", ge(1), "an integer >= 1"),
+        ("kappo.beta", num(lambda v: v >= MIN_BETA), f"a number >= {MIN_BETA:g}"),
+        ("kappo.bank_size", ge(2), "an integer >= 2"),
+        ("kappo.bank_prompts", opt_ge(1), "an integer >= 1 or null (every training prompt)"),
+        ("kappo.kind", *_in_choices(*CALIBRATION_KINDS)),
+        ("kappo.calibration", lambda v: v is None or (isinstance(v, str) and bool(v)),
+         "a file path or null"),
+        ("kappo.dpo_pairs", ge(1), "an integer >= 1"),
+        ("kappo.dpo_labels", *_in_choices("bradley_terry", "hard")),
     ]
 
 
@@ -684,14 +941,22 @@ def _global_rng_preserved() -> Iterator[None]:
 def check_estimator_runs(cfg: TrainConfig, options: dict[str, Any] | None = None) -> None:
     """Run ``bestk.advantages`` on a dummy batch of 2 groups of ``rollout.n`` 0/1 rewards with
     the configured options (resolved with :func:`resolve_estimator_options` unless given), so
-    that the estimator's own checks reject bad option values before any work. The global RNG
-    states are left untouched."""
+    that the estimator's own checks reject bad option values before any work. An estimator
+    the ``kappo`` section calibrates gets a dummy calibration of the configured k, beta and
+    kind. The global RNG states are left untouched."""
     import torch
 
     import bestk
 
+    cfg = resolve_defaults(cfg)
     opts = resolve_estimator_options(cfg.estimator_options) if options is None else options
     labels: list[Any] = [0, 1]
+    if "calibration" not in opts and estimator_needs_calibration(cfg.estimator):
+        from bestk.kappo import calibrate
+
+        kind = "winrate" if cfg.kappo.kind == "winrate" else "binary"
+        opts = {**opts, "calibration": calibrate(
+            {0: [0.0, 1.0], 1: [0.0, 1.0]}, k=cfg.kappo.k, beta=cfg.kappo.beta, kind=kind)}
     cal = opts.get("calibration")
     if hasattr(cal, "prompt_ids"):
         known = calibration_prompt_ids(cal)

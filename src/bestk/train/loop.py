@@ -1,23 +1,29 @@
-"""The embedded training loop: optional SFT warm-up, then @k-aware RL.
+"""The embedded training loop: optional SFT warm-up, in-run KAPPO calibration, then RL.
 
-One RL step (:meth:`Trainer.rl_step`):
+:class:`Trainer` holds the run state -- config, task, policy (and frozen reference), optimizer,
+run directory, checkpoints, evaluation, logging -- and drives the run:
 
-1. draw ``rollout.prompts_per_step`` training prompts (deterministically from ``(seed, step)``),
-2. sample ``rollout.n`` completions per prompt with the KV cache (:func:`rollout.sample`),
-3. score them with the task's reward,
-4. ``A = bestk.advantages(estimator, rewards, group=prompt_ids, **estimator_options)``,
-5. minimise the PPO-clip surrogate (``bestk.losses.ppo_clip_loss``, clip low/high, aggregation
-   ``loss.agg``) ``+ kl_coef * KL(pi || pi_ref)`` (k1/k2/k3) ``- entropy_coef * H`` with AdamW
-   and global-norm gradient clipping, for ``loss.ppo_epochs`` passes of ``loss.minibatches``
-   minibatches (one pass, one minibatch = exactly on-policy).
+1. SFT warm-up on the task's reference answers (``sft.steps``; skipped on resume);
+2. for a run that needs a KAPPO calibration (``algorithm: apo`` / ``dpo``, or ``pg`` with
+   ``kappo_grpo``) and has none from ``estimator_options``: the reference bank and its
+   calibration (:mod:`bestk.train.reference`), saved to ``calibration.json``;
+3. the step-0 evaluation and checkpoint;
+4. ``max_steps`` RL steps of the configured algorithm (:mod:`bestk.train.algorithms`: ``pg``
+   PPO-clip with any estimator, ``apo`` @k-A*PO, ``dpo`` @k-DPO), each logged to
+   ``metrics.jsonl``, with evaluations every ``eval.every`` and checkpoints every
+   ``checkpoint_every`` steps;
+5. ``final/`` (HF model + tokenizer) and ``report.md``.
 
-The prompts and the sampling noise of step ``s`` depend only on ``(seed, s)``, so a run resumed
-from a checkpoint continues exactly as the uninterrupted run would have.
+The prompts and the sampling noise of step ``s`` depend only on ``(seed, s)`` (the algorithms
+draw them through :meth:`Trainer.prompt_rng`, :meth:`Trainer.draw_prompts` and
+:meth:`Trainer.sample_completions`), so a run resumed from a checkpoint continues exactly as
+the uninterrupted run would have.
 
 Run directory: ``config.yaml``, ``metrics.jsonl``, ``checkpoints/``, ``final/`` (HF model +
-tokenizer), ``report.md`` + PNG plots. A :class:`Trainer` holds the directory's lock from its
-construction to the end of :meth:`Trainer.run` and continues a run already there when the
-config allows it (see :mod:`bestk.train.rundir`).
+tokenizer), ``report.md`` + PNG plots, and for KAPPO runs ``calibration.json`` and the bank
+(``bank.jsonl``, ``bank_tokens.safetensors``). A :class:`Trainer` holds the directory's lock
+from its construction to the end of :meth:`Trainer.run` and continues a run already there when
+the config allows it (see :mod:`bestk.train.rundir`).
 """
 
 from __future__ import annotations
@@ -27,7 +33,6 @@ import math
 import os
 import shutil
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,24 +41,36 @@ from typing import Any
 import numpy as np
 import torch
 
-import bestk
 from bestk._atomic import respect_umask, write_text_atomic
-from bestk.losses import aggregate, kl_penalty, ppo_clip_loss
 from bestk.tasks import Task, load_task
+from bestk.train.algorithms import ALGORITHMS
 from bestk.train.checkpoint import as_os_error, latest_checkpoint, load_checkpoint, save_checkpoint
 from bestk.train.config import (
     TrainConfig,
     calibration_prompt_ids,
     config_from_dict,
     config_to_dict,
-    resolve_estimator_options,
+    load_kappo_file,
+    resolve_defaults,
     validate,
 )
 from bestk.train.evaluate import evaluate
 from bestk.train.hf import autocast, reference_policy, render_task_prompts, save_model
 from bestk.train.policy import count_parameters, load_policy
-from bestk.train.reporters import Reporters, resolve_report_to, rollout_stats
-from bestk.train.rollout import sample, sequence_logprobs
+from bestk.train.reference import (
+    BANK_FILE,
+    CALIBRATION_FILE,
+    TOKENS_FILE,
+    bank_examples,
+    calibrate_bank,
+    check_prompt_ids,
+    load_reference,
+    resolve_kind,
+    sample_bank,
+    save_reference,
+)
+from bestk.train.reporters import Reporters, resolve_report_to
+from bestk.train.rollout import Rollout, sample
 from bestk.train.rundir import (
     RunLock,
     RunState,
@@ -81,7 +98,14 @@ class Trainer:
 
     Build with ``Trainer(cfg)`` for a new run in ``cfg.out`` or ``Trainer.resume(dir)``;
     then :meth:`run`. ``on_step`` (if given) is called after each finished RL step with
-    ``(step, train_metrics)`` — tests use it to simulate a crash.
+    ``(step, train_metrics)`` — tests use it to simulate a crash. ``cfg`` is validated and
+    copied with its ``None`` = "the algorithm's default" fields filled in
+    (:func:`~bestk.train.config.resolve_defaults`); :attr:`cfg` is that copy.
+
+    The algorithm object (:attr:`algo`, from :data:`bestk.train.algorithms.ALGORITHMS`) does
+    the RL steps through :meth:`draw_prompts` / :meth:`prompt_rng`,
+    :meth:`sample_completions` and :meth:`optimize`; RL draws its prompts from
+    :attr:`rl_prompts` (the task's training prompts, or the calibrated ones).
     """
 
     def __init__(
@@ -96,6 +120,7 @@ class Trainer:
                 f"resume must be True, False, 'auto', 'resume' or 'new', got {resume!r}"
             )
         validate(cfg)  # every value, before the directory is touched or anything is built
+        cfg = resolve_defaults(cfg)
         self.cfg = cfg
         self.on_step = on_step
         self.out = Path(cfg.out)
@@ -136,12 +161,56 @@ class Trainer:
         self.eval_examples = self.task.eval[: cfg.eval.num_prompts or len(self.task.eval)]
         if not self.eval_examples:
             raise ValueError(f"task {self.task.name!r} has no held-out prompts to evaluate on")
-        self.estimator_options = self._estimator_options()
-        self.binary_advantages = self._binary_advantages()
-        if len(self.task.train) < cfg.rollout.prompts_per_step:
+        self.spec = ALGORITHMS[cfg.algorithm]
+        self.sft_examples = list(self.task.train)
+        self.rl_prompts: list[dict[str, Any]] = list(self.task.train)
+        self.calibration: Any = None
+        self.bank: Any = None
+        self.uses_kappo = self.spec.calibrated(cfg)
+        self.kappo_kind: str | None = None
+        self._file_calibration: Any = None
+        self._bank_examples: list[dict[str, Any]] | None = None
+        if self.uses_kappo:
+            self._plan_kappo()
+        self.algo = self.spec.make(self)  # pg loads an estimator_options calibration here
+        if len(self.rl_prompts) < cfg.rollout.prompts_per_step and not self.spec.bank_completions:
+            where = (f"the {len(self.rl_prompts)} calibrated prompts" if
+                     len(self.rl_prompts) < len(self.task.train) else
+                     f"the {len(self.task.train)} training prompts")
             raise ValueError(
-                f"rollout.prompts_per_step ({cfg.rollout.prompts_per_step}) exceeds the "
-                f"{len(self.task.train)} training prompts of task {self.task.name!r}"
+                f"rollout.prompts_per_step ({cfg.rollout.prompts_per_step}) exceeds {where} of "
+                f"task {self.task.name!r}"
+                + (" (raise kappo.bank_prompts)" if self._bank_examples is not None else "")
+            )
+
+    def _plan_kappo(self) -> None:
+        """Which prompts the calibration covers and its kind, before any work: a
+        ``kappo.calibration`` file is loaded and checked against the task; otherwise the
+        bank's prompts are a seeded subset of the training prompts."""
+        cfg, spec = self.cfg, self.spec
+        if cfg.kappo.calibration is not None:
+            cal = load_kappo_file(cfg)
+            source = f"kappo.calibration {cfg.kappo.calibration!r}"
+            check_prompt_ids(cal, [e["id"] for e in self.task.train], source)
+            self.restrict_prompts(set(calibration_prompt_ids(cal)), source)
+            self._file_calibration = cal
+            self.kappo_kind = cal.kind
+        else:
+            self.kappo_kind = resolve_kind(cfg.kappo.kind, binary_only=spec.binary_only,
+                                           graded=self.task.graded)
+        if self._file_calibration is None or spec.bank_completions:
+            self._bank_examples = bank_examples(
+                self.rl_prompts, cfg.kappo.bank_prompts, _step_seed(cfg.seed, 0, 12)
+            )
+            self.rl_prompts = list(self._bank_examples)  # RL draws calibrated prompts only
+
+    def restrict_prompts(self, ids: set[Any], source: str) -> None:
+        """Let RL draw only the training prompts whose id is in ``ids`` (a calibration's)."""
+        self.rl_prompts = [e for e in self.rl_prompts if e["id"] in ids]
+        if not self.rl_prompts:
+            raise ValueError(
+                f"{source} shares no prompt id with the training prompts of task "
+                f"{self.task.name!r} (make the bank with `bestk eval --bank`)"
             )
 
     def _build(self) -> None:
@@ -199,28 +268,24 @@ class Trainer:
         cfg.out = str(out)
         return cls(cfg, resume=True, **kw)
 
-    def _estimator_options(self) -> dict[str, Any]:
-        opts = resolve_estimator_options(self.cfg.estimator_options)
-        cal = self.cfg.estimator_options.get("calibration")
-        if isinstance(cal, (str, os.PathLike)):
-            # Train only on the prompts the calibration knows (its bank's prompt ids).
-            known = set(calibration_prompt_ids(opts["calibration"]))
-            self.task.train = [e for e in self.task.train if e["id"] in known]
-            if not self.task.train:
-                raise ValueError(
-                    f"calibration {str(cal)!r} shares no prompt id with the training prompts of "
-                    f"task {self.task.name!r} (make the bank with `bestk eval --bank`)"
-                )
-        return opts
+    @property
+    def estimator_options(self) -> dict[str, Any]:
+        """``pg``: the estimator's options as passed to ``bestk.advantages`` (a calibration
+        loaded); ``{}`` for the other algorithms."""
+        return getattr(self.algo, "options", {})
 
-    def _binary_advantages(self) -> bool:
-        mode = self.cfg.advantage_reward
-        if mode != "auto":
-            return mode == "success"
-        if self.cfg.estimator == "maxrl":
-            return True
-        cal = self.estimator_options.get("calibration")
-        return self.cfg.estimator == "kappo_grpo" and getattr(cal, "kind", None) == "binary"
+    @property
+    def bank_samples(self) -> int:
+        """Reference samples the run draws for its KAPPO bank (0 without one): part of its
+        rollout budget."""
+        if self._bank_examples is None:
+            return 0
+        return len(self._bank_examples) * self.cfg.kappo.bank_size
+
+    @property
+    def binary_advantages(self) -> bool:
+        """``pg``: whether the estimator sees the 0/1 success rather than the raw reward."""
+        return bool(getattr(self.algo, "binary", False))
 
     def _make_optimizer(self, lr: float) -> torch.optim.Optimizer:
         o = self.cfg.optim
@@ -230,12 +295,14 @@ class Trainer:
         )
 
     def _start_dir(self) -> None:
+        for name in (CALIBRATION_FILE, BANK_FILE, TOKENS_FILE):  # of a run started over
+            (self.out / name).unlink(missing_ok=True)
         write_run_config(self.out, self.cfg)
         write_text_atomic(self.out / "metrics.jsonl", "")
 
     def _resume(self) -> None:
         set_aside(self.state.damaged)
-        if self.cfg.loss.kl_coef > 0:
+        if self.spec.keeps_reference(self.cfg):
             self.ref_model = reference_policy(self.model)
         # verified by inspect_run under the lock a moment ago
         meta = load_checkpoint(
@@ -247,6 +314,8 @@ class Trainer:
         self.sft_done = bool(meta.get("sft_done", True))
         if self.complete:
             return
+        if self.uses_kappo:
+            self._load_reference()
         # Drop log lines of steps past the checkpoint: they are redone.
         rows = [
             r for r in read_metrics(self.out / "metrics.jsonl")
@@ -300,8 +369,8 @@ class Trainer:
                 lr = s.lr * 0.5 * (1 + math.cos(math.pi * (i - warm) / max(1, s.steps - warm)))
             for g in opt.param_groups:
                 g["lr"] = lr
-            idx = rng.integers(0, len(self.task.train), size=s.batch_size)
-            exs = [self.task.train[j] for j in idx]
+            idx = rng.integers(0, len(self.sft_examples), size=s.batch_size)
+            exs = [self.sft_examples[j] for j in idx]
             p_ids = tok([e["prompt"] for e in exs], add_special_tokens=False)["input_ids"]
             a_ids = tok([e["answer"] for e in exs], add_special_tokens=False)["input_ids"]
             seqs = [p + a + [eos] for p, a in zip(p_ids, a_ids, strict=True)]
@@ -336,109 +405,88 @@ class Trainer:
         w = self.cfg.optim.warmup_steps
         return self.cfg.optim.lr * (min(1.0, (self.opt_steps + 1) / w) if w > 0 else 1.0)
 
-    def rl_step(self, step: int) -> dict[str, Any]:
-        """One RL step (module docstring); returns its logged metrics."""
-        cfg, r = self.cfg, self.cfg.rollout
-        t0 = time.perf_counter()
-        rng = np.random.default_rng(_step_seed(cfg.seed, step, 1))
-        idx = rng.choice(len(self.task.train), size=r.prompts_per_step, replace=False)
-        exs = [self.task.train[j] for j in idx]
+    def prompt_rng(self, step: int) -> np.random.Generator:
+        """The generator of step ``step``'s prompt draws (a function of ``(seed, step)``)."""
+        return np.random.default_rng(_step_seed(self.cfg.seed, step, 1))
+
+    def draw_prompts(self, step: int) -> list[dict[str, Any]]:
+        """``rollout.prompts_per_step`` distinct prompts of :attr:`rl_prompts` for ``step``."""
+        rng = self.prompt_rng(step)
+        idx = rng.choice(len(self.rl_prompts), size=self.cfg.rollout.prompts_per_step,
+                         replace=False)
+        return [self.rl_prompts[j] for j in idx]
+
+    def sample_completions(self, examples: list[dict[str, Any]], step: int, n: int) -> Rollout:
+        """``n`` completions of the current policy per example (noise of ``(seed, step)``)."""
+        r = self.cfg.rollout
         gen = torch.Generator(device=self.device).manual_seed(
             _step_seed(self.sampling_seed, step, 2))
-        ro = sample(
-            self.model, self.tokenizer, [e["prompt"] for e in exs], n=r.n,
+        return sample(
+            self.model, self.tokenizer, [e["prompt"] for e in examples], n=n,
             temperature=r.temperature, top_p=r.top_p, max_new_tokens=self.max_new_tokens,
             generator=gen,
         )
-        t_gen = time.perf_counter()
-        flat_exs = [e for e in exs for _ in range(r.n)]
-        rewards = self.task.score(flat_exs, ro.texts)
-        prompt_ids = np.asarray([e["id"] for e in flat_exs], dtype=np.int64)
-        succ = self.task.success(rewards)
-        adv_input = succ.astype(np.float64) if self.binary_advantages else rewards
-        adv = bestk.advantages(
-            cfg.estimator, torch.from_numpy(adv_input), group=torch.from_numpy(prompt_ids),
-            **self.estimator_options,
-        ).to(torch.float32).to(self.device)
-        t_score = time.perf_counter()
-        stats = self._update(ro, adv)
-        t_upd = time.perf_counter()
-        mask = ro.completion_mask.float()
-        return {
-            "phase": "train",
-            "step": step,
-            "reward_mean": float(rewards.mean()),
-            "reward_max_mean": float(rewards.reshape(-1, r.n).max(1).mean()),
-            "success_rate": float(succ.mean()),
-            "group_any_success": float(succ.reshape(-1, r.n).any(1).mean()),
-            "adv_abs_mean": float(adv.abs().mean()),
-            "entropy": float((ro.entropy * mask).sum() / mask.sum().clamp_min(1)),
-            "response_len": float(mask.sum(1).mean()),
-            **rollout_stats(rewards, r.n, mask.sum(1).cpu().numpy(), ro.finished.cpu().numpy()),
-            **stats,
-            "time_generate": t_gen - t0,
-            "time_score": t_score - t_gen,
-            "time_update": t_upd - t_score,
-            "completions_per_s": len(ro.texts) / (t_upd - t0),
-        }
 
-    def _update(self, ro: Any, adv: torch.Tensor) -> dict[str, float]:
-        cfg, lc = self.cfg, self.cfg.loss
-        B = adv.shape[0]
-        on_policy = lc.ppo_epochs == 1 and lc.minibatches == 1
-        old_logp = ro.logprobs
-        if not on_policy:
-            with torch.no_grad():
-                old_logp, _ = sequence_logprobs(
-                    self.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
-                    ro.completion_mask, temperature=cfg.rollout.temperature,
-                    group_size=cfg.rollout.n,
-                )
-        ref_logp = None
-        if lc.kl_coef > 0:
-            with torch.no_grad():
-                ref_logp, _ = sequence_logprobs(
-                    self.ref_model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
-                    ro.completion_mask, temperature=cfg.rollout.temperature,
-                    group_size=cfg.rollout.n,
-                )
-        self.model.train()
-        mb = B // lc.minibatches
-        agg: dict[str, list[float]] = {}
-        for _ in range(lc.ppo_epochs):
-            for start in range(0, B, mb):
-                sl = slice(start, start + mb)
-                mask = ro.completion_mask[sl]
-                logp, ent = sequence_logprobs(
-                    self.model, ro.prompt_ids[sl], ro.prompt_mask[sl], ro.completion_ids[sl],
-                    mask, temperature=cfg.rollout.temperature,
-                    with_entropy=lc.entropy_coef > 0, group_size=cfg.rollout.n,
-                )
-                old = logp.detach() if on_policy else old_logp[sl]
-                loss, st = ppo_clip_loss(
-                    logp, old, adv[sl], mask, clip_low=lc.clip_low, clip_high=lc.clip_high,
-                    agg=lc.agg,
-                )
-                pg = loss.item()
-                if ref_logp is not None:
-                    kl = aggregate(kl_penalty(logp, ref_logp[sl], lc.kl_estimator), mask, lc.agg)
-                    loss = loss + lc.kl_coef * kl
-                    st["kl_ref"] = kl.item()
-                if ent is not None:
-                    loss = loss - lc.entropy_coef * aggregate(ent, mask, lc.agg)
-                lr = self._lr()
-                for g in self.optimizer.param_groups:
-                    g["lr"] = lr
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
-                gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
-                self.optimizer.step()
-                self.opt_steps += 1
-                st.update(loss=loss.item(), pg_loss=pg, grad_norm=float(gnorm), lr=lr)
-                for k, v in st.items():
-                    agg.setdefault(k, []).append(v)
-        return {k: float(np.mean(v)) for k, v in agg.items()}
+    def optimize(self, loss: torch.Tensor) -> tuple[float, float]:
+        """One AdamW step on ``loss`` (learning-rate warm-up, global-norm gradient clipping);
+        returns ``(gradient norm before clipping, learning rate)``."""
+        lr = self._lr()
+        for g in self.optimizer.param_groups:
+            g["lr"] = lr
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        clip = self.cfg.optim.grad_clip if self.cfg.optim.grad_clip > 0 else float("inf")
+        gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+        self.optimizer.step()
+        self.opt_steps += 1
+        return float(gnorm), lr
+
+    def rl_step(self, step: int) -> dict[str, Any]:
+        """One RL step of the configured algorithm; returns its logged metrics."""
+        return self.algo.step(step)
+
+    # -- KAPPO reference calibration -----------------------------------------------------------
+    def calibrate(self, progress: Any = None) -> None:
+        """The run's reference bank and calibration (:mod:`bestk.train.reference`), from the
+        current policy (the frozen reference: called after SFT, before RL), saved to the run
+        directory; a ``kappo.calibration`` file is used as it is (@k-DPO still samples the
+        bank for its pairs)."""
+        cfg, k = self.cfg, self.cfg.kappo
+        bank = None
+        if self._bank_examples is not None:
+            bank = sample_bank(
+                self.model, self.tokenizer, self.task, self._bank_examples, size=k.bank_size,
+                temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+                max_new_tokens=self.max_new_tokens, seed=_step_seed(cfg.seed, 0, 11),
+                completions=self.spec.bank_completions, progress=progress,
+            )
+        cal = self._file_calibration
+        if cal is None:
+            cal = calibrate_bank(bank, self.task, self.kappo_kind, k.k, k.beta)
+        save_reference(self.out, cal, bank)
+        self._use_reference(cal, bank)
+        source = (f"from {cfg.kappo.calibration}" if self._file_calibration is not None else
+                  f"in-run, bank of {k.bank_size} samples per prompt")
+        self._say("note", f"KAPPO {cal.kind} calibration ({source}): k={cal.k}, beta={cal.beta}, "
+                  f"{cal.num_prompts} prompts -> {self.out / CALIBRATION_FILE}")
+
+    def _load_reference(self) -> None:
+        cal, bank = load_reference(self.out, completions=self.spec.bank_completions)
+        k = self.cfg.kappo
+        if cal.k != k.k or cal.beta != k.beta or cal.kind != self.kappo_kind:
+            raise ValueError(
+                f"{self.out / CALIBRATION_FILE} is a {cal.kind} calibration for k={cal.k}, "
+                f"beta={cal.beta}, not the run's ({self.kappo_kind}, k={k.k}, beta={k.beta}); "
+                "restore it, or start a new run with another --out"
+            )
+        if self._file_calibration is not None and self._file_calibration.checksum != cal.checksum:
+            self._say("warning", f"kappo.calibration {k.calibration!r} changed since the run "
+                      f"started; continuing with the run's own copy {CALIBRATION_FILE}")
+        self._use_reference(cal, bank)
+
+    def _use_reference(self, cal: Any, bank: Any) -> None:
+        self.calibration, self.bank = cal, bank
+        self.algo.prepare(cal, bank)
 
     def evaluate(self, step: int) -> dict[str, Any]:
         """Held-out evaluation at ``step`` (logged as a ``phase: eval`` line)."""
@@ -510,8 +558,10 @@ class Trainer:
                       f"{cfg.max_steps}); nothing to do")
             return self.last_evaluation()
         console = Console(stderr=True, quiet=not progress)
+        what = (f"estimator={cfg.estimator}" if cfg.algorithm == "pg" else
+                 f"algorithm={cfg.algorithm} k={cfg.kappo.k} beta={cfg.kappo.beta}")
         console.print(
-            f"[bold]bestk train[/] task={self.task.name} estimator={cfg.estimator} "
+            f"[bold]bestk train[/] task={self.task.name} {what} "
             f"params={count_parameters(self.model):,}"
             + (f" (LoRA: {count_parameters(self.model, trainable=True):,} train)"
                if cfg.model.lora.r > 0 else "")
@@ -529,8 +579,10 @@ class Trainer:
                 if self.step == 0 and not self.sft_done:
                     self.sft(bar)
                 if self.step == 0 and latest_checkpoint(self.ckpt_dir) is None:
+                    if self.uses_kappo:
+                        self.calibrate(bar)
                     last_eval = self.evaluate(0)
-                    if cfg.loss.kl_coef > 0:
+                    if self.spec.keeps_reference(cfg):
                         self.ref_model = reference_policy(self.model)
                     self.checkpoint()
                 rl = bar.add_task("RL", total=cfg.max_steps, completed=self.step)
@@ -549,11 +601,7 @@ class Trainer:
                         )
                     if step % cfg.checkpoint_every == 0 or step == cfg.max_steps:
                         self.checkpoint()
-                    bar.update(
-                        rl, completed=step,
-                        description=f"RL reward={m['reward_mean']:.3f} "
-                        f"success={m['success_rate']:.3f}{live}",
-                    )
+                    bar.update(rl, completed=step, description=self.algo.describe(m) + live)
                     if self.on_step is not None:
                         self.on_step(step, m)
             if self._stop_requested and self.step < cfg.max_steps:

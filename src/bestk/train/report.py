@@ -2,7 +2,9 @@
 
 Plots: ``passk.png`` (pass@k over k at the start and the end of RL, with bootstrap CIs over
 prompts), ``bestk.png`` (the same for best@k, graded tasks), ``training.png`` (training reward,
-success rate and token entropy over RL steps, and held-out pass@1 / pass@n per evaluation).
+success rate and token entropy over RL steps -- @k-DPO: pair accuracy, margin and loss -- and
+held-out pass@1 / pass@n per evaluation). A KAPPO run's report also describes its calibration
+(``calibration.json``): kind, k, beta, M, the number of prompts and where it came from.
 """
 
 from __future__ import annotations
@@ -46,26 +48,43 @@ def _plot_curves(path: Path, start: dict, end: dict, prefix: str, title: str) ->
     plt.close(fig)
 
 
+#: Training panels: (title, [(metric key, label), ...]); a panel is drawn with the keys the
+#: run logged (``pg`` / ``apo``: rewards and entropy; ``dpo``: pair accuracy, margin, loss).
+_PANELS = (
+    ("training rollouts", [("reward_mean", "mean reward"), ("success_rate", "success rate")]),
+    ("token entropy (training rollouts)", [("entropy", "entropy")]),
+    ("@k-DPO pairs (implicit reward)", [("reward_accuracy", "accuracy"),
+                                         ("reward_margin", "margin")]),
+    ("@k-DPO loss", [("loss", "loss")]),
+)
+
+
 def _plot_training(path: Path, train: list[dict], evals: list[dict], n: int) -> None:
     plt = pyplot(extra="train")
 
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+    panels = [(t, [(k, lb) for k, lb in keys if k in train[0]]) for t, keys in _PANELS]
+    panels = [(t, keys) for t, keys in panels if keys]
+    if "reward_mean" in train[0]:
+        panels = panels[:2]  # pg / apo: rollouts and entropy
+    else:
+        panels = [p for p in panels if p[0].startswith("@k-DPO")]
+    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(4 * (len(panels) + 1), 3.4))
     steps = [r["step"] for r in train]
-    axes[0].plot(steps, [r["reward_mean"] for r in train], label="mean reward")
-    axes[0].plot(steps, [r["success_rate"] for r in train], label="success rate", alpha=0.8)
-    axes[0].set_title("training rollouts")
-    axes[1].plot(steps, [r["entropy"] for r in train], color="tab:red")
-    axes[1].set_title("token entropy (training rollouts)")
+    for ax, (title, keys) in zip(axes, panels, strict=False):
+        for key, label in keys:
+            ax.plot(steps, [r[key] for r in train], label=label, alpha=0.9)
+        ax.set_title(title)
+        if len(keys) > 1:
+            ax.legend()
     es = [r["step"] for r in evals]
-    axes[2].plot(es, [r["pass@1"] for r in evals], "o-", label="pass@1")
+    axes[-1].plot(es, [r["pass@1"] for r in evals], "o-", label="pass@1")
     if evals and f"pass@{n}" in evals[0]:
-        axes[2].plot(es, [r[f"pass@{n}"] for r in evals], "o-", label=f"pass@{n}")
-    axes[2].set_title("held-out evaluation")
+        axes[-1].plot(es, [r[f"pass@{n}"] for r in evals], "o-", label=f"pass@{n}")
+    axes[-1].set_title("held-out evaluation")
+    axes[-1].legend()
     for ax in axes:
         ax.set_xlabel("RL step")
         ax.grid(alpha=0.3)
-    axes[0].legend()
-    axes[2].legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -100,19 +119,25 @@ def write_report(out: str | Path) -> Path:
     evals = [r for r in rows if r.get("phase") == "eval"]
     sft = [r for r in rows if r.get("phase") == "sft"]
     lines = [f"# bestk training report: `{out}`", ""]
+    algorithm = cfg.get("algorithm", "pg")
+    roll, kp = cfg.get("rollout", {}), cfg.get("kappo", {})
+    if algorithm == "dpo":
+        batch = (f"{roll.get('prompts_per_step')} bank prompts x {kp.get('dpo_pairs')} "
+                 f"(success, failure) pair(s), {kp.get('dpo_labels')} labels")
+    else:
+        batch = f"rollout {roll.get('prompts_per_step')} prompts x {roll.get('n')} samples"
     lines += [
         f"- task: `{cfg.get('task', {}).get('name')}` "
         f"{cfg.get('task', {}).get('options') or '(default options)'}",
-        f"- estimator: `{cfg.get('estimator')}` "
-        f"{cfg.get('estimator_options') or '(default options)'}",
+        f"- algorithm: `{algorithm}` ({_title(algorithm)})"
+        + (f"; estimator: `{cfg.get('estimator')}` "
+           f"{cfg.get('estimator_options') or '(default options)'}" if algorithm == "pg" else ""),
         f"- model: `{model.get('path') or 'tiny ' + str(model.get('arch'))}`",
-        f"- RL steps: {train[-1]['step'] if train else 0} of {cfg.get('max_steps')}; "
-        f"rollout {cfg.get('rollout', {}).get('prompts_per_step')} prompts x "
-        f"{cfg.get('rollout', {}).get('n')} samples",
+        f"- RL steps: {train[-1]['step'] if train else 0} of {cfg.get('max_steps')}; {batch}",
         f"- SFT warm-up: {sft[-1]['sft_step'] if sft else cfg.get('sft', {}).get('steps', 0)} "
         "steps" + (f" (final loss {sft[-1]['loss']:.3f})" if sft else ""),
-        "",
     ]
+    lines += [*_kappo_lines(out, algorithm, kp), ""]
     if len(evals) >= 1:
         start, end = evals[0], evals[-1]
         n = int(end.get("n", 1))
@@ -145,13 +170,21 @@ def write_report(out: str | Path) -> Path:
     if train:
         n_eval = int(evals[-1].get("n", 1)) if evals else 1
         _plot_training(out / "training.png", train, evals, n_eval)
-        speed = sum(r["completions_per_s"] for r in train) / len(train)
+        if "reward_mean" in train[0]:
+            speed = sum(r["completions_per_s"] for r in train) / len(train)
+            summary = (f"Mean training reward {train[0]['reward_mean']:.3f} (step "
+                       f"{train[0]['step']}) -> {train[-1]['reward_mean']:.3f} (step "
+                       f"{train[-1]['step']}); {speed:.0f} completions/s per RL step on average.")
+        else:
+            speed = sum(r["pairs_per_s"] for r in train) / len(train)
+            summary = (f"Pair accuracy of the implicit reward {train[0]['reward_accuracy']:.3f} "
+                       f"(step {train[0]['step']}) -> {train[-1]['reward_accuracy']:.3f} (step "
+                       f"{train[-1]['step']}), loss {train[0]['loss']:.3f} -> "
+                       f"{train[-1]['loss']:.3f}; {speed:.0f} pairs/s on average.")
         lines += [
             "## Training",
             "",
-            f"Mean training reward {train[0]['reward_mean']:.3f} (step {train[0]['step']}) -> "
-            f"{train[-1]['reward_mean']:.3f} (step {train[-1]['step']}); "
-            f"{speed:.0f} completions/s per RL step on average.",
+            summary,
             "",
             "![training](training.png)",
             "",
@@ -159,3 +192,36 @@ def write_report(out: str | Path) -> Path:
     path = out / "report.md"
     write_text_atomic(path, "\n".join(lines))
     return path
+
+
+def _title(algorithm: str) -> str:
+    from bestk.train.algorithms import ALGORITHMS
+
+    spec = ALGORITHMS.get(algorithm)
+    return spec.title if spec is not None else "unknown algorithm"
+
+
+def _kappo_lines(out: Path, algorithm: str, kp: dict[str, Any]) -> list[str]:
+    """The report's description of a KAPPO run's calibration (none without one)."""
+    from bestk.kappo import Calibration
+    from bestk.train.reference import BANK_FILE, CALIBRATION_FILE
+
+    path = out / CALIBRATION_FILE
+    if not path.is_file():
+        return []
+    try:
+        cal = Calibration.load(path)
+    except ValueError:
+        return [f"- KAPPO calibration: `{CALIBRATION_FILE}` is unreadable"]
+    source = (f"from the file `{kp.get('calibration')}`" if kp.get("calibration") else
+              "in-run: the frozen reference (after SFT) sampled the bank")
+    pool = "these prompts only"
+    if algorithm == "dpo":
+        pool += " (the pairs: those with both a success and a failure among their M samples)"
+    lines = [
+        f"- KAPPO calibration ({cal.kind}, {source}): k = {cal.k}, beta = {cal.beta}, "
+        f"M = {cal.M}, {cal.num_prompts} prompts; RL drew {pool} "
+        f"(`{CALIBRATION_FILE}`" + (f", `{BANK_FILE}`" if (out / BANK_FILE).is_file() else "")
+        + ")",
+    ]
+    return lines

@@ -18,7 +18,7 @@ import torch
 
 from bestk.losses import entropy_from_logits, token_logprobs
 
-__all__ = ["Rollout", "sample", "sequence_logprobs", "top_p_filter"]
+__all__ = ["Rollout", "sample", "sequence_logprobs", "completion_logprobs", "top_p_filter"]
 
 
 @dataclass
@@ -229,3 +229,23 @@ def sequence_logprobs(
     logp = token_logprobs(logits, completion_ids)
     ent = entropy_from_logits(logits) if with_entropy else None
     return logp, ent
+
+
+def completion_logprobs(
+    model: Any,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    group_size: int = 1,
+) -> torch.Tensor:
+    """``(B,)`` sequence log-probabilities :math:`\\log\\pi(y|x) = \\sum_t \\log\\pi(y_t|x,
+    y_{<t})` of the completions (tokens where ``completion_mask`` is 1; temperature-scaled):
+    :func:`sequence_logprobs` summed over the completion (differentiable)."""
+    logp, _ = sequence_logprobs(
+        model, prompt_ids, prompt_mask, completion_ids, completion_mask,
+        temperature=temperature, group_size=group_size,
+    )
+    return (logp * completion_mask.to(logp.dtype)).sum(-1)

@@ -78,6 +78,11 @@ RESUME_ENVIRONMENT: dict[str, str] = {
 
 _IGNORED = ("out",)  # a run directory may be moved or renamed
 
+# Every other key is refused on resume. Among them ``algorithm`` and ``kappo.*`` (k, beta, the
+# bank, the calibration file, the @k-DPO pairs and labels) define what the run trains: its
+# calibration.json and bank were made for them. ``rollout.n: null`` is stored resolved (the
+# algorithm's default), so the same command resumes a run whatever default it picked.
+
 
 class RunDirectoryBusy(ValueError):
     """Another process holds the run directory's lock."""
@@ -369,14 +374,17 @@ def check_resume(old: TrainConfig, new: TrainConfig, step: int, directory: str) 
 
 # -- temporaries ------------------------------------------------------------------------------
 _TOP_TEMPORARIES = (".final-tmp", ".final-old")
-_TOP_TEMP_PREFIXES = (".config.yaml.", ".metrics.jsonl.", ".report.md.")
+_TOP_TEMP_PREFIXES = (".config.yaml.", ".metrics.jsonl.", ".report.md.", ".calibration.json.",
+                      ".bank.jsonl.", ".bank_tokens.safetensors.")
 
 
 def clean_temporaries(directory: str | os.PathLike) -> list[Path]:
     """Remove what killed atomic writes left in a run directory (call it holding the lock):
     ``checkpoints/.*`` (checkpoint and safetensors temporaries), checksum files whose
     checkpoint never landed, ``.final-tmp`` / ``.final-old`` and ``.config.yaml.*`` /
-    ``.metrics.jsonl.*`` / ``.report.md.*``. Returns the removed paths."""
+    ``.metrics.jsonl.*`` / ``.report.md.*`` and those of the KAPPO reference files
+    (``.calibration.json.*``, ``.bank.jsonl.*``, ``.bank_tokens.safetensors.*``). Returns the
+    removed paths."""
     directory = Path(directory)
     removed: list[Path] = []
     candidates: list[Path] = []
@@ -417,7 +425,7 @@ class RunState:
     warnings: list[str] = field(default_factory=list)
 
 
-_RUN_FILES = ("metrics.jsonl", "checkpoints", "final", "report.md")
+_RUN_FILES = ("metrics.jsonl", "checkpoints", "final", "report.md", "calibration.json")
 _FINISHED = ".finished"
 
 

@@ -1,0 +1,156 @@
+r"""``apo``: @k-A*PO, least-squares regression on KAPPO's adaptive reward (KAPPO Sec. 5, Eq. 14).
+
+A*PO (Brantley et al., *Accelerating RL for LLM Reasoning with Optimal Advantage Regression*,
+2025, arXiv:2505.20686) fits the KL-regularised optimum
+:math:`\pi^* \propto \pi_{ref}\,e^{R/\beta}` directly: with :math:`V^*(x) = \beta\log
+E_{\pi_{ref}}[e^{R/\beta}]` estimated once from reference samples, it minimises, over
+completions from the current policy,
+
+.. math:: L(\theta) = E_{x\sim D,\,y\sim\pi_{old}(\cdot|x)}\Big[\big(R(y,x) - V^*(x)
+          - \beta\log\tfrac{\pi_\theta(y|x)}{\pi_{ref}(y|x)}\big)^2\Big] .
+
+@k-A*PO substitutes KAPPO's calibrated target :math:`t(y, x)` for :math:`R - V^*` (the
+reference calibration is the value estimate):
+
+* binary (0/1 success): :math:`t = \hat a_k(x) R - \beta\log\hat Z(x)`, the pass@k optimum of
+  Prop. 4.1 (``Calibration.regression_target``; boundaries of Eq. 148). At k = 1,
+  :math:`a_1 = 1` and :math:`\beta\log\hat Z = \beta\log(1 - \hat q + \hat q e^{1/\beta}) =
+  \beta\log\frac1M\sum_j e^{R_j/\beta}` over the bank: plain A*PO;
+* win-rate (graded rewards): :math:`t = T_j`, the reference win-rate transform of Algorithm 2
+  with :math:`Z = 1` (Prop. 4.7's max@k optimum).
+
+One step: draw ``rollout.prompts_per_step`` calibrated prompts, sample ``rollout.n`` (default 1,
+as the paper) completions per prompt from the current policy, score them, look up the
+targets, take :math:`\log\pi_{ref}` from the frozen reference (the policy after SFT), and
+minimise the mean squared residual :func:`bestk.kappo.kappo_apo_loss` over sequence
+log-probabilities, for ``loss.ppo_epochs`` passes of ``loss.minibatches`` minibatches. It is a
+regression, not a policy-gradient estimator: for any sampling policy with full support its
+minimiser is :math:`\pi_{ref}e^{t/\beta}` (see ``bestk lab kappo``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from bestk.kappo import kappo_apo_loss
+from bestk.train.algorithms._base import (
+    AlgorithmSpec,
+    mean_metrics,
+    minibatches,
+    refuse_pg_options,
+)
+from bestk.train.reference import calibration_values
+from bestk.train.rollout import Rollout, completion_logprobs
+
+__all__ = ["APO", "APOBatch", "SPEC"]
+
+
+@dataclass
+class APOBatch:
+    """One step's data: ``B = prompts x n`` on-policy samples, their rewards, the calibrated
+    targets and the reference sequence log-probabilities (all ``(B,)``)."""
+
+    rollout: Rollout
+    prompt_ids: np.ndarray
+    rewards: np.ndarray
+    success: np.ndarray
+    targets: torch.Tensor
+    ref_logps: torch.Tensor
+
+
+class APO:
+    """@k-A*PO (module docstring). ``run`` is the Trainer."""
+
+    def __init__(self, run: Any):
+        self.run = run
+        self.calibration: Any = None
+
+    def prepare(self, calibration: Any, bank: Any) -> None:
+        """Receive the run's calibration (its targets are the regression's)."""
+        self.calibration = calibration
+
+    def batch(self, step: int) -> APOBatch:
+        """Sample and score the step's completions and look up their targets."""
+        run, r, cal = self.run, self.run.cfg.rollout, self.calibration
+        exs = run.draw_prompts(step)                                # x ~ D
+        ro = run.sample_completions(exs, step, r.n)                 # y ~ pi_old(.|x)
+        flat = [e for e in exs for _ in range(r.n)]
+        rewards = run.task.score(flat, ro.texts)                    # R(y, x)
+        ids = np.asarray([e["id"] for e in flat], dtype=np.int64)
+        values = calibration_values(run.task, cal.kind, rewards)    # 0/1 or raw R
+        targets = torch.from_numpy(cal.regression_target(ids, values))    # a_k R - b log Z | T_j
+        with torch.no_grad():
+            ref = completion_logprobs(                              # log pi_ref(y|x)
+                run.ref_model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
+                ro.completion_mask, temperature=r.temperature, group_size=r.n,
+            )
+        return APOBatch(ro, ids, rewards, run.task.success(rewards), targets.to(run.device), ref)
+
+    def update(self, b: APOBatch) -> dict[str, float]:
+        """Minimise Eq. 14 over the batch; mean metrics of the optimizer steps."""
+        run, cfg = self.run, self.run.cfg
+        beta, lc, ro = self.calibration.beta, cfg.loss, b.rollout
+        run.model.train()
+        steps = []
+        for sl in minibatches(b.targets.shape[0], lc.ppo_epochs, lc.minibatches):
+            logp = completion_logprobs(                                 # log pi_theta(y|x)
+                run.model, ro.prompt_ids[sl], ro.prompt_mask[sl], ro.completion_ids[sl],
+                ro.completion_mask[sl], temperature=cfg.rollout.temperature,
+                group_size=cfg.rollout.n,
+            )
+            loss = kappo_apo_loss(logp, b.ref_logps[sl], b.targets[sl], beta)   # Eq. 14
+            with torch.no_grad():
+                log_ratio = logp.detach() - b.ref_logps[sl]
+                resid = b.targets[sl].to(log_ratio) - beta * log_ratio
+            gnorm, lr = run.optimize(loss)
+            steps.append({
+                "loss": loss.item(), "residual_mean": float(resid.mean()),
+                "residual_abs_mean": float(resid.abs().mean()),
+                "log_ratio_mean": float(log_ratio.mean()), "grad_norm": gnorm, "lr": lr,
+            })
+        return mean_metrics(steps)
+
+    def step(self, step: int) -> dict[str, Any]:
+        """One @k-A*PO step; returns its logged metrics."""
+        t0 = time.perf_counter()
+        b = self.batch(step)
+        t_batch = time.perf_counter()
+        stats = self.update(b)
+        t_upd = time.perf_counter()
+        ro, mask = b.rollout, b.rollout.completion_mask.float()
+        return {
+            "phase": "train",
+            "step": step,
+            "reward_mean": float(b.rewards.mean()),
+            "success_rate": float(b.success.mean()),
+            "target_mean": float(b.targets.mean()),
+            "target_std": float(b.targets.std()) if b.targets.numel() > 1 else 0.0,
+            "entropy": float((ro.entropy * mask).sum() / mask.sum().clamp_min(1)),
+            "response_len": float(mask.sum(1).mean()),
+            **stats,
+            "time_generate": t_batch - t0,
+            "time_update": t_upd - t_batch,
+            "completions_per_s": len(ro.texts) / (t_upd - t0),
+        }
+
+    @staticmethod
+    def describe(m: dict[str, Any]) -> str:
+        """The progress bar's summary of a step."""
+        return (f"@k-A*PO reward={m['reward_mean']:.3f} success={m['success_rate']:.3f} "
+                f"|resid|={m['residual_abs_mean']:.3f}")
+
+
+SPEC = AlgorithmSpec(
+    name="apo",
+    title="@k-A*PO (KAPPO Eq. 14)",
+    make=APO,
+    default_n=1,
+    calibrated=lambda cfg: True,
+    keeps_reference=lambda cfg: True,
+    check=refuse_pg_options,
+)

@@ -1,0 +1,172 @@
+r"""``pg``: PPO-clip on the advantages of any bestk estimator (the default algorithm).
+
+One step:
+
+1. :math:`x \sim D`: ``rollout.prompts_per_step`` training prompts (a function of
+   ``(seed, step)`` only);
+2. :math:`y_1..y_n \sim \pi_{old}(\cdot|x)`: ``rollout.n`` completions per prompt;
+3. :math:`R_i = R(y_i, x)`, the task's reward, or its 0/1 success for estimators that need
+   binary rewards (``advantage_reward``);
+4. :math:`A = ` ``bestk.advantages(estimator, R, group=prompt ids, **estimator_options)``;
+5. minimise the PPO-clip surrogate (``bestk.losses.ppo_clip_loss``, ratio clipped to
+   :math:`[1 - \epsilon_{low}, 1 + \epsilon_{high}]`, aggregation ``loss.agg``)
+   :math:`+\ c_{KL}\,\mathrm{KL}(\pi\|\pi_{ref}) - c_H\,H` for ``loss.ppo_epochs`` passes of
+   ``loss.minibatches`` minibatches (one of each = exactly on-policy).
+
+An estimator that needs a KAPPO calibration (``kappo_grpo``, @k-GRPO) takes it from
+``estimator_options.calibration`` (a file; RL then draws only its prompts) or, without one,
+from the run's ``kappo`` section (in-run calibration, :mod:`bestk.train.reference`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+import bestk
+from bestk.losses import aggregate, kl_penalty, ppo_clip_loss
+from bestk.train.algorithms._base import AlgorithmSpec, mean_metrics, minibatches
+from bestk.train.config import (
+    calibration_prompt_ids,
+    estimator_needs_calibration,
+    resolve_estimator_options,
+)
+from bestk.train.reporters import rollout_stats
+from bestk.train.rollout import sequence_logprobs
+
+__all__ = ["PolicyGradient", "SPEC"]
+
+
+class PolicyGradient:
+    """PPO-clip with ``bestk.advantages`` (module docstring). ``run`` is the Trainer."""
+
+    def __init__(self, run: Any):
+        self.run = run
+        cfg = run.cfg
+        self.options = resolve_estimator_options(cfg.estimator_options)
+        cal = self.options.get("calibration")
+        if hasattr(cal, "prompt_ids"):  # a file in estimator_options: train on its prompts only
+            path = str(cfg.estimator_options["calibration"])
+            run.restrict_prompts(set(calibration_prompt_ids(cal)), f"calibration {path!r}")
+        kind = getattr(cal, "kind", None) or run.kappo_kind
+        self.binary = _binary_advantages(cfg, kind)
+
+    def prepare(self, calibration: Any, bank: Any) -> None:
+        """Receive the run's in-run (or ``kappo.calibration``) calibration."""
+        self.options = {**self.options, "calibration": calibration}
+
+    def step(self, step: int) -> dict[str, Any]:
+        """One RL step (module docstring); returns its logged metrics."""
+        run, cfg, r = self.run, self.run.cfg, self.run.cfg.rollout
+        t0 = time.perf_counter()
+        exs = run.draw_prompts(step)                                # x ~ D
+        ro = run.sample_completions(exs, step, r.n)                 # y_i ~ pi_old(.|x)
+        t_gen = time.perf_counter()
+        flat_exs = [e for e in exs for _ in range(r.n)]
+        rewards = run.task.score(flat_exs, ro.texts)                # R(y_i, x)
+        prompt_ids = np.asarray([e["id"] for e in flat_exs], dtype=np.int64)
+        succ = run.task.success(rewards)
+        adv_input = succ.astype(np.float64) if self.binary else rewards
+        adv = bestk.advantages(                                     # A_i
+            cfg.estimator, torch.from_numpy(adv_input), group=torch.from_numpy(prompt_ids),
+            **self.options,
+        ).to(torch.float32).to(run.device)
+        t_score = time.perf_counter()
+        stats = self.update(ro, adv)
+        t_upd = time.perf_counter()
+        mask = ro.completion_mask.float()
+        return {
+            "phase": "train",
+            "step": step,
+            "reward_mean": float(rewards.mean()),
+            "reward_max_mean": float(rewards.reshape(-1, r.n).max(1).mean()),
+            "success_rate": float(succ.mean()),
+            "group_any_success": float(succ.reshape(-1, r.n).any(1).mean()),
+            "adv_abs_mean": float(adv.abs().mean()),
+            "entropy": float((ro.entropy * mask).sum() / mask.sum().clamp_min(1)),
+            "response_len": float(mask.sum(1).mean()),
+            **rollout_stats(rewards, r.n, mask.sum(1).cpu().numpy(), ro.finished.cpu().numpy()),
+            **stats,
+            "time_generate": t_gen - t0,
+            "time_score": t_score - t_gen,
+            "time_update": t_upd - t_score,
+            "completions_per_s": len(ro.texts) / (t_upd - t0),
+        }
+
+    def update(self, ro: Any, adv: torch.Tensor) -> dict[str, float]:
+        """Minimise PPO-clip (+ KL, - entropy) over the batch; mean metrics of the passes."""
+        run, cfg, lc = self.run, self.run.cfg, self.run.cfg.loss
+        T, n = cfg.rollout.temperature, cfg.rollout.n
+        B = adv.shape[0]
+        on_policy = lc.ppo_epochs == 1 and lc.minibatches == 1
+        old_logp = ro.logprobs
+        if not on_policy:
+            with torch.no_grad():
+                old_logp, _ = sequence_logprobs(
+                    run.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
+                    ro.completion_mask, temperature=T, group_size=n,
+                )
+        ref_logp = None
+        if lc.kl_coef > 0:
+            with torch.no_grad():
+                ref_logp, _ = sequence_logprobs(
+                    run.ref_model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
+                    ro.completion_mask, temperature=T, group_size=n,
+                )
+        run.model.train()
+        steps = []
+        for sl in minibatches(B, lc.ppo_epochs, lc.minibatches):
+            mask = ro.completion_mask[sl]
+            logp, ent = sequence_logprobs(
+                run.model, ro.prompt_ids[sl], ro.prompt_mask[sl], ro.completion_ids[sl],
+                mask, temperature=T, with_entropy=lc.entropy_coef > 0, group_size=n,
+            )
+            old = logp.detach() if on_policy else old_logp[sl]
+            loss, st = ppo_clip_loss(
+                logp, old, adv[sl], mask, clip_low=lc.clip_low, clip_high=lc.clip_high,
+                agg=lc.agg,
+            )
+            pg = loss.item()
+            if ref_logp is not None:
+                kl = aggregate(kl_penalty(logp, ref_logp[sl], lc.kl_estimator), mask, lc.agg)
+                loss = loss + lc.kl_coef * kl
+                st["kl_ref"] = kl.item()
+            if ent is not None:
+                loss = loss - lc.entropy_coef * aggregate(ent, mask, lc.agg)
+            gnorm, lr = run.optimize(loss)
+            st.update(loss=loss.item(), pg_loss=pg, grad_norm=gnorm, lr=lr)
+            steps.append(st)
+        return mean_metrics(steps)
+
+    @staticmethod
+    def describe(m: dict[str, Any]) -> str:
+        """The progress bar's summary of a step."""
+        return f"RL reward={m['reward_mean']:.3f} success={m['success_rate']:.3f}"
+
+
+def _binary_advantages(cfg: Any, calibration_kind: str | None) -> bool:
+    """Whether the estimator sees the 0/1 success (``advantage_reward``; ``auto``: for
+    ``maxrl``, and for an estimator calibrated with a binary calibration)."""
+    mode = cfg.advantage_reward
+    if mode != "auto":
+        return mode == "success"
+    if cfg.estimator == "maxrl":
+        return True
+    return estimator_needs_calibration(cfg.estimator) and calibration_kind == "binary"
+
+
+def _calibrated(cfg: Any) -> bool:
+    return estimator_needs_calibration(cfg.estimator) and "calibration" not in cfg.estimator_options
+
+
+SPEC = AlgorithmSpec(
+    name="pg",
+    title="PPO-clip policy gradient",
+    make=PolicyGradient,
+    default_n=8,
+    calibrated=_calibrated,
+    keeps_reference=lambda cfg: cfg.loss.kl_coef > 0,
+)
