@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from bestk._typer import Group
+from bestk._typer import Group, fail, number_list
 
 __all__ = ["register", "plot_app"]
 
@@ -21,21 +21,6 @@ plot_app = typer.Typer(
     cls=Group,
     rich_markup_mode=None,  # plain click help: typer's rich help costs ~0.3 s
 )
-
-
-def _fail(err: Exception) -> None:
-    typer.echo(f"error: {err}", err=True)
-    raise typer.Exit(code=2)
-
-
-def _floats(text: str, name: str) -> list[float]:
-    try:
-        vals = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise typer.BadParameter(f"{name} must be comma-separated numbers, got {text!r}") from None
-    if not vals or any(not v > 0 for v in vals):
-        raise typer.BadParameter(f"{name} must be positive numbers, got {text!r}")
-    return vals
 
 
 def calibrate_cmd(
@@ -54,29 +39,22 @@ def calibrate_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    from bestk.kappo._validate import check_k
-    from bestk.kappo.bank import load_bank
-    from bestk.kappo.calibration import KINDS, _calibrate_bank, check_beta
+    from bestk._atomic import os_error_line
+    from bestk.kappo.calibration import calibrate, check_calibration_args
 
     t0 = time.perf_counter()
     try:
-        if kind not in KINDS:
-            raise ValueError(f"unknown --kind {kind!r}; valid: {', '.join(KINDS)}")
-        check_k(k, "--k")
-        check_beta(beta, "--beta")
+        check_calibration_args(k, beta, kind, names=("--k", "--beta", "--kind"))
         if bank.is_dir():
             raise ValueError(f"bank {str(bank)!r} is a directory; give a JSONL or parquet file")
         if out.is_dir():
             raise ValueError(f"--out {str(out)!r} is a directory; give a file name")
-        b = load_bank(bank, binary=kind == "binary")
-        cal = _calibrate_bank(b, k, beta, kind)
+        cal = calibrate(bank, k, beta, kind)
         cal.save(out)
     except ValueError as e:
-        _fail(e)
+        fail(e)
     except OSError as e:
-        from bestk._atomic import os_error_line
-
-        _fail(ValueError(os_error_line(e)))
+        fail(os_error_line(e))
     elapsed = time.perf_counter() - t0
 
     table = Table(title=f"KAPPO calibration ({kind}, k={k}, beta={beta})")
@@ -121,7 +99,7 @@ def plot_weights_cmd(
     from bestk import theory
     from bestk.kappo import binary_calibration, winrate_T
 
-    tau_list = _floats(taus, "--taus")
+    tau_list = list(number_list(taus, "--taus", positive=True))
     if group_size < 2:
         raise typer.BadParameter("--group-size must be >= 2")
     if not beta > 0:

@@ -14,7 +14,7 @@ from bestk._optional import pyplot
 from bestk.lab.stats import mean_ci
 
 __all__ = ["write_text_atomic", "write_json_atomic", "save_figure", "mean_ci", "markdown_table",
-           "fmt"]
+           "fmt", "metric_key", "alloc_key"]
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
@@ -47,3 +47,12 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     lines = ["| " + " | ".join(map(str, header)) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
     return "\n".join(lines) + "\n"
+
+
+def metric_key(name: str, k: int | None = None) -> str:
+    """The key of a metric in the per-seed data: ``"pass@4"``, ``"best@16"``, ``"alloc[.9,1]"``."""
+    return name if k is None else f"{name}@{int(k)}"
+
+
+def alloc_key(label: str) -> str:
+    return f"alloc{label}"

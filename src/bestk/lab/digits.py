@@ -48,12 +48,17 @@ from typing import Any
 
 import numpy as np
 import torch
+from rich.progress import Progress
 
 from bestk._optional import pyplot, require
+from bestk.estimators import ESTIMATORS, EstimatorInfo, advantages, estimator_info
+from bestk.kappo.calibration import calibrate
 from bestk.lab._io import (
+    alloc_key,
     fmt,
     markdown_table,
     mean_ci,
+    metric_key,
     save_figure,
     write_json_atomic,
     write_text_atomic,
@@ -73,7 +78,6 @@ __all__ = [
     "sweep_and_test",
     "run_digits",
     "testbed_data",
-    "metric_key",
 ]
 
 N_CLASSES = 10
@@ -85,15 +89,6 @@ REWARDS = ("binary", "graded")
 AT_K = 4
 #: Seed ids of the sweep runs start here (disjoint from the test seeds 0, 1, ...).
 SWEEP_SEED0 = 1000
-
-
-def metric_key(name: str, k: int | None = None) -> str:
-    """The key of a metric in the per-seed data: ``"pass@4"``, ``"best@16"``, ``"alloc[.9,1]"``."""
-    return name if k is None else f"{name}@{int(k)}"
-
-
-def alloc_key(label: str) -> str:
-    return f"alloc{label}"
 
 
 @dataclass(frozen=True)
@@ -108,8 +103,22 @@ class Learner:
     estimator: str | None
     options: tuple[tuple[str, Any], ...] = ()
     min_n: int = 2
-    binary_only: bool = False
     control_of: str | None = None
+
+    @property
+    def info(self) -> EstimatorInfo | None:
+        """The estimator's registry entry (``None`` for exact ML)."""
+        return None if self.estimator is None else estimator_info(self.estimator)
+
+    @property
+    def binary_only(self) -> bool:
+        """Its reward domain admits only 0/1 rewards (``maxrl``)."""
+        return self.info is not None and self.info.binary_rewards()
+
+    @property
+    def calibrated(self) -> bool:
+        """It takes a KAPPO calibration, made from the initial policy (``kappo_grpo``)."""
+        return self.info is not None and self.info.calibrated
 
     def applies(self, reward: str, n: int) -> bool:
         return n >= self.min_n and not (self.binary_only and reward != "binary")
@@ -125,7 +134,7 @@ LEARNERS: dict[str, Learner] = {
         Learner("grpo", "grpo"),
         Learner("grpo (A/A)", "grpo", control_of="grpo"),
         Learner("softmax_grpo(tau=0.1)", "softmax_grpo", (("tau", 0.1),)),
-        Learner("maxrl", "maxrl", binary_only=True),
+        Learner("maxrl", "maxrl"),
         Learner("argmaxrl", "argmaxrl"),
         Learner(f"pkpo(k={AT_K})", "pkpo", (("k", AT_K),), min_n=AT_K),
         Learner(f"kappo_grpo(k={AT_K})", "kappo_grpo"),
@@ -413,8 +422,6 @@ def _kappo_calibration(spec: RunSpec, problem: Problem, model: BatchedMLP, slots
                        slot_seed_pos: list[int], gen: torch.Generator) -> Any:
     """Calibrate @k-GRPO from the initial policy of each seed: bank id = seed position x
     n_train + image index (the group ids the training loop uses)."""
-    from bestk.kappo import calibrate
-
     n_train = problem.n_train
     rmat = problem.reward_matrix()
     banks: dict[int, np.ndarray] = {}
@@ -485,15 +492,9 @@ def run_slots(problem: Problem, slots: Sequence[Slot], spec: RunSpec,
     """Train every slot for ``spec.steps`` steps; return per-slot metrics at the start and the
     end (``{"start": {key: [P]}, "end": {key: [P]}}``, keys from :func:`metric_key`), the
     gradient allocation shares, training curves of pass@1 and the KAPPO calibration summary."""
-    import bestk
-
-    try:  # registers "kappo_grpo"
-        import bestk.kappo  # noqa: F401
-    except ImportError:  # pragma: no cover - a bestk without KAPPO
-        pass
     slots = list(slots)
     missing = [s.learner.label for s in slots
-               if s.learner.estimator is not None and s.learner.estimator not in bestk.ESTIMATORS]
+               if s.learner.estimator is not None and s.learner.estimator not in ESTIMATORS]
     if missing:
         raise ValueError(f"estimator(s) of {sorted(set(missing))} are not registered in bestk")
     n, b = spec.n, min(spec.batch_size, problem.n_train)
@@ -518,7 +519,7 @@ def run_slots(problem: Problem, slots: Sequence[Slot], spec: RunSpec,
     for i, s in enumerate(slots):
         groups.setdefault(s.learner.label, []).append(i)
     calibration = None
-    kappo = [i for i, s in enumerate(slots) if s.learner.estimator == "kappo_grpo"]
+    kappo = [i for i, s in enumerate(slots) if s.learner.calibrated]
     if kappo:
         calibration = _kappo_calibration(spec, problem, model, kappo,
                                          [int(pos[i]) for i in kappo], gen)
@@ -552,14 +553,15 @@ def run_slots(problem: Problem, slots: Sequence[Slot], spec: RunSpec,
                 loss = loss - logp[it].gather(2, yb[it, :, None]).mean() * len(idx)
                 continue
             r = rewards[it]  # (s, b, n)
-            if lrn.estimator == "kappo_grpo":
+            opts = dict(lrn.options)
+            if lrn.calibrated:
+                opts["calibration"] = calibration
+            if lrn.info.needs_prompt_ids:  # groups labelled by the bank ids of the images
                 gid = (pos[it][:, None] * problem.n_train + ids[pos[it]])[..., None]
-                adv = bestk.advantages("kappo_grpo", r.reshape(-1),
-                                       gid.expand_as(r).reshape(-1),
-                                       calibration=calibration).reshape(r.shape)
+                adv = advantages(lrn.estimator, r.reshape(-1), gid.expand_as(r).reshape(-1),
+                                 **opts).reshape(r.shape)
             else:
-                adv = bestk.advantages(lrn.estimator, r.reshape(-1, n),
-                                       **dict(lrn.options)).reshape(r.shape)
+                adv = advantages(lrn.estimator, r.reshape(-1, n), **opts).reshape(r.shape)
             adv = adv.to(torch.float32)
             lp = logp[it].gather(2, draws[it])  # (s, b, n)
             loss = loss - (adv * lp).mean() * len(idx)  # mean over examples and rollouts
@@ -836,8 +838,6 @@ def run_settings(out: Path, items: Sequence[tuple[Any, str]], key: str, *, resum
     """``{item: compute(item, tick)}`` for ``(item, file name)`` pairs, each result saved
     atomically to ``out/settings/<file name>`` with its wall time and the config ``key``;
     with ``resume`` a saved result of the same key is reused instead of recomputed."""
-    from rich.progress import Progress
-
     results: dict[Any, dict[str, Any]] = {}
     with Progress(disable=not progress, transient=True) as bar:
         def tick(desc: str, total: int) -> Callable[[], None]:

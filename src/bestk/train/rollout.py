@@ -10,6 +10,7 @@ differentiates.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -64,8 +65,6 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 def _cache_kwarg(model: Any) -> str:
     """Name of the KV-cache argument of ``model.forward`` (``cache`` in transformers >= 5.2x,
     ``past_key_values`` before)."""
-    import inspect
-
     if hasattr(model, "get_base_model"):  # a PEFT model forwards **kwargs to its base model
         model = model.get_base_model()
     params = inspect.signature(model.forward).parameters
