@@ -41,11 +41,7 @@ RUN = ["checkpoint_every=2", "keep_checkpoints=3"]
 TIMING = ("time_generate", "time_score", "time_update", "completions_per_s")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _restore_torch_threads():
-    n = torch.get_num_threads()
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 
 
 @pytest.fixture(scope="module")

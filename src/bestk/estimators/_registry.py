@@ -45,6 +45,7 @@ __all__ = [
     "on_register",
     "advantages",
     "estimator_options",
+    "estimator_table",
     "resolve_options",
     "check_estimator_options",
     "check_option_names",
@@ -283,6 +284,25 @@ def estimator_options(name: str) -> dict[str, Any]:
     """Option names of estimator ``name`` with their defaults (``inspect.Parameter.empty``
     for a required option)."""
     return estimator_info(name).options
+
+
+#: How :func:`estimator_table` shows each reward domain.
+_DOMAIN_TEXT = {"any": "any", "binary": "0/1", "calibrated": "the calibration's (0/1 if binary)"}
+
+
+def estimator_table() -> list[tuple[str, str, str, str, str]]:
+    """One row per registered estimator (sorted by name): name, the objective it is an unbiased
+    gradient of, its rewards, whether its groups must be prompt ids, its options with their
+    defaults -- what ``bestk estimators`` prints and ``docs/estimators.md`` shows."""
+    rows = []
+    for name in sorted(ESTIMATORS):
+        info = estimator_info(name)
+        opts = ", ".join(
+            k if v is inspect.Parameter.empty else f"{k}={v!r}" for k, v in info.options.items()
+        )
+        rows.append((name, info.describe_objective(), _DOMAIN_TEXT[info.reward_domain],
+                     "yes" if info.needs_prompt_ids else "no", opts or "-"))
+    return rows
 
 
 def check_estimator_options(name: str, options: Any) -> None:

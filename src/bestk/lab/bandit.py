@@ -17,22 +17,13 @@ multisets (count vectors ``c``) with multinomial weights ``N!/prod c_a! prod pi_
 
     E[g_hat] = sum_c P(c) g_hat(c),    Var = sum_c P(c) ||g_hat(c) - E[g_hat]||^2   (trace).
 
-``E[g_hat]`` is compared with ``grad_theta J`` of the objective the estimator claims, computed
-independently by autograd of the closed form of :func:`bestk.lab.exact.best_at_k_exact`:
-
-==============================  ==========================================================
-estimator (options)             unbiased for
-==============================  ==========================================================
-reinforce, rloo                 best@1 = E[r]
-grpo scale="none" (Dr.GRPO)     (1 - 1/N) best@1 (the mean includes the sample itself)
-grpo scale="std"                nothing (reference: best@1; std normalisation biases it)
-argmaxrl / maxrl "loo", "none"  J_N = sum_{k<=N} best@k / k     (argmaxrl-blog.md)
-argmaxrl / maxrl "mean"         J_{N-1} (the subtracted group max removes best@N / N)
-softmax_grpo tau                nothing in general (SoftmaxGRPO sec. 3.4); on binary rewards
-                                a p-weighting omega_{N,tau}(p) (Eq. 4) — reported as the
-                                implied weight E[g_hat].grad p / |grad p|^2
-pkpo k (all variants)           best@k (Walder & Karkhanis 2025)
-==============================  ==========================================================
+``E[g_hat]`` is compared with ``grad_theta J`` of the objective the estimator claims in the
+registry (:meth:`bestk.estimators.EstimatorInfo.objective_for`, the table of ``bestk
+estimators``), computed independently by autograd of the closed form of
+:func:`bestk.lab.exact.best_at_k_exact`; an estimator that claims none (GRPO, SoftmaxGRPO) is
+compared with best@1. On binary rewards the implied prompt weight
+``E[g_hat].grad p / |grad p|^2`` is reported next to the one the registry predicts (from the
+claimed objective, or SoftmaxGRPO's Eq. 4).
 
 Learning curves
 ---------------
