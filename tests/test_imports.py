@@ -42,7 +42,6 @@ CLI_MODULES = {"bestk.cli", "bestk.lab.commands", "bestk.kappo.commands", "bestk
 #: Optional heavy modules reached through a package that is not optional itself.
 LAZY_ALLOWED = {
     "torch.utils.tensorboard": "needs the optional tensorboard package",
-    "omegaconf": "ships with verl; imported by the verl adapter only for verl's configs",
     "hydra": "ships with verl; composes verl's own config in the preflight check",
 }
 

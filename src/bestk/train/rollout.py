@@ -6,6 +6,16 @@ top-p, stop at EOS, a length cap). It is a loop over *tokens* only; everything p
 one batched forward. :func:`sequence_logprobs` recomputes the log-probabilities (and token
 entropies) of the sampled completions in one forward pass, which the PPO update
 differentiates.
+
+Why a hand-written loop and not ``model.generate``: (1) every draw comes from an explicit
+``torch.Generator`` seeded by ``(seed, step)``, so a resumed run repeats the uninterrupted one
+bit for bit and an A/A control changes only the sampling noise (``generate`` samples from the
+global RNG and takes no generator); (2) each distinct prompt is prefilled once and its ``n``
+samples share the KV cache (``num_return_sequences`` expands the prompts before the prefill);
+(3) the log-probability and entropy of every sampled token under the temperature-scaled
+distribution come out of the same loop (from ``generate`` they would be rebuilt from its
+returned logits). The loop is short, batched per token, and tested against a full forward
+pass (``tests/test_train_rollout.py``).
 """
 
 from __future__ import annotations
