@@ -121,13 +121,13 @@ def breakdown(rewards, mask, index, repeats: int) -> None:
     """Median time of each stage of the plugin's argmaxrl call."""
     import bestk
     from bestk.groups import make_groups
-    from bestk.integrations.verl import _real_rows
+    from bestk.integrations.verl import real_rows
 
     scores = rewards.sum(-1)
     adv = bestk.advantages("argmaxrl", scores, group=index)
     stages = {
         "token_level_rewards.sum(-1)": lambda: rewards.sum(-1),
-        "padding-row detection": lambda: _real_rows(mask),
+        "padding-row detection": lambda: real_rows(mask),
         "make_groups(uid) (string factorisation)": lambda: make_groups(index, len(index)),
         "bestk.advantages(argmaxrl, incl. factorisation)": lambda: bestk.advantages(
             "argmaxrl", scores, group=index

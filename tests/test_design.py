@@ -232,3 +232,20 @@ def test_tests_seed_deterministically():
                 bad.append(f"{path.name}:{node.lineno}")
     assert not bad, bad
 
+
+
+def test_benchmarks_and_examples_use_only_public_names():
+    """Scripts outside the package import no private bestk module or name (``_x``)."""
+    bad = []
+    for path in sorted([*(ROOT / "benchmarks").rglob("*.py"), *(ROOT / "examples").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("bestk"):
+                names = [*node.module.split("."), *(a.name for a in node.names)]
+            elif isinstance(node, ast.Import):
+                names = [p for a in node.names if a.name.startswith("bestk")
+                         for p in a.name.split(".")]
+            else:
+                continue
+            if any(n.startswith("_") and n != "__version__" for n in names):
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not bad, bad

@@ -101,6 +101,7 @@ __all__ = [
     "resolve_score_fn",
     "options_from_config",
     "outcome_advantages",
+    "real_rows",
     "register",
     "compose_verl_config",
     "preflight",
@@ -152,7 +153,7 @@ def _select_labels(index: Any, keep: torch.Tensor) -> Any:
     return arr[keep.cpu().numpy()]
 
 
-def _real_rows(response_mask: torch.Tensor) -> torch.Tensor:
+def real_rows(response_mask: torch.Tensor) -> torch.Tensor:
     """``(bs,)`` bool: rows with at least one response token (not verl padding).
 
     Exact, but cheap in the common case: responses are right-padded, so a real row almost
@@ -215,7 +216,7 @@ def outcome_advantages(
 
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1)
-        real = _real_rows(response_mask)
+        real = real_rows(response_mask)
         if bool(real.all()):
             adv = advantages(name, scores, group=index, **opts)
         else:

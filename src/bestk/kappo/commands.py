@@ -164,11 +164,11 @@ def plot_weights_cmd(
 
 def _save(fig, path: Path) -> Path:
     """Lay out, write as a 120-dpi PNG and close ``fig``; return ``path``."""
-    import matplotlib.pyplot as plt
+    from bestk._optional import pyplot
 
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
+    pyplot().close(fig)
     return path
 
 

@@ -49,7 +49,9 @@ from rich.progress import Progress
 from bestk._optional import pyplot
 from bestk.estimators import EstimatorInfo, advantages, estimator_info
 from bestk.estimators.objectives import Objective, best_at, joint
-from bestk.lab._io import (
+from bestk.lab._optim import SlotAdam
+from bestk.lab.exact import best_at_k_exact
+from bestk.lab.io import (
     fmt,
     markdown_table,
     mean_ci,
@@ -58,8 +60,6 @@ from bestk.lab._io import (
     write_json_atomic,
     write_text_atomic,
 )
-from bestk.lab._optim import SlotAdam
-from bestk.lab.exact import best_at_k_exact
 
 __all__ = [
     "Bandit",

@@ -53,7 +53,9 @@ from rich.progress import Progress
 from bestk._optional import pyplot, require
 from bestk.estimators import ESTIMATORS, EstimatorInfo, advantages, estimator_info
 from bestk.kappo.calibration import calibrate
-from bestk.lab._io import (
+from bestk.lab._optim import SlotAdam
+from bestk.lab.exact import best_at_k_exact
+from bestk.lab.io import (
     alloc_key,
     fmt,
     markdown_table,
@@ -63,8 +65,7 @@ from bestk.lab._io import (
     write_json_atomic,
     write_text_atomic,
 )
-from bestk.lab._optim import SlotAdam
-from bestk.lab.exact import best_at_k_exact
+from bestk.metrics import PASS_RATE_BINS
 
 __all__ = [
     "DigitsConfig",
@@ -81,9 +82,18 @@ __all__ = [
 ]
 
 N_CLASSES = 10
-#: Pass-rate bins of SoftmaxGRPO Table 3.
-BINS: tuple[float, ...] = (0.0, 0.2, 0.5, 0.7, 0.9, 1.0)
-BIN_LABELS = ["[0,.2)", "[.2,.5)", "[.5,.7)", "[.7,.9)", "[.9,1]"]
+#: Pass-rate bins of SoftmaxGRPO Table 3 (:data:`bestk.metrics.PASS_RATE_BINS`).
+BINS: tuple[float, ...] = PASS_RATE_BINS
+
+
+def _edge(x: float) -> str:
+    text = f"{x:g}"
+    return text[1:] if text.startswith("0.") else text
+
+
+#: Their labels, as the per-seed data keys them: ``[0,.2)``, ``[.2,.5)``, ..., ``[.9,1]``.
+BIN_LABELS = [f"[{_edge(lo)},{_edge(hi)}{']' if hi == BINS[-1] else ')'}"
+              for lo, hi in zip(BINS[:-1], BINS[1:], strict=True)]
 REWARDS = ("binary", "graded")
 #: k of the @k learners (PKPO, KAPPO @k-GRPO), as in their labels.
 AT_K = 4

@@ -130,8 +130,8 @@ from bestk.kappo import (
     transform_rewards,
     winrate_G,
 )
-from bestk.lab._io import fmt, markdown_table
 from bestk.lab.exact import best_at_k_exact
+from bestk.lab.io import fmt, markdown_table
 
 __all__ = [
     "KINDS",

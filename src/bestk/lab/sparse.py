@@ -28,7 +28,6 @@ import numpy as np
 import torch
 
 from bestk._optional import pyplot
-from bestk.lab._io import markdown_table, save_figure, write_text_atomic
 from bestk.lab.digits import (
     LEARNERS,
     RunSpec,
@@ -43,6 +42,7 @@ from bestk.lab.digits import (
     validate_common,
     write_outputs,
 )
+from bestk.lab.io import markdown_table, save_figure, write_text_atomic
 
 __all__ = ["SparseConfig", "run_sparse", "testbed_data"]
 

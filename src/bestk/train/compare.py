@@ -48,7 +48,7 @@ from bestk._atomic import atomic_path, write_text_atomic
 from bestk._optional import pyplot
 from bestk.estimators import ESTIMATORS, estimator_info
 from bestk.kappo.calibration import calibrate
-from bestk.lab._io import save_figure
+from bestk.lab.io import save_figure
 from bestk.lab.stats import mean_ci
 from bestk.train.checkpoint import latest_checkpoint
 from bestk.train.config import (

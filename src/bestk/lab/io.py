@@ -1,4 +1,5 @@
-"""Small output helpers shared by the lab experiments: atomic writes, markdown tables (and
+"""What the lab experiments (and ``benchmarks/make_results.py``) write: atomic text / JSON /
+PNG files, markdown tables, number formats, the keys of per-seed metrics (and
 :func:`bestk.lab.stats.mean_ci`, re-exported for the lab modules)."""
 
 from __future__ import annotations
