@@ -105,7 +105,7 @@ def _params(model):
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def test_resume_after_crash_matches_uninterrupted_run(tmp_path):
+def test_resume_after_crash_matches_uninterrupted_run(tmp_path, monkeypatch):
     extra = ["max_steps=4", "checkpoint_every=2", "loss.kl_coef=0.05", "estimator=grpo"]
     ref = Trainer(tiny_config(tmp_path / "a", *extra))
     ref.run(progress=False)
@@ -120,8 +120,17 @@ def test_resume_after_crash_matches_uninterrupted_run(tmp_path):
     assert latest_checkpoint(tmp_path / "b" / "checkpoints").name == "step_0000002.safetensors"
     assert not (tmp_path / "b" / "final").exists()
 
+    import bestk.train.loop as loop_module
+    import bestk.train.rundir as rundir_module
+
+    reads = []
+    for module in (loop_module, rundir_module):
+        real = module.read_run_config
+        monkeypatch.setattr(module, "read_run_config",
+                            lambda d, real=real: reads.append(d) or real(d))
     resumed = Trainer.resume(tmp_path / "b")
-    assert resumed.step == 2
+    assert resumed.step == 2 and len(reads) == 1  # config.yaml is read once on resume
+    monkeypatch.undo()
     resumed.run(progress=False)
     a, b = _params(ref.model), _params(resumed.model)
     for k in a:
@@ -134,7 +143,7 @@ def test_resume_after_crash_matches_uninterrupted_run(tmp_path):
     assert ra == rb and [r["step"] for r in rb] == [1, 2, 3, 4]
 
     # A larger max_steps extends the finished run.
-    more = Trainer.resume(tmp_path / "b", overrides={"max_steps": 5})
+    more = Trainer.resume(tmp_path / "b", overrides=["max_steps=5"])  # as --set takes them
     assert more.step == 4
     more.run(progress=False)
     steps = [r["step"] for r in read_metrics(tmp_path / "b/metrics.jsonl") if r["phase"] == "train"]

@@ -124,13 +124,9 @@ def plot_weights_cmd(
         w = theory.softmax_grpo_weight(p, M, tau)
         ax.plot(p, norm(w), label=f"SoftmaxGRPO M={M}, tau={tau}")
     ax.set_yscale("log")
-    ax.set_xlabel("pass rate p")
-    ax.set_ylabel("prompt weight omega(p) / omega(0.5)")
-    ax.set_title("Prompt weighting of binary-reward objectives")
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
-    path = out / "weights.png"
-    written.append(_save(fig, path))
+    written.append(_save(fig, out / "weights.png", "pass rate p",
+                         "prompt weight omega(p) / omega(0.5)",
+                         "Prompt weighting of binary-reward objectives", legend_size=7))
 
     # 2. KAPPO effective regularisation (KAPPO Fig. 1a).
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
@@ -138,34 +134,34 @@ def plot_weights_cmd(
         cal = binary_calibration(p, k, beta)
         ax.plot(p, cal.beta_eff, label=f"k={k}")
     ax.set_yscale("log")
-    ax.set_xlabel("reference pass rate p_ref")
-    ax.set_ylabel("beta_eff = beta / (k (1-p*)^(k-1))")
-    ax.set_title(f"KAPPO prompt-adaptive regularisation (beta={beta})")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    path = out / "kappo_beta_eff.png"
-    written.append(_save(fig, path))
+    written.append(_save(fig, out / "kappo_beta_eff.png", "reference pass rate p_ref",
+                         "beta_eff = beta / (k (1-p*)^(k-1))",
+                         f"KAPPO prompt-adaptive regularisation (beta={beta})"))
 
     # 3. Win-rate transform T(q) (Prop. 4.7).
     q = np.linspace(0.0, 1.0, 401)
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for k in (1, 2, 4, 8):
         ax.plot(q, winrate_T(q, k, beta), label=f"k={k}")
-    ax.set_xlabel("reference win rate q = F_ref(r)")
-    ax.set_ylabel("T(q) = beta log(C + G(q)^k / beta)")
-    ax.set_title(f"KAPPO win-rate transform (beta={beta})")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    path = out / "kappo_winrate_T.png"
-    written.append(_save(fig, path))
+    written.append(_save(fig, out / "kappo_winrate_T.png", "reference win rate q = F_ref(r)",
+                         "T(q) = beta log(C + G(q)^k / beta)",
+                         f"KAPPO win-rate transform (beta={beta})"))
     for w in written:
         typer.echo(f"wrote {w}")
 
 
-def _save(fig, path: Path) -> Path:
-    """Lay out, write as a 120-dpi PNG and close ``fig``; return ``path``."""
+def _save(fig, path: Path, xlabel: str, ylabel: str, title: str, *,
+          legend_size: float | None = None) -> Path:
+    """Label the figure's one panel (legend, light grid), lay out, write as a 120-dpi PNG and
+    close ``fig``; return ``path``."""
     from bestk._optional import pyplot
 
+    ax = fig.axes[0]
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=legend_size)
+    ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     pyplot().close(fig)
