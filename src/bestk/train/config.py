@@ -61,6 +61,7 @@ __all__ = [
     "CALIBRATION_KINDS",
     "load_config",
     "yaml_error_line",
+    "parse_yaml_config",
     "apply_overrides",
     "config_to_dict",
     "config_from_dict",
