@@ -37,8 +37,8 @@ import torch
 from bestk.lab import bandit as lab_bandit
 from bestk.lab import digits as lab_digits
 from bestk.lab import sparse as lab_sparse
-from bestk.lab._io import markdown_table, write_json_atomic, write_text_atomic
 from bestk.lab.claims import ALPHA, CLAIMS, TESTBEDS, VERDICTS, evaluate_claims, render_claims
+from bestk.lab.io import markdown_table, write_json_atomic, write_text_atomic
 from bestk.lab.stats import mean_ci
 from bestk.train.compare import KappoAuto, Method, method_slug, run_compare
 

@@ -94,10 +94,12 @@ def main() -> None:
     for name in names:
         fn = core_algos.get_adv_estimator_fn(name)
         kwargs = {
-            "token_level_rewards": binary if name == "maxrl" else rewards,
+            # an estimator of the binary reward domain (maxrl) gets 0/1 rewards; one with a
+            # required option k (pkpo) gets k=4
+            "token_level_rewards": binary if _binary_domain(name) else rewards,
             "response_mask": mask,
             "index": index,
-            "config": pkpo_config if name == "pkpo" else config,
+            "config": pkpo_config if _needs_k(name) else config,
         }
         calls[name] = (fn, kwargs)
     results = time_interleaved(calls, args.repeats)
@@ -109,25 +111,38 @@ def main() -> None:
         f"{args.threads}, median of {args.repeats}"
     )
     print(f"{'estimator':<18} {'source':<6} {'median ms':>10} {'min ms':>8} {'/ grpo_vec':>10}")
-    bestk_names = {"argmaxrl", "maxrl", "softmax_grpo", "pkpo", "kappo_grpo"}
     for name, (med, best) in results.items():
-        src = "bestk" if name in bestk_names else "verl"
+        src = "bestk" if getattr(calls[name][0], "__bestk_estimator__", None) else "verl"
         print(f"{name:<18} {src:<6} {med * 1e3:>10.1f} {best * 1e3:>8.1f} {med / base:>10.2f}")
     if args.breakdown:
         breakdown(rewards, mask, index, args.repeats)
+
+
+def _binary_domain(name: str) -> bool:
+    from bestk.estimators import ESTIMATORS, estimator_info
+
+    return name in ESTIMATORS and estimator_info(name).binary_rewards()
+
+
+def _needs_k(name: str) -> bool:
+    import inspect
+
+    from bestk.estimators import ESTIMATORS, estimator_options
+
+    return name in ESTIMATORS and estimator_options(name).get("k") is inspect.Parameter.empty
 
 
 def breakdown(rewards, mask, index, repeats: int) -> None:
     """Median time of each stage of the plugin's argmaxrl call."""
     import bestk
     from bestk.groups import make_groups
-    from bestk.integrations.verl import _real_rows
+    from bestk.integrations.verl import real_rows
 
     scores = rewards.sum(-1)
     adv = bestk.advantages("argmaxrl", scores, group=index)
     stages = {
         "token_level_rewards.sum(-1)": lambda: rewards.sum(-1),
-        "padding-row detection": lambda: _real_rows(mask),
+        "padding-row detection": lambda: real_rows(mask),
         "make_groups(uid) (string factorisation)": lambda: make_groups(index, len(index)),
         "bestk.advantages(argmaxrl, incl. factorisation)": lambda: bestk.advantages(
             "argmaxrl", scores, group=index

@@ -1,11 +1,64 @@
-"""Fixtures shared by the test modules."""
+"""Fixtures and configs shared by the test modules.
+
+Besides the fixtures: :data:`TINY_MODEL` / :data:`TINY` / :func:`tiny_config` (a seconds-long
+embedded-trainer run), :data:`KAPPO_TINY` / :func:`kappo_config` (the same with a small KAPPO
+bank) and :func:`gsm8k_rows`, imported as ``from tests.conftest import ...``.
+"""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
+
+#: The tiny default model of the trainer tests (``model.*`` fields): one Qwen2 layer of width 32.
+TINY_MODEL: dict[str, int] = {
+    "hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64,
+}
+
+#: ``--set`` items of a seconds-long run: :data:`TINY_MODEL` on 64 short strings, 3 SFT steps,
+#: 2 prompts x 4 completions per RL step.
+TINY = [
+    "threads=1",
+    *(f"model.{k}={v}" for k, v in TINY_MODEL.items()),
+    "task.name=strings",
+    "task.options={num_train: 64, num_eval: 4, max_len: 4}",
+    "sft.steps=3",
+    "sft.batch_size=8",
+    "rollout.prompts_per_step=2",
+    "rollout.n=4",
+    "eval.n=4",
+    "eval.every=2",
+]
+
+#: TINY on a binary task (exact 3-character answers) with enough SFT that the reference solves
+#: some prompts sometimes, and a small KAPPO bank: 16 prompts x 8 reference samples.
+KAPPO_TINY = [s for s in TINY if not s.startswith(("task.options", "rollout.n", "sft."))] + [
+    "task.options={num_train: 64, num_eval: 4, max_len: 3, graded: false}",
+    "sft.steps=150",
+    "sft.batch_size=32",
+    "kappo.bank_prompts=16",
+    "kappo.bank_size=8",
+]
+
+
+def _config(items: list[str], out: Path, extra: tuple[str, ...]) -> Any:
+    from bestk.train.config import TrainConfig, apply_overrides
+
+    return apply_overrides(TrainConfig(), [*items, f"out={out}", *extra])
+
+
+def tiny_config(out: Path, *extra: str) -> Any:
+    """A :class:`~bestk.train.config.TrainConfig` of :data:`TINY` in ``out`` (+ ``extra``)."""
+    return _config(TINY, out, extra)
+
+
+def kappo_config(out: Path, *extra: str) -> Any:
+    """A tiny KAPPO run (:data:`KAPPO_TINY`) in ``out`` (+ ``extra``)."""
+    return _config(KAPPO_TINY, out, extra)
 
 
 @pytest.fixture

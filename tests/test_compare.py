@@ -13,13 +13,11 @@ from bestk.cli import app
 from bestk.train import compare as cmp
 from bestk.train.compare import CONTROL_OFFSET, KappoAuto, Method, run_compare
 from bestk.train.config import TrainConfig, apply_overrides
-from bestk.train.loop import Trainer, read_metrics
+from bestk.train.loop import Trainer
+from bestk.train.rundir import read_metrics
+from tests import conftest
 
-TINY = ["threads=1", "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
-        "model.intermediate_size=64", "task.name=strings",
-        "task.options={num_train: 64, num_eval: 4, max_len: 4}", "sft.steps=3",
-        "sft.batch_size=8", "rollout.prompts_per_step=2", "rollout.n=4", "eval.n=4",
-        "eval.every=2", "checkpoint_every=1"]
+TINY = [*conftest.TINY, "checkpoint_every=1"]
 
 
 def _ends(res: dict) -> dict:

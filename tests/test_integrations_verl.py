@@ -94,7 +94,7 @@ def run_python(code: str, **env) -> str:
 DISCOVERY = """
 import sys
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn
-for name in ("argmaxrl", "maxrl", "softmax_grpo", "pkpo", "kappo_grpo"):
+for name in ("argmaxrl", "maxrl", "softmax_grpo", "pkpo", "reinforce", "kappo_grpo"):
     print(name, get_adv_estimator_fn(name).__module__)
 print("grpo", get_adv_estimator_fn("grpo").__module__)
 print("bestk-imported-by-verl", "bestk.integrations.verl" in sys.modules)
@@ -103,7 +103,8 @@ print("bestk-imported-by-verl", "bestk.integrations.verl" in sys.modules)
 
 def _check_discovery(out: str) -> None:
     lines = dict(line.split(" ", 1) for line in out.strip().splitlines())
-    for name in bverl.VERL_ESTIMATORS:
+    for name in ("argmaxrl", "maxrl", "softmax_grpo", "pkpo", "reinforce", "kappo_grpo"):
+        assert name in bverl.VERL_ESTIMATORS
         assert lines[name] == "bestk.integrations.verl"
     assert lines["grpo"] == "verl.trainer.ppo.core_algos"  # verl's own names stay verl's
     assert lines["bestk-imported-by-verl"] == "True"

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import bestk
+from bestk.estimators.objectives import best_at
 from bestk.lab.bandit import (
     BANDITS,
     BIAS_SPECS,
@@ -99,7 +100,8 @@ def test_best_at_1_gradient_is_the_analytic_one():
     """d E[r] / d theta_a = pi_a (v_a - E[v]) for a softmax policy."""
     probs = torch.softmax(LOGITS, -1)
     expected = probs * (GRADED - (probs * GRADED).sum())
-    torch.testing.assert_close(objective_gradient("best@1", {}, LOGITS, GRADED, 4), expected)
+    torch.testing.assert_close(objective_gradient(best_at(1), LOGITS, GRADED, 4), expected)
+    torch.testing.assert_close(objective_gradient(None, LOGITS, GRADED, 4), expected)
 
 
 def test_bias_table_claims_hold_and_biased_ones_show():
@@ -109,7 +111,7 @@ def test_bias_table_claims_hold_and_biased_ones_show():
                 if not spec.applies(b, n):
                     continue
                 row = bias_row(spec, b, n)
-                if spec.objective == "none" or "vs J_N" in spec.label:
+                if spec.objective is None or "vs J_N" in spec.label:
                     assert row["rel_bias"] > 0.01, (b.name, spec.label, row["rel_bias"])
                 else:
                     assert row["rel_bias"] < 1e-9, (b.name, spec.label, row["rel_bias"])
@@ -128,6 +130,23 @@ def test_binary_implied_weights_match_table_1():
         assert w["maxrl"] == pytest.approx((1 - (1 - p) ** n) / p)
         assert w["argmaxrl(mean)"] == pytest.approx((1 - (1 - p) ** (n - 1)) / p)
         assert w["pkpo(k=2,s)"] == pytest.approx(2 * (1 - p))  # d pass@2 / dp
+
+
+def test_every_predicted_prompt_weight_is_the_enumerated_one():
+    """The registry's binary prompt weight (from each claimed objective, or SoftmaxGRPO's
+    Eq. 4) equals the weight measured by exact enumeration, for every spec that has one; GRPO
+    (std) has none."""
+    b = BANDITS["binary"]
+    for n in (4, 8):
+        for spec in BIAS_SPECS:
+            if not spec.applies(b, n):
+                continue
+            row = bias_row(spec, b, n)
+            if spec.label == "grpo":
+                assert row["theory_weight"] is None
+            else:
+                assert row["implied_weight"] == pytest.approx(row["theory_weight"], rel=1e-9), \
+                    (spec.label, n)
 
 
 def test_learning_curves_shape_determinism_and_progress():

@@ -17,6 +17,7 @@ from bestk.tasks.rewards import (
     similarity_reward,
     squad_f1,
 )
+from tests.conftest import TINY_MODEL
 
 
 def test_exact_reward():
@@ -204,8 +205,8 @@ def test_evaluation_counts_distinct_correct_completions(tmp_path):
     from bestk.train.loop import Trainer
 
     cfg = TrainConfig()
-    apply_overrides(cfg, ["threads=1", "model.hidden_size=32", "model.num_layers=1",
-                          "model.num_heads=2", "model.intermediate_size=64", "task.name=permute",
+    apply_overrides(cfg, ["threads=1", *(f"model.{k}={v}" for k, v in TINY_MODEL.items()),
+                          "task.name=permute",
                           "task.options={min_len: 2, max_len: 3, num_train: 64, num_eval: 6}",
                           "sft.steps=30", "sft.batch_size=32", f"out={tmp_path / 'run'}"])
     tr = Trainer(cfg)

@@ -13,56 +13,11 @@ from typer.testing import CliRunner
 
 from bestk.train.checkpoint import latest_checkpoint, list_checkpoints, save_checkpoint
 from bestk.train.config import TrainConfig, apply_overrides, load_config, validate
-from bestk.train.loop import Trainer, read_metrics
+from bestk.train.loop import Trainer
+from bestk.train.rundir import read_metrics
+from tests.conftest import KAPPO_TINY, TINY, tiny_config
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _restore_torch_threads():
-    """The trainer sets torch's global thread count; give other test modules theirs back."""
-    n = torch.get_num_threads()
-    yield
-    torch.set_num_threads(n)
-
-
-TINY = [
-    "threads=1",
-    "model.hidden_size=32",
-    "model.num_layers=1",
-    "model.num_heads=2",
-    "model.intermediate_size=64",
-    "task.name=strings",
-    "task.options={num_train: 64, num_eval: 4, max_len: 4}",
-    "sft.steps=3",
-    "sft.batch_size=8",
-    "rollout.prompts_per_step=2",
-    "rollout.n=4",
-    "eval.n=4",
-    "eval.every=2",
-]
-
-
-def tiny_config(out: Path, *extra: str) -> TrainConfig:
-    cfg = TrainConfig()
-    apply_overrides(cfg, [*TINY, f"out={out}", *extra])
-    return cfg
-
-
-#: TINY on a binary task (exact 3-character answers) with enough SFT that the reference solves
-#: some prompts sometimes, and a small KAPPO bank: 16 prompts x 8 reference samples.
-KAPPO_TINY = [s for s in TINY if not s.startswith(("task.options", "rollout.n", "sft."))] + [
-    "task.options={num_train: 64, num_eval: 4, max_len: 3, graded: false}",
-    "sft.steps=150",
-    "sft.batch_size=32",
-    "kappo.bank_prompts=16",
-    "kappo.bank_size=8",
-]
-
-
-def kappo_config(out: Path, *extra: str) -> TrainConfig:
-    """A tiny KAPPO run (:data:`KAPPO_TINY`) in ``out``."""
-    cfg = TrainConfig()
-    apply_overrides(cfg, [*KAPPO_TINY, f"out={out}", *extra])
-    return cfg
+pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 
 
 def test_two_step_run_writes_the_run_directory(tmp_path):
@@ -150,7 +105,7 @@ def _params(model):
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def test_resume_after_crash_matches_uninterrupted_run(tmp_path):
+def test_resume_after_crash_matches_uninterrupted_run(tmp_path, monkeypatch):
     extra = ["max_steps=4", "checkpoint_every=2", "loss.kl_coef=0.05", "estimator=grpo"]
     ref = Trainer(tiny_config(tmp_path / "a", *extra))
     ref.run(progress=False)
@@ -165,8 +120,17 @@ def test_resume_after_crash_matches_uninterrupted_run(tmp_path):
     assert latest_checkpoint(tmp_path / "b" / "checkpoints").name == "step_0000002.safetensors"
     assert not (tmp_path / "b" / "final").exists()
 
+    import bestk.train.loop as loop_module
+    import bestk.train.rundir as rundir_module
+
+    reads = []
+    for module in (loop_module, rundir_module):
+        real = module.read_run_config
+        monkeypatch.setattr(module, "read_run_config",
+                            lambda d, real=real: reads.append(d) or real(d))
     resumed = Trainer.resume(tmp_path / "b")
-    assert resumed.step == 2
+    assert resumed.step == 2 and len(reads) == 1  # config.yaml is read once on resume
+    monkeypatch.undo()
     resumed.run(progress=False)
     a, b = _params(ref.model), _params(resumed.model)
     for k in a:
@@ -179,7 +143,7 @@ def test_resume_after_crash_matches_uninterrupted_run(tmp_path):
     assert ra == rb and [r["step"] for r in rb] == [1, 2, 3, 4]
 
     # A larger max_steps extends the finished run.
-    more = Trainer.resume(tmp_path / "b", overrides={"max_steps": 5})
+    more = Trainer.resume(tmp_path / "b", overrides=["max_steps=5"])  # as --set takes them
     assert more.step == 4
     more.run(progress=False)
     steps = [r["step"] for r in read_metrics(tmp_path / "b/metrics.jsonl") if r["phase"] == "train"]

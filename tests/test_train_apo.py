@@ -9,26 +9,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from scipy.optimize import brentq
 from scipy.special import logsumexp
 
 from bestk.kappo import Calibration, winrate_table
-from bestk.train.loop import Trainer, read_metrics
-from tests.test_train import (
-    Crash,
-    assert_same_run,
-    crash_then_resume,
-    kappo_config,
-    tiny_config,
-)
+from bestk.train.loop import Trainer
+from bestk.train.rundir import read_metrics
+from tests.conftest import kappo_config, tiny_config
+from tests.test_train import Crash, assert_same_run, crash_then_resume
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _restore_torch_threads():
-    n = torch.get_num_threads()
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 
 
 def read_bank(out: Path) -> dict[int, np.ndarray]:

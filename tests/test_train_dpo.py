@@ -16,15 +16,12 @@ from typer.testing import CliRunner
 
 from bestk.cli import app
 from bestk.train.algorithms.dpo import P_SUCCESS_WINS, pair_rows
-from bestk.train.loop import Trainer, read_metrics
-from tests.test_train import KAPPO_TINY, assert_same_run, crash_then_resume, kappo_config
+from bestk.train.loop import Trainer
+from bestk.train.rundir import read_metrics
+from tests.conftest import KAPPO_TINY, kappo_config
+from tests.test_train import assert_same_run, crash_then_resume
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _restore_torch_threads():
-    n = torch.get_num_threads()
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 
 
 def test_pair_rows_enumerate_each_success_and_failure():

@@ -13,7 +13,7 @@ import torch
 
 from bestk.kappo import Calibration, calibrate
 from bestk.train.config import TrainConfig, apply_overrides, resolve_defaults
-from bestk.train.loop import Trainer, read_metrics
+from bestk.train.loop import Trainer
 from bestk.train.reference import (
     ReferenceBank,
     bank_examples,
@@ -21,15 +21,11 @@ from bestk.train.reference import (
     resolve_kind,
     save_reference,
 )
-from tests.test_train import KAPPO_TINY, kappo_config
+from bestk.train.rundir import read_metrics
+from tests.conftest import KAPPO_TINY, kappo_config
 from tests.test_train_rundir import invoke, one_line_error
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _restore_torch_threads():
-    n = torch.get_num_threads()
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 
 
 def test_bank_examples_are_a_seeded_subset_in_order():

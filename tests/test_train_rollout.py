@@ -15,13 +15,7 @@ from bestk.train.evaluate import evaluate
 from bestk.train.policy import build_char_tokenizer, count_parameters, load_policy
 from bestk.train.rollout import sample, sequence_logprobs, top_p_filter
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _restore_torch_threads():
-    """The trainer sets torch's global thread count; give other test modules theirs back."""
-    n = torch.get_num_threads()
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 
 
 SMALL = ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)

@@ -41,11 +41,7 @@ RUN = ["checkpoint_every=2", "keep_checkpoints=3"]
 TIMING = ("time_generate", "time_score", "time_update", "completions_per_s")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _restore_torch_threads():
-    n = torch.get_num_threads()
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 
 
 @pytest.fixture(scope="module")
@@ -634,9 +630,9 @@ def test_temporaries_of_killed_writes_are_removed_on_the_next_start(run, capsys)
 
 
 def _sigint_during_final_save(monkeypatch, presses: int) -> None:
-    import bestk.train.report as report
+    import bestk.train.loop as loop  # the trainer's write_report (imported from .report)
 
-    real = report.write_report
+    real = loop.write_report
 
     def interrupted_save(out):
         for _ in range(presses):
@@ -644,7 +640,7 @@ def _sigint_during_final_save(monkeypatch, presses: int) -> None:
             time.sleep(0.01)  # let the handler run
         return real(out)
 
-    monkeypatch.setattr(report, "write_report", interrupted_save)
+    monkeypatch.setattr(loop, "write_report", interrupted_save)
 
 
 def test_one_ctrl_c_during_the_final_save_lets_it_finish(tmp_path, monkeypatch):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# KAPPO reference calibration for GSM8K (kappo-paper, Algorithm 1): sample M = 30 responses per
+# KAPPO reference calibration for GSM8K (KAPPO, Algorithm 1): sample M = 30 responses per
 # training prompt from the reference (initial) policy with verl's generation server, score
 # them, and turn the per-prompt pass rates into the @k multipliers a_k(x) with `bestk
 # calibrate`. The resulting cal.json is versioned (k, beta, M, bank checksum) and reusable.

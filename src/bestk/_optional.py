@@ -33,6 +33,7 @@ OPTIONAL: dict[str, tuple[str, str]] = {
     "tokenizers": ("tokenizers", "train"),
     "safetensors": ("safetensors", "train"),
     "peft": ("peft", "train"),
+    "omegaconf": ("omegaconf", "train"),
     "datasets": ("datasets", "train"),
     "pyarrow": ("pyarrow", "train"),
     "tensorboard": ("tensorboard", "train"),

@@ -1,16 +1,42 @@
-"""The command group class of every ``bestk`` command group (``bestk``, ``bestk lab``,
-``bestk plot``): one-line errors for missing extras and a ``--help`` that stays fast."""
+"""What every ``bestk`` command shares: the command group class (one-line errors for missing
+extras, a ``--help`` that stays fast), :func:`fail` (the one-line ``error:`` exit) and
+:func:`number_list` (comma-separated option values)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 import typer
 from typer.core import TyperGroup
 
 from bestk._optional import missing_from
 
-__all__ = ["Group"]
+__all__ = ["Group", "fail", "number_list"]
+
+
+def fail(message: object) -> NoReturn:
+    """Stop the command: one line ``error: MESSAGE`` on stderr and exit status 2 (how every
+    bestk command reports bad input, with no traceback)."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def number_list(text: str, name: str, kind: Callable[[str], Any] = float, *,
+                positive: bool = False) -> tuple[Any, ...]:
+    """``"1,2,4"`` -> ``(1, 2, 4)`` with ``kind`` (``int`` or ``float``); a
+    ``typer.BadParameter`` naming the option ``name`` when it is empty, not numbers, or (with
+    ``positive``) not all > 0."""
+    what = "integers" if kind is int else "numbers"
+    try:
+        vals = tuple(kind(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise typer.BadParameter(f"{name} must be comma-separated {what}, got {text!r}") from None
+    if not vals:
+        raise typer.BadParameter(f"{name} is empty")
+    if positive and any(not v > 0 for v in vals):
+        raise typer.BadParameter(f"{name} must be positive {what}, got {text!r}")
+    return vals
 
 
 class Group(TyperGroup):

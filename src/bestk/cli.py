@@ -9,6 +9,9 @@ from __future__ import annotations
 import typer
 
 from bestk._typer import Group
+from bestk.kappo import commands as kappo_commands
+from bestk.lab import commands as lab_commands
+from bestk.train import commands as train_commands
 
 app = typer.Typer(
     name="bestk",
@@ -26,46 +29,48 @@ def _root() -> None:
     """@k-aware reinforcement learning for language models: ArgMaxRL, KAPPO, SoftmaxGRPO."""
 
 
-@app.command("estimators")
-def list_estimators() -> None:
-    """List the registered advantage estimators and their options."""
-    import inspect
+#: The columns of ``bestk estimators`` (rows from :func:`bestk.estimators.estimator_table`).
+ESTIMATOR_COLUMNS = ("name", "unbiased gradient of", "rewards", "prompt ids", "options (default)")
 
+
+def estimators_markdown() -> str:
+    """The estimator table as Markdown (``bestk estimators --markdown``; docs/estimators.md
+    holds it verbatim, tests/test_cli.py checks)."""
+    from bestk.estimators import estimator_table
+
+    lines = ["| " + " | ".join(ESTIMATOR_COLUMNS) + " |",
+             "|" + "---|" * len(ESTIMATOR_COLUMNS)]
+    for row in estimator_table():
+        lines.append("| " + " | ".join([f"`{row[0]}`", *row[1:]]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+@app.command("estimators")
+def list_estimators(
+    markdown: bool = typer.Option(False, "--markdown", help="Print the table as Markdown."),
+) -> None:
+    """List the registered advantage estimators: objective, rewards, options."""
+    if markdown:
+        typer.echo(estimators_markdown(), nl=False)
+        return
     from rich.console import Console
     from rich.table import Table
 
-    import bestk
+    from bestk.estimators import estimator_table
 
     table = Table(title="bestk estimators")
-    table.add_column("name")
-    table.add_column("options (default)")
-    for name in sorted(bestk.ESTIMATORS):
-        opts = bestk.estimator_options(name)
-        text = ", ".join(
-            f"{k}" if v is inspect.Parameter.empty else f"{k}={v!r}" for k, v in opts.items()
-        )
-        table.add_row(name, text or "-")
+    for column in ESTIMATOR_COLUMNS:
+        table.add_column(column)
+    for row in estimator_table():
+        table.add_row(*row)
     Console().print(table)
 
 
 # Command groups living next to the code they drive. Each module defines
 # ``register(app: typer.Typer) -> None`` and keeps heavy imports inside its command bodies,
 # so ``bestk --help`` stays fast.
-_COMMAND_MODULES: list[str] = [
-    "bestk.lab.commands",
-    "bestk.kappo.commands",
-    "bestk.train.commands",
-]
-
-
-def _register_commands() -> None:
-    import importlib
-
-    for module in _COMMAND_MODULES:
-        importlib.import_module(module).register(app)
-
-
-_register_commands()
+for _commands in (lab_commands, kappo_commands, train_commands):
+    _commands.register(app)
 
 
 def main() -> None:

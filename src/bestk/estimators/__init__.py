@@ -1,30 +1,52 @@
-"""@k-aware advantage estimators, registered by name (see ``docs/estimators.md``).
+"""@k-aware advantage estimators, registered by name with their properties.
 
-Importing this package registers the built-in estimators in :data:`ESTIMATORS`.
+Importing this package registers the built-in estimators in :data:`ESTIMATORS`: ``argmaxrl``,
+``maxrl`` (:mod:`~bestk.estimators.argmaxrl`), ``grpo``, ``rloo``, ``reinforce``
+(:mod:`~bestk.estimators.baselines`), ``softmax_grpo``, ``pkpo`` and ``kappo_grpo`` (@k-GRPO,
+on a KAPPO calibration from :mod:`bestk.kappo`). See ``docs/estimators.md`` for the formulas
+and ``docs/design.md`` for adding one.
 """
 
+from bestk.estimators import argmaxrl, baselines, kappo_grpo, pkpo, softmax_grpo
 from bestk.estimators._registry import (
     ESTIMATORS,
+    REWARD_DOMAINS,
+    EstimatorInfo,
     advantages,
     check_estimator_options,
     check_option_names,
+    estimator_info,
     estimator_options,
+    estimator_table,
+    on_register,
     prepare,
     register_estimator,
+    resolve_options,
 )
+from bestk.estimators.objectives import ByOption, Objective, best_at, joint
 
 __all__ = [
     "ESTIMATORS",
+    "REWARD_DOMAINS",
+    "ByOption",
+    "EstimatorInfo",
+    "Objective",
     "advantages",
+    "best_at",
     "check_estimator_options",
     "check_option_names",
+    "estimator_info",
     "estimator_options",
+    "estimator_table",
+    "joint",
+    "on_register",
     "prepare",
     "register_estimator",
+    "resolve_options",
+    # the modules of the built-in estimators
+    "argmaxrl",
+    "baselines",
+    "kappo_grpo",
+    "pkpo",
+    "softmax_grpo",
 ]
-
-# Register the built-in estimators (import for side effects).
-from bestk.estimators import argmaxrl as _argmaxrl  # noqa: E402, F401
-from bestk.estimators import baselines as _baselines  # noqa: E402, F401
-from bestk.estimators import pkpo as _pkpo  # noqa: E402, F401
-from bestk.estimators import softmax_grpo as _softmax_grpo  # noqa: E402, F401

@@ -1,15 +1,23 @@
-"""Estimator registry and the public entry point :func:`advantages`.
+"""Estimator registry: each estimator with its properties, and the entry point :func:`advantages`.
 
 An estimator is a plain function ``fn(rewards, groups, *, option=default, ...) -> Tensor``:
 
-* ``rewards`` is a 1-D float64 tensor of the batch's rewards (validated finite, non-empty);
+* ``rewards`` is a 1-D float64 tensor of the batch's rewards (validated finite, non-empty, and
+  0/1 when the estimator's reward domain says so);
 * ``groups`` is a :class:`bestk.groups.Groups` of the batch;
 * options are keyword-only parameters; their names are the options the user may pass;
 * the result is a 1-D float64 tensor of advantages, scaled so that the per-group
   policy-gradient estimate is ``(1/N) * sum_i A_i * grad log pi(y_i | x)``.
 
-:func:`advantages` does all input conversion and validation, so estimators only check the
-values of their own options (raising ``ValueError``).
+:func:`register_estimator` records it with its properties (:class:`EstimatorInfo`): the
+objective it is an unbiased gradient of (:mod:`bestk.estimators.objectives`), its reward
+domain, whether its group labels must be prompt ids, and which options may be given as file
+paths. Every consumer -- the trainer, the verl and TRL adapters, the lab, ``bestk estimators``
+and the unbiasedness tests -- reads these properties; none of them tests estimator names.
+
+:func:`advantages` does all input conversion and validation (:func:`bestk._inputs.prepare`),
+checks the reward domain and the prompt ids, loads path-valued options, so estimators only
+check the values of their own options (raising ``ValueError``).
 """
 
 from __future__ import annotations
@@ -17,19 +25,28 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 
-from bestk.groups import Groups, block_groups, make_groups
+from bestk._inputs import first_non_binary, prepare, to_output
+from bestk._options import check_option_names
+from bestk.estimators.objectives import ByOption, Objective
 
 __all__ = [
     "ESTIMATORS",
+    "REWARD_DOMAINS",
+    "EstimatorInfo",
     "register_estimator",
+    "estimator_info",
+    "on_register",
     "advantages",
     "estimator_options",
+    "estimator_table",
+    "resolve_options",
     "check_estimator_options",
     "check_option_names",
     "prepare",
@@ -38,27 +55,174 @@ __all__ = [
 
 EstimatorFn = Callable[..., torch.Tensor]
 
-#: name -> estimator function. Use :func:`register_estimator` to add one.
-ESTIMATORS: dict[str, EstimatorFn] = {}
+#: ``any``: any finite rewards; ``binary``: 0/1 rewards only; ``calibrated``: the estimator
+#: takes a KAPPO calibration (option ``calibration``) and its rewards are 0/1 when that
+#: calibration is binary, any finite rewards when it is a win-rate one.
+REWARD_DOMAINS = ("any", "binary", "calibrated")
+
+
+@dataclass(frozen=True)
+class EstimatorInfo:
+    """A registered estimator and its properties (what :func:`register_estimator` records).
+
+    Attributes
+    ----------
+    name: the registry key.
+    fn: the estimator function.
+    objective: what ``(1/N) sum_i A_i grad log pi(y_i|x)`` is an unbiased gradient of: an
+        :class:`~bestk.estimators.objectives.Objective`, a
+        :class:`~bestk.estimators.objectives.ByOption` (it depends on an option), or ``None``
+        (not an unbiased gradient of any fixed objective).
+    reward_domain: one of :data:`REWARD_DOMAINS`.
+    needs_prompt_ids: the group labels must be the prompts' ids (the estimator looks prompts
+        up, e.g. in a calibration), not any labels: 1-D rewards with ``group`` are required.
+    path_options: option name -> loader: a ``str`` / ``PathLike`` value of that option is
+        replaced by ``loader(value)`` (``kappo_grpo``'s ``calibration`` file).
+    prompt_weight: for an estimator without an objective, the closed-form prompt weight
+        ``prompt_weight(p, n, **options)`` of its expected update on 0/1 rewards
+        (``E[(1/N) sum_i A_i S_i] = omega(p) grad p``), if one is known.
+    """
+
+    name: str
+    fn: EstimatorFn
+    objective: Objective | ByOption | None = None
+    reward_domain: str = "any"
+    needs_prompt_ids: bool = False
+    path_options: Mapping[str, Callable[[Any], Any]] = field(default_factory=dict)
+    prompt_weight: Callable[..., float] | None = None
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """Option names with their defaults (``inspect.Parameter.empty`` when required)."""
+        return dict(_keyword_options(self.fn))
+
+    @property
+    def summary(self) -> str:
+        """The first line of the estimator's docstring."""
+        return (inspect.getdoc(self.fn) or "").split("\n", 1)[0].strip()
+
+    def with_defaults(self, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """``options`` completed with the defaults of the options not given."""
+        out = {k: v for k, v in self.options.items() if v is not inspect.Parameter.empty}
+        out.update(options or {})
+        return out
+
+    def objective_for(self, options: Mapping[str, Any] | None = None) -> Objective | None:
+        """The objective of the estimator run with ``options`` (defaults filled in), with an
+        option-named ``k`` bound to its value; ``None`` if it claims none."""
+        opts = self.with_defaults(options)
+        obj = self.objective.resolve(opts) if isinstance(self.objective, ByOption) else (
+            self.objective)
+        return None if obj is None else obj.bind(opts)
+
+    def describe_objective(self) -> str:
+        """One line: ``"J_N (baseline=loo, none); J_{N-1} (baseline=mean)"``, ``"best@k"``,
+        ``"none"``."""
+        if isinstance(self.objective, ByOption):
+            return self.objective.describe()
+        return "none" if self.objective is None else self.objective.name
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether it takes a KAPPO calibration (reward domain ``calibrated``)."""
+        return self.reward_domain == "calibrated"
+
+    def binary_rewards(self, calibration_kind: str | None = None) -> bool:
+        """Whether the estimator needs 0/1 rewards (for a ``calibrated`` one: with a calibration
+        of ``calibration_kind``)."""
+        if self.calibrated:
+            return calibration_kind == "binary"
+        return self.reward_domain == "binary"
+
+    def binary_prompt_weight(self, p: float, n: int,
+                             options: Mapping[str, Any] | None = None) -> float | None:
+        """The prompt weight ``omega(p)`` of the expected update on 0/1 rewards at group size
+        ``n``: from the objective, else from ``prompt_weight``; ``None`` if neither says."""
+        obj = self.objective_for(options)
+        if obj is not None:
+            return obj.binary_weight(p, n)
+        if self.prompt_weight is not None:
+            return float(self.prompt_weight(p, n, **self.with_defaults(options)))
+        return None
+
+
+class _Registry(MutableMapping):
+    """``ESTIMATORS``: name -> estimator function, a view of the registered
+    :class:`EstimatorInfo` (assigning a function registers it with default properties;
+    ``del`` / ``pop`` unregister)."""
+
+    def __init__(self) -> None:
+        self.info: dict[str, EstimatorInfo] = {}
+
+    def __getitem__(self, name: str) -> EstimatorFn:
+        return self.info[name].fn
+
+    def __setitem__(self, name: str, fn: EstimatorFn) -> None:
+        register_estimator(name, overwrite=True)(fn)
+
+    def __delitem__(self, name: str) -> None:
+        del self.info[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.info)
+
+    def __len__(self) -> int:
+        return len(self.info)
+
+    def __repr__(self) -> str:
+        return f"ESTIMATORS({sorted(self.info)})"
+
+
+#: name -> estimator function. Use :func:`register_estimator` to add one (with its
+#: properties); :func:`estimator_info` gives the properties.
+ESTIMATORS = _Registry()
+
+_LISTENERS: list[Callable[[EstimatorInfo], None]] = []
+
+
+def on_register(callback: Callable[[EstimatorInfo], None]) -> None:
+    """Call ``callback(info)`` for every estimator registered from now on (after it is in
+    :data:`ESTIMATORS`). The verl plugin uses it to hand new estimators to verl."""
+    _LISTENERS.append(callback)
 
 
 def register_estimator(
-    name: str, *, overwrite: bool = False
+    name: str,
+    *,
+    objective: Objective | ByOption | None = None,
+    reward_domain: str = "any",
+    needs_prompt_ids: bool = False,
+    path_options: Mapping[str, Callable[[Any], Any]] | None = None,
+    prompt_weight: Callable[..., float] | None = None,
+    overwrite: bool = False,
 ) -> Callable[[EstimatorFn], EstimatorFn]:
-    """Decorator registering ``fn(rewards, groups, *, options...)`` under ``name``.
+    """Decorator registering ``fn(rewards, groups, *, options...)`` under ``name`` with its
+    properties (see :class:`EstimatorInfo`; ``docs/design.md`` walks through adding one).
 
     Example
     -------
     >>> import bestk
-    >>> @bestk.register_estimator("centered")
+    >>> from bestk.estimators.objectives import best_at
+    >>> @bestk.register_estimator("centered", objective=best_at(1, centred=True))
     ... def centered(rewards, groups):
-    ...     return rewards - groups.mean(rewards)[groups.index]
+    ...     return groups.center(rewards)[0]        # r_i - mean of its group
     """
     if not isinstance(name, str) or not name:
         raise ValueError("estimator name must be a non-empty string")
+    if objective is not None and not isinstance(objective, (Objective, ByOption)):
+        raise ValueError(
+            f"estimator {name!r}: objective must be an Objective, a ByOption or None, got "
+            f"{type(objective).__name__}"
+        )
+    if reward_domain not in REWARD_DOMAINS:
+        raise ValueError(
+            f"estimator {name!r}: reward_domain must be one of {', '.join(REWARD_DOMAINS)}, "
+            f"got {reward_domain!r}"
+        )
 
     def decorator(fn: EstimatorFn) -> EstimatorFn:
-        if name in ESTIMATORS and not overwrite and ESTIMATORS[name] is not fn:
+        current = ESTIMATORS.info.get(name)
+        if current is not None and not overwrite and current.fn is not fn:
             raise ValueError(
                 f"estimator {name!r} is already registered; pass overwrite=True to replace it"
             )
@@ -71,7 +235,27 @@ def register_estimator(
                 f"estimator {name!r} must take (rewards, groups) positionally and options as "
                 "keyword-only parameters"
             )
-        ESTIMATORS[name] = fn
+        keywords = {p.name for p in params if p.kind == p.KEYWORD_ONLY}
+        named = set(path_options or {}) | (
+            {objective.option} if isinstance(objective, ByOption) else set()) | (
+            {objective.k} if isinstance(objective, Objective) and isinstance(objective.k, str)
+            else set())
+        if named - keywords:
+            raise ValueError(
+                f"estimator {name!r}: its properties name option(s) "
+                f"{', '.join(sorted(named - keywords))} that it does not take"
+            )
+        if reward_domain == "calibrated" and "calibration" not in keywords:
+            raise ValueError(
+                f"estimator {name!r}: a 'calibrated' reward domain needs a 'calibration' option"
+            )
+        info = EstimatorInfo(
+            name, fn, objective, reward_domain, needs_prompt_ids, dict(path_options or {}),
+            prompt_weight,
+        )
+        ESTIMATORS.info[name] = info
+        for callback in _LISTENERS:
+            callback(info)
         return fn
 
     return decorator
@@ -86,36 +270,39 @@ def _keyword_options(fn: EstimatorFn) -> tuple[tuple[str, Any], ...]:
     )
 
 
-def estimator_options(name: str) -> dict[str, Any]:
-    """Option names of estimator ``name`` with their defaults (``inspect.Parameter.empty``
-    for a required option)."""
-    return dict(_keyword_options(_lookup(name)))
-
-
-def _lookup(name: str) -> EstimatorFn:
+def estimator_info(name: str) -> EstimatorInfo:
+    """The :class:`EstimatorInfo` of estimator ``name`` (``ValueError`` listing the valid names
+    for an unknown one)."""
     try:
-        return ESTIMATORS[name]
+        return ESTIMATORS.info[name]
     except (KeyError, TypeError):
         valid = ", ".join(sorted(ESTIMATORS))
         raise ValueError(f"unknown estimator {name!r}; valid estimators: {valid}") from None
 
 
-def check_option_names(kind: str, name: str, given: Any, valid: dict[str, Any]) -> None:
-    """Raise ``ValueError`` for option names of ``kind`` ``name`` (an estimator, a task...)
-    that are unknown, or required (default ``inspect.Parameter.empty``) and missing.
+def estimator_options(name: str) -> dict[str, Any]:
+    """Option names of estimator ``name`` with their defaults (``inspect.Parameter.empty``
+    for a required option)."""
+    return estimator_info(name).options
 
-    ``valid`` maps option names to defaults, as :func:`estimator_options` returns.
-    """
-    unknown = sorted(set(given) - set(valid))
-    if unknown:
-        listing = ", ".join(valid) if valid else "none"
-        raise ValueError(
-            f"unknown option(s) {', '.join(map(repr, unknown))} for {kind} {name!r}; "
-            f"valid options: {listing}"
+
+#: How :func:`estimator_table` shows each reward domain.
+_DOMAIN_TEXT = {"any": "any", "binary": "0/1", "calibrated": "the calibration's (0/1 if binary)"}
+
+
+def estimator_table() -> list[tuple[str, str, str, str, str]]:
+    """One row per registered estimator (sorted by name): name, the objective it is an unbiased
+    gradient of, its rewards, whether its groups must be prompt ids, its options with their
+    defaults -- what ``bestk estimators`` prints and ``docs/estimators.md`` shows."""
+    rows = []
+    for name in sorted(ESTIMATORS):
+        info = estimator_info(name)
+        opts = ", ".join(
+            k if v is inspect.Parameter.empty else f"{k}={v!r}" for k, v in info.options.items()
         )
-    missing = [k for k, v in valid.items() if v is inspect.Parameter.empty and k not in given]
-    if missing:
-        raise ValueError(f"{kind} {name!r} requires option(s): {', '.join(missing)}")
+        rows.append((name, info.describe_objective(), _DOMAIN_TEXT[info.reward_domain],
+                     "yes" if info.needs_prompt_ids else "no", opts or "-"))
+    return rows
 
 
 def check_estimator_options(name: str, options: Any) -> None:
@@ -123,109 +310,39 @@ def check_estimator_options(name: str, options: Any) -> None:
     check_option_names("estimator", name, options, estimator_options(name))
 
 
-#: Integers above this magnitude do not convert to float64 exactly.
-_EXACT_INT = 2**53
-
-
-def _integer_range_check(lo: float, hi: float) -> None:
-    if max(abs(lo), abs(hi)) > _EXACT_INT:
-        raise ValueError(
-            f"integer rewards must lie within +-2**53 to convert to float64 exactly; got values "
-            f"from {lo} to {hi} (pass them as floats if rounding is intended)"
-        )
-
-
-def _rewards_to_tensor(rewards: Any) -> tuple[torch.Tensor, torch.dtype | None]:
-    """Conversion to a float64 tensor, and the dtype of tensor input (``None`` otherwise)."""
-    if isinstance(rewards, torch.Tensor):
-        if rewards.is_complex():
-            raise ValueError("rewards must be real numbers, got a complex tensor")
-        if rewards.ndim == 0:
-            raise ValueError(
-                f"rewards must be 1-D (B,) or 2-D (G, N), got a 0-d tensor ({rewards.item()!r})"
-            )
-        if rewards.is_floating_point():
-            return rewards.detach().to(torch.float64), rewards.dtype
-        if rewards.dtype != torch.bool and rewards.numel():
-            lo, hi = torch.aminmax(rewards.detach())
-            _integer_range_check(int(lo), int(hi))
-        return rewards.detach().to(torch.float64), torch.get_default_dtype()
-    try:
-        arr = np.asarray(rewards)
-    except ValueError as e:  # ragged nested lists
-        raise ValueError(f"rewards must be a 1-D or 2-D array of numbers: {e}") from None
-    if arr.ndim == 0:
-        raise ValueError(f"rewards must be 1-D (B,) or 2-D (G, N), got a 0-d scalar {rewards!r}")
-    if arr.dtype.kind not in "biuf":
-        raise ValueError(f"rewards must be numbers, got dtype {arr.dtype}")
-    if arr.dtype.kind in "iu" and arr.size:
-        _integer_range_check(int(arr.min()), int(arr.max()))
-    return torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float64)), None
-
-
-def _validate(r: torch.Tensor) -> None:
-    if r.ndim not in (1, 2):
-        raise ValueError(
-            f"rewards must be 1-D (B,) or 2-D (G, N), got {r.ndim}-D shape {tuple(r.shape)}"
-        )
-    if r.numel() == 0:
-        raise ValueError(f"rewards are empty (shape {tuple(r.shape)})")
-    lo, hi = torch.aminmax(r)  # NaN propagates into both
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        finite = torch.isfinite(r)
-        bad = torch.nonzero(~finite)[0].tolist()
-        where = bad[0] if r.ndim == 1 else tuple(bad)
-        raise ValueError(f"reward at index {where} is {r[tuple(bad)].item()} (must be finite)")
-
-
-def to_output(a: torch.Tensor, dtype: torch.dtype | None, what: str = "advantages") -> Any:
-    """A float64 result in the caller's type: a tensor of ``dtype`` (tensor input, ``dtype``
-    not ``None``) or a float64 numpy array.
-
-    A result the dtype cannot hold (``|a|`` beyond its largest finite value, e.g. 65504 for
-    float16) is a ``ValueError`` naming the dtype and its range, never a silent ``inf``.
-    """
-    if dtype is None:
-        return a.cpu().numpy() if a.device.type != "cpu" else a.numpy()
-    if dtype == torch.float64:
-        return a
-    out = a.to(dtype)
-    if out.numel() and out.is_floating_point():
-        lo, hi = torch.aminmax(out)
-        if not (math.isfinite(lo) and math.isfinite(hi)):
-            big = float(a.abs().max())
-            raise ValueError(
-                f"{what} up to {big:.6g} in magnitude do not fit the rewards' dtype {dtype} "
-                f"(finite range +-{torch.finfo(dtype).max:.6g}); pass rewards in a wider float "
-                "dtype, or rescale them"
-            )
+def resolve_options(name: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` with each path-valued option of estimator ``name`` that is given as a
+    ``str`` / ``PathLike`` loaded by its loader (``kappo_grpo``'s ``calibration`` file; the
+    loader caches). A file that cannot be loaded is a ``ValueError``
+    ``cannot load OPTION 'PATH': why``."""
+    info = estimator_info(name)
+    out = dict(options)
+    for option, loader in info.path_options.items():
+        value = out.get(option)
+        if isinstance(value, (str, os.PathLike)):
+            try:
+                out[option] = loader(value)
+            except (OSError, ValueError) as e:
+                raise ValueError(f"cannot load {option} {str(value)!r}: {e}") from None
     return out
 
 
-def prepare(rewards: Any, group: Any = None) -> tuple[torch.Tensor, Groups, Callable]:
-    """Validate ``rewards``/``group`` as :func:`advantages` does.
-
-    Returns the flat float64 reward tensor, its :class:`Groups`, and ``finish(a, shape=None,
-    what="advantages")`` mapping a flat float64 result back to the caller's type (tensor of
-    the rewards' dtype, or float64 numpy) and to ``shape`` (default: the rewards' shape),
-    raising ``ValueError`` if the rewards' dtype cannot represent it.
-    """
-    r, dtype = _rewards_to_tensor(rewards)
-    _validate(r)
-    shape = r.shape
-    if r.ndim == 2:
-        if group is not None:
-            raise ValueError("group must be None when rewards are a 2-D (G, N) array")
-        groups = block_groups(shape[0], shape[1], r.device)
-        flat = r.reshape(-1)
-    else:
-        flat = r
-        groups = make_groups(group, shape[0], r.device)
-
-    def finish(a: torch.Tensor, out_shape: Any = None, what: str = "advantages") -> Any:
-        return to_output(a.reshape(shape if out_shape is None else out_shape), dtype, what)
-
-    return flat, groups, finish
+def _check_domain(info: EstimatorInfo, rewards: torch.Tensor, options: Mapping[str, Any],
+                  from_labels: bool) -> None:
+    if info.needs_prompt_ids and not from_labels:
+        raise ValueError(
+            f"{info.name} needs the prompt ids: pass 1-D rewards with group=<the prompt id of "
+            "each sample> (with group=None or 2-D rewards the groups would be row numbers, not "
+            "prompt ids)"
+        )
+    kind = getattr(options.get("calibration"), "kind", None)
+    if info.binary_rewards(kind):
+        i = first_non_binary(rewards)
+        if i is not None:
+            what = f"{info.name} with a binary calibration" if kind else info.name
+            raise ValueError(
+                f"{what} needs binary 0/1 rewards; reward at index {i} is {rewards[i].item()!r}"
+            )
 
 
 def advantages(name: str, rewards: Any, group: Any = None, **options: Any) -> Any:
@@ -244,6 +361,7 @@ def advantages(name: str, rewards: Any, group: Any = None, **options: Any) -> An
         ``None`` means a single group. Must be ``None`` for 2-D rewards.
     **options:
         Estimator options (see ``docs/estimators.md``); unknown options raise ``ValueError``.
+        A path-valued option (``kappo_grpo``'s ``calibration``) may be a file path.
 
     Returns
     -------
@@ -260,10 +378,12 @@ def advantages(name: str, rewards: Any, group: Any = None, **options: Any) -> An
         array of finite numbers (a 0-d scalar included), labels that do not match, or
         rewards outside the estimator's domain.
     """
-    fn = _lookup(name)
+    info = estimator_info(name)
     check_estimator_options(name, options)
+    options = resolve_options(name, options)
     flat, groups, finish = prepare(rewards, group)
-    a = fn(flat, groups, **options)
+    _check_domain(info, flat, options, groups.from_labels)
+    a = info.fn(flat, groups, **options)
     if not isinstance(a, torch.Tensor) or a.shape != flat.shape:
         raise ValueError(
             f"estimator {name!r} returned {type(a).__name__} of shape "

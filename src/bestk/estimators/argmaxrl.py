@@ -33,11 +33,15 @@ from __future__ import annotations
 import torch
 
 from bestk.estimators._registry import register_estimator
+from bestk.estimators.objectives import ByOption, joint
 from bestk.groups import Groups, Rows
 
 __all__ = ["argmaxrl", "maxrl", "argmaxrl_weights"]
 
 _BASELINES = ("loo", "mean", "none")
+
+#: J_N with the ``loo`` / ``none`` baselines, J_{N-1} with ``mean`` (docstring of argmaxrl).
+_OBJECTIVE = ByOption("baseline", {"loo": joint(), "none": joint(), "mean": joint(lag=1)})
 
 
 def _scaled_weights(rows: Rows, offset: torch.Tensor | None = None) -> torch.Tensor:
@@ -67,7 +71,7 @@ def _check_baseline(baseline: str) -> None:
         )
 
 
-@register_estimator("argmaxrl")
+@register_estimator("argmaxrl", objective=_OBJECTIVE)
 def argmaxrl(rewards: torch.Tensor, groups: Groups, *, baseline: str = "loo") -> torch.Tensor:
     """ArgMaxRL advantages ``A_i`` (GRPO scaling: the gradient estimate is (1/N) sum A_i S_i).
 
@@ -113,7 +117,7 @@ def argmaxrl(rewards: torch.Tensor, groups: Groups, *, baseline: str = "loo") ->
     return groups.sort(rewards).scatter_rows(advantage, consume=True)
 
 
-@register_estimator("maxrl")
+@register_estimator("maxrl", objective=_OBJECTIVE, reward_domain="binary")
 def maxrl(rewards: torch.Tensor, groups: Groups, *, baseline: str = "loo") -> torch.Tensor:
     """MaxRL advantages: :func:`argmaxrl` restricted to binary 0/1 rewards.
 
@@ -121,14 +125,7 @@ def maxrl(rewards: torch.Tensor, groups: Groups, *, baseline: str = "loo") -> to
     ``baseline="none"`` gives ``A_i = N r_i / K``, unbiased for
     ``grad sum_{k=1}^{N} (1/k) pass@k``; ``baseline="mean"`` gives ``(r_i - mean)/mean``
     (``N r_i / K - 1``), unbiased for the same sum truncated at ``N - 1``; ``baseline="loo"``
-    is unbiased for the full sum. Rewards other than 0/1 raise ``ValueError``.
+    is unbiased for the full sum. Its reward domain is ``binary``: :func:`bestk.advantages`
+    refuses rewards other than 0/1 (use argmaxrl for graded rewards).
     """
-    _check_baseline(baseline)
-    bad = (rewards != 0) & (rewards != 1)
-    if bool(bad.any()):
-        i = int(torch.nonzero(bad)[0])
-        raise ValueError(
-            f"maxrl needs binary 0/1 rewards; reward at index {i} is {rewards[i].item()} "
-            "(use argmaxrl for graded rewards)"
-        )
     return argmaxrl(rewards, groups, baseline=baseline)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from bestk.estimators._options import real_option
+from bestk._options import real_option
 from bestk.estimators._registry import register_estimator
+from bestk.estimators.objectives import ByOption, best_at
 from bestk.groups import Groups
 
 __all__ = ["grpo", "rloo", "reinforce"]
@@ -19,7 +20,9 @@ __all__ = ["grpo", "rloo", "reinforce"]
 _SCALES = ("std", "none")
 
 
-@register_estimator("grpo")
+@register_estimator(
+    "grpo", objective=ByOption("scale", {"std": None, "none": best_at(1, centred=True)})
+)
 def grpo(
     rewards: torch.Tensor, groups: Groups, *, scale: str = "std", eps: float = 1e-6
 ) -> torch.Tensor:
@@ -48,7 +51,7 @@ def grpo(
     return groups.standardize(rewards, eps, ddof=1)
 
 
-@register_estimator("rloo")
+@register_estimator("rloo", objective=best_at(1))
 def rloo(rewards: torch.Tensor, groups: Groups) -> torch.Tensor:
     """REINFORCE leave-one-out (Ahmadian et al. 2024): ``A_i = r_i - mean_{j != i} r_j``.
 
@@ -66,7 +69,7 @@ def rloo(rewards: torch.Tensor, groups: Groups) -> torch.Tensor:
     return a if scale is None else a * groups.broadcast(scale)
 
 
-@register_estimator("reinforce")
+@register_estimator("reinforce", objective=best_at(1))
 def reinforce(rewards: torch.Tensor, groups: Groups) -> torch.Tensor:
     """Plain REINFORCE: ``A_i = r_i``. Unbiased gradient of ``E[r]``, no baseline."""
     return rewards.clone()

@@ -30,43 +30,15 @@ from __future__ import annotations
 
 import torch
 
-from bestk.estimators._options import int_option
+from bestk._options import int_option
 from bestk.estimators._registry import register_estimator
-from bestk.groups import Groups, Rows, SortedGroups
+from bestk.estimators.objectives import best_at
+from bestk.groups import Groups, Rows
+from bestk.metrics import maxk_weights
 
-__all__ = ["pkpo", "maxk_weights"]
+__all__ = ["pkpo"]
 
 _VARIANTS = ("sloo_minus_one", "sloo", "s")
-
-
-def maxk_weights(
-    s: SortedGroups | Rows, k: int, dtype: torch.dtype | None = None, *,
-    leave_one_out: bool = False
-) -> torch.Tensor:
-    """``C(i-1, k-1) / C(n', k)`` at every position of an ascending sorted layout.
-
-    ``i`` is the 1-based rank in the group and ``n'`` the group size, or the size minus one
-    when ``leave_one_out`` (weights of the group with one member removed, indexed by the rank
-    in the reduced group). Zero where ``i < k`` or ``i > n'``. Computed as
-    ``exp(log(k/n') + sum_{j=i+1}^{n'} log((j-k)/(j-1)))``, a segment-local suffix scan.
-    ``s`` is a :class:`~bestk.groups.SortedGroups` (flat ``(B,)`` result in sorted order) or
-    one padded :class:`~bestk.groups.Rows` matrix (``(R, W)`` result).
-    """
-    if isinstance(s, SortedGroups):
-        return s.map_rows(lambda rows: maxk_weights(rows, k, dtype, leave_one_out=leave_one_out))
-    rows = s
-    dtype = dtype or rows.values.dtype
-    m = rows.rank.to(dtype)
-    n_eff = rows.n - 1 if leave_one_out else rows.n
-    n_eff = torch.as_tensor(n_eff, dtype=dtype, device=m.device)
-    one = torch.ones((), dtype=dtype, device=m.device)
-    # log of the recursion ratio (j-k)/(j-1) for k < j <= n', 0 elsewhere (padding included).
-    inner = (m > k) & (m <= n_eff)
-    ratio = torch.where(inner, (m - k) / torch.maximum(m - 1, one), one)
-    suffix = rows.rcumsum(torch.log(ratio), exclusive=True)  # sum_{j=i+1}^{n'}
-    valid = (m >= k) & (m <= n_eff)
-    logw = torch.log(_div(k, torch.maximum(n_eff, one))) + suffix
-    return torch.where(valid, torch.exp(torch.where(valid, logw, -one)), torch.zeros_like(logw))
 
 
 def _check_k(k, groups: Groups, variant: str) -> int:
@@ -90,7 +62,7 @@ def _check_k(k, groups: Groups, variant: str) -> int:
     return k
 
 
-@register_estimator("pkpo")
+@register_estimator("pkpo", objective=best_at("k"))
 def pkpo(
     rewards: torch.Tensor, groups: Groups, *, k: int, variant: str = "sloo_minus_one"
 ) -> torch.Tensor:

@@ -9,16 +9,23 @@ from __future__ import annotations
 
 import torch
 
-from bestk.estimators._options import real_option
+from bestk._options import real_option
 from bestk.estimators._registry import register_estimator
 from bestk.groups import Groups
+from bestk.theory import softmax_grpo_weight
 
 __all__ = ["softmax_grpo"]
 
 _QUARTER_MAX = float(torch.finfo(torch.float64).max) / 4
 
 
-@register_estimator("softmax_grpo")
+def _prompt_weight(p: float, n: int, *, tau: float) -> float:
+    """Eq. (4)'s ``omega_{N,tau}(p)`` in the ``(1/N) sum_i A_i S_i`` scaling (Eq. (4) is written
+    for ``sum_i A_i S_i``, hence ``/ n``)."""
+    return float(softmax_grpo_weight(p, n, tau)) / n
+
+
+@register_estimator("softmax_grpo", objective=None, prompt_weight=_prompt_weight)
 def softmax_grpo(rewards: torch.Tensor, groups: Groups, *, tau: float = 0.1) -> torch.Tensor:
     """SoftmaxGRPO advantages ``A_i = N softmax(r / tau)_i - 1`` within each group (Eq. (1)).
 

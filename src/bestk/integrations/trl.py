@@ -75,12 +75,16 @@ from typing import Any
 import numpy as np
 import torch
 
-import bestk
-import bestk.kappo.estimator  # noqa: F401  (registers kappo_grpo)
 from bestk._optional import require
-from bestk.estimators import check_estimator_options
-from bestk.integrations._common import load_calibration
-from bestk.kappo import transform_rewards
+from bestk.estimators import (
+    advantages,
+    check_estimator_options,
+    estimator_info,
+    estimator_options,
+    resolve_options,
+)
+from bestk.kappo.calibration import load_calibration
+from bestk.kappo.transform import transform_rewards
 
 _trl = require("trl", extra="trl", who="bestk.integrations.trl")
 DPOTrainer, GRPOTrainer = _trl.DPOTrainer, _trl.GRPOTrainer
@@ -114,13 +118,21 @@ def check_estimator(estimator: str, options: Mapping[str, Any] | None) -> dict[s
     return opts
 
 
+def follows_scale_rewards(estimator: str) -> bool:
+    """Whether TRL's ``scale_rewards`` (and its epsilon) map onto the estimator's options: an
+    estimator with GRPO's ``scale`` (``"std"`` / ``"none"``) and ``eps`` options -- bestk's
+    ``grpo``, TRL's own group normalisation -- read off its registered options."""
+    return {"scale", "eps"} <= set(estimator_options(estimator))
+
+
 def check_trl_args(
     args: Any, estimator: str, options: dict[str, Any]
 ) -> tuple[dict[str, Any], float | None]:
     """Honour or refuse the ``GRPOConfig`` options that change advantages (one-line errors).
 
     Returns ``(options, batch_std_eps)``: the estimator options with what ``scale_rewards``
-    implies for ``estimator="grpo"`` filled in, and the epsilon of ``scale_rewards="batch"``
+    implies for ``estimator="grpo"`` (:func:`follows_scale_rewards`) filled in, and the
+    epsilon of ``scale_rewards="batch"``
     (``None`` unless batch scaling applies). ``args`` may be ``None`` (TRL's defaults).
     """
     aggregation = getattr(args, "multi_objective_aggregation", "sum_then_normalize")
@@ -134,12 +146,13 @@ def check_trl_args(
     if scale not in ("group", "none", "batch"):
         raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {scale!r}")
     opts = dict(options)
-    if estimator != "grpo":
+    if not follows_scale_rewards(estimator):
         if scale == "batch":
             raise ValueError(
                 f"scale_rewards='batch' is TRL's GRPO normalisation and applies only to "
-                f"estimator='grpo'; {estimator!r} defines its own advantage scale (leave "
-                "scale_rewards at 'group' or set 'none')"
+                f"estimator='grpo' (an estimator with GRPO's scale and eps options); "
+                f"{estimator!r} defines its own advantage scale (leave scale_rewards at 'group' "
+                "or set 'none')"
             )
         return opts, None
     implied = "std" if scale == "group" else "none"
@@ -191,9 +204,7 @@ def bestk_advantages(
         raise ValueError(
             f"{b} completions are not whole groups of num_generations={num_generations}"
         )
-    opts = dict(estimator_options or {})
-    if "calibration" in opts:
-        opts["calibration"] = load_calibration(opts["calibration"])
+    opts = resolve_options(estimator, estimator_options or {})  # path-valued options loaded
     labels = None
     if prompt_ids is not None:
         labels = np.empty(len(prompt_ids), dtype=object)
@@ -213,9 +224,9 @@ def bestk_advantages(
     rewards = (rewards_per_func * w.unsqueeze(0)).nansum(dim=1)
     scorable = ~torch.isnan(rewards_per_func).all(dim=1)
     if bool(scorable.all()) and labels is None:
-        adv = bestk.advantages(estimator, rewards.view(-1, num_generations), **opts).reshape(-1)
+        adv = advantages(estimator, rewards.view(-1, num_generations), **opts).reshape(-1)
     elif bool(scorable.all()):
-        adv = bestk.advantages(estimator, rewards, group=labels, **opts)
+        adv = advantages(estimator, rewards, group=labels, **opts)
     else:
         adv = torch.zeros_like(rewards)
         if bool(scorable.any()):
@@ -223,7 +234,7 @@ def bestk_advantages(
                 group = (torch.arange(b, device=rewards.device) // num_generations)[scorable]
             else:
                 group = labels[scorable.cpu().numpy()]
-            adv[scorable] = bestk.advantages(estimator, rewards[scorable], group=group, **opts)
+            adv[scorable] = advantages(estimator, rewards[scorable], group=group, **opts)
     if batch_std_eps is not None:
         if not (isinstance(batch_std_eps, (int, float)) and batch_std_eps >= 0):
             raise ValueError(f"batch_std_eps must be a number >= 0, got {batch_std_eps!r}")
@@ -274,15 +285,12 @@ class BestkGRPOTrainer(GRPOTrainer):
     ):
         self.estimator_options = check_estimator(estimator, estimator_options)
         self.estimator = estimator
-        if estimator == "kappo_grpo" and prompt_id_column is None:
+        if estimator_info(estimator).needs_prompt_ids and prompt_id_column is None:
             raise ValueError(
-                "kappo_grpo needs prompt_id_column: the dataset column with the prompt ids of "
-                "its calibration bank"
+                f"{estimator} needs prompt_id_column: the dataset column with the prompt ids "
+                "its groups are labelled by (for kappo_grpo: those of its calibration bank)"
             )
-        if "calibration" in self.estimator_options:
-            self.estimator_options["calibration"] = load_calibration(
-                self.estimator_options["calibration"]
-            )
+        self.estimator_options = resolve_options(estimator, self.estimator_options)
         grpo_args = kwargs.get("args", args[2] if len(args) > 2 else None)
         self.estimator_options, self.batch_std_eps = check_trl_args(
             grpo_args, estimator, self.estimator_options

@@ -1,16 +1,14 @@
 r"""verl plugin: bestk's @k-aware advantage estimators as verl advantage estimators.
 
-Importing this module registers, with ``verl.trainer.ppo.core_algos.register_adv_est``:
-
-========================  ===================================================================
-``argmaxrl``              ArgMaxRL (unbiased for :math:`\nabla J_N`, default ``baseline="loo"``)
-``maxrl``                 MaxRL (ArgMaxRL on 0/1 rewards; non-binary rewards are an error)
-``softmax_grpo``          SoftmaxGRPO, :math:`A_i = N\,\mathrm{softmax}(r/\tau)_i - 1`
-``pkpo``                  PKPO max@k / pass@k (option ``k`` is required)
-``kappo_grpo``            @k-GRPO with a KAPPO reference calibration (option ``calibration``)
-========================  ===================================================================
-
-verl's own ``grpo`` / ``rloo`` / ... keep their verl implementations. Each function computes
+Importing this module registers every estimator of bestk's registry
+(:data:`bestk.ESTIMATORS`) with ``verl.trainer.ppo.core_algos.register_adv_est`` under its
+bestk name -- ``argmaxrl``, ``maxrl``, ``softmax_grpo``, ``pkpo``, ``reinforce``,
+``kappo_grpo``, and any estimator registered later (:func:`bestk.estimators.on_register`),
+yours included -- except the names verl already has: verl's own ``grpo`` / ``rloo`` / ... keep
+their verl implementations (:data:`VERL_ESTIMATORS` lists what was registered). What each
+needs is read from its registry properties: path-valued options (``kappo_grpo``'s
+``calibration`` file) are loaded once and cached, and an estimator that ``needs_prompt_ids``
+gets verl's ``uid`` as its prompt ids. Each function computes
 exactly ``bestk.advantages(name, scores, group=uid, **options)`` (the formulas, their
 objectives and paper equations are in the estimators' docstrings, e.g.
 :func:`bestk.estimators.argmaxrl.argmaxrl`), with verl's conventions around it:
@@ -82,11 +80,18 @@ from typing import Any
 import numpy as np
 import torch
 
-import bestk
-import bestk.kappo.estimator  # noqa: F401  (registers kappo_grpo)
 from bestk._optional import require
-from bestk.integrations._common import load_calibration as _load_calibration
-from bestk.kappo import transform_rewards
+from bestk.estimators import (
+    ESTIMATORS,
+    EstimatorInfo,
+    advantages,
+    check_estimator_options,
+    estimator_info,
+    on_register,
+    resolve_options,
+)
+from bestk.kappo.calibration import load_calibration
+from bestk.kappo.transform import transform_rewards
 
 _core_algos = require("verl.trainer.ppo.core_algos", extra="verl", who="bestk.integrations.verl")
 
@@ -96,13 +101,16 @@ __all__ = [
     "resolve_score_fn",
     "options_from_config",
     "outcome_advantages",
+    "real_rows",
     "register",
     "compose_verl_config",
     "preflight",
 ]
 
-#: The bestk estimators registered with verl (verl keeps its own grpo / rloo).
-VERL_ESTIMATORS: tuple[str, ...] = ("argmaxrl", "maxrl", "softmax_grpo", "pkpo", "kappo_grpo")
+#: The bestk estimators registered with verl: every estimator of bestk's registry whose name
+#: verl does not already use for its own (verl keeps its grpo / rloo); filled by
+#: :func:`register` and by later registrations.
+VERL_ESTIMATORS: list[str] = []
 
 
 def options_from_config(config: Any) -> dict[str, Any]:
@@ -145,7 +153,7 @@ def _select_labels(index: Any, keep: torch.Tensor) -> Any:
     return arr[keep.cpu().numpy()]
 
 
-def _real_rows(response_mask: torch.Tensor) -> torch.Tensor:
+def real_rows(response_mask: torch.Tensor) -> torch.Tensor:
     """``(bs,)`` bool: rows with at least one response token (not verl padding).
 
     Exact, but cheap in the common case: responses are right-padded, so a real row almost
@@ -204,25 +212,23 @@ def outcome_advantages(
     n_labels = len(index)
     if n_labels != bs:
         raise ValueError(f"index has {n_labels} labels but the batch has {bs} rows")
-    opts = dict(options or {})
-    if name == "kappo_grpo" and "calibration" in opts:
-        opts["calibration"] = _load_calibration(opts["calibration"])
+    opts = resolve_options(name, options or {})  # path-valued options loaded (cached)
 
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1)
-        real = _real_rows(response_mask)
+        real = real_rows(response_mask)
         if bool(real.all()):
-            adv = bestk.advantages(name, scores, group=index, **opts)
+            adv = advantages(name, scores, group=index, **opts)
         else:
             adv = torch.zeros_like(scores)
             if bool(real.any()):
-                adv[real] = bestk.advantages(
+                adv[real] = advantages(
                     name, scores[real], group=_select_labels(index, real), **opts
                 )
         # = adv[:, None] * response_mask; converting the mask first is ~1.7x faster on CPU
         # than letting the product promote an int64 mask (copy=True: never write into it).
-        advantages = response_mask.to(dtype=adv.dtype, copy=True).mul_(adv.unsqueeze(-1))
-    return advantages, advantages
+        token_adv = response_mask.to(dtype=adv.dtype, copy=True).mul_(adv.unsqueeze(-1))
+    return token_adv, token_adv
 
 
 def _make_verl_estimator(name: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
@@ -242,30 +248,34 @@ def _make_verl_estimator(name: str) -> Callable[..., tuple[torch.Tensor, torch.T
     estimator.__doc__ = (
         f"verl advantage estimator ``{name}`` from bestk: see "
         "``bestk.integrations.verl.outcome_advantages``; options from ``config.bestk``.\n\n"
-        + (bestk.ESTIMATORS[name].__doc__ or "")
+        + (ESTIMATORS[name].__doc__ or "")
     )
     estimator.__bestk_estimator__ = name  # type: ignore[attr-defined]
     return estimator
 
 
-def register() -> list[str]:
-    """Register :data:`VERL_ESTIMATORS` with verl; idempotent (re-imports are fine).
+def _register_one(info: EstimatorInfo) -> None:
+    """Hand one bestk estimator to verl, unless verl has its own under that name."""
+    current = _core_algos.ADV_ESTIMATOR_REGISTRY.get(info.name)
+    if current is None:
+        _core_algos.register_adv_est(info.name)(_make_verl_estimator(info.name))
+    elif getattr(current, "__bestk_estimator__", None) != info.name:
+        return  # verl's own estimator of that name stays
+    if info.name not in VERL_ESTIMATORS:
+        VERL_ESTIMATORS.append(info.name)
 
-    Returns the names registered. A name already taken in verl by a non-bestk estimator is a
-    ``ValueError`` (verl's own check).
-    """
-    registry = _core_algos.ADV_ESTIMATOR_REGISTRY
-    for name in VERL_ESTIMATORS:
-        if name not in bestk.ESTIMATORS:  # pragma: no cover - all ship with bestk
-            raise ValueError(f"bestk has no estimator {name!r}")
-        current = registry.get(name)
-        if getattr(current, "__bestk_estimator__", None) == name:
-            continue
-        _core_algos.register_adv_est(name)(_make_verl_estimator(name))
+
+def register() -> list[str]:
+    """Register every estimator of bestk's registry with verl (but the names verl has); also
+    done for each estimator registered later. Idempotent (re-imports are fine). Returns
+    :data:`VERL_ESTIMATORS`."""
+    for name in sorted(ESTIMATORS):
+        _register_one(estimator_info(name))
     return list(VERL_ESTIMATORS)
 
 
 register()
+on_register(_register_one)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -375,7 +385,7 @@ def kappo_compute_score(
             "kappo_compute_score needs the calibration: "
             "+reward.custom_reward_function.reward_kwargs.calibration=/path/cal.json"
         )
-    cal = _load_calibration(calibration)
+    cal = load_calibration(calibration)
     fn = resolve_score_fn(base)
     result = fn(
         data_source=data_source,
@@ -412,6 +422,10 @@ def kappo_compute_score(
     return info
 
 
+#: verl's own estimators that divide each group by its reward std (cancelling a per-prompt
+#: reward multiplier), each with the ``algorithm`` option that turns the division off.
+VERL_STD_NORMALISED: dict[str, str] = {"grpo": "norm_adv_by_std_in_grpo"}
+
 _KAPPO_REWARD_PATHS = ("pkg://bestk.integrations.verl", "pkg://bestk/integrations/verl")
 
 
@@ -440,18 +454,19 @@ def _check_kappo_reward(cfg: Any, lines: list[str]) -> None:
             "kappo_compute_score needs "
             "+reward.custom_reward_function.reward_kwargs.calibration=/path/cal.json"
         )
-    cal = _load_calibration(kwargs["calibration"])
+    cal = load_calibration(kwargs["calibration"])
     fn = resolve_score_fn(kwargs.get("base", "default"))
     lines.append(f"reward: kappo_compute_score over {getattr(fn, '__name__', fn)}: {cal!r}")
     if unknown:
         lines.append(f"reward_kwargs forwarded to the base score function: {sorted(unknown)}")
     algo = cfg.algorithm
     name = str(algo.adv_estimator)
-    if cal.kind == "binary" and name == "grpo" and bool(algo.get("norm_adv_by_std_in_grpo", True)):
+    switch = VERL_STD_NORMALISED.get(name)
+    if cal.kind == "binary" and switch is not None and bool(algo.get(switch, True)):
         raise ValueError(
-            "algorithm.adv_estimator=grpo divides each group by its reward std, which cancels "
+            f"algorithm.adv_estimator={name} divides each group by its reward std, which cancels "
             "the binary KAPPO multiplier a_k(x) (KAPPO Eq. 139): use algorithm.adv_estimator=rloo "
-            "or algorithm.norm_adv_by_std_in_grpo=False"
+            f"or algorithm.{switch}=False"
         )
 
 
@@ -474,8 +489,9 @@ def preflight(overrides: list[str] | tuple[str, ...] = ()) -> str:
     on a small batch of ``actor_rollout_ref.rollout.n``-sample groups (``kappo_grpo``: loads the
     calibration instead). With :func:`kappo_compute_score` as the custom reward function it
     loads the calibration and the base score function, and refuses a binary calibration with
-    verl's std-normalised ``grpo`` (Eq. 139). Returns a one-paragraph summary; raises on any
-    problem.
+    verl's std-normalised ``grpo`` (Eq. 139). An estimator that ``needs_prompt_ids`` cannot run
+    on made-up uids: its options are checked and its path-valued options loaded instead.
+    Returns a one-paragraph summary; raises on any problem.
     """
     cfg = compose_verl_config(overrides)
     name = str(cfg.algorithm.adv_estimator)
@@ -491,11 +507,18 @@ def preflight(overrides: list[str] | tuple[str, ...] = ()) -> str:
         return "\n".join(lines)
     options = options_from_config(cfg.algorithm)
     lines.append(f"algorithm.bestk={options}")
-    if name == "kappo_grpo":
-        if "calibration" not in options:
-            raise ValueError("kappo_grpo needs +algorithm.bestk.calibration=PATH")
-        cal = _load_calibration(options["calibration"])
-        lines.append(f"calibration: {cal!r}")
+    info = estimator_info(name)
+    if info.needs_prompt_ids:
+        missing = [o for o, d in info.options.items()
+                   if d is inspect.Parameter.empty and o not in options]
+        if missing:
+            raise ValueError(f"{name} needs " + " ".join(
+                f"+algorithm.bestk.{o}={'PATH' if o in info.path_options else 'VALUE'}"
+                for o in missing))
+        check_estimator_options(name, options)
+        loaded = resolve_options(name, options)
+        lines += [f"{o}: {loaded[o]!r}" for o in info.path_options if o in loaded]
+        lines.append("its groups must be prompt ids (uid): not run on made-up uids")
         return "\n".join(lines)
     groups = 4
     gen = torch.Generator().manual_seed(0)

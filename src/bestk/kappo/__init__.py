@@ -1,42 +1,65 @@
-"""KAPPO: @k adaptive pressure for policy optimisation (papers/kappo-paper.txt).
+"""KAPPO: @k adaptive pressure for policy optimisation (see ``docs/references.md``).
 
 Reference calibration (binary pass@k and continuous win-rate max@k), the closed-form optimal
-quantities, the ``kappo_grpo`` advantage estimator (registered when first used), the @k-A*PO /
+quantities, the ``kappo_grpo`` advantage estimator (:mod:`bestk.estimators.kappo_grpo`, a
+built-in of the estimator registry), the @k-A*PO /
 @k-DPO losses, the reward-side transform for any engine (:func:`transform_rewards`), the
 discrete max@k reconstruction and the finite-bank error analysis. See docs/kappo.md.
 
-The names below load on first use (PEP 562): ``import bestk.kappo`` is cheap, so the
-``bestk calibrate`` / ``bestk plot`` commands can be listed without importing torch. Using
-``kappo_grpo`` (or ``bestk.ESTIMATORS``) registers the ``kappo_grpo`` estimator.
+The names below load on first use (PEP 562, :mod:`bestk._lazy`): ``import bestk.kappo`` is
+cheap, so the ``bestk calibrate`` / ``bestk plot`` commands can be listed without importing
+torch.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-#: submodule -> the public names it defines
-_EXPORTS: dict[str, tuple[str, ...]] = {
-    "bank": ("load_bank",),
-    "binary": ("BinaryCalibration", "binary_calibration", "dpo_beta_eff", "solve_p_star"),
-    "calibration": ("KINDS", "SCHEMA_VERSION", "Calibration", "bank_checksum", "calibrate"),
-    "estimator": ("kappo_grpo",),
-    "losses": ("kappo_apo_loss", "kappo_dpo_loss"),
-    "reconstruction": ("MaxAtKReconstruction", "reconstruct_from_bank", "reconstruct_max_at_k"),
-    "sensitivity": ("BankError", "binomial_weights", "finite_bank_error"),
-    "transform": ("transform_rewards",),
-    "winrate": (
-        "winrate_constant", "winrate_G", "winrate_log_constant", "winrate_psi", "winrate_T",
-        "winrate_table",
-    ),
+from bestk._lazy import lazy_attributes
+
+#: public name -> module that defines it
+_LAZY: dict[str, str] = {
+    "load_bank": "bestk.kappo.bank",
+    "BinaryCalibration": "bestk.kappo.binary",
+    "binary_calibration": "bestk.kappo.binary",
+    "dpo_beta_eff": "bestk.kappo.binary",
+    "solve_p_star": "bestk.kappo.binary",
+    "KINDS": "bestk.kappo.calibration",
+    "SCHEMA_VERSION": "bestk.kappo.calibration",
+    "Calibration": "bestk.kappo.calibration",
+    "bank_checksum": "bestk.kappo.calibration",
+    "calibrate": "bestk.kappo.calibration",
+    "load_calibration": "bestk.kappo.calibration",
+    "kappo_apo_loss": "bestk.kappo.losses",
+    "kappo_dpo_loss": "bestk.kappo.losses",
+    "MaxAtKReconstruction": "bestk.kappo.reconstruction",
+    "reconstruct_from_bank": "bestk.kappo.reconstruction",
+    "reconstruct_max_at_k": "bestk.kappo.reconstruction",
+    "BankError": "bestk.kappo.sensitivity",
+    "binomial_weights": "bestk.kappo.sensitivity",
+    "finite_bank_error": "bestk.kappo.sensitivity",
+    "transform_rewards": "bestk.kappo.transform",
+    "winrate_constant": "bestk.kappo.winrate",
+    "winrate_G": "bestk.kappo.winrate",
+    "winrate_log_constant": "bestk.kappo.winrate",
+    "winrate_psi": "bestk.kappo.winrate",
+    "winrate_T": "bestk.kappo.winrate",
+    "winrate_table": "bestk.kappo.winrate",
+    "kappo_grpo": "bestk.estimators.kappo_grpo",
 }
-_WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from bestk.estimators.kappo_grpo import kappo_grpo
     from bestk.kappo.bank import load_bank
     from bestk.kappo.binary import BinaryCalibration, binary_calibration, dpo_beta_eff, solve_p_star
-    from bestk.kappo.calibration import KINDS, SCHEMA_VERSION, Calibration, bank_checksum, calibrate
-    from bestk.kappo.estimator import kappo_grpo
+    from bestk.kappo.calibration import (
+        KINDS,
+        SCHEMA_VERSION,
+        Calibration,
+        bank_checksum,
+        calibrate,
+        load_calibration,
+    )
     from bestk.kappo.losses import kappo_apo_loss, kappo_dpo_loss
     from bestk.kappo.reconstruction import (
         MaxAtKReconstruction,
@@ -71,6 +94,7 @@ __all__ = [
     "kappo_apo_loss",
     "kappo_dpo_loss",
     "kappo_grpo",
+    "load_calibration",
     "load_bank",
     "reconstruct_from_bank",
     "reconstruct_max_at_k",
@@ -85,13 +109,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'bestk.kappo' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"bestk.kappo.{_WHERE[name]}"), name)
-    globals()[name] = value  # later lookups bypass __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, __all__)

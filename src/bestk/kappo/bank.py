@@ -15,16 +15,81 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from numbers import Real
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from bestk._inputs import first_non_binary
 from bestk._optional import require
-from bestk.kappo.calibration import _Bank, _finish_bank, _normalise_ids
 
-__all__ = ["load_bank", "read_bank_rows"]
+__all__ = ["Bank", "bank_from_mapping", "load_bank", "normalise_ids", "read_bank_rows"]
+
+
+def normalise_ids(ids: list[Any]) -> np.ndarray:
+    """Prompt ids as a numpy array: int64 if all ids are ints, else their ``str``."""
+    if all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in ids):
+        return np.asarray(ids, dtype=np.int64)
+    return np.asarray([str(i) for i in ids], dtype=str)
+
+
+@dataclass
+class Bank:
+    """A validated reference bank: rewards grouped by prompt, in prompt-id order."""
+
+
+    ids: np.ndarray  # (P,) sorted unique prompt ids
+    sizes: np.ndarray  # (P,) bank size per prompt
+    values: np.ndarray  # (sum sizes,) rewards, grouped by prompt in id order, sorted within
+
+
+def bank_from_mapping(bank: Mapping[Any, Any]) -> Bank:
+    if not isinstance(bank, Mapping):
+        raise ValueError(
+            f"bank must map prompt id -> sequence of reference rewards, got {type(bank).__name__}"
+        )
+    if len(bank) == 0:
+        raise ValueError("bank is empty (no prompts)")
+    keys = list(bank.keys())
+    ids = normalise_ids(keys)
+    if len(np.unique(ids)) != len(ids):
+        raise ValueError("bank has duplicate prompt ids after normalising ids to strings")
+    arrays = []
+    for key in keys:  # one-off conversion of the user's mapping (not a training hot path)
+        try:
+            a = np.asarray(bank[key], dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError):
+            raise ValueError(f"prompt {key!r}: rewards must be numbers") from None
+        arrays.append(a)
+    sizes = np.fromiter((a.size for a in arrays), np.int64, len(arrays))
+    values = np.concatenate(arrays) if arrays else np.zeros(0)
+    owner = np.repeat(np.arange(len(keys)), sizes)
+    return finish_bank(ids, owner, values, [repr(k) for k in keys])
+
+
+def finish_bank(ids: np.ndarray, owner: np.ndarray, values: np.ndarray, names: list[str]) -> Bank:
+    """Validate and sort a bank given per-reward owner indices into ``ids``."""
+    P = len(ids)
+    sizes = np.bincount(owner, minlength=P)
+    small = np.flatnonzero(sizes < 2)
+    if small.size:
+        i = int(small[0])
+        raise ValueError(
+            f"prompt {names[i]} has {int(sizes[i])} reference reward(s); calibration needs >= 2"
+        )
+    bad = ~np.isfinite(values)
+    if bad.any():
+        i = int(owner[np.flatnonzero(bad)[0]])
+        raise ValueError(f"prompt {names[i]} has a non-finite reference reward")
+    order_ids = np.argsort(ids, kind="stable")
+    rank = np.empty(P, dtype=np.int64)
+    rank[order_ids] = np.arange(P)
+    new_owner = rank[owner]
+    perm = np.lexsort((values, new_owner))
+    return Bank(ids=ids[order_ids], sizes=sizes[order_ids], values=values[perm])
 
 
 def _reward_list(row: dict, where: str) -> list[float]:
@@ -97,19 +162,18 @@ def read_bank_rows(path: str | os.PathLike) -> tuple[list[Any], list[float], lis
     return ids, rewards, rows
 
 
-def load_bank(path: str | os.PathLike, *, binary: bool = False) -> _Bank:
+def load_bank(path: str | os.PathLike, *, binary: bool = False) -> Bank:
     """Read and validate a bank file (see the module docstring); ``binary`` demands 0/1 rewards."""
     ids, rewards, rows = read_bank_rows(path)
     vals = np.asarray(rewards, dtype=np.float64)
     row_no = np.asarray(rows, dtype=np.int64)
     if binary:
-        bad = np.flatnonzero((vals != 0) & (vals != 1))
-        if bad.size:
-            i = int(bad[0])
+        i = first_non_binary(vals)
+        if i is not None:
             raise ValueError(
                 f"{path}: row {row_no[i]}: reward {float(vals[i])!r} is not 0/1 (binary bank)"
             )
-    norm = _normalise_ids(ids)
+    norm = normalise_ids(ids)
     uniq, owner = np.unique(norm, return_inverse=True)
     owner = owner.reshape(-1)
     counts = np.bincount(owner, minlength=len(uniq))
@@ -121,4 +185,4 @@ def load_bank(path: str | os.PathLike, *, binary: bool = False) -> _Bank:
             f"{path}: row {first_row}: prompt {uniq[g].item()!r} has {int(counts[g])} reference "
             "reward(s); calibration needs >= 2"
         )
-    return _finish_bank(uniq, owner, vals, [repr(u) for u in uniq.tolist()])
+    return finish_bank(uniq, owner, vals, [repr(u) for u in uniq.tolist()])

@@ -24,7 +24,6 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,13 +32,15 @@ import numpy as np
 import torch
 
 from bestk._atomic import atomic_path
+from bestk._inputs import first_non_binary, rewards_to_tensor, to_output
 from bestk.kappo._validate import check_k, check_positive
+from bestk.kappo.bank import Bank, bank_from_mapping, load_bank, normalise_ids
 from bestk.kappo.binary import binary_calibration, dpo_beta_eff
 from bestk.kappo.winrate import winrate_log_constant, winrate_table
 
 __all__ = [
-    "Calibration", "calibrate", "bank_checksum", "check_beta", "SCHEMA_VERSION", "KINDS",
-    "MIN_BETA",
+    "Calibration", "calibrate", "load_calibration", "bank_checksum", "check_beta",
+    "check_calibration_args", "SCHEMA_VERSION", "KINDS", "MIN_BETA",
 ]
 
 SCHEMA_VERSION = 1
@@ -64,13 +65,6 @@ def check_beta(beta: Any, name: str = "beta") -> float:
     return beta
 
 
-def _normalise_ids(ids: list[Any]) -> np.ndarray:
-    """Prompt ids as a numpy array: int64 if all ids are ints, else their ``str``."""
-    if all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in ids):
-        return np.asarray(ids, dtype=np.int64)
-    return np.asarray([str(i) for i in ids], dtype=str)
-
-
 def bank_checksum(ids: np.ndarray, sizes: np.ndarray, values: np.ndarray) -> str:
     """SHA-256 of the bank: sorted prompt ids, bank sizes, and the rewards (float64, sorted)."""
     h = hashlib.sha256()
@@ -78,59 +72,6 @@ def bank_checksum(ids: np.ndarray, sizes: np.ndarray, values: np.ndarray) -> str
     h.update(b"sizes:" + np.ascontiguousarray(sizes, dtype="<i8").tobytes())
     h.update(b"rewards:" + np.ascontiguousarray(values, dtype="<f8").tobytes())
     return "sha256:" + h.hexdigest()
-
-
-@dataclass
-class _Bank:
-    ids: np.ndarray  # (P,) sorted unique prompt ids
-    sizes: np.ndarray  # (P,) bank size per prompt
-    values: np.ndarray  # (sum sizes,) rewards, grouped by prompt in id order, sorted within
-
-
-def _bank_from_mapping(bank: Mapping[Any, Any]) -> _Bank:
-    if not isinstance(bank, Mapping):
-        raise ValueError(
-            f"bank must map prompt id -> sequence of reference rewards, got {type(bank).__name__}"
-        )
-    if len(bank) == 0:
-        raise ValueError("bank is empty (no prompts)")
-    keys = list(bank.keys())
-    ids = _normalise_ids(keys)
-    if len(np.unique(ids)) != len(ids):
-        raise ValueError("bank has duplicate prompt ids after normalising ids to strings")
-    arrays = []
-    for key in keys:  # one-off conversion of the user's mapping (not a training hot path)
-        try:
-            a = np.asarray(bank[key], dtype=np.float64).reshape(-1)
-        except (TypeError, ValueError):
-            raise ValueError(f"prompt {key!r}: rewards must be numbers") from None
-        arrays.append(a)
-    sizes = np.fromiter((a.size for a in arrays), np.int64, len(arrays))
-    values = np.concatenate(arrays) if arrays else np.zeros(0)
-    owner = np.repeat(np.arange(len(keys)), sizes)
-    return _finish_bank(ids, owner, values, [repr(k) for k in keys])
-
-
-def _finish_bank(ids: np.ndarray, owner: np.ndarray, values: np.ndarray, names: list[str]) -> _Bank:
-    """Validate and sort a bank given per-reward owner indices into ``ids``."""
-    P = len(ids)
-    sizes = np.bincount(owner, minlength=P)
-    small = np.flatnonzero(sizes < 2)
-    if small.size:
-        i = int(small[0])
-        raise ValueError(
-            f"prompt {names[i]} has {int(sizes[i])} reference reward(s); calibration needs >= 2"
-        )
-    bad = ~np.isfinite(values)
-    if bad.any():
-        i = int(owner[np.flatnonzero(bad)[0]])
-        raise ValueError(f"prompt {names[i]} has a non-finite reference reward")
-    order_ids = np.argsort(ids, kind="stable")
-    rank = np.empty(P, dtype=np.int64)
-    rank[order_ids] = np.arange(P)
-    new_owner = rank[owner]
-    perm = np.lexsort((values, new_owner))
-    return _Bank(ids=ids[order_ids], sizes=sizes[order_ids], values=values[perm])
 
 
 @dataclass(eq=False)
@@ -339,7 +280,7 @@ class Calibration:
                 raise ValueError(f"unknown kind {kind!r}")
             k = check_k(data["k"])
             beta = check_beta(data["beta"], "beta")
-            ids = _normalise_ids(list(data["prompt_ids"]))
+            ids = normalise_ids(list(data["prompt_ids"]))
             sizes = np.asarray(data["bank_sizes"], dtype=np.int64)
             if sizes.shape != ids.shape:
                 raise ValueError("bank_sizes and prompt_ids have different lengths")
@@ -377,22 +318,17 @@ class Calibration:
 
 
 def _check_binary(rewards: torch.Tensor) -> None:
-    bad = (rewards != 0) & (rewards != 1)
-    if bool(bad.any()):
-        i = int(torch.nonzero(bad)[0])
+    i = first_non_binary(rewards)
+    if i is not None:
         raise ValueError(
             f"reward at index {i} is {rewards[i].item()!r}; a binary calibration needs 0/1 rewards"
         )
 
 
-def _as_tensor(rewards: Any):
-    if isinstance(rewards, torch.Tensor):
-        dtype = rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype()
-        t = rewards.detach().to(torch.float64).reshape(-1)
-        return t, lambda a: a.to(dtype)
-    arr = np.asarray(rewards, dtype=np.float64).reshape(-1)
-    t = torch.from_numpy(arr)
-    return t, lambda a: a.cpu().numpy()
+def _as_tensor(rewards: Any) -> tuple[torch.Tensor, Any]:
+    """Flat float64 rewards and the function giving a result back in the caller's type."""
+    t, dtype = rewards_to_tensor(rewards)
+    return t.reshape(-1), lambda a: to_output(a, dtype, "transformed rewards")
 
 
 def calibrate(bank: Any, k: int, beta: float, kind: str = "binary") -> Calibration:
@@ -410,28 +346,65 @@ def calibrate(bank: Any, k: int, beta: float, kind: str = "binary") -> Calibrati
     kind:
         ``"binary"`` (Algorithm 1) or ``"winrate"`` (Algorithm 2).
     """
-    k = check_k(k)
-    beta = check_beta(beta, "beta")
-    if kind not in KINDS:
-        raise ValueError(f"unknown calibration kind {kind!r}; valid: {', '.join(KINDS)}")
+    k, beta = check_calibration_args(k, beta, kind)
     if isinstance(bank, (str, os.PathLike)):
-        from bestk.kappo.bank import load_bank  # bank.py imports this module
-
         b = load_bank(bank, binary=kind == "binary")
     else:
-        b = bank if isinstance(bank, _Bank) else _bank_from_mapping(bank)
+        b = bank if isinstance(bank, Bank) else bank_from_mapping(bank)
     return _calibrate_bank(b, k, beta, kind)
 
 
-def _calibrate_bank(b: _Bank, k: int, beta: float, kind: str) -> Calibration:
-    beta = check_beta(beta, "beta")
+def check_calibration_args(k: Any, beta: Any, kind: Any, *,
+                           names: tuple[str, str, str] = ("k", "beta", "calibration kind"),
+                           ) -> tuple[int, float]:
+    """The checks of :func:`calibrate`'s ``k``, ``beta`` and ``kind`` (``ValueError`` naming
+    each by ``names``, e.g. ``("--k", "--beta", "--kind")`` on the command line); returns
+    ``(k, beta)`` as ``int`` and ``float``."""
+    k = check_k(k, names[0])
+    beta = check_beta(beta, names[1])
+    if kind not in KINDS:
+        raise ValueError(f"unknown {names[2]} {kind!r}; valid: {', '.join(KINDS)}")
+    return k, beta
+
+
+_LOADED: dict[tuple[str, int, int], Calibration] = {}
+
+
+def load_calibration(value: Any) -> Calibration:
+    """A :class:`Calibration` from itself or from the path of a ``bestk calibrate`` file.
+
+    A file is loaded once per (absolute path, modification time, size) and cached (the file
+    in use only), so a trainer or a reward function calling this every step reads it once.
+    ``ValueError`` for anything else, or a file that cannot be read.
+    """
+    if isinstance(value, Calibration):
+        return value
+    if not isinstance(value, (str, os.PathLike)):
+        raise ValueError(
+            "a calibration must be a path to a `bestk calibrate` file or a "
+            f"bestk.kappo.Calibration, got {type(value).__name__}"
+        )
+    path = os.path.abspath(os.fspath(value))
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise ValueError(f"calibration file {path!r} cannot be read: {e.strerror}") from None
+    key = (path, st.st_mtime_ns, st.st_size)
+    cal = _LOADED.get(key)
+    if cal is None:
+        cal = Calibration.load(path)
+        _LOADED.clear()  # keep only the file in use
+        _LOADED[key] = cal
+    return cal
+
+
+def _calibrate_bank(b: Bank, k: int, beta: float, kind: str) -> Calibration:
     checksum = bank_checksum(b.ids, b.sizes, b.values)
     owner = np.repeat(np.arange(len(b.ids)), b.sizes)
     if kind == "binary":
-        nonbin = (b.values != 0) & (b.values != 1)
-        if nonbin.any():
-            i = int(owner[np.flatnonzero(nonbin)[0]])
-            v = b.values[np.flatnonzero(nonbin)[0]]
+        bad = first_non_binary(b.values)
+        if bad is not None:
+            i, v = int(owner[bad]), b.values[bad]
             raise ValueError(
                 f"prompt {b.ids[i].item()!r} has reward {float(v)!r}; a binary bank needs 0/1 "
                 "rewards"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from bestk._typer import Group
+from bestk._typer import Group, fail, number_list
 
 __all__ = ["register", "plot_app"]
 
@@ -21,21 +21,6 @@ plot_app = typer.Typer(
     cls=Group,
     rich_markup_mode=None,  # plain click help: typer's rich help costs ~0.3 s
 )
-
-
-def _fail(err: Exception) -> None:
-    typer.echo(f"error: {err}", err=True)
-    raise typer.Exit(code=2)
-
-
-def _floats(text: str, name: str) -> list[float]:
-    try:
-        vals = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise typer.BadParameter(f"{name} must be comma-separated numbers, got {text!r}") from None
-    if not vals or any(not v > 0 for v in vals):
-        raise typer.BadParameter(f"{name} must be positive numbers, got {text!r}")
-    return vals
 
 
 def calibrate_cmd(
@@ -54,29 +39,22 @@ def calibrate_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    from bestk.kappo._validate import check_k
-    from bestk.kappo.bank import load_bank
-    from bestk.kappo.calibration import KINDS, _calibrate_bank, check_beta
+    from bestk._atomic import os_error_line
+    from bestk.kappo.calibration import calibrate, check_calibration_args
 
     t0 = time.perf_counter()
     try:
-        if kind not in KINDS:
-            raise ValueError(f"unknown --kind {kind!r}; valid: {', '.join(KINDS)}")
-        check_k(k, "--k")
-        check_beta(beta, "--beta")
+        check_calibration_args(k, beta, kind, names=("--k", "--beta", "--kind"))
         if bank.is_dir():
             raise ValueError(f"bank {str(bank)!r} is a directory; give a JSONL or parquet file")
         if out.is_dir():
             raise ValueError(f"--out {str(out)!r} is a directory; give a file name")
-        b = load_bank(bank, binary=kind == "binary")
-        cal = _calibrate_bank(b, k, beta, kind)
+        cal = calibrate(bank, k, beta, kind)
         cal.save(out)
     except ValueError as e:
-        _fail(e)
+        fail(e)
     except OSError as e:
-        from bestk._atomic import os_error_line
-
-        _fail(ValueError(os_error_line(e)))
+        fail(os_error_line(e))
     elapsed = time.perf_counter() - t0
 
     table = Table(title=f"KAPPO calibration ({kind}, k={k}, beta={beta})")
@@ -121,7 +99,7 @@ def plot_weights_cmd(
     from bestk import theory
     from bestk.kappo import binary_calibration, winrate_T
 
-    tau_list = _floats(taus, "--taus")
+    tau_list = list(number_list(taus, "--taus", positive=True))
     if group_size < 2:
         raise typer.BadParameter("--group-size must be >= 2")
     if not beta > 0:
@@ -146,13 +124,9 @@ def plot_weights_cmd(
         w = theory.softmax_grpo_weight(p, M, tau)
         ax.plot(p, norm(w), label=f"SoftmaxGRPO M={M}, tau={tau}")
     ax.set_yscale("log")
-    ax.set_xlabel("pass rate p")
-    ax.set_ylabel("prompt weight omega(p) / omega(0.5)")
-    ax.set_title("Prompt weighting of binary-reward objectives")
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
-    path = out / "weights.png"
-    written.append(_save(fig, path))
+    written.append(_save(fig, out / "weights.png", "pass rate p",
+                         "prompt weight omega(p) / omega(0.5)",
+                         "Prompt weighting of binary-reward objectives", legend_size=7))
 
     # 2. KAPPO effective regularisation (KAPPO Fig. 1a).
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
@@ -160,37 +134,37 @@ def plot_weights_cmd(
         cal = binary_calibration(p, k, beta)
         ax.plot(p, cal.beta_eff, label=f"k={k}")
     ax.set_yscale("log")
-    ax.set_xlabel("reference pass rate p_ref")
-    ax.set_ylabel("beta_eff = beta / (k (1-p*)^(k-1))")
-    ax.set_title(f"KAPPO prompt-adaptive regularisation (beta={beta})")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    path = out / "kappo_beta_eff.png"
-    written.append(_save(fig, path))
+    written.append(_save(fig, out / "kappo_beta_eff.png", "reference pass rate p_ref",
+                         "beta_eff = beta / (k (1-p*)^(k-1))",
+                         f"KAPPO prompt-adaptive regularisation (beta={beta})"))
 
     # 3. Win-rate transform T(q) (Prop. 4.7).
     q = np.linspace(0.0, 1.0, 401)
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for k in (1, 2, 4, 8):
         ax.plot(q, winrate_T(q, k, beta), label=f"k={k}")
-    ax.set_xlabel("reference win rate q = F_ref(r)")
-    ax.set_ylabel("T(q) = beta log(C + G(q)^k / beta)")
-    ax.set_title(f"KAPPO win-rate transform (beta={beta})")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    path = out / "kappo_winrate_T.png"
-    written.append(_save(fig, path))
+    written.append(_save(fig, out / "kappo_winrate_T.png", "reference win rate q = F_ref(r)",
+                         "T(q) = beta log(C + G(q)^k / beta)",
+                         f"KAPPO win-rate transform (beta={beta})"))
     for w in written:
         typer.echo(f"wrote {w}")
 
 
-def _save(fig, path: Path) -> Path:
-    """Lay out, write as a 120-dpi PNG and close ``fig``; return ``path``."""
-    import matplotlib.pyplot as plt
+def _save(fig, path: Path, xlabel: str, ylabel: str, title: str, *,
+          legend_size: float | None = None) -> Path:
+    """Label the figure's one panel (legend, light grid), lay out, write as a 120-dpi PNG and
+    close ``fig``; return ``path``."""
+    from bestk._optional import pyplot
 
+    ax = fig.axes[0]
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=legend_size)
+    ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
+    pyplot().close(fig)
     return path
 
 

@@ -77,10 +77,6 @@ class MaxAtKReconstruction:
         h = self.H[jj] + self.k * (r - self.levels[jj]) * self.cdf[jj] ** (self.k - 1)
         return np.where(below, 0.0, h)
 
-    def transformed_reward(self, r: Any) -> np.ndarray:
-        """The adaptive reward :math:`S_x(r) = H(r)` of Corollary 4.6 (Eq. 10)."""
-        return self.score(r)
-
 
 def _forward(log_c: float, levels: np.ndarray, q: np.ndarray, k: int, beta: float):
     """Eq. 104 for one candidate ``log c``; returns (P_m, p, P, H). Overflow gives inf (fine)."""

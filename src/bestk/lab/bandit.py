@@ -17,22 +17,13 @@ multisets (count vectors ``c``) with multinomial weights ``N!/prod c_a! prod pi_
 
     E[g_hat] = sum_c P(c) g_hat(c),    Var = sum_c P(c) ||g_hat(c) - E[g_hat]||^2   (trace).
 
-``E[g_hat]`` is compared with ``grad_theta J`` of the objective the estimator claims, computed
-independently by autograd of the closed form of :func:`bestk.lab.exact.best_at_k_exact`:
-
-==============================  ==========================================================
-estimator (options)             unbiased for
-==============================  ==========================================================
-reinforce, rloo                 best@1 = E[r]
-grpo scale="none" (Dr.GRPO)     (1 - 1/N) best@1 (the mean includes the sample itself)
-grpo scale="std"                nothing (reference: best@1; std normalisation biases it)
-argmaxrl / maxrl "loo", "none"  J_N = sum_{k<=N} best@k / k     (argmaxrl-blog.md)
-argmaxrl / maxrl "mean"         J_{N-1} (the subtracted group max removes best@N / N)
-softmax_grpo tau                nothing in general (SoftmaxGRPO sec. 3.4); on binary rewards
-                                a p-weighting omega_{N,tau}(p) (Eq. 4) — reported as the
-                                implied weight E[g_hat].grad p / |grad p|^2
-pkpo k (all variants)           best@k (Walder & Karkhanis 2025)
-==============================  ==========================================================
+``E[g_hat]`` is compared with ``grad_theta J`` of the objective the estimator claims in the
+registry (:meth:`bestk.estimators.EstimatorInfo.objective_for`, the table of ``bestk
+estimators``), computed independently by autograd of the closed form of
+:func:`bestk.lab.exact.best_at_k_exact`; an estimator that claims none (GRPO, SoftmaxGRPO) is
+compared with best@1. On binary rewards the implied prompt weight
+``E[g_hat].grad p / |grad p|^2`` is reported next to the one the registry predicts (from the
+claimed objective, or SoftmaxGRPO's Eq. 4).
 
 Learning curves
 ---------------
@@ -45,6 +36,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -52,18 +44,22 @@ from typing import Any
 
 import numpy as np
 import torch
+from rich.progress import Progress
 
 from bestk._optional import pyplot
-from bestk.lab._io import (
+from bestk.estimators import EstimatorInfo, advantages, estimator_info
+from bestk.estimators.objectives import Objective, best_at, joint
+from bestk.lab._optim import SlotAdam
+from bestk.lab.exact import best_at_k_exact
+from bestk.lab.io import (
     fmt,
     markdown_table,
     mean_ci,
+    metric_key,
     save_figure,
     write_json_atomic,
     write_text_atomic,
 )
-from bestk.lab._optim import SlotAdam
-from bestk.lab.exact import best_at_k_exact, j_objective
 
 __all__ = [
     "Bandit",
@@ -140,82 +136,90 @@ BANDITS: dict[str, Bandit] = {
 
 @dataclass(frozen=True)
 class EstimatorSpec:
-    """An estimator run with fixed options, and the objective it claims to be unbiased for.
-
-    ``objective`` is one of ``"best@1"``, ``"(1-1/N) best@1"``, ``"J_N"``, ``"J_N-1"``,
-    ``"best@k"`` (``k`` from the options) or ``"none"`` (then the reference is best@1).
+    """An estimator run with fixed options; the objective it is compared with is the one its
+    registry entry claims (:meth:`bestk.estimators.EstimatorInfo.objective_for`), unless
+    ``reference`` names another (a negative control: ``argmaxrl(mean)`` against ``J_N``).
+    Without an objective the reference is best@1.
     """
 
     label: str
     name: str
     options: dict[str, Any] = field(default_factory=dict)
-    objective: str = "none"
-    binary_only: bool = False
+    reference: Objective | None = None
+    """Compare with this objective instead of the claimed one."""
     control_of: str | None = None
     """A/A control: the same estimator as the spec with this label (and its learning rate),
     trained on independent sampling noise."""
 
+    @property
+    def info(self) -> EstimatorInfo:
+        return estimator_info(self.name)
+
+    @property
+    def objective(self) -> Objective | None:
+        """The objective the exact gradient is compared with (``None``: claims none)."""
+        return self.reference or self.info.objective_for(self.options)
+
+    @property
+    def binary_only(self) -> bool:
+        return self.info.binary_rewards()
+
     def applies(self, bandit: Bandit, n: int) -> bool:
+        """The estimator's reward domain admits the bandit's rewards and it accepts groups of
+        ``n`` (its own option checks decide, e.g. PKPO's ``k <= n``)."""
         if self.binary_only and not bandit.binary:
             return False
-        k = self.options.get("k")
-        if k is not None:
-            need = k + 1 if self.options.get("variant") == "sloo" else k
-            return n >= need
+        try:
+            advantages(self.name, torch.zeros(1, n, dtype=torch.float64), **self.options)
+        except ValueError:
+            return False
         return True
 
 
 BIAS_SPECS: list[EstimatorSpec] = [
-    EstimatorSpec("reinforce", "reinforce", {}, "best@1"),
-    EstimatorSpec("rloo", "rloo", {}, "best@1"),
-    EstimatorSpec("grpo(scale=none)", "grpo", {"scale": "none"}, "(1-1/N) best@1"),
-    EstimatorSpec("grpo", "grpo", {}, "none"),
-    EstimatorSpec("argmaxrl(loo)", "argmaxrl", {"baseline": "loo"}, "J_N"),
-    EstimatorSpec("argmaxrl(none)", "argmaxrl", {"baseline": "none"}, "J_N"),
-    EstimatorSpec("argmaxrl(mean)", "argmaxrl", {"baseline": "mean"}, "J_N-1"),
-    EstimatorSpec("argmaxrl(mean) vs J_N", "argmaxrl", {"baseline": "mean"}, "J_N"),
-    EstimatorSpec("maxrl", "maxrl", {}, "J_N", binary_only=True),
-    EstimatorSpec("softmax_grpo(tau=0.1)", "softmax_grpo", {"tau": 0.1}, "none"),
-    EstimatorSpec("softmax_grpo(tau=1)", "softmax_grpo", {"tau": 1.0}, "none"),
-    EstimatorSpec("pkpo(k=2,s)", "pkpo", {"k": 2, "variant": "s"}, "best@k"),
-    EstimatorSpec("pkpo(k=2,sloo)", "pkpo", {"k": 2, "variant": "sloo"}, "best@k"),
-    EstimatorSpec("pkpo(k=2,sloo-1)", "pkpo", {"k": 2, "variant": "sloo_minus_one"}, "best@k"),
-    EstimatorSpec("pkpo(k=4,sloo-1)", "pkpo", {"k": 4, "variant": "sloo_minus_one"}, "best@k"),
+    EstimatorSpec("reinforce", "reinforce"),
+    EstimatorSpec("rloo", "rloo"),
+    EstimatorSpec("grpo(scale=none)", "grpo", {"scale": "none"}),
+    EstimatorSpec("grpo", "grpo"),
+    EstimatorSpec("argmaxrl(loo)", "argmaxrl", {"baseline": "loo"}),
+    EstimatorSpec("argmaxrl(none)", "argmaxrl", {"baseline": "none"}),
+    EstimatorSpec("argmaxrl(mean)", "argmaxrl", {"baseline": "mean"}),
+    EstimatorSpec("argmaxrl(mean) vs J_N", "argmaxrl", {"baseline": "mean"}, reference=joint()),
+    EstimatorSpec("maxrl", "maxrl"),
+    EstimatorSpec("softmax_grpo(tau=0.1)", "softmax_grpo", {"tau": 0.1}),
+    EstimatorSpec("softmax_grpo(tau=1)", "softmax_grpo", {"tau": 1.0}),
+    EstimatorSpec("pkpo(k=2,s)", "pkpo", {"k": 2, "variant": "s"}),
+    EstimatorSpec("pkpo(k=2,sloo)", "pkpo", {"k": 2, "variant": "sloo"}),
+    EstimatorSpec("pkpo(k=2,sloo-1)", "pkpo", {"k": 2, "variant": "sloo_minus_one"}),
+    EstimatorSpec("pkpo(k=4,sloo-1)", "pkpo", {"k": 4, "variant": "sloo_minus_one"}),
 ]
 
 CURVE_SPECS: list[EstimatorSpec] = [
-    EstimatorSpec("reinforce", "reinforce", {}, "best@1"),
-    EstimatorSpec("rloo", "rloo", {}, "best@1"),
-    EstimatorSpec("grpo", "grpo", {}, "none"),
-    EstimatorSpec("grpo (A/A)", "grpo", {}, "none", control_of="grpo"),
-    EstimatorSpec("softmax_grpo(tau=0.1)", "softmax_grpo", {"tau": 0.1}, "none"),
-    EstimatorSpec("maxrl", "maxrl", {}, "J_N", binary_only=True),
-    EstimatorSpec("argmaxrl", "argmaxrl", {}, "J_N"),
-    EstimatorSpec("pkpo(k=4)", "pkpo", {"k": 4}, "best@k"),
+    EstimatorSpec("reinforce", "reinforce"),
+    EstimatorSpec("rloo", "rloo"),
+    EstimatorSpec("grpo", "grpo"),
+    EstimatorSpec("grpo (A/A)", "grpo", control_of="grpo"),
+    EstimatorSpec("softmax_grpo(tau=0.1)", "softmax_grpo", {"tau": 0.1}),
+    EstimatorSpec("maxrl", "maxrl"),
+    EstimatorSpec("argmaxrl", "argmaxrl"),
+    EstimatorSpec("pkpo(k=4)", "pkpo", {"k": 4}),
 ]
 
 
-def objective_value(objective: str, options: dict[str, Any], probs: torch.Tensor,
-                    values: torch.Tensor, n: int) -> torch.Tensor:
-    """The closed-form objective named by an :class:`EstimatorSpec` (``"none"`` -> best@1)."""
-    if objective in ("best@1", "none"):
-        return best_at_k_exact(probs, values, [1])[..., 0]
-    if objective == "(1-1/N) best@1":
-        return (1.0 - 1.0 / n) * best_at_k_exact(probs, values, [1])[..., 0]
-    if objective == "J_N":
-        return j_objective(probs, values, n)
-    if objective == "J_N-1":
-        return j_objective(probs, values, n - 1)
-    if objective == "best@k":
-        return best_at_k_exact(probs, values, [int(options["k"])])[..., 0]
-    raise ValueError(f"unknown objective {objective!r}")
+def objective_value(objective: Objective | None, probs: torch.Tensor, values: torch.Tensor,
+                    n: int) -> torch.Tensor:
+    """The closed form of ``objective`` (``None`` -> best@1) at group size ``n``:
+    ``sum_k c_k best@k`` over its terms, from :func:`bestk.lab.exact.best_at_k_exact`."""
+    ks, coefs = zip(*(objective or best_at(1)).terms(n), strict=True)
+    b = best_at_k_exact(probs, values, list(ks))
+    return (b * torch.tensor(coefs, dtype=b.dtype, device=b.device)).sum(-1)
 
 
-def objective_gradient(objective: str, options: dict[str, Any], logits: torch.Tensor,
+def objective_gradient(objective: Objective | None, logits: torch.Tensor,
                        values: torch.Tensor, n: int) -> torch.Tensor:
     """``grad_theta J(softmax(theta))`` by autograd of the closed form."""
     theta = logits.detach().clone().requires_grad_(True)
-    j = objective_value(objective, options, torch.softmax(theta, -1), values, n)
+    j = objective_value(objective, torch.softmax(theta, -1), values, n)
     (g,) = torch.autograd.grad(j, theta)
     return g
 
@@ -247,8 +251,6 @@ def _draws_from_counts(counts: torch.Tensor) -> torch.Tensor:
 def exact_moments(spec: EstimatorSpec, logits: torch.Tensor, values: torch.Tensor,
                   n: int) -> dict[str, torch.Tensor]:
     """Exact mean ``(K,)`` and covariance trace of ``g_hat`` over all draws of ``n`` arms."""
-    import bestk
-
     k_arms = logits.shape[0]
     probs = torch.softmax(logits.to(torch.float64), -1)
     counts = multisets(k_arms, n)
@@ -257,7 +259,7 @@ def exact_moments(spec: EstimatorSpec, logits: torch.Tensor, values: torch.Tenso
              + (counts.to(torch.float64) * probs.log()).sum(1))
     weight = log_w.exp()  # (M,)
     rewards = values[draws]  # (M, n)
-    adv = bestk.advantages(spec.name, rewards, **spec.options)  # (M, n) float64 tensor
+    adv = advantages(spec.name, rewards, **spec.options)  # (M, n) float64 tensor
     onehot_sum = torch.zeros(draws.shape[0], k_arms, dtype=torch.float64)
     onehot_sum.scatter_add_(1, draws, adv)
     g = (onehot_sum - adv.sum(1, keepdim=True) * probs) / n  # (M, K)
@@ -270,15 +272,13 @@ def ordered_moments(spec: EstimatorSpec, logits: torch.Tensor, values: torch.Ten
                     n: int) -> dict[str, torch.Tensor]:
     """Same as :func:`exact_moments` by brute force over all ``K^n`` ordered draws (small
     cases only; the independent check of the multiset reduction)."""
-    import bestk
-
     k_arms = logits.shape[0]
     if k_arms**n > 2_000_000:
         raise ValueError(f"K^n = {k_arms}^{n} ordered draws is too many for brute force")
     probs = torch.softmax(logits.to(torch.float64), -1)
     draws = torch.cartesian_prod(*[torch.arange(k_arms)] * n).reshape(-1, n)
     weight = probs[draws].prod(1)
-    adv = bestk.advantages(spec.name, values[draws], **spec.options)
+    adv = advantages(spec.name, values[draws], **spec.options)
     score = torch.nn.functional.one_hot(draws, k_arms).to(torch.float64) - probs  # (M, n, K)
     g = (adv[..., None] * score).sum(1) / n
     mean = (weight[:, None] * g).sum(0)
@@ -293,7 +293,8 @@ def bias_row(spec: EstimatorSpec, bandit: Bandit, n: int,
     logits = bandit.init_logits() if logits is None else logits
     mom = exact_moments(spec, logits, values, n)
     mean = mom["mean"]
-    ref = objective_gradient(spec.objective, spec.options, logits, values, n)
+    objective = spec.objective
+    ref = objective_gradient(objective, logits, values, n)
     ref_norm = float(ref.norm())
     mean_norm = float(mean.norm())
     row: dict[str, Any] = {
@@ -301,9 +302,8 @@ def bias_row(spec: EstimatorSpec, bandit: Bandit, n: int,
         "name": spec.name,
         "options": dict(spec.options),
         "N": n,
-        "objective": spec.objective.replace("k", str(spec.options["k"]))
-        if spec.objective == "best@k" else spec.objective,
-        "unbiased_claim": spec.objective != "none",
+        "objective": "none" if objective is None else objective.name,
+        "unbiased_claim": objective is not None,
         "rel_bias": float((mean - ref).norm()) / ref_norm,
         "abs_bias": float((mean - ref).norm()),
         "cosine": float(mean @ ref) / (mean_norm * ref_norm) if mean_norm > 0 else 0.0,
@@ -314,7 +314,7 @@ def bias_row(spec: EstimatorSpec, bandit: Bandit, n: int,
     }
     if bandit.binary:
         # Implied prompt weight omega: E[g_hat] = omega * grad p (exact for binary rewards).
-        grad_p = objective_gradient("best@1", {}, logits, values, n)
+        grad_p = objective_gradient(best_at(1), logits, values, n)
         row["implied_weight"] = float(mean @ grad_p) / float(grad_p @ grad_p)
         row["pass_rate"] = float(best_at_k_exact(torch.softmax(logits, -1), values, [1])[0])
         row["theory_weight"] = theory_weight(spec, row["pass_rate"], n)
@@ -322,22 +322,12 @@ def bias_row(spec: EstimatorSpec, bandit: Bandit, n: int,
 
 
 def theory_weight(spec: EstimatorSpec, p: float, n: int) -> float | None:
-    """The binary prompt weight ``omega(p)`` that :mod:`bestk.theory` predicts for ``spec``
-    at group size ``n``, in the lab's ``(1/N) sum_i A_i S_i`` scaling (``None`` if the theory
-    module has no closed form for it). SoftmaxGRPO Eq. 4 is written for ``sum_i A_i S_i``,
-    hence the division by ``n``; MaxRL(T) is Table 1's ``(1-(1-p)^T)/p``."""
-    from bestk import theory
-
-    opts = spec.options
-    if spec.name in ("reinforce", "rloo"):
-        return float(theory.reinforce_weight(p))
-    if spec.name in ("maxrl", "argmaxrl") and opts.get("baseline", "loo") in ("loo", "none"):
-        return float(theory.maxrl_weight(p, n))
-    if spec.name in ("maxrl", "argmaxrl") and opts.get("baseline") == "mean":
-        return float(theory.maxrl_weight(p, n - 1))
-    if spec.name == "softmax_grpo":
-        return float(theory.softmax_grpo_weight(p, n, opts.get("tau", 0.1))) / n
-    return None
+    """The binary prompt weight ``omega(p)`` the registry predicts for ``spec`` at group size
+    ``n``, in the lab's ``(1/N) sum_i A_i S_i`` scaling
+    (:meth:`bestk.estimators.EstimatorInfo.binary_prompt_weight`: from the claimed objective,
+    e.g. MaxRL's ``(1-(1-p)^N)/p`` for ``J_N`` (SoftmaxGRPO Table 1), or from the estimator's
+    own closed form, SoftmaxGRPO's Eq. 4); ``None`` if it has neither."""
+    return spec.info.binary_prompt_weight(p, n, spec.options)
 
 
 def bias_table(bandits: Sequence[Bandit], ns: Sequence[int],
@@ -368,8 +358,6 @@ def learning_curves(bandit: Bandit, specs: Sequence[EstimatorSpec], *, n: int, s
     sampling noise. Returns ``{"rollouts": [...], "ks": [...], "lr": {label: rate},
     "curves": {label: (n_evals, seeds, len(ks)) list}}``.
     """
-    import bestk
-
     specs = [s for s in specs if s.applies(bandit, n)]
     if isinstance(lr, dict):
         rates = [float(lr[s.label]) for s in specs]
@@ -401,7 +389,7 @@ def learning_curves(bandit: Bandit, specs: Sequence[EstimatorSpec], *, n: int, s
                                       generator=gen).reshape(n_est, seeds, n)
             rewards = values[draws]
             adv = torch.stack([
-                bestk.advantages(s.name, rewards[e], **s.options) for e, s in enumerate(specs)
+                advantages(s.name, rewards[e], **s.options) for e, s in enumerate(specs)
             ])  # (E, S, n)
             onehot_sum = torch.zeros_like(probs).scatter_add_(2, draws, adv)
             g = (onehot_sum - adv.sum(2, keepdim=True) * probs) / n
@@ -426,8 +414,6 @@ def curve_metrics(curves: dict[str, Any], label: str, binary: bool) -> dict[str,
     binary rewards) averaged over the recorded points of the curve (the area under the
     learning curve divided by its length, so every budget counts), ``start`` = the initial
     policy's values."""
-    from bestk.lab.digits import metric_key
-
     arr = np.asarray(curves["curves"][label])  # (T, S, K)
     auc, first = arr.mean(0), arr[0]
     out: dict[str, Any] = {"start": {}, "end": {}}
@@ -547,8 +533,9 @@ def render_markdown(result: dict[str, Any]) -> str:
            "`none` means the estimator claims no objective and is compared with best@1. "
            "`var` = trace of Cov[g_hat]; `var/‖E g‖²` is scale free. On binary rewards "
            "E[g] = ω(p) grad p exactly; `implied weight` is that ω measured from the "
-           "enumeration, `bestk.theory ω(p)` the closed form (SoftmaxGRPO Table 1 / Eq. 4) in the "
-           "same (1/N) scaling.\n"]
+           "enumeration, `predicted ω(p)` the closed form the estimator registry gives (from the "
+           "claimed objective, SoftmaxGRPO Table 1, or SoftmaxGRPO Eq. 4) in the same (1/N) "
+           "scaling.\n"]
     for bname in cfg["bandits"]:
         b = BANDITS[bname]
         out.append(f"## {bname}: {b.description}\n")
@@ -557,7 +544,7 @@ def render_markdown(result: dict[str, Any]) -> str:
         header = ["N", "estimator", "unbiased for", "rel. bias", "cos(E g, grad J)", "var",
                   "var/‖E g‖²"]
         if b.binary:
-            header += ["implied weight ω(p)", "bestk.theory ω(p)"]
+            header += ["implied weight ω(p)", "predicted ω(p)"]
         body = []
         for r in rows:
             line = [r["N"], r["estimator"], r["objective"], fmt(r["rel_bias"]),
@@ -666,10 +653,6 @@ def run_bandit(config: BanditConfig, out: str | Path, *, progress: bool = True) 
 
 
 def _run_bandit(config: BanditConfig, out: Path, *, progress: bool) -> dict[str, Any]:
-    import time
-
-    from rich.progress import Progress
-
     t0 = time.perf_counter()
     bandits = [BANDITS[b] for b in config.bandits]
     result: dict[str, Any] = {"config": asdict(config), "bias": bias_table(bandits, config.ns),

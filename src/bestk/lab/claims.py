@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bestk.lab._io import fmt, markdown_table
+from bestk.lab.io import fmt, markdown_table
 from bestk.lab.stats import holm, paired_test
 
 __all__ = [

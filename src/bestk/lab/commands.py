@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from bestk._typer import Group
+from bestk._typer import Group, fail, number_list
 
 __all__ = ["register"]
 
@@ -20,21 +20,6 @@ lab_app = typer.Typer(
     cls=Group,
     rich_markup_mode=None,  # plain click help: typer's rich help costs ~0.3 s
 )
-
-
-def _ints(text: str, name: str) -> tuple[int, ...]:
-    try:
-        vals = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise typer.BadParameter(f"{name} must be comma-separated integers, got {text!r}") from None
-    if not vals:
-        raise typer.BadParameter(f"{name} is empty")
-    return vals
-
-
-def _fail(err: Exception) -> None:
-    typer.echo(f"error: {err}", err=True)
-    raise typer.Exit(code=2)
 
 
 def _needs(*modules: str) -> None:
@@ -65,25 +50,15 @@ def bandit_cmd(
 
     cfg = BanditConfig.fast() if fast else BanditConfig()
     if ns is not None:
-        cfg.ns = _ints(ns, "--ns")
+        cfg.ns = number_list(ns, "--ns", int)
     for name, val in (("steps", steps), ("seeds", seeds), ("seed", seed)):
         if val is not None:
             setattr(cfg, name, val)
     try:
         run_bandit(cfg, out, progress=not quiet)
     except ValueError as e:
-        _fail(e)
+        fail(e)
     typer.echo(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'curves.png'}")
-
-
-def _floats(text: str, name: str) -> tuple[float, ...]:
-    try:
-        vals = tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise typer.BadParameter(f"{name} must be comma-separated numbers, got {text!r}") from None
-    if not vals:
-        raise typer.BadParameter(f"{name} is empty")
-    return vals
 
 
 @lab_app.command("digits")
@@ -117,14 +92,14 @@ def digits_cmd(
     if learners is not None:
         cfg.learners = tuple(x.strip() for x in learners.split(",") if x.strip())
     if lr_grid is not None:
-        cfg.lr_grid = _floats(lr_grid, "--lr-grid")
+        cfg.lr_grid = number_list(lr_grid, "--lr-grid")
     for name, val in (("n", n), ("steps", steps), ("seeds", seeds), ("seed", seed)):
         if val is not None:
             setattr(cfg, name, val)
     try:
         run_digits(cfg, out, progress=not quiet, resume=resume)
     except ValueError as e:
-        _fail(e)
+        fail(e)
     typer.echo(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'digits.png'}")
 
 
@@ -149,14 +124,14 @@ def kappo_cmd(
 
     cfg = KappoLabConfig.fast() if fast else KappoLabConfig()
     if ks is not None:
-        cfg.ks = _ints(ks, "--ks")
+        cfg.ks = number_list(ks, "--ks", int)
     for name, val in (("methods", methods), ("kinds", kinds)):
         if val is not None:
             setattr(cfg, name, tuple(x.strip() for x in val.split(",") if x.strip()))
     try:
         result = run_kappo(cfg, out, progress=not quiet)
     except ValueError as e:
-        _fail(e)
+        fail(e)
     if not quiet:
         from rich.console import Console
 
@@ -191,7 +166,7 @@ def sparse_cmd(
 
     cfg = SparseConfig.fast() if fast else SparseConfig()
     if ns is not None:
-        cfg.ns = _ints(ns, "--ns")
+        cfg.ns = number_list(ns, "--ns", int)
     if learners is not None:
         cfg.learners = tuple(x.strip() for x in learners.split(",") if x.strip())
     for name, val in (("steps", steps), ("seeds", seeds), ("seed", seed)):
@@ -200,7 +175,7 @@ def sparse_cmd(
     try:
         run_sparse(cfg, out, progress=not quiet, resume=resume)
     except ValueError as e:
-        _fail(e)
+        fail(e)
     typer.echo(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'sparse.png'}")
 
 

@@ -48,18 +48,24 @@ from typing import Any
 
 import numpy as np
 import torch
+from rich.progress import Progress
 
 from bestk._optional import pyplot, require
-from bestk.lab._io import (
+from bestk.estimators import ESTIMATORS, EstimatorInfo, advantages, estimator_info
+from bestk.kappo.calibration import calibrate
+from bestk.lab._optim import SlotAdam
+from bestk.lab.exact import best_at_k_exact
+from bestk.lab.io import (
+    alloc_key,
     fmt,
     markdown_table,
     mean_ci,
+    metric_key,
     save_figure,
     write_json_atomic,
     write_text_atomic,
 )
-from bestk.lab._optim import SlotAdam
-from bestk.lab.exact import best_at_k_exact
+from bestk.metrics import PASS_RATE_BINS
 
 __all__ = [
     "DigitsConfig",
@@ -73,27 +79,26 @@ __all__ = [
     "sweep_and_test",
     "run_digits",
     "testbed_data",
-    "metric_key",
 ]
 
 N_CLASSES = 10
-#: Pass-rate bins of SoftmaxGRPO Table 3.
-BINS: tuple[float, ...] = (0.0, 0.2, 0.5, 0.7, 0.9, 1.0)
-BIN_LABELS = ["[0,.2)", "[.2,.5)", "[.5,.7)", "[.7,.9)", "[.9,1]"]
+#: Pass-rate bins of SoftmaxGRPO Table 3 (:data:`bestk.metrics.PASS_RATE_BINS`).
+BINS: tuple[float, ...] = PASS_RATE_BINS
+
+
+def _edge(x: float) -> str:
+    text = f"{x:g}"
+    return text[1:] if text.startswith("0.") else text
+
+
+#: Their labels, as the per-seed data keys them: ``[0,.2)``, ``[.2,.5)``, ..., ``[.9,1]``.
+BIN_LABELS = [f"[{_edge(lo)},{_edge(hi)}{']' if hi == BINS[-1] else ')'}"
+              for lo, hi in zip(BINS[:-1], BINS[1:], strict=True)]
 REWARDS = ("binary", "graded")
 #: k of the @k learners (PKPO, KAPPO @k-GRPO), as in their labels.
 AT_K = 4
 #: Seed ids of the sweep runs start here (disjoint from the test seeds 0, 1, ...).
 SWEEP_SEED0 = 1000
-
-
-def metric_key(name: str, k: int | None = None) -> str:
-    """The key of a metric in the per-seed data: ``"pass@4"``, ``"best@16"``, ``"alloc[.9,1]"``."""
-    return name if k is None else f"{name}@{int(k)}"
-
-
-def alloc_key(label: str) -> str:
-    return f"alloc{label}"
 
 
 @dataclass(frozen=True)
@@ -108,8 +113,22 @@ class Learner:
     estimator: str | None
     options: tuple[tuple[str, Any], ...] = ()
     min_n: int = 2
-    binary_only: bool = False
     control_of: str | None = None
+
+    @property
+    def info(self) -> EstimatorInfo | None:
+        """The estimator's registry entry (``None`` for exact ML)."""
+        return None if self.estimator is None else estimator_info(self.estimator)
+
+    @property
+    def binary_only(self) -> bool:
+        """Its reward domain admits only 0/1 rewards (``maxrl``)."""
+        return self.info is not None and self.info.binary_rewards()
+
+    @property
+    def calibrated(self) -> bool:
+        """It takes a KAPPO calibration, made from the initial policy (``kappo_grpo``)."""
+        return self.info is not None and self.info.calibrated
 
     def applies(self, reward: str, n: int) -> bool:
         return n >= self.min_n and not (self.binary_only and reward != "binary")
@@ -125,7 +144,7 @@ LEARNERS: dict[str, Learner] = {
         Learner("grpo", "grpo"),
         Learner("grpo (A/A)", "grpo", control_of="grpo"),
         Learner("softmax_grpo(tau=0.1)", "softmax_grpo", (("tau", 0.1),)),
-        Learner("maxrl", "maxrl", binary_only=True),
+        Learner("maxrl", "maxrl"),
         Learner("argmaxrl", "argmaxrl"),
         Learner(f"pkpo(k={AT_K})", "pkpo", (("k", AT_K),), min_n=AT_K),
         Learner(f"kappo_grpo(k={AT_K})", "kappo_grpo"),
@@ -413,8 +432,6 @@ def _kappo_calibration(spec: RunSpec, problem: Problem, model: BatchedMLP, slots
                        slot_seed_pos: list[int], gen: torch.Generator) -> Any:
     """Calibrate @k-GRPO from the initial policy of each seed: bank id = seed position x
     n_train + image index (the group ids the training loop uses)."""
-    from bestk.kappo import calibrate
-
     n_train = problem.n_train
     rmat = problem.reward_matrix()
     banks: dict[int, np.ndarray] = {}
@@ -485,15 +502,9 @@ def run_slots(problem: Problem, slots: Sequence[Slot], spec: RunSpec,
     """Train every slot for ``spec.steps`` steps; return per-slot metrics at the start and the
     end (``{"start": {key: [P]}, "end": {key: [P]}}``, keys from :func:`metric_key`), the
     gradient allocation shares, training curves of pass@1 and the KAPPO calibration summary."""
-    import bestk
-
-    try:  # registers "kappo_grpo"
-        import bestk.kappo  # noqa: F401
-    except ImportError:  # pragma: no cover - a bestk without KAPPO
-        pass
     slots = list(slots)
     missing = [s.learner.label for s in slots
-               if s.learner.estimator is not None and s.learner.estimator not in bestk.ESTIMATORS]
+               if s.learner.estimator is not None and s.learner.estimator not in ESTIMATORS]
     if missing:
         raise ValueError(f"estimator(s) of {sorted(set(missing))} are not registered in bestk")
     n, b = spec.n, min(spec.batch_size, problem.n_train)
@@ -518,7 +529,7 @@ def run_slots(problem: Problem, slots: Sequence[Slot], spec: RunSpec,
     for i, s in enumerate(slots):
         groups.setdefault(s.learner.label, []).append(i)
     calibration = None
-    kappo = [i for i, s in enumerate(slots) if s.learner.estimator == "kappo_grpo"]
+    kappo = [i for i, s in enumerate(slots) if s.learner.calibrated]
     if kappo:
         calibration = _kappo_calibration(spec, problem, model, kappo,
                                          [int(pos[i]) for i in kappo], gen)
@@ -552,14 +563,15 @@ def run_slots(problem: Problem, slots: Sequence[Slot], spec: RunSpec,
                 loss = loss - logp[it].gather(2, yb[it, :, None]).mean() * len(idx)
                 continue
             r = rewards[it]  # (s, b, n)
-            if lrn.estimator == "kappo_grpo":
+            opts = dict(lrn.options)
+            if lrn.calibrated:
+                opts["calibration"] = calibration
+            if lrn.info.needs_prompt_ids:  # groups labelled by the bank ids of the images
                 gid = (pos[it][:, None] * problem.n_train + ids[pos[it]])[..., None]
-                adv = bestk.advantages("kappo_grpo", r.reshape(-1),
-                                       gid.expand_as(r).reshape(-1),
-                                       calibration=calibration).reshape(r.shape)
+                adv = advantages(lrn.estimator, r.reshape(-1), gid.expand_as(r).reshape(-1),
+                                 **opts).reshape(r.shape)
             else:
-                adv = bestk.advantages(lrn.estimator, r.reshape(-1, n),
-                                       **dict(lrn.options)).reshape(r.shape)
+                adv = advantages(lrn.estimator, r.reshape(-1, n), **opts).reshape(r.shape)
             adv = adv.to(torch.float32)
             lp = logp[it].gather(2, draws[it])  # (s, b, n)
             loss = loss - (adv * lp).mean() * len(idx)  # mean over examples and rollouts
@@ -836,8 +848,6 @@ def run_settings(out: Path, items: Sequence[tuple[Any, str]], key: str, *, resum
     """``{item: compute(item, tick)}`` for ``(item, file name)`` pairs, each result saved
     atomically to ``out/settings/<file name>`` with its wall time and the config ``key``;
     with ``resume`` a saved result of the same key is reused instead of recomputed."""
-    from rich.progress import Progress
-
     results: dict[Any, dict[str, Any]] = {}
     with Progress(disable=not progress, transient=True) as bar:
         def tick(desc: str, total: int) -> Callable[[], None]:

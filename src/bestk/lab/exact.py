@@ -10,7 +10,7 @@ Sort the arms by reward, ``v_(1) <= ... <= v_(K)``, with cumulative probabilitie
 Tied rewards need no care (their terms telescope), negative rewards are fine, and on 0/1
 rewards this is ``pass@k = 1 - (1 - p)^k``. The expression is differentiable in ``pi`` (the
 sort permutes by the rewards only), so ``torch.autograd`` gives the exact gradient of any
-objective built from it, e.g. the ArgMaxRL objective (argmaxrl-blog.md)
+objective built from it, e.g. the ArgMaxRL objective (ArgMaxRL blog, docs/references.md)
 
     J_N = sum_{k=1}^{N} best@k / k.
 
@@ -63,7 +63,7 @@ def best_at_k_exact(probs: torch.Tensor, values: torch.Tensor, ks: Sequence[int]
 
 def j_objective(probs: torch.Tensor, values: torch.Tensor, n: int) -> torch.Tensor:
     """``J_n = sum_{k=1}^{n} best@k / k`` (``J_0 = 0``), the objective ArgMaxRL / MaxRL estimate
-    without bias (argmaxrl-blog.md, "Joint Best@k Gradient Estimator")."""
+    without bias (ArgMaxRL blog, "Joint Best@k Gradient Estimator")."""
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     if n == 0:

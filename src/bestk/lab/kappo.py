@@ -105,6 +105,7 @@ that grows by 1.2 after a loss decrease and halves otherwise. Converged when
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable
@@ -114,9 +115,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from rich.progress import Progress
+from rich.table import Table
 
-import bestk
 from bestk._atomic import write_text_atomic
+from bestk.estimators import advantages
 from bestk.kappo import (
     Calibration,
     calibrate,
@@ -127,8 +130,8 @@ from bestk.kappo import (
     transform_rewards,
     winrate_G,
 )
-from bestk.lab._io import fmt, markdown_table
 from bestk.lab.exact import best_at_k_exact
+from bestk.lab.io import fmt, markdown_table
 
 __all__ = [
     "KINDS",
@@ -337,7 +340,7 @@ def _binary_count_advantages(
         for s in range(n + 1):
             r = np.array([1.0] * s + [0.0] * (n - s))
             x = transform_rewards(problem.calibration, [pid] * n, r) if transform else r
-            adv = np.asarray(bestk.advantages(name, x, group=[pid] * n, **options))
+            adv = np.asarray(advantages(name, x, group=[pid] * n, **options))
             if s > 0:
                 plus[i, s] = adv[0]
             if s < n:
@@ -360,11 +363,11 @@ def _omega(p: torch.Tensor, plus: torch.Tensor, minus: torch.Tensor) -> torch.Te
 def _linear_weight(name: str, n: int, **options: Any) -> float:
     """W_11 of an estimator linear in the group's rewards with zero row sums (checked)."""
     eye = torch.eye(n, dtype=torch.float64)
-    w = bestk.advantages(name, eye, **options).T  # column g: advantages of rewards e_g
+    w = advantages(name, eye, **options).T  # column g: advantages of rewards e_g
     if not torch.allclose(w.sum(1), torch.zeros(n, dtype=torch.float64), atol=1e-12):
         raise ValueError(f"{name} is not shift-invariant (rows of W do not sum to 0)")
     x = torch.randn(3, n, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    if not torch.allclose(bestk.advantages(name, x, **options), x @ w.T, atol=1e-10):
+    if not torch.allclose(advantages(name, x, **options), x @ w.T, atol=1e-10):
         raise ValueError(f"{name} is not linear in the rewards")
     return float(w[0, 0])
 
@@ -745,8 +748,6 @@ def render_markdown(result: dict[str, Any]) -> str:
 
 def rich_table(result: dict[str, Any]) -> Any:
     """The cases as a ``rich.table.Table`` (what ``bestk lab kappo`` prints)."""
-    from rich.table import Table
-
     table = Table(title=f"KAPPO on exact softmax bandits (total variation; tolerance "
                         f"{TOLERANCE:g})")
     for col in ("kind", "k", "method", "limit", "error", "closed form", "Δp", "steps", "ok"):
@@ -767,10 +768,6 @@ def run_kappo(
     """Run :func:`kappo_convergence`; write ``OUT/results.json`` and ``OUT/results.md``
     atomically. Returns the result dict (``config``, ``tolerance``, ``cases``, ``skipped``,
     ``wall_seconds``)."""
-    import json
-
-    from rich.progress import Progress
-
     cfg.validate()
     out = Path(out)
     t0 = time.perf_counter()

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from bestk._optional import require
-from bestk.estimators import check_option_names
+from bestk._options import check_option_names
 from bestk.tasks.rewards import RewardSpec, get_reward
 
 __all__ = ["Task", "TASKS", "register_task", "load_task", "task_options"]

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from bestk._optional import require
-from bestk.tasks.base import Task, register_task
+from bestk.tasks.base import Task, load_task, register_task
 from bestk.tasks.rewards import REWARDS, RewardSpec, get_reward, register_reward
 
 __all__ = [
@@ -403,8 +403,6 @@ def validation_task(
     learning rate chosen on ``validation`` therefore never sees the prompts the final runs are
     scored on.
     """
-    from bestk.tasks.base import load_task
-
     if not task or task == "validation":
         raise ValueError("task validation needs option task (the name of another task)")
     inner = load_task(task, options or {}, seed=seed)

@@ -15,7 +15,7 @@ Built in:
 * ``math_verify`` — 1 if math-verify finds the completion's answer equal to the reference
   (GSM8K's ``#### answer`` convention is read on both sides: :func:`final_answer`).
 * ``similarity`` — SoftmaxGRPO's weak reward ``r_sim = 0.6 F1_SQuAD + 0.4 ROUGE-L``
-  (papers/softmaxgrpo-paper.md, Appendix B.5) against the reference answer.
+  (SoftmaxGRPO, Appendix B.5; docs/references.md) against the reference answer.
 * ``reasoning_gym`` — the reasoning-gym dataset's own ``score_answer`` of the entry (raw score
   in [0, 1]; success is ``score == 1.0``).
 """

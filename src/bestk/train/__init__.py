@@ -9,16 +9,17 @@ state), ``algorithms`` (``pg``, ``apo`` = @k-A*PO, ``dpo`` = @k-DPO: one module 
 (TensorBoard / W&B), ``report`` (report.md + plots), ``compare`` (matched runs), ``commands``
 (CLI).
 
-The names below load on first use (PEP 562), so importing ``bestk.train.commands`` (the CLI)
-does not import torch.
+The names below load on first use (PEP 562, :mod:`bestk._lazy`), so importing
+``bestk.train.commands`` (the CLI) does not import torch.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-_WHERE = {
+from bestk._lazy import lazy_attributes
+
+_LAZY: dict[str, str] = {
     "TrainConfig": "bestk.train.config",
     "apply_overrides": "bestk.train.config",
     "load_config": "bestk.train.config",
@@ -34,13 +35,4 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from bestk.train.loop import Trainer, train
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'bestk.train' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_WHERE[name]), name)
-    globals()[name] = value  # later lookups bypass __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, __all__)

@@ -1,4 +1,4 @@
-"""``bestk train``, ``bestk eval`` and ``bestk compare`` (DESIGN.md section 6).
+"""``bestk train``, ``bestk eval`` and ``bestk compare`` (see ``docs/training.md``).
 
 Heavy imports (transformers, matplotlib) happen inside the command bodies so ``bestk --help``
 stays fast. Configuration errors exit with status 2 and a one-line message naming the
@@ -13,12 +13,9 @@ from typing import Any
 
 import typer
 
+from bestk._typer import fail
+
 __all__ = ["register"]
-
-
-def _fail(msg: str) -> None:
-    typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(2)
 
 
 def os_error_message(e: OSError) -> str:
@@ -60,41 +57,30 @@ def train_command(
     from bestk.train.config import TrainConfig, apply_overrides, load_config
     from bestk.train.loop import Trainer
 
+    flags = [f"{key}={value}" for key, value in (("estimator", estimator),
+                                                 ("max_steps", max_steps)) if value is not None]
     trainer = None
     try:
         if resume is not None:
             if config is not None:
-                _fail("--resume continues a run with its own config.yaml; drop --config (or run "
+                fail("--resume continues a run with its own config.yaml; drop --config (or run "
                       "`bestk train --config FILE --out DIR`, which continues DIR when FILE "
                       "matches its config)")
             if out is not None and Path(out).resolve() != resume.resolve():
-                _fail(f"--resume {str(resume)!r} continues that run in place; --out {out!r} "
+                fail(f"--resume {str(resume)!r} continues that run in place; --out {out!r} "
                       "differs (copy the directory first to branch a run)")
-            from bestk.train.rundir import read_run_config
-
-            cfg = read_run_config(resume)
-            if estimator is not None:
-                cfg.estimator = estimator
-            if max_steps is not None:
-                cfg.max_steps = max_steps
-            apply_overrides(cfg, set_)
-            cfg.out = str(resume)
-            trainer = Trainer(cfg, resume=True)
+            trainer = Trainer.resume(resume, overrides=[*flags, *set_])
         else:
             cfg = load_config(config) if config is not None else TrainConfig()
             if out is not None:
                 cfg.out = out
-            if estimator is not None:
-                cfg.estimator = estimator
-            if max_steps is not None:
-                cfg.max_steps = max_steps
-            apply_overrides(cfg, set_)
+            apply_overrides(cfg, [*flags, *set_])
             trainer = Trainer(cfg)
         last = trainer.run(progress=not quiet)
     except ValueError as e:
-        _fail(str(e))
+        fail(str(e))
     except OSError as e:
-        _fail(os_error_message(e))
+        fail(os_error_message(e))
     except KeyboardInterrupt:
         where = f"{trainer.out}" if trainer is not None else "the run directory"
         typer.echo(
@@ -131,9 +117,9 @@ def eval_command(
     try:
         _eval(model, task, n, set_, json_out, bank_out, bank_prompts, seed)
     except ValueError as e:
-        _fail(str(e))
+        fail(str(e))
     except OSError as e:
-        _fail(os_error_message(e))
+        fail(os_error_message(e))
 
 
 def _eval(
@@ -249,9 +235,9 @@ def compare_command(
         for item in set_for:
             label, sep, kv = item.partition(":")
             if not sep or "=" not in kv:
-                _fail(f"--set-for expects LABEL:key=value, got {item!r}")
+                fail(f"--set-for expects LABEL:key=value, got {item!r}")
             if label not in specs:
-                _fail(f"--set-for {item!r}: {label!r} is not among the methods {list(specs)}")
+                fail(f"--set-for {item!r}: {label!r} is not among the methods {list(specs)}")
             specs[label][1].append(kv)
         methods = [Method(lb, est, overrides=tuple(ov)) for lb, (est, ov) in specs.items()]
         grid = None
@@ -259,14 +245,14 @@ def compare_command(
             try:
                 grid = [float(x) for x in lr_sweep.split(",") if x.strip()]
             except ValueError:
-                _fail(f"--lr-sweep must be comma-separated numbers, got {lr_sweep!r}")
+                fail(f"--lr-sweep must be comma-separated numbers, got {lr_sweep!r}")
         table = run_compare(
             methods, seeds=seeds, out=out, config=config, max_steps=max_steps, overrides=set_,
             progress=not quiet, controls=control, workers=workers, lr_sweep=grid,
             sweep_seeds=sweep_seeds, val_prompts=val_prompts, resume=resume,
         )
     except ValueError as e:
-        _fail(str(e))
+        fail(str(e))
     typer.echo(table)
 
 

@@ -30,29 +30,42 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import multiprocessing as mp
 import re
 import shutil
 import time
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
+from rich.progress import Progress
 
-from bestk._atomic import write_text_atomic
-from bestk.lab._io import save_figure
+from bestk._atomic import atomic_path, write_text_atomic
+from bestk._optional import pyplot
+from bestk.estimators import ESTIMATORS, estimator_info
+from bestk.kappo.calibration import calibrate
+from bestk.lab.io import save_figure
 from bestk.lab.stats import mean_ci
+from bestk.train.checkpoint import latest_checkpoint
 from bestk.train.config import (
     TrainConfig,
     apply_overrides,
     check_device,
     check_names,
     check_values,
+    config_from_dict,
     config_to_dict,
     load_config,
     validate,
 )
+from bestk.train.evaluate import evaluate
+from bestk.train.loop import Trainer
+from bestk.train.report import curve_of
+from bestk.train.rundir import read_metrics
 
 __all__ = ["run_compare", "Method", "KappoAuto", "DEFAULT_OPTIONS", "summarize", "write_summary",
            "method_slug", "sweep_score"]
@@ -185,11 +198,9 @@ def _methods(estimators: Sequence[str | Method], estimator_options: dict[str, di
 
 def _run_config(base: TrainConfig, m: Method, seed_index: int, seed_id: int, out: Path,
                 lr: float | None = None) -> TrainConfig:
-    import bestk
-
-    if m.estimator not in bestk.ESTIMATORS:
+    if m.estimator not in ESTIMATORS:
         raise ValueError(f"unknown estimator(s) {m.estimator!r}; valid: "
-                         f"{', '.join(sorted(bestk.ESTIMATORS))}")
+                         f"{', '.join(sorted(ESTIMATORS))}")
     cfg = copy.deepcopy(base)
     cfg.estimator = m.estimator
     opts = dict(DEFAULT_OPTIONS.get(m.estimator, {})) if m.estimator != base.estimator else \
@@ -229,12 +240,6 @@ def _run_config(base: TrainConfig, m: Method, seed_index: int, seed_id: int, out
 def _sft_job(cfg_dict: dict[str, Any], path: str, kappo: dict[str, Any] | None,
              cal_path: str | None) -> str:
     """SFT of one seed (saved atomically to ``path``) and, if asked, its KAPPO calibration."""
-    import torch
-
-    from bestk._atomic import atomic_path
-    from bestk.train.config import config_from_dict
-    from bestk.train.loop import Trainer
-
     cfg = config_from_dict(copy.deepcopy(cfg_dict))
     key = _sft_key(cfg)
     meta = Path(path + ".json")
@@ -253,12 +258,6 @@ def _sft_job(cfg_dict: dict[str, Any], path: str, kappo: dict[str, Any] | None,
 
 def _calibrate(cfg: TrainConfig, sft_path: str, kp: KappoAuto, cal_path: Path) -> None:
     """A bank of ``bank_n`` samples of the SFT policy on every training prompt -> calibration."""
-    import torch
-
-    from bestk.kappo import calibrate
-    from bestk.train.evaluate import evaluate
-    from bestk.train.loop import Trainer
-
     cfg = copy.deepcopy(cfg)
     cfg.estimator, cfg.estimator_options = "grpo", {}
     shutil.rmtree(cfg.out, ignore_errors=True)
@@ -283,12 +282,6 @@ def _prompt_fingerprint(tr: Any) -> str:
 def _rl_job(cfg_dict: dict[str, Any], sft_path: str | None, label: str, key: str) -> dict:
     """One RL run from the seed's SFT weights (resumed from its checkpoint if it has one);
     writes ``result.json`` atomically and returns it."""
-    import torch
-
-    from bestk.train.checkpoint import latest_checkpoint
-    from bestk.train.config import config_from_dict
-    from bestk.train.loop import Trainer, read_metrics
-
     try:
         from transformers.utils import logging as hf_logging
 
@@ -350,8 +343,6 @@ def _execute(jobs: list[tuple], workers: int, progress: bool, what: str) -> list
     single-threaded workers); results in job order."""
     if not jobs:
         return []
-    from rich.progress import Progress
-
     with Progress(disable=not progress, transient=True) as bar:
         task = bar.add_task(what, total=len(jobs))
         if workers <= 1:
@@ -360,9 +351,6 @@ def _execute(jobs: list[tuple], workers: int, progress: bool, what: str) -> list
                 out.append(fn(*args))
                 bar.advance(task)
             return out
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-
         with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
                                  initializer=_worker_init) as pool:
             futs = [pool.submit(fn, *args) for fn, *args in jobs]
@@ -373,8 +361,6 @@ def _execute(jobs: list[tuple], workers: int, progress: bool, what: str) -> list
 
 
 def _worker_init() -> None:
-    import torch
-
     torch.set_num_threads(1)
 
 
@@ -398,7 +384,8 @@ def _grid(methods: list[Method], base: TrainConfig, seeds: Sequence[int], out: P
     sft_dir = shared / "_sft"
     sft_jobs, runs = [], []
     needs_cal = kappo is not None and any(
-        m.estimator == "kappo_grpo" and m.options.get("calibration") == "auto" for m in methods)
+        estimator_info(m.estimator).calibrated and m.options.get("calibration") == "auto"
+        for m in methods)
     for i, sid in enumerate(seeds):
         sft_path = None
         cal_path = None
@@ -585,13 +572,7 @@ def write_summary(out: Path, results: dict[str, dict[str, Any]], n: int) -> str:
 
 
 def _plot(path: Path, results: dict[str, dict[str, Any]]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from bestk.train.report import curve_of
-
+    plt = pyplot(extra="train")
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     start_done = False
     styles = ["o-", "s--", "^-.", "v:", "D-", "P--", "X-.", "*:"]

@@ -1,8 +1,11 @@
 """Typed, documented configuration of the embedded trainer (TRL-style dataclasses).
 
 A run is configured by :class:`TrainConfig`; every knob is a named, defaulted field of one of
-its sections. Configs load from YAML (:func:`load_config`) and take ``--set key=value``
-overrides with dotted keys (:func:`apply_overrides`, values parsed as YAML scalars/lists/maps):
+its sections. The dataclasses are an OmegaConf structured-config schema (as verl's configs
+are): configs load from YAML (:func:`load_config`) and take ``--set key=value`` overrides with
+dotted keys (:func:`apply_overrides`, an OmegaConf dotlist: values read as YAML
+scalars/lists/maps, ``${...}`` interpolations resolved), each value typed against its field by
+OmegaConf:
 
     bestk train --set rollout.n=16 --set estimator_options.tau=0.3 --set model.path=./my-model
 
@@ -12,16 +15,37 @@ naming the key and the valid choices (:func:`validate`).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
-import os
-from collections.abc import Callable, Iterator
+import random
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any, get_args, get_origin, get_type_hints
 
+import numpy as np
+import torch
 import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException, ValidationError
+
+from bestk._optional import require
+from bestk._options import check_option_names
+from bestk.estimators import (
+    ESTIMATORS,
+    advantages,
+    check_estimator_options,
+    estimator_info,
+    resolve_options,
+)
+from bestk.kappo.calibration import MIN_BETA, calibrate, load_calibration
+from bestk.losses import AGG_MODES, KL_ESTIMATORS
+from bestk.tasks import task_options
+from bestk.train.algorithms import ALGORITHMS
+from bestk.train.reference import calibration_prompt_ids
+from bestk.train.reporters import INTEGRATIONS, resolve_report_to
 
 __all__ = [
     "LoRAConfig",
@@ -37,6 +61,7 @@ __all__ = [
     "CALIBRATION_KINDS",
     "load_config",
     "yaml_error_line",
+    "parse_yaml_config",
     "apply_overrides",
     "config_to_dict",
     "config_from_dict",
@@ -49,11 +74,8 @@ __all__ = [
     "check_dependencies",
     "check_estimator_runs",
     "config_items",
-    "resolve_estimator_options",
-    "calibration_prompt_ids",
     "resolve_defaults",
     "AUTO_KEYS",
-    "estimator_needs_calibration",
     "uses_kappo",
     "check_algorithm",
     "check_kappo_file",
@@ -78,10 +100,11 @@ class LoRAConfig:
     dropout: float = 0.0
     """Dropout on the adapters' input (0 keeps the training forward equal to the sampling
     one, so the PPO ratio of an on-policy step is exactly 1)."""
-    target_modules: list[str] | str | None = None
+    target_modules: Any = None
     """Modules that get adapters: a list of names (``[q_proj, v_proj]``), ``all-linear``
     (every linear layer but the output head), or ``None`` = PEFT's default for the
-    architecture."""
+    architecture. (Typed ``Any`` for OmegaConf, which has no unions of a name and a list;
+    :func:`check_values` checks it.)"""
 
 
 @dataclass
@@ -291,10 +314,11 @@ class TrainConfig:
     and much faster than on several when the machine is shared."""
     device: str = "cpu"
     """``cpu``, ``cuda`` or ``cuda:N``."""
-    report_to: str | list[str] = "none"
+    report_to: Any = "none"
     """Live logging besides ``metrics.jsonl``, as TRL's ``report_to``: ``none`` (TRL's
     default), ``all`` (every supported integration installed), ``tensorboard``, ``wandb``,
-    or a list of them (see ``bestk.train.reporters``)."""
+    or a list of them (see ``bestk.train.reporters``; typed ``Any`` for OmegaConf, checked by
+    :func:`check_values`)."""
     run_name: str | None = None
     """Name of the run in W&B (``None`` = the run directory's name)."""
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -310,7 +334,12 @@ class TrainConfig:
         _fill_auto(self)
 
 
-# ---------------------------------------------------------------------------------------------
+# -- reading configs: OmegaConf structured configs ---------------------------------------------
+# The dataclasses above are the schema. A YAML file, a nested dict or ``--set key=value`` items
+# are merged into ``OmegaConf.structured(cfg)``, which types every value against its field
+# (and reads values as YAML, resolves ``${...}`` interpolations); ``OmegaConf.to_object`` gives
+# the dataclasses back. OmegaConf's errors become the one-line messages below, naming the key.
+
 def config_to_dict(cfg: Any) -> dict[str, Any]:
     """Plain nested dict of a config dataclass (what ``config.yaml`` holds)."""
     return dataclasses.asdict(cfg)
@@ -325,97 +354,123 @@ def _is_section(tp: Any) -> bool:
     return dataclasses.is_dataclass(tp) and isinstance(tp, type)
 
 
+def _is_mapping(tp: Any) -> bool:
+    return get_origin(tp) is dict
+
+
 def _valid_keys(cls: type, prefix: str = "") -> str:
     return ", ".join(f"{prefix}{k}" for k in _fields(cls))
 
 
-def _set(obj: Any, path: list[str], value: Any, full: str) -> None:
-    cls = type(obj)
-    fields = _fields(cls)
-    key = path[0]
-    where = ".".join(full.split(".")[: len(full.split(".")) - len(path)])
-    prefix = f"{where}." if where else ""
-    if key not in fields:
-        raise ValueError(
-            f"unknown config key {full!r}; valid keys{' under ' + repr(where) if where else ''}: "
-            f"{_valid_keys(cls, prefix)}"
-        )
-    tp = fields[key]
-    current = getattr(obj, key)
+def _field_at(key: str) -> tuple[Any, bool]:
+    """The type of the field ``key`` addresses and whether ``key`` goes *inside* a mapping
+    field (``task.options.digits``); ``ValueError`` naming the valid keys for an unknown key."""
+    cls: Any = TrainConfig
+    parts = key.split(".")
+    for i, part in enumerate(parts):
+        where = ".".join(parts[:i])
+        fields = _fields(cls)
+        if part not in fields:
+            prefix = f"{where}." if where else ""
+            raise ValueError(
+                f"unknown config key {key!r}; valid keys"
+                f"{' under ' + repr(where) if where else ''}: {_valid_keys(cls, prefix)}"
+            )
+        tp = fields[part]
+        if i == len(parts) - 1:
+            return tp, False
+        if _is_mapping(tp):
+            return tp, True
+        if not _is_section(tp):
+            raise ValueError(f"unknown config key {key!r}: {where + '.' if where else ''}{part} is "
+                             "not a section")
+        cls = tp
+    raise AssertionError(key)  # pragma: no cover
+
+
+def _expected(tp: Any) -> str:
+    """What a value of field type ``tp`` must be, for messages."""
+    args = [a for a in get_args(tp) if a is not type(None)] or [tp]
+    if args[0] is int:
+        return "an integer"
+    if args[0] is float:
+        return "a number"
+    if args[0] is str:
+        return "a string"
+    return f"a {getattr(args[0], '__name__', args[0])}"
+
+
+def _assign(conf: DictConfig, key: str, value: Any) -> None:
+    """Set ``key`` (dotted) of the structured config ``conf`` to ``value``: a section takes a
+    mapping of its keys, a mapping field (``task.options``) is replaced (``null`` = ``{}``), a
+    list-of-names field takes a name or a list of names, any other field a value OmegaConf
+    converts to the field's type."""
+    tp, inside = _field_at(key)
     if _is_section(tp):
-        if len(path) == 1:
-            if not isinstance(value, dict):
-                raise ValueError(f"config key {full!r} is a section; give a mapping")
-            for k, v in value.items():
-                _set(current, [str(k)], v, f"{full}.{k}")
-            return
-        _set(current, path[1:], value, full)
+        if not isinstance(value, Mapping):
+            raise ValueError(f"config key {key!r} is a section; give a mapping")
+        for k, v in value.items():
+            _assign(conf, f"{key}.{k}", v)
         return
-    if isinstance(current, dict) or key in ("options", "estimator_options"):
-        if len(path) == 1:
-            if value is None:
-                value = {}
-            if not isinstance(value, dict):
-                raise ValueError(f"config key {full!r} must be a mapping, got {value!r}")
-            setattr(obj, key, dict(value))
-        else:
-            d = current
-            for p in path[1:-1]:
-                d = d.setdefault(p, {})
-            d[path[-1]] = value
-        return
-    if len(path) > 1:
-        raise ValueError(f"unknown config key {full!r}: {prefix}{key} is not a section")
-    setattr(obj, key, _coerce(value, tp, full))
-
-
-def _coerce(value: Any, tp: Any, full: str) -> Any:
-    text = str(tp)
-    optional = "None" in text
-    if value is None:
-        if optional:
-            return None
-        raise ValueError(f"config key {full!r} cannot be null")
-    if "list" in text and isinstance(value, (list, tuple)):
+    if _is_mapping(tp) and not inside:
+        value = {} if value is None else value
+        if not isinstance(value, Mapping):
+            raise ValueError(f"config key {key!r} must be a mapping, got {value!r}")
+        value = dict(value)
+    elif tp is Any and isinstance(value, (list, tuple)):  # report_to, lora.target_modules
         if not all(isinstance(v, str) for v in value):
-            raise ValueError(f"config key {full!r} must be a list of names, got {value!r}")
-        return list(value)
-    if tp is bool or text == "bool":
-        if isinstance(value, bool):
-            return value
-        raise ValueError(f"config key {full!r} must be true/false, got {value!r}")
-    if "int" in text and "float" not in text and "str" not in text:
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer():
-                return int(value)
-            raise ValueError(f"config key {full!r} must be an integer, got {value!r}")
-        return value
-    if "float" in text:
-        if isinstance(value, str):
-            try:  # YAML 1.1 reads "5e-3" as a string
-                value = float(value)
-            except ValueError:
-                pass
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"config key {full!r} must be a number, got {value!r}")
-        return float(value)
-    if "str" in text:
-        if not isinstance(value, str):
-            return str(value)
-        return value
-    return value
+            raise ValueError(f"config key {key!r} must be a list of names, got {value!r}")
+        value = list(value)
+    try:
+        OmegaConf.update(conf, key, value, merge=False)
+    except ValidationError as e:
+        if value is None:
+            raise ValueError(f"config key {key!r} cannot be null") from None
+        raise ValueError(f"config key {key!r} must be {_expected(tp)}, got {value!r}") from e
+    except OmegaConfBaseException as e:  # pragma: no cover - anything else OmegaConf refuses
+        raise ValueError(f"config key {key!r}: {str(e).splitlines()[0]}") from None
 
 
-def config_from_dict(data: dict[str, Any], base: TrainConfig | None = None) -> TrainConfig:
-    """A :class:`TrainConfig` from a nested dict (unknown keys raise ``ValueError``)."""
+def _structured(cfg: TrainConfig) -> DictConfig:
+    """``OmegaConf.structured(cfg)``, with the :data:`AUTO_KEYS` fields that still hold the
+    algorithm's default (not set explicitly) back at ``None``, so that :meth:`TrainConfig.
+    __post_init__` fills them for the algorithm the merged config ends up with."""
+    conf = OmegaConf.structured(cfg, flags={"allow_objects": True})
+    auto = cfg.__dict__.get("_auto", {})
+    for key in AUTO_KEYS:
+        if key in auto and auto[key] == _get_key(cfg, key):
+            OmegaConf.update(conf, key, None, merge=False)
+    return conf
+
+
+def _to_config(conf: DictConfig) -> TrainConfig:
+    try:
+        return OmegaConf.to_object(conf)
+    except OmegaConfBaseException as e:  # an interpolation that does not resolve
+        key = getattr(e, "full_key", "") or "?"
+        raise ValueError(f"config key {key!r}: {str(e).splitlines()[0]}") from None
+
+
+def config_from_dict(data: Mapping[str, Any] | None, base: TrainConfig | None = None
+                     ) -> TrainConfig:
+    """A :class:`TrainConfig` from a nested dict merged on ``base`` (default: the defaults);
+    unknown keys and values of the wrong type raise ``ValueError`` naming the key."""
     cfg = base or TrainConfig()
     if data is None:
         return cfg
-    if not isinstance(data, dict):
+    if not isinstance(data, Mapping):
         raise ValueError(f"a config must be a mapping at the top level, got {type(data).__name__}")
+    conf = _structured(cfg)
     for k, v in data.items():
-        _assign(cfg, [str(k)], v, str(k))
-    return cfg
+        _assign(conf, str(k), v)
+    return _to_config(conf)
+
+
+def parse_yaml_config(text: str) -> Any:
+    """The YAML document ``text`` as plain Python (OmegaConf's YAML reading: ``5e-3`` is a
+    number); ``yaml.YAMLError`` if it is not YAML."""
+    conf = OmegaConf.create(text) if text.strip() else OmegaConf.create({})
+    return OmegaConf.to_container(conf, resolve=False)
 
 
 def load_config(path: str | Path) -> TrainConfig:
@@ -424,14 +479,14 @@ def load_config(path: str | Path) -> TrainConfig:
     if not p.is_file():
         raise ValueError(f"config file {str(p)!r} does not exist")
     try:
-        data = yaml.safe_load(p.read_text())
+        data = parse_yaml_config(p.read_text())
     except yaml.YAMLError as e:
         raise ValueError(
             f"config file {str(p)!r} is not valid YAML: {yaml_error_line(e)}"
         ) from None
     except (OSError, UnicodeDecodeError) as e:
         raise ValueError(f"cannot read config file {str(p)!r}: {e}") from None
-    return config_from_dict(data or {})
+    return config_from_dict(data)
 
 
 def yaml_error_line(e: yaml.YAMLError) -> str:
@@ -442,19 +497,30 @@ def yaml_error_line(e: yaml.YAMLError) -> str:
 
 
 def apply_overrides(cfg: TrainConfig, overrides: list[str] | None) -> TrainConfig:
-    """Apply ``key=value`` strings (dotted keys; values parsed as YAML) to ``cfg`` in place."""
-    for item in overrides or []:
-        if "=" not in item:
-            raise ValueError(f"--set expects key=value, got {item!r}")
-        key, _, raw = item.partition("=")
+    """Apply ``key=value`` strings (OmegaConf dotlist: dotted keys, values read as YAML; a
+    value that is not YAML stays a string) to ``cfg`` in place; returns ``cfg``."""
+    if not overrides:
+        return cfg
+    conf = _structured(cfg)
+    for item in overrides:
+        key, sep, raw = item.partition("=")
         key = key.strip()
-        if not key:
+        if not sep or not key:
             raise ValueError(f"--set expects key=value, got {item!r}")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else None
+            value = OmegaConf.to_container(OmegaConf.from_dotlist([f"{key}={raw}"]))
         except yaml.YAMLError:
             value = raw
-        _assign(cfg, key.split("."), value, key)
+        except OmegaConfBaseException:
+            raise ValueError(f"--set {item!r}: {key!r} is not a valid dotted key") from None
+        else:
+            for part in key.split("."):  # down the nested mapping the dotlist made
+                value = value[part]
+        _assign(conf, key, value)
+    new = _to_config(conf)
+    for f in dataclasses.fields(TrainConfig):
+        setattr(cfg, f.name, getattr(new, f.name))
+    cfg.__dict__["_auto"] = new.__dict__["_auto"]
     return cfg
 
 
@@ -464,7 +530,7 @@ AUTO_KEYS = ("rollout.n", "out")
 
 
 def _auto_value(cfg: TrainConfig, key: str) -> Any:
-    spec = _algorithms().get(cfg.algorithm)
+    spec = ALGORITHMS.get(cfg.algorithm)
     if spec is None:
         return None
     if key == "rollout.n":
@@ -496,27 +562,6 @@ def _fill_auto(cfg: TrainConfig) -> None:
             auto.pop(key, None)
 
 
-def _assign(cfg: TrainConfig, path: list[str], value: Any, full: str) -> None:
-    """:func:`_set`, then: an :data:`AUTO_KEYS` field it set is explicit from now on (unless
-    set to ``None``), and the others follow the algorithm (:func:`_fill_auto`)."""
-    _set(cfg, path, value, full)
-    auto = cfg.__dict__.setdefault("_auto", {})
-    for key in AUTO_KEYS:
-        inside = key.startswith(full + ".") and _mapping_sets(value, key[len(full) + 1:])
-        if key == full or inside:
-            auto.pop(key, None)
-    _fill_auto(cfg)
-
-
-def _mapping_sets(value: Any, rest: str) -> bool:
-    """Whether the nested mapping ``value`` holds the dotted key ``rest``."""
-    for part in rest.split("."):
-        if not isinstance(value, dict) or part not in value:
-            return False
-        value = value[part]
-    return True
-
-
 def validate(cfg: TrainConfig) -> None:
     """Check every value before any work; raise ``ValueError`` naming the offending key.
 
@@ -544,12 +589,6 @@ def validate(cfg: TrainConfig) -> None:
         check_estimator_runs(cfg)
 
 
-def _algorithms() -> dict[str, Any]:
-    from bestk.train.algorithms import ALGORITHMS
-
-    return ALGORITHMS
-
-
 def resolve_defaults(cfg: TrainConfig) -> TrainConfig:
     """A copy of ``cfg`` whose :data:`AUTO_KEYS` fields hold the current algorithm's defaults
     unless set explicitly: ``rollout.n`` (8 for ``pg``, 1 for ``apo`` and ``dpo``) and
@@ -557,29 +596,16 @@ def resolve_defaults(cfg: TrainConfig) -> TrainConfig:
     :func:`apply_overrides` and :func:`config_from_dict` keep them in step already; this also
     catches an ``algorithm`` (or a ``None``) assigned as an attribute. An unknown algorithm is
     left for :func:`check_names`."""
-    import copy
-
     out = copy.deepcopy(cfg)
     _fill_auto(out)
     return out
-
-
-def estimator_needs_calibration(name: str) -> bool:
-    """Whether estimator ``name`` takes a required ``calibration`` option (a KAPPO
-    :class:`~bestk.kappo.Calibration`, e.g. ``kappo_grpo``): read off its signature, the one
-    place the trainer asks this (until estimators carry registry metadata)."""
-    import inspect
-
-    from bestk.estimators import estimator_options
-
-    return estimator_options(name).get("calibration", None) is inspect.Parameter.empty
 
 
 def uses_kappo(cfg: TrainConfig) -> bool:
     """Whether the run needs a KAPPO calibration from the ``kappo`` section: always for
     ``apo`` and ``dpo``; for ``pg`` when the estimator needs one and ``estimator_options``
     gives none."""
-    spec = _algorithms()[cfg.algorithm]
+    spec = ALGORITHMS[cfg.algorithm]
     return spec.calibrated(cfg)
 
 
@@ -587,18 +613,14 @@ def check_names(cfg: TrainConfig) -> None:
     """The algorithm and estimator are registered; task option names and, for ``pg``, the
     estimator's option names are known (a ``calibration`` the ``kappo`` section supplies
     counts as given)."""
-    import bestk
-    from bestk.estimators import check_estimator_options, check_option_names
-    from bestk.tasks import task_options
-
-    algorithms = _algorithms()
+    algorithms = ALGORITHMS
     if cfg.algorithm not in algorithms:
         raise ValueError(
             f"unknown algorithm {cfg.algorithm!r}; valid: {', '.join(algorithms)}"
         )
-    if cfg.estimator not in bestk.ESTIMATORS:
+    if cfg.estimator not in ESTIMATORS:
         raise ValueError(
-            f"unknown estimator {cfg.estimator!r}; valid: {', '.join(sorted(bestk.ESTIMATORS))}"
+            f"unknown estimator {cfg.estimator!r}; valid: {', '.join(sorted(ESTIMATORS))}"
         )
     if not isinstance(cfg.estimator_options, dict):
         raise ValueError(
@@ -606,7 +628,7 @@ def check_names(cfg: TrainConfig) -> None:
         )
     if cfg.algorithm == "pg":  # the other algorithms refuse estimator_options (their check)
         given = dict(cfg.estimator_options)
-        if estimator_needs_calibration(cfg.estimator):
+        if estimator_info(cfg.estimator).calibrated:
             given.setdefault("calibration", "kappo section")  # calibrated from the kappo section
         check_estimator_options(cfg.estimator, given)
     if not isinstance(cfg.task.options, dict):
@@ -618,7 +640,7 @@ def check_algorithm(cfg: TrainConfig) -> None:
     """What the algorithm accepts (its own ``check``), and the ``kappo`` section's use: a
     ``kappo.calibration`` file for a run that calibrates nothing, or next to an
     ``estimator_options.calibration``, is refused."""
-    spec = _algorithms()[cfg.algorithm]
+    spec = ALGORITHMS[cfg.algorithm]
     spec.check(cfg)
     if cfg.kappo.calibration is not None:
         if "calibration" in cfg.estimator_options:
@@ -649,17 +671,13 @@ def check_kappo_file(cfg: TrainConfig) -> None:
 def load_kappo_file(cfg: TrainConfig) -> Any:
     """The :class:`~bestk.kappo.Calibration` of ``kappo.calibration``, checked against the
     ``kappo`` section (``ValueError`` naming the mismatch)."""
-    import math as _math
-
-    from bestk.kappo import Calibration
-
     path = cfg.kappo.calibration
     try:
-        cal = Calibration.load(path)
+        cal = load_calibration(path)
     except (OSError, ValueError) as e:
         raise ValueError(f"cannot load kappo.calibration {str(path)!r}: {e}") from None
     k, beta, kind = cfg.kappo.k, cfg.kappo.beta, cfg.kappo.kind
-    if cal.k != k or not _math.isclose(cal.beta, beta, rel_tol=1e-12, abs_tol=0.0):
+    if cal.k != k or not math.isclose(cal.beta, beta, rel_tol=1e-12, abs_tol=0.0):
         raise ValueError(
             f"kappo.calibration {str(path)!r} was made for k={cal.k}, beta={cal.beta}, but the "
             f"run has kappo.k={k}, kappo.beta={beta}; set them to the file's values or "
@@ -670,7 +688,7 @@ def load_kappo_file(cfg: TrainConfig) -> Any:
             f"kappo.calibration {str(path)!r} is a {cal.kind} calibration, but kappo.kind is "
             f"{kind!r}"
         )
-    if _algorithms()[cfg.algorithm].binary_only and cal.kind != "binary":
+    if ALGORITHMS[cfg.algorithm].binary_only and cal.kind != "binary":
         raise ValueError(
             f"algorithm {cfg.algorithm!r} needs a binary calibration; kappo.calibration "
             f"{str(path)!r} is a {cal.kind} one"
@@ -719,9 +737,6 @@ def _in_choices(*choices: str) -> tuple[Callable[[Any], bool], str]:
 
 def _value_rules() -> list[tuple[str, Callable[[Any], bool], str]]:
     """``(dotted key, predicate, what it must be)`` for every constrained field."""
-    from bestk.kappo.calibration import MIN_BETA
-    from bestk.losses import AGG_MODES, KL_ESTIMATORS
-
     def ge(lo: int) -> Callable[[Any], bool]:
         return lambda v: _is_int(v) and v >= lo
 
@@ -732,7 +747,7 @@ def _value_rules() -> list[tuple[str, Callable[[Any], bool], str]]:
         return lambda v: _is_num(v) and pred(float(v))
 
     return [
-        ("algorithm", *_in_choices(*_algorithms())),
+        ("algorithm", *_in_choices(*ALGORITHMS)),
         ("max_steps", ge(0), "an integer >= 0"),
         ("advantage_reward", *_in_choices("auto", "raw", "success")),
         ("seed", lambda v: _is_int(v) and 0 <= v <= _MAX_SEED, "an integer in [0, 2**63 - 1]"),
@@ -810,8 +825,6 @@ def check_values(cfg: TrainConfig) -> None:
             f"rollout.prompts_per_step ({cfg.rollout.prompts_per_step}): minibatches hold "
             "whole groups"
         )
-    from bestk.train.reporters import resolve_report_to
-
     resolve_report_to(cfg.report_to)
     if cfg.model.autocast == "bf16" and not cfg.device.startswith("cuda"):
         raise ValueError(
@@ -827,8 +840,6 @@ def check_values(cfg: TrainConfig) -> None:
 
 def check_device(device: str) -> None:
     """``device`` parses as a torch device and that device is available here."""
-    import torch
-
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError, ValueError):
@@ -864,9 +875,6 @@ def check_dependencies(cfg: TrainConfig) -> None:
     ``train`` extra's transformers, tokenizers, safetensors and matplotlib, PEFT for
     ``model.lora``, and each integration of ``report_to``. A task checks its own (the
     ``dataset`` task needs ``datasets``, a reward its scorer) when it loads."""
-    from bestk._optional import require
-    from bestk.train.reporters import INTEGRATIONS, resolve_report_to
-
     for module in ("transformers", "tokenizers", "safetensors", "matplotlib"):
         require(module, extra="train")
     if cfg.model.lora.r > 0:
@@ -899,36 +907,9 @@ def check_model_dir(path: str | Path) -> None:
         )
 
 
-def resolve_estimator_options(options: dict[str, Any]) -> dict[str, Any]:
-    """The estimator options with a ``calibration`` file path loaded as a ``Calibration``."""
-    opts = dict(options)
-    cal = opts.get("calibration")
-    if isinstance(cal, (str, os.PathLike)):
-        from bestk.kappo import Calibration
-
-        try:
-            opts["calibration"] = Calibration.load(cal)
-        except (OSError, ValueError) as e:
-            raise ValueError(f"cannot load calibration {str(cal)!r}: {e}") from None
-    return opts
-
-
-def calibration_prompt_ids(calibration: Any) -> list[Any]:
-    """The prompt ids of a calibration as the trainer's examples carry them (digit strings
-    become ints), in the calibration's order."""
-    return [
-        int(x) if str(x).lstrip("-").isdigit() else x for x in calibration.prompt_ids.tolist()
-    ]
-
-
 @contextmanager
 def _global_rng_preserved() -> Iterator[None]:
     """Leave the python, numpy and torch (CPU) global RNG states as they were."""
-    import random
-
-    import numpy as np
-    import torch
-
     py, npy = random.getstate(), np.random.get_state()  # noqa: NPY002
     with torch.random.fork_rng(devices=[]):
         try:
@@ -940,20 +921,15 @@ def _global_rng_preserved() -> Iterator[None]:
 
 def check_estimator_runs(cfg: TrainConfig, options: dict[str, Any] | None = None) -> None:
     """Run ``bestk.advantages`` on a dummy batch of 2 groups of ``rollout.n`` 0/1 rewards with
-    the configured options (resolved with :func:`resolve_estimator_options` unless given), so
+    the configured options (path-valued ones loaded, :func:`bestk.estimators.resolve_options`,
+    unless given), so
     that the estimator's own checks reject bad option values before any work. An estimator
     the ``kappo`` section calibrates gets a dummy calibration of the configured k, beta and
     kind. The global RNG states are left untouched."""
-    import torch
-
-    import bestk
-
     cfg = resolve_defaults(cfg)
-    opts = resolve_estimator_options(cfg.estimator_options) if options is None else options
+    opts = resolve_options(cfg.estimator, cfg.estimator_options) if options is None else options
     labels: list[Any] = [0, 1]
-    if "calibration" not in opts and estimator_needs_calibration(cfg.estimator):
-        from bestk.kappo import calibrate
-
+    if "calibration" not in opts and estimator_info(cfg.estimator).calibrated:
         kind = "winrate" if cfg.kappo.kind == "winrate" else "binary"
         opts = {**opts, "calibration": calibrate(
             {0: [0.0, 1.0], 1: [0.0, 1.0]}, k=cfg.kappo.k, beta=cfg.kappo.beta, kind=kind)}
@@ -967,7 +943,7 @@ def check_estimator_runs(cfg: TrainConfig, options: dict[str, Any] | None = None
     group = [labels[g] for g in range(2) for _ in range(n)]
     with _global_rng_preserved():
         try:
-            bestk.advantages(cfg.estimator, rewards, group=group, **opts)
+            advantages(cfg.estimator, rewards, group=group, **opts)
         except (TypeError, ValueError) as e:
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise ValueError(

@@ -28,11 +28,14 @@ the config allows it (see :mod:`bestk.train.rundir`).
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
 import shutil
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,6 +43,15 @@ from typing import Any
 
 import numpy as np
 import torch
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+            TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from bestk._atomic import respect_umask, write_text_atomic
 from bestk.tasks import Task, load_task
@@ -47,7 +59,7 @@ from bestk.train.algorithms import ALGORITHMS
 from bestk.train.checkpoint import as_os_error, latest_checkpoint, load_checkpoint, save_checkpoint
 from bestk.train.config import (
     TrainConfig,
-    calibration_prompt_ids,
+    apply_overrides,
     config_from_dict,
     config_to_dict,
     load_kappo_file,
@@ -63,12 +75,14 @@ from bestk.train.reference import (
     TOKENS_FILE,
     bank_examples,
     calibrate_bank,
+    calibration_prompt_ids,
     check_prompt_ids,
     load_reference,
     resolve_kind,
     sample_bank,
     save_reference,
 )
+from bestk.train.report import write_report
 from bestk.train.reporters import Reporters, resolve_report_to
 from bestk.train.rollout import Rollout, sample
 from bestk.train.rundir import (
@@ -84,7 +98,7 @@ from bestk.train.rundir import (
     write_run_config,
 )
 
-__all__ = ["Trainer", "train", "write_text_atomic", "read_metrics"]
+__all__ = ["Trainer", "train"]
 
 _MODES = {True: "resume", False: "new", "auto": "auto", "resume": "resume", "new": "new"}
 
@@ -114,6 +128,7 @@ class Trainer:
         *,
         resume: bool | str = "auto",
         on_step: Callable | None = None,
+        stored: TrainConfig | None = None,
     ):
         if resume not in _MODES:
             raise ValueError(
@@ -136,7 +151,7 @@ class Trainer:
             if removed:
                 self._say("note", f"removed {len(removed)} temporary file(s) left by an "
                           f"interrupted write: {', '.join(p.name for p in removed[:4])}")
-            self.state: RunState = inspect_run(cfg, _MODES[resume])
+            self.state: RunState = inspect_run(cfg, _MODES[resume], stored)
             for msg in self.state.warnings:
                 self._say("warning", msg)
             for msg in self.state.notes:
@@ -254,19 +269,24 @@ class Trainer:
     # -- setup -----------------------------------------------------------------------------
     @classmethod
     def resume(
-        cls, out: str | Path, *, overrides: dict[str, Any] | None = None, **kw: Any
+        cls, out: str | Path, *, overrides: dict[str, Any] | list[str] | None = None, **kw: Any
     ) -> Trainer:
-        """Reopen the run in ``out`` from its ``config.yaml`` and newest valid checkpoint.
+        """Reopen the run in ``out`` from its ``config.yaml`` (read once) and newest valid
+        checkpoint.
 
-        ``overrides`` (a nested dict, e.g. ``{"max_steps": 200}``) may change what the resume
-        policy allows (:data:`bestk.train.rundir.RESUME_FREE`); other changes are refused.
+        ``overrides`` (a nested dict, e.g. ``{"max_steps": 200}``, or ``key=value`` strings as
+        ``--set`` takes them) may change what the resume policy allows
+        (:data:`bestk.train.rundir.RESUME_FREE`); other changes are refused.
         """
         out = Path(out)
-        cfg = read_run_config(out)
-        if overrides:
+        stored = read_run_config(out)
+        cfg = copy.deepcopy(stored)
+        if isinstance(overrides, dict):
             cfg = config_from_dict(overrides, base=cfg)
+        elif overrides:
+            apply_overrides(cfg, list(overrides))
         cfg.out = str(out)
-        return cls(cfg, resume=True, **kw)
+        return cls(cfg, resume=True, stored=stored, **kw)
 
     @property
     def estimator_options(self) -> dict[str, Any]:
@@ -506,9 +526,6 @@ class Trainer:
 
     def _install_sigint(self) -> Callable[[], None]:
         """First Ctrl-C: finish the current step, checkpoint, stop. Second: abort at once."""
-        import signal
-        import threading
-
         if threading.current_thread() is not threading.main_thread():
             return lambda: None
         previous = signal.getsignal(signal.SIGINT)
@@ -541,16 +558,6 @@ class Trainer:
         return evals[-1] if evals else {}
 
     def _run(self, progress: bool) -> dict[str, Any]:
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
         cfg = self.cfg
         self.interrupted = False
         if self.complete:
@@ -629,8 +636,6 @@ class Trainer:
         leaves the previous ``final/`` (or, between the renames, ``.final-old``) intact. The
         run is marked complete (``DIR/.finished``, the step) only after the report.
         """
-        from bestk.train.report import write_report
-
         final = self.out / "final"
         tmp = self.out / ".final-tmp"
         old = self.out / ".final-old"

@@ -53,6 +53,7 @@ __all__ = [
     "save_reference",
     "load_reference",
     "check_prompt_ids",
+    "calibration_prompt_ids",
 ]
 
 CALIBRATION_FILE = "calibration.json"
@@ -201,11 +202,17 @@ def calibrate_bank(bank: ReferenceBank, task: Task, kind: str, k: int, beta: flo
                      kind=kind)
 
 
+def calibration_prompt_ids(calibration: Any) -> list[Any]:
+    """The prompt ids of a calibration as the trainer's examples carry them (digit strings
+    become ints), in the calibration's order."""
+    return [
+        int(x) if str(x).lstrip("-").isdigit() else x for x in calibration.prompt_ids.tolist()
+    ]
+
+
 def check_prompt_ids(calibration: Calibration, train_ids: Sequence[Any], source: str) -> None:
     """Every prompt id of ``calibration`` is a training prompt id of the task (one-line
     ``ValueError`` naming the first that is not, and how many)."""
-    from bestk.train.config import calibration_prompt_ids
-
     known = set(train_ids)
     ids = calibration_prompt_ids(calibration)
     unknown = [i for i in ids if i not in known]

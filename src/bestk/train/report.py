@@ -12,7 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bestk._atomic import write_text_atomic
 from bestk._optional import pyplot
+from bestk.kappo.calibration import Calibration
+from bestk.train.algorithms import ALGORITHMS
+from bestk.train.config import config_to_dict
+from bestk.train.reference import BANK_FILE, CALIBRATION_FILE
+from bestk.train.rundir import read_metrics, read_run_config
 
 __all__ = ["write_report", "curve_of"]
 
@@ -107,10 +113,6 @@ def _table(start: dict, end: dict, prefix: str) -> list[str]:
 
 def write_report(out: str | Path) -> Path:
     """(Re)write ``out/report.md`` and its plots from ``out/metrics.jsonl``."""
-    from bestk._atomic import write_text_atomic
-    from bestk.train.config import config_to_dict
-    from bestk.train.rundir import read_metrics, read_run_config
-
     out = Path(out)
     rows = read_metrics(out / "metrics.jsonl")
     cfg = config_to_dict(read_run_config(out)) if (out / "config.yaml").exists() else {}
@@ -195,17 +197,12 @@ def write_report(out: str | Path) -> Path:
 
 
 def _title(algorithm: str) -> str:
-    from bestk.train.algorithms import ALGORITHMS
-
     spec = ALGORITHMS.get(algorithm)
     return spec.title if spec is not None else "unknown algorithm"
 
 
 def _kappo_lines(out: Path, algorithm: str, kp: dict[str, Any]) -> list[str]:
     """The report's description of a KAPPO run's calibration (none without one)."""
-    from bestk.kappo import Calibration
-    from bestk.train.reference import BANK_FILE, CALIBRATION_FILE
-
     path = out / CALIBRATION_FILE
     if not path.is_file():
         return []

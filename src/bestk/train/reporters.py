@@ -39,7 +39,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
+from bestk._atomic import write_text_atomic
 from bestk._optional import available, require
 
 __all__ = [
@@ -198,8 +200,6 @@ class _Wandb:
         run_id = id_file.read_text().strip() if id_file.is_file() else ""
         if resume_step is None or not run_id:
             run_id = uuid.uuid4().hex[:12]
-            from bestk._atomic import write_text_atomic
-
             write_text_atomic(id_file, run_id + "\n")
         try:
             self.run = wandb.init(
@@ -252,8 +252,6 @@ class Reporters:
             self._backends = self._open()
 
     def _open(self) -> list[Any]:
-        import yaml
-
         backends: list[Any] = []
         try:
             for name in self.names:

@@ -6,10 +6,21 @@ top-p, stop at EOS, a length cap). It is a loop over *tokens* only; everything p
 one batched forward. :func:`sequence_logprobs` recomputes the log-probabilities (and token
 entropies) of the sampled completions in one forward pass, which the PPO update
 differentiates.
+
+Why a hand-written loop and not ``model.generate``: (1) every draw comes from an explicit
+``torch.Generator`` seeded by ``(seed, step)``, so a resumed run repeats the uninterrupted one
+bit for bit and an A/A control changes only the sampling noise (``generate`` samples from the
+global RNG and takes no generator); (2) each distinct prompt is prefilled once and its ``n``
+samples share the KV cache (``num_return_sequences`` expands the prompts before the prefill);
+(3) the log-probability and entropy of every sampled token under the temperature-scaled
+distribution come out of the same loop (from ``generate`` they would be rebuilt from its
+returned logits). The loop is short, batched per token, and tested against a full forward
+pass (``tests/test_train_rollout.py``).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -64,8 +75,6 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 def _cache_kwarg(model: Any) -> str:
     """Name of the KV-cache argument of ``model.forward`` (``cache`` in transformers >= 5.2x,
     ``past_key_values`` before)."""
-    import inspect
-
     if hasattr(model, "get_base_model"):  # a PEFT model forwards **kwargs to its base model
         model = model.get_base_model()
     params = inspect.signature(model.forward).parameters

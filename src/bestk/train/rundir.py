@@ -26,13 +26,20 @@ from typing import Any
 
 import yaml
 
+from bestk._atomic import write_text_atomic
 from bestk.train.checkpoint import (
     checksum_path,
     latest_valid_checkpoint,
     list_checkpoints,
     orphan_checksums,
 )
-from bestk.train.config import TrainConfig, config_from_dict, config_to_dict, yaml_error_line
+from bestk.train.config import (
+    TrainConfig,
+    config_from_dict,
+    config_to_dict,
+    parse_yaml_config,
+    yaml_error_line,
+)
 
 __all__ = [
     "RunLock",
@@ -203,7 +210,7 @@ def read_run_config(directory: str | os.PathLike) -> TrainConfig:
             "with another --out)"
         )
     try:
-        data = yaml.safe_load(text)
+        data = parse_yaml_config(text)
     except yaml.YAMLError as e:
         raise ValueError(f"{path} is not valid YAML: {yaml_error_line(e)}") from None
     if not isinstance(data, dict):
@@ -216,8 +223,6 @@ def read_run_config(directory: str | os.PathLike) -> TrainConfig:
 
 def write_run_config(directory: str | os.PathLike, cfg: TrainConfig) -> None:
     """Write ``cfg`` as ``directory/config.yaml`` atomically."""
-    from bestk._atomic import write_text_atomic
-
     write_text_atomic(
         Path(directory) / "config.yaml", yaml.safe_dump(config_to_dict(cfg), sort_keys=False)
     )
@@ -432,8 +437,6 @@ _FINISHED = ".finished"
 def mark_finished(directory: str | os.PathLike, step: int) -> None:
     """Record that ``final/`` and the report of ``directory`` are those of ``step`` (the last
     act of a run; a run extended later is complete again only once it is re-marked)."""
-    from bestk._atomic import write_text_atomic
-
     write_text_atomic(Path(directory) / _FINISHED, f"{int(step)}\n")
 
 
@@ -458,13 +461,15 @@ def prepare_directory(directory: str | os.PathLike) -> Path:
     return directory
 
 
-def inspect_run(cfg: TrainConfig, mode: str = "auto") -> RunState:
+def inspect_run(cfg: TrainConfig, mode: str = "auto", stored: TrainConfig | None = None
+                ) -> RunState:
     """Decide what to do with the run directory ``cfg.out`` for a run configured by ``cfg``.
 
     ``mode``: ``"auto"`` (new run, or continue the one there), ``"resume"`` (there must be a
-    run) or ``"new"`` (there must not be one). Raises a one-line ``ValueError`` when the
-    directory holds a different run (:func:`check_resume`), a run without a usable config,
-    log or checkpoint. Reads only; call it holding the lock.
+    run) or ``"new"`` (there must not be one). ``stored``: the directory's ``config.yaml`` when
+    the caller has read it already (a resume), so it is read once. Raises a one-line
+    ``ValueError`` when the directory holds a different run (:func:`check_resume`), a run
+    without a usable config, log or checkpoint. Reads only; call it holding the lock.
     """
     out = Path(cfg.out)
     where = str(out)
@@ -478,7 +483,8 @@ def inspect_run(cfg: TrainConfig, mode: str = "auto") -> RunState:
                 "another --out (or empty it)"
             )
         return RunState("new")
-    stored = read_run_config(out)
+    if stored is None:
+        stored = read_run_config(out)
     if mode == "new":
         raise ValueError(
             f"run directory {where!r} already holds a run; continue it (same config, or "

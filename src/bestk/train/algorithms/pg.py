@@ -13,9 +13,12 @@ One step:
    :math:`+\ c_{KL}\,\mathrm{KL}(\pi\|\pi_{ref}) - c_H\,H` for ``loss.ppo_epochs`` passes of
    ``loss.minibatches`` minibatches (one of each = exactly on-policy).
 
-An estimator that needs a KAPPO calibration (``kappo_grpo``, @k-GRPO) takes it from
-``estimator_options.calibration`` (a file; RL then draws only its prompts) or, without one,
-from the run's ``kappo`` section (in-run calibration, :mod:`bestk.train.reference`).
+What the estimator needs is read from its registry properties
+(:class:`bestk.estimators.EstimatorInfo`): an estimator of the ``calibrated`` reward domain
+(``kappo_grpo``, @k-GRPO) takes its KAPPO calibration from ``estimator_options.calibration``
+(a file; RL then draws only its prompts) or, without one, from the run's ``kappo`` section
+(in-run calibration, :mod:`bestk.train.reference`); one of the ``binary`` domain, or a
+calibrated one with a binary calibration, sees the 0/1 success (``advantage_reward: auto``).
 """
 
 from __future__ import annotations
@@ -26,14 +29,10 @@ from typing import Any
 import numpy as np
 import torch
 
-import bestk
+from bestk.estimators import EstimatorInfo, advantages, estimator_info, resolve_options
 from bestk.losses import aggregate, kl_penalty, ppo_clip_loss
 from bestk.train.algorithms._base import AlgorithmSpec, mean_metrics, minibatches
-from bestk.train.config import (
-    calibration_prompt_ids,
-    estimator_needs_calibration,
-    resolve_estimator_options,
-)
+from bestk.train.reference import calibration_prompt_ids
 from bestk.train.reporters import rollout_stats
 from bestk.train.rollout import sequence_logprobs
 
@@ -46,13 +45,14 @@ class PolicyGradient:
     def __init__(self, run: Any):
         self.run = run
         cfg = run.cfg
-        self.options = resolve_estimator_options(cfg.estimator_options)
-        cal = self.options.get("calibration")
-        if hasattr(cal, "prompt_ids"):  # a file in estimator_options: train on its prompts only
+        self.info = estimator_info(cfg.estimator)
+        self.options = resolve_options(cfg.estimator, cfg.estimator_options)
+        cal = self.options.get("calibration") if self.info.calibrated else None
+        if cal is not None:  # a file in estimator_options: train on its prompts only
             path = str(cfg.estimator_options["calibration"])
             run.restrict_prompts(set(calibration_prompt_ids(cal)), f"calibration {path!r}")
-        kind = getattr(cal, "kind", None) or run.kappo_kind
-        self.binary = _binary_advantages(cfg, kind)
+        kind = cal.kind if cal is not None else run.kappo_kind
+        self.binary = binary_advantages(cfg.advantage_reward, self.info, kind)
 
     def prepare(self, calibration: Any, bank: Any) -> None:
         """Receive the run's in-run (or ``kappo.calibration``) calibration."""
@@ -70,7 +70,7 @@ class PolicyGradient:
         prompt_ids = np.asarray([e["id"] for e in flat_exs], dtype=np.int64)
         succ = run.task.success(rewards)
         adv_input = succ.astype(np.float64) if self.binary else rewards
-        adv = bestk.advantages(                                     # A_i
+        adv = advantages(                                           # A_i
             cfg.estimator, torch.from_numpy(adv_input), group=torch.from_numpy(prompt_ids),
             **self.options,
         ).to(torch.float32).to(run.device)
@@ -147,19 +147,19 @@ class PolicyGradient:
         return f"RL reward={m['reward_mean']:.3f} success={m['success_rate']:.3f}"
 
 
-def _binary_advantages(cfg: Any, calibration_kind: str | None) -> bool:
-    """Whether the estimator sees the 0/1 success (``advantage_reward``; ``auto``: for
-    ``maxrl``, and for an estimator calibrated with a binary calibration)."""
-    mode = cfg.advantage_reward
+def binary_advantages(mode: str, info: EstimatorInfo, calibration_kind: str | None) -> bool:
+    """Whether the estimator sees the 0/1 success (``advantage_reward`` ``mode``; ``auto``:
+    when its reward domain needs 0/1 rewards, e.g. ``maxrl``, or ``kappo_grpo`` with a
+    binary calibration)."""
     if mode != "auto":
         return mode == "success"
-    if cfg.estimator == "maxrl":
-        return True
-    return estimator_needs_calibration(cfg.estimator) and calibration_kind == "binary"
+    return info.binary_rewards(calibration_kind)
 
 
 def _calibrated(cfg: Any) -> bool:
-    return estimator_needs_calibration(cfg.estimator) and "calibration" not in cfg.estimator_options
+    """The run calibrates from its ``kappo`` section: the estimator takes a calibration and
+    ``estimator_options`` gives none."""
+    return estimator_info(cfg.estimator).calibrated and "calibration" not in cfg.estimator_options
 
 
 SPEC = AlgorithmSpec(

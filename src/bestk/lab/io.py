@@ -1,4 +1,5 @@
-"""Small output helpers shared by the lab experiments: atomic writes, markdown tables (and
+"""What the lab experiments (and ``benchmarks/make_results.py``) write: atomic text / JSON /
+PNG files, markdown tables, number formats, the keys of per-seed metrics (and
 :func:`bestk.lab.stats.mean_ci`, re-exported for the lab modules)."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from bestk._optional import pyplot
 from bestk.lab.stats import mean_ci
 
 __all__ = ["write_text_atomic", "write_json_atomic", "save_figure", "mean_ci", "markdown_table",
-           "fmt"]
+           "fmt", "metric_key", "alloc_key"]
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
@@ -47,3 +48,12 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     lines = ["| " + " | ".join(map(str, header)) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
     return "\n".join(lines) + "\n"
+
+
+def metric_key(name: str, k: int | None = None) -> str:
+    """The key of a metric in the per-seed data: ``"pass@4"``, ``"best@16"``, ``"alloc[.9,1]"``."""
+    return name if k is None else f"{name}@{int(k)}"
+
+
+def alloc_key(label: str) -> str:
+    return f"alloc{label}"

@@ -24,30 +24,33 @@ import torch
 
 from bestk.estimators._registry import register_estimator
 from bestk.groups import Groups
-from bestk.kappo.calibration import Calibration
+from bestk.kappo.calibration import Calibration, load_calibration
 
 __all__ = ["kappo_grpo"]
 
 _EPS = 1e-6
 
 
-@register_estimator("kappo_grpo")
+@register_estimator(
+    "kappo_grpo",
+    objective=None,
+    reward_domain="calibrated",
+    needs_prompt_ids=True,
+    path_options={"calibration": load_calibration},
+)
 def kappo_grpo(rewards: torch.Tensor, groups: Groups, *, calibration: Calibration) -> torch.Tensor:
     """@k-GRPO advantages from a reference :class:`~bestk.kappo.Calibration`.
 
     Binary: ``A_i = a_k(x) (R_i - mean) / (std + 1e-6)`` (Eq. 140); win-rate: ``T_j`` of each
-    reward, standardised within the group. The group labels must be the calibration's prompt
-    ids: pass 1-D rewards with ``group``; ``group=None`` or 2-D rewards raise ``ValueError``
-    (their row numbers are not prompt ids). Not an unbiased gradient of any fixed objective (GRPO's
-    std-normalisation reweights prompts by sample-dependent factors); the expected update is
-    GRPO's with each prompt scaled by a_k(x) -- see the module docstring.
+    reward, standardised within the group. Registered with ``needs_prompt_ids``: the group
+    labels must be the calibration's prompt ids (1-D rewards with ``group``; with ``group=None``
+    or 2-D rewards :func:`bestk.advantages` raises ``ValueError``, since each prompt would get
+    another prompt's a_k), and a ``calibrated`` reward domain: 0/1 rewards with a binary
+    calibration. ``calibration`` may be a file path (loaded once, cached). Not an unbiased
+    gradient of any fixed objective (GRPO's std-normalisation reweights prompts by
+    sample-dependent factors); the expected update is GRPO's with each prompt scaled by a_k(x)
+    -- see the module docstring.
     """
-    if not groups.from_labels:
-        raise ValueError(
-            "kappo_grpo needs the prompt ids: pass 1-D rewards with group=<the calibration's "
-            "prompt id of each sample> (with group=None or 2-D rewards the prompts would be "
-            "row numbers, and each prompt would get another prompt's a_k)"
-        )
     if not isinstance(calibration, Calibration):
         raise ValueError(
             "option 'calibration' must be a bestk.kappo.Calibration (from bestk.kappo.calibrate "
@@ -55,14 +58,7 @@ def kappo_grpo(rewards: torch.Tensor, groups: Groups, *, calibration: Calibratio
         )
     # One lookup per group (G unique labels), then broadcast to samples.
     rows = calibration.index_of(groups.labels)
-    if calibration.kind == "binary":
-        bad = (rewards != 0) & (rewards != 1)
-        if bool(bad.any()):
-            i = int(torch.nonzero(bad)[0])
-            raise ValueError(
-                f"reward at index {i} is {rewards[i].item()!r}; kappo_grpo with a binary "
-                "calibration needs 0/1 rewards"
-            )
+    if calibration.kind == "binary":  # 0/1 rewards: checked by bestk.advantages
         a_k = torch.from_numpy(calibration.values["a_k"][rows]).to(rewards)
         return groups.broadcast(a_k) * groups.standardize(rewards, _EPS, ddof=1)
     s = calibration.transform_rows(rows[groups.index.cpu().numpy()], rewards)

@@ -1,4 +1,8 @@
-"""Checked conversion of scalar estimator / metric options (``tau``, ``eps``, ``k``, ...).
+"""Options of estimators, metrics and tasks: checked names, checked scalar values.
+
+:func:`check_option_names` checks the option *names* given to anything that declares its
+options as keyword parameters (an estimator, a task), against ``{name: default}``.
+:func:`real_option` / :func:`int_option` check scalar option *values* (``tau``, ``eps``, ``k``).
 
 Options arrive as Python numbers, numpy scalars (``np.float32(0.1)``), 0-d numpy arrays or 0-d
 tensors; all are accepted and turned into a Python ``float`` / ``int``. Booleans are rejected
@@ -8,6 +12,7 @@ non-integral ``int`` options; every error names the owner, the option and the va
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 from typing import Any
@@ -15,7 +20,25 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["real_option", "int_option"]
+__all__ = ["check_option_names", "real_option", "int_option"]
+
+
+def check_option_names(kind: str, name: str, given: Any, valid: dict[str, Any]) -> None:
+    """Raise ``ValueError`` for option names of ``kind`` ``name`` (an estimator, a task...)
+    that are unknown, or required (default ``inspect.Parameter.empty``) and missing.
+
+    ``valid`` maps option names to defaults, as :func:`bestk.estimator_options` returns.
+    """
+    unknown = sorted(set(given) - set(valid))
+    if unknown:
+        listing = ", ".join(valid) if valid else "none"
+        raise ValueError(
+            f"unknown option(s) {', '.join(map(repr, unknown))} for {kind} {name!r}; "
+            f"valid options: {listing}"
+        )
+    missing = [k for k, v in valid.items() if v is inspect.Parameter.empty and k not in given]
+    if missing:
+        raise ValueError(f"{kind} {name!r} requires option(s): {', '.join(missing)}")
 
 
 def _unwrap(value: Any) -> Any:

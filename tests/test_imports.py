@@ -1,0 +1,312 @@
+"""The module graph of ``src/bestk``: acyclic, internal imports at the top of modules.
+
+The graph is built from the source with :mod:`ast` (nothing is imported): one node per module
+(a package is its ``__init__``), one edge per import, at module level *and* inside functions.
+How imports become edges (``docs/design.md``, "Imports"):
+
+* ``import bestk.a.b`` / ``from bestk.a import b`` is an edge to ``bestk.a.b`` when that is a
+  module, else to ``bestk.a``. It also runs the ``__init__`` of every package above the target
+  that does not contain the importer, so those packages get an edge too (a module inside
+  ``bestk.a`` importing ``bestk.a.x`` is already inside ``bestk.a``'s ``__init__``).
+* A name of a package's PEP 562 lazy table (``_LAZY = {name: module}``, :mod:`bestk._lazy`)
+  is an edge to the module that defines it: ``from bestk import advantages`` and
+  ``bestk.advantages(...)`` after ``import bestk`` both import ``bestk.estimators``. The
+  package's own ``__init__`` gets no edge for its lazy names (it imports nothing until used).
+* ``importlib.import_module("bestk....")`` with a literal name is an import like the others.
+* Imports under ``if TYPE_CHECKING:`` are not run and are left out.
+
+The rule for where imports go: internal (``bestk``) and standard-library imports at the top of
+the module; an import inside a function only for a heavy optional dependency (a module of
+:data:`bestk._optional.OPTIONAL`, or one of :data:`LAZY_ALLOWED`) -- or anything in the command
+modules of :data:`CLI_MODULES`, which ``bestk --help`` imports and which therefore import
+torch, numpy and bestk's own heavy modules only inside the command bodies.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from bestk._optional import OPTIONAL
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = SRC / "bestk"
+
+#: Modules ``bestk --help`` imports: their commands import their heavy work lazily.
+CLI_MODULES = {"bestk.cli", "bestk.lab.commands", "bestk.kappo.commands", "bestk.train.commands"}
+
+#: Optional heavy modules reached through a package that is not optional itself.
+LAZY_ALLOWED = {
+    "torch.utils.tensorboard": "needs the optional tensorboard package",
+    "hydra": "ships with verl; composes verl's own config in the preflight check",
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str
+    target: str
+    line: int
+    lazy: bool  # inside a function
+    what: str  # the imported name as written (for messages)
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(SRC).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def all_modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def lazy_table(path: Path) -> dict[str, str]:
+    """A package's ``_LAZY = {name: module}`` literal (empty if it has none)."""
+    tree = ast.parse(path.read_text())
+    for node in tree.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else (
+            node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
+        if isinstance(target, ast.Name) and target.id == "_LAZY":
+            return ast.literal_eval(node.value)
+    return {}
+
+
+def _is_type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and (
+        (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
+        or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING"))
+
+
+class _Collector(ast.NodeVisitor):
+    """Every import statement of a module with its line and whether it runs in a function;
+    the names bound by ``import bestk...`` and the attribute chains read from them."""
+
+    def __init__(self) -> None:
+        self.imports: list[tuple[ast.AST, bool]] = []
+        self.depth = 0
+        self.module_aliases: dict[str, str] = {}  # local name -> module it names
+        self.chains: list[tuple[list[str], int, bool]] = []
+
+    def visit_If(self, node: ast.If) -> None:
+        if _is_type_checking(node):
+            for child in node.orelse:
+                self.visit(child)
+            return
+        self.generic_visit(node)
+
+    def _function(self, node: ast.AST) -> None:
+        self.depth += 1
+        self.generic_visit(node)
+        self.depth -= 1
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
+
+    def visit_Import(self, node: ast.Import) -> None:
+        self.imports.append((node, self.depth > 0))
+        for alias in node.names:
+            if alias.name.split(".")[0] == "bestk":
+                local = alias.asname or alias.name.split(".")[0]
+                self.module_aliases[local] = alias.name if alias.asname else "bestk"
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        self.imports.append((node, self.depth > 0))
+
+    def visit_Call(self, node: ast.Call) -> None:
+        f = node.func
+        if (isinstance(f, ast.Attribute) and f.attr == "import_module" and node.args
+                and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            self.imports.append((node, self.depth > 0))
+        self.generic_visit(node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        chain: list[str] = []
+        cur: ast.AST = node
+        while isinstance(cur, ast.Attribute):
+            chain.append(cur.attr)
+            cur = cur.value
+        if isinstance(cur, ast.Name):
+            chain.append(cur.id)
+            self.chains.append((chain[::-1], node.lineno, self.depth > 0))
+            return  # the inner attributes are prefixes of this chain
+        self.generic_visit(node)
+
+
+class Graph:
+    def __init__(self) -> None:
+        self.modules = all_modules()
+        self.lazy = {m: lazy_table(p) for m, p in self.modules.items() if p.name == "__init__.py"}
+        self.imports: list[Import] = []
+        for name, path in self.modules.items():
+            self._collect(name, path)
+        self.edges: dict[str, set[str]] = {m: set() for m in self.modules}
+        for imp in self.imports:
+            if imp.target in self.modules and imp.target != imp.importer:
+                self.edges[imp.importer].add(imp.target)
+
+    def resolve(self, dotted: str) -> str | None:
+        """The bestk module a dotted name (module, or attribute of a package) stands for."""
+        parts = dotted.split(".")
+        if parts[0] != "bestk":
+            return None
+        mod = "bestk"
+        for part in parts[1:]:
+            sub = f"{mod}.{part}"
+            if sub in self.modules:
+                mod = sub
+            elif part in self.lazy.get(mod, {}):
+                mod = self.lazy[mod][part]
+            else:
+                break
+        return mod
+
+    def _add(self, importer: str, target: str, line: int, lazy: bool, what: str) -> None:
+        if target is None:
+            return
+        self.imports.append(Import(importer, target, line, lazy, what))
+        parts = target.split(".")
+        for i in range(1, len(parts)):  # the packages above the target run their __init__
+            pkg = ".".join(parts[:i])
+            if pkg in self.modules and not (importer == pkg or importer.startswith(pkg + ".")):
+                self.imports.append(Import(importer, pkg, line, lazy, what))
+
+    def _collect(self, name: str, path: Path) -> None:
+        tree = ast.parse(path.read_text(), filename=str(path))
+        col = _Collector()
+        col.visit(tree)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node, lazy in col.imports:
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    self.imports.append(Import(name, alias.name, node.lineno, lazy, alias.name))
+                    if alias.name.split(".")[0] == "bestk":
+                        self._add(name, self.resolve(alias.name), node.lineno, lazy, alias.name)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, *([base] if base else [])])
+                self.imports.append(Import(name, base, node.lineno, lazy, base))
+                if base.split(".")[0] != "bestk":
+                    continue
+                for alias in node.names:
+                    self._add(name, self.resolve(f"{base}.{alias.name}"), node.lineno, lazy,
+                              f"{base}.{alias.name}")
+            else:  # importlib.import_module("...")
+                target = node.args[0].value
+                self.imports.append(Import(name, target, node.lineno, lazy, target))
+                if target.split(".")[0] == "bestk":
+                    self._add(name, self.resolve(target), node.lineno, lazy, target)
+        for chain, line, lazy in col.chains:  # bestk.advantages(...) after `import bestk`
+            base = col.module_aliases.get(chain[0])
+            if base is not None and len(chain) > 1:
+                target = self.resolve(".".join([base, *chain[1:]]))
+                if target != base:
+                    self._add(name, target, line, lazy, ".".join(chain))
+
+    def cycles(self) -> list[list[str]]:
+        """Strongly connected components with more than one module (Tarjan)."""
+        index: dict[str, int] = {}
+        low: dict[str, int] = {}
+        stack: list[str] = []
+        on: set[str] = set()
+        out: list[list[str]] = []
+        counter = [0]
+        sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+
+        def visit(v: str) -> None:
+            index[v] = low[v] = counter[0]
+            counter[0] += 1
+            stack.append(v)
+            on.add(v)
+            for w in sorted(self.edges[v]):
+                if w not in index:
+                    visit(w)
+                    low[v] = min(low[v], low[w])
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+
+        for v in sorted(self.edges):
+            if v not in index:
+                visit(v)
+        return out
+
+    def path(self, a: str, b: str) -> list[str]:
+        """A shortest import path from ``a`` to ``b`` (for messages)."""
+        prev = {a: a}
+        todo = [a]
+        while todo:
+            v = todo.pop(0)
+            for w in sorted(self.edges[v]):
+                if w not in prev:
+                    prev[w] = v
+                    todo.append(w)
+        if b not in prev:
+            return []
+        out = [b]
+        while out[-1] != a:
+            out.append(prev[out[-1]])
+        return out[::-1]
+
+
+@pytest.fixture(scope="module")
+def graph() -> Graph:
+    return Graph()
+
+
+def test_the_graph_sees_imports_of_every_kind(graph):
+    """The builder is not vacuous: it finds module-level, function-level, lazy-table and
+    package-``__init__`` edges that are known to exist."""
+    assert "bestk.estimators._registry" in graph.edges["bestk.estimators.argmaxrl"]
+    assert "bestk.groups" in graph.edges["bestk.estimators._registry"] or \
+        "bestk.groups" in graph.edges["bestk._inputs"]
+    assert "bestk.train.config" in graph.edges["bestk.train.commands"]  # inside a command
+    assert graph.resolve("bestk.advantages") == "bestk.estimators"
+    assert graph.resolve("bestk.kappo.calibrate") == "bestk.kappo.calibration"
+    # a module outside a package runs the package's __init__ when it imports a submodule
+    assert "bestk.kappo" in graph.edges["bestk.estimators.kappo_grpo"]
+    assert "bestk.estimators" not in graph.edges["bestk.estimators.argmaxrl"]
+
+
+def test_the_cycle_finder_finds_cycles(graph):
+    g = Graph.__new__(Graph)
+    g.edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert g.cycles() == [["a", "b", "c"]] and g.path("a", "c") == ["a", "b", "c"]
+
+
+def test_module_graph_is_acyclic(graph):
+    problems = []
+    for comp in graph.cycles():
+        a, b = comp[0], comp[1]
+        loop = graph.path(a, b) + graph.path(b, a)[1:]
+        problems.append(" -> ".join(loop))
+    assert not problems, "import cycles:\n" + "\n".join(problems)
+
+
+def test_imports_inside_functions_are_only_heavy_optional_ones(graph):
+    bad = []
+    for imp in graph.imports:
+        if not imp.lazy or imp.importer in CLI_MODULES or not imp.what:
+            continue
+        top = imp.what.split(".")[0]
+        if top in OPTIONAL or any(imp.what == m or imp.what.startswith(m + ".")
+                                  for m in LAZY_ALLOWED):
+            continue
+        bad.append(f"{imp.importer}:{imp.line} imports {imp.what} inside a function")
+    assert not sorted(set(bad)), "\n".join(sorted(set(bad)))
