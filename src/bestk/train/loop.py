@@ -64,6 +64,7 @@ from bestk.train.reference import (
     bank_examples,
     calibrate_bank,
     check_prompt_ids,
+    load_bank,
     load_reference,
     resolve_kind,
     sample_bank,
@@ -170,6 +171,7 @@ class Trainer:
         self.kappo_kind: str | None = None
         self._file_calibration: Any = None
         self._bank_examples: list[dict[str, Any]] | None = None
+        self._given_bank: Any = None  # kappo.bank, loaded when a new run starts
         if self.uses_kappo:
             self._plan_kappo()
         self.algo = self.spec.make(self)  # pg loads an estimator_options calibration here
@@ -227,6 +229,8 @@ class Trainer:
         if self.state.kind in ("resume", "complete"):
             self._resume()
         else:
+            if self.cfg.kappo.bank is not None and self._bank_examples is not None:
+                self._given_bank = self._load_given_bank()  # refused before any work
             self._start_dir()
         self.reporters = Reporters(
             resolve_report_to(cfg.report_to), self.out, config=config_to_dict(cfg),
@@ -453,7 +457,9 @@ class Trainer:
         bank for its pairs)."""
         cfg, k = self.cfg, self.cfg.kappo
         bank = None
-        if self._bank_examples is not None:
+        if self._bank_examples is not None and k.bank is not None:
+            bank = self._given_bank if self._given_bank is not None else self._load_given_bank()
+        elif self._bank_examples is not None:
             bank = sample_bank(
                 self.model, self.tokenizer, self.task, self._bank_examples, size=k.bank_size,
                 temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
@@ -466,9 +472,25 @@ class Trainer:
         save_reference(self.out, cal, bank)
         self._use_reference(cal, bank)
         source = (f"from {cfg.kappo.calibration}" if self._file_calibration is not None else
-                  f"in-run, bank of {k.bank_size} samples per prompt")
+                  f"in-run, bank of {k.bank_size} samples per prompt"
+                  + (f" from {k.bank}" if k.bank is not None else ""))
         self._say("note", f"KAPPO {cal.kind} calibration ({source}): k={cal.k}, beta={cal.beta}, "
                   f"{cal.num_prompts} prompts -> {self.out / CALIBRATION_FILE}")
+
+    def _load_given_bank(self) -> Any:
+        """The ``kappo.bank`` bank, checked to cover exactly the run's bank prompts (in order)
+        with ``kappo.bank_size`` samples each."""
+        k = self.cfg.kappo
+        bank = load_bank(k.bank, completions=self.spec.bank_completions)
+        want = [int(e["id"]) for e in self._bank_examples]
+        if bank.prompt_ids.tolist() != want or bank.size != k.bank_size:
+            raise ValueError(
+                f"kappo.bank {k.bank!r} holds {bank.size} samples for each of "
+                f"{bank.num_prompts} prompts, not the run's bank ({k.bank_size} samples for each "
+                f"of its {len(want)} bank prompts, kappo.bank_prompts and seed {self.cfg.seed}); "
+                "it was made for another run"
+            )
+        return bank
 
     def _load_reference(self) -> None:
         cal, bank = load_reference(self.out, completions=self.spec.bank_completions)
