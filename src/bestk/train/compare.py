@@ -301,14 +301,21 @@ def _samples_bank(cfg: TrainConfig) -> tuple[bool, bool]:
 def _bank_job(cfg_dict: dict[str, Any], sft_path: str | None, bank_dir: str, key: str,
               completions: bool) -> str:
     """Sample the reference bank of ``cfg``'s run from the seed's SFT weights once, with the
-    trainer's own code (:meth:`bestk.train.loop.Trainer.calibrate` of a fresh run), into
+    trainer's own code (:meth:`bestk.train.loop.Trainer.reference_bank` of a fresh run), into
     ``bank_dir`` (``bank.jsonl``, ``bank_tokens.safetensors`` when the run keeps completions,
-    then ``calibration.json`` -- its presence marks a complete bank -- and ``bank.key``)."""
+    then ``calibration.json`` of ``cfg``'s k and beta -- its presence marks a complete bank --
+    and ``bank.key``)."""
     import torch
 
     from bestk.train.config import config_from_dict
     from bestk.train.loop import Trainer
-    from bestk.train.reference import BANK_FILE, CALIBRATION_FILE, TOKENS_FILE
+    from bestk.train.reference import (
+        BANK_FILE,
+        CALIBRATION_FILE,
+        TOKENS_FILE,
+        calibrate_bank,
+        save_reference,
+    )
 
     out = Path(bank_dir)
     if (out / CALIBRATION_FILE).exists() and (out / "bank.key").exists() and \
@@ -324,7 +331,9 @@ def _bank_job(cfg_dict: dict[str, Any], sft_path: str | None, bank_dir: str, key
     try:
         if sft_path is not None:
             tr.model.load_state_dict(torch.load(sft_path))
-        tr.calibrate()
+        bank = tr.reference_bank()
+        k = cfg.kappo
+        save_reference(work, calibrate_bank(bank, tr.task, tr.kappo_kind, k.k, k.beta), bank)
     finally:
         tr.close()
     out.mkdir(parents=True)

@@ -456,16 +456,7 @@ class Trainer:
         directory; a ``kappo.calibration`` file is used as it is (@k-DPO still samples the
         bank for its pairs)."""
         cfg, k = self.cfg, self.cfg.kappo
-        bank = None
-        if self._bank_examples is not None and k.bank is not None:
-            bank = self._given_bank if self._given_bank is not None else self._load_given_bank()
-        elif self._bank_examples is not None:
-            bank = sample_bank(
-                self.model, self.tokenizer, self.task, self._bank_examples, size=k.bank_size,
-                temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                max_new_tokens=self.max_new_tokens, seed=_step_seed(cfg.seed, 0, 11),
-                completions=self.spec.bank_completions, progress=progress,
-            )
+        bank = self.reference_bank(progress)
         cal = self._file_calibration
         if cal is None:
             cal = calibrate_bank(bank, self.task, self.kappo_kind, k.k, k.beta)
@@ -476,6 +467,23 @@ class Trainer:
                   + (f" from {k.bank}" if k.bank is not None else ""))
         self._say("note", f"KAPPO {cal.kind} calibration ({source}): k={cal.k}, beta={cal.beta}, "
                   f"{cal.num_prompts} prompts -> {self.out / CALIBRATION_FILE}")
+
+    def reference_bank(self, progress: Any = None) -> Any:
+        """The run's reference bank (``None`` when it needs none): ``kappo.bank``'s, or
+        ``kappo.bank_size`` samples of the current policy (the reference: after SFT) for each
+        bank prompt, with the completions when the algorithm keeps them. A function of the
+        weights, the seed and the ``kappo`` / ``rollout`` settings only."""
+        cfg, k = self.cfg, self.cfg.kappo
+        if self._bank_examples is None:
+            return None
+        if k.bank is not None:
+            return self._given_bank if self._given_bank is not None else self._load_given_bank()
+        return sample_bank(
+            self.model, self.tokenizer, self.task, self._bank_examples, size=k.bank_size,
+            temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+            max_new_tokens=self.max_new_tokens, seed=_step_seed(cfg.seed, 0, 11),
+            completions=self.spec.bank_completions, progress=progress,
+        )
 
     def _load_given_bank(self) -> Any:
         """The ``kappo.bank`` bank, checked to cover exactly the run's bank prompts (in order)
