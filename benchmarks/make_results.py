@@ -274,8 +274,35 @@ def collect_language(name: str, runs: Path, *, fast: bool) -> dict[str, Any] | N
             "start": {k: [r["start"][k] for r in rs] for k in keys},
             "end": {k: [r["end"][k] for r in rs] for k in keys},
         }
-    return {"ks": ks, "curve_ks": curve, "seeds": seeds, "n": n, "methods": data_methods,
-            "sweep": sweep, "spec": spec, "wall_seconds": wall}
+    out_tb = {"ks": ks, "curve_ks": curve, "seeds": seeds, "n": n, "methods": data_methods,
+              "sweep": sweep, "spec": spec, "wall_seconds": wall}
+    banks = [bank_summary(b) for i in seeds for b in sorted((out / "_bank").glob(f"seed{i}-*"))
+             if not b.name.endswith(".work")]
+    if banks:
+        out_tb["reference_banks"] = banks
+    return out_tb
+
+
+def bank_summary(directory: Path) -> dict[str, Any]:
+    """What beta was chosen from, per seed: the reference bank's success counts N of M per
+    prompt and the reference sequence log-probabilities of its completions (when kept)."""
+    from bestk.train.reference import TOKENS_FILE, load_bank
+
+    bank = load_bank(directory, completions=(directory / TOKENS_FILE).exists())
+    succ = bank.rewards >= 1.0  # the testbed's 0/1 reward
+    n_succ = succ.sum(1)
+    out: dict[str, Any] = {
+        "bank": directory.name, "prompts": bank.num_prompts, "M": bank.size,
+        "pass_rate_mean": float(succ.mean()),
+        "pass_rate_quartiles": np.quantile(n_succ / bank.size, [0.25, 0.5, 0.75]).tolist(),
+        "share_N0": float((n_succ == 0).mean()), "share_NM": float((n_succ == bank.size).mean()),
+        "N_histogram": np.bincount(n_succ, minlength=bank.size + 1).tolist()}
+    if bank.ref_logps is not None:
+        lp = bank.ref_logps.numpy().reshape(succ.shape)
+        out.update(logp_success_mean=float(lp[succ].mean()) if succ.any() else None,
+                   logp_success_sd=float(lp[succ].std()) if succ.any() else None,
+                   logp_failure_mean=float(lp[~succ].mean()) if (~succ).any() else None)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -501,6 +528,20 @@ def _testbed_section(tid: str, tb: dict[str, Any] | None) -> str:
     if tb.get("kappo_calibration"):
         cal = tb["kappo_calibration"]
         lines.append(f"KAPPO calibration from the initial policy: {json.dumps(cal)}\n")
+    if tb.get("reference_banks"):
+        rows = [[b["bank"].split("-")[0], b["prompts"], b["M"], f"{b['pass_rate_mean']:.3f}",
+                 " / ".join(f"{q:.3f}" for q in b["pass_rate_quartiles"]),
+                 f"{b['share_N0']:.3f}", f"{b['share_NM']:.3f}",
+                 "–" if b.get("logp_success_mean") is None else
+                 f"{b['logp_success_mean']:.2f} ± {b['logp_success_sd']:.2f}",
+                 "–" if b.get("logp_failure_mean") is None else f"{b['logp_failure_mean']:.2f}"]
+                for b in tb["reference_banks"]]
+        lines.append("Reference banks (one per seed, shared by the seed's KAPPO runs): pass "
+                     "rates N/M, and the reference's sequence log-probabilities log π_ref(y|x) "
+                     "of its completions (nats), the scale beta was chosen against:\n")
+        lines.append(markdown_table(["seed", "prompts", "M", "mean pass rate",
+                                     "pass-rate quartiles", "share N = 0", "share N = M",
+                                     "log π_ref, successes", "log π_ref, failures"], rows))
     return "\n".join(lines)
 
 
