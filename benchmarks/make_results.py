@@ -316,6 +316,16 @@ def _configs(fast: bool):
     return b, d, s
 
 
+def _reuse_or_run(out: Path, cfg: Any, run: Any, reuse: bool) -> dict[str, Any]:
+    """``OUT/results.json`` of a lab command when ``reuse`` and it was made with ``cfg``,
+    else the result of ``run(cfg, out)`` (as plain JSON)."""
+    path = out / "results.json"
+    if reuse and path.exists() and json.loads(path.read_text())["config"] == json.loads(
+            json.dumps(asdict(cfg))):
+        return json.loads(path.read_text())
+    return json.loads(json.dumps(run(cfg, out, progress=sys.stdout.isatty())))
+
+
 def produce(name: str, runs: Path, docs: Path, *, fast: bool, reuse: bool,
             workers: int = 1, collect_only: bool = False) -> None:
     """Run one testbed command and write its per-seed data file."""
@@ -323,13 +333,7 @@ def produce(name: str, runs: Path, docs: Path, *, fast: bool, reuse: bool,
     t0 = time.time()
     env = _environment()
     if name == "bandit":
-        path = runs / "bandit" / "results.json"
-        if reuse and path.exists() and json.loads(path.read_text())["config"] == json.loads(
-                json.dumps(asdict(bcfg))):
-            res = json.loads(path.read_text())
-        else:
-            res = json.loads(json.dumps(lab_bandit.run_bandit(bcfg, runs / "bandit",
-                                                              progress=sys.stdout.isatty())))
+        res = _reuse_or_run(runs / "bandit", bcfg, lab_bandit.run_bandit, reuse)
         tbs = lab_bandit.testbed_data(res)
         wall = res.get("wall_seconds", time.time() - t0)
         config = asdict(bcfg)
@@ -346,13 +350,7 @@ def produce(name: str, runs: Path, docs: Path, *, fast: bool, reuse: bool,
         _copy(runs / name / "results.md", docs / "results" / f"{name}.md")
     elif name == "kappo":
         kcfg = lab_kappo.KappoLabConfig.fast() if fast else lab_kappo.KappoLabConfig()
-        path = runs / "kappo" / "results.json"
-        if reuse and path.exists() and json.loads(path.read_text())["config"] == json.loads(
-                json.dumps(asdict(kcfg))):
-            res = json.loads(path.read_text())
-        else:
-            res = json.loads(json.dumps(lab_kappo.run_kappo(kcfg, runs / "kappo",
-                                                            progress=sys.stdout.isatty())))
+        res = _reuse_or_run(runs / "kappo", kcfg, lab_kappo.run_kappo, reuse)
         tbs = {"kappo-exact": {k: res[k] for k in ("cases", "skipped", "tolerance", "metric")}}
         wall = res["wall_seconds"]
         config = asdict(kcfg)
