@@ -133,3 +133,50 @@ def test_methods_of_a_seed_start_from_the_same_weights(committed):
         starts = {json.dumps(m["start"], sort_keys=True) for m in tb["methods"].values()
                   if not (TESTBEDS[tid].kind == "language" and m["config"].get("control_of"))}
         assert len(starts) == 1, tid
+
+
+def _make_results():
+    import importlib.util
+
+    path = DOCS.parent / "benchmarks" / "make_results.py"
+    spec = importlib.util.spec_from_file_location("make_results", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_committed_language_data_come_from_this_scripts_specs(committed):
+    """The per-seed data of a language grid were collected with the spec the script still
+    declares (a changed spec makes the script delete the grid's runs, so a spec edit must not
+    slip in unnoticed); the KAPPO grid's spec keeps its own methods and the A/A control."""
+    mr = _make_results()
+    for p in sorted((DOCS / "results" / "data").glob("language-*.json")):
+        d = json.loads(p.read_text())
+        assert d["config"] == mr._testbed_spec(p.stem, fast=False), p.stem
+    spec = mr._testbed_spec("language-permute-kappo", fast=False)
+    methods, with_control = mr._grid_methods("language-permute-kappo", spec)
+    labels = {m.label for m in with_control}
+    for c in CLAIMS:
+        for a in c.arms:
+            if a.testbed == "language-permute-kappo":
+                assert {a.a, a.b} <= labels, arm_id(c, a)
+    assert "graded: false" in " ".join(spec["overrides"])  # KAPPO's binary calibration
+    assert "kappo.bank_size=30" in spec["overrides"]  # the paper's M
+
+
+@pytest.mark.slow
+def test_the_kappo_testbeds_run_end_to_end(tmp_path):
+    """make_results --fast on the two KAPPO testbeds: the exact claim is judged, every
+    language arm has its two seeds and is judged (not pending)."""
+    mr = _make_results()
+    docs = tmp_path / "docs"
+    assert mr.main(["--testbed", "kappo", "--testbed", "language-permute-kappo", "--fast",
+                    "--runs", str(tmp_path / "runs"), "--docs", str(docs)]) == 0
+    doc = json.loads((docs / "results" / "claims.json").read_text())
+    arms = [e for e in doc["claims"] if "kappo" in e["testbed"]]
+    assert arms and all(e["verdict"] != "pending" for e in arms), [
+        (e["id"], e["why"]) for e in arms if e["verdict"] == "pending"]
+    data = json.loads((docs / "results" / "data" / "language-permute-kappo.json").read_text())
+    tb = data["testbeds"]["language-permute-kappo"]
+    assert tb["seeds"] == [0, 1] and len(tb["reference_banks"]) == 2
+    assert (docs / "results" / "language-permute-kappo.png").is_file()
