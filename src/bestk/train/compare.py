@@ -284,9 +284,11 @@ def _bank_key(cfg: TrainConfig) -> str:
     """What a run's in-run reference bank depends on besides the weights' own SFT key: runs of
     one seed with equal keys sample the same bank."""
     k, r = cfg.kappo, cfg.rollout
-    return _fingerprint({"sft": _sft_key(cfg), "seed": cfg.seed, "M": k.bank_size,
-                         "prompts": k.bank_prompts, "temperature": r.temperature,
-                         "top_p": r.top_p, "max_new_tokens": r.max_new_tokens})
+    key = {"sft": _sft_key(cfg), "seed": cfg.seed, "M": k.bank_size, "prompts": k.bank_prompts,
+           "temperature": r.temperature, "top_p": r.top_p, "max_new_tokens": r.max_new_tokens}
+    if k.calibration is not None:  # @k-DPO with a calibration file: a bank on its prompts
+        key["calibration"] = k.calibration
+    return _fingerprint(key)
 
 
 def _samples_bank(cfg: TrainConfig) -> tuple[bool, bool]:
