@@ -579,9 +579,15 @@ def render(docs: Path, *, fast: bool = False) -> dict[str, Any]:
         "non-inferiority margin of 0.02 (absolute) on pass@1 / best@1. Comparisons are paired "
         "by seed (same initial weights, same prompts or minibatches; only the sampling noise "
         "and the method differ). For every arm (claim × testbed) the primary difference a − b "
-        "gets a two-sided paired t-test; the p-values of all primary tests of this file (the "
+        "gets a two-sided paired t-test — for \"a matches b\" claims (a non-inferiority "
+        "margin on the primary itself) the test of a − b + margin, so that *reproduced* means "
+        "the 95% interval of a − b lies above −margin; the p-values of all primary tests of "
+        "this file (the "
         f"*family*, {doc['family']['size']} tests, A/A controls included) are Holm-corrected "
         f"together at α = {ALPHA}; secondary metrics are Holm-corrected within their arm. "
+        "Reward, prompts and rollout budget must match, except where a claim compares budgets "
+        "on purpose (KAPPO Fig. 3: one on-policy completion per prompt against eight), which "
+        "its text and its rollouts column say. "
         "Every learning rate comes from a sweep on a validation split (reported per testbed); "
         "every metric is measured on held-out test data and is continuous (exact "
         "probabilities on the lab testbeds, unbiased pass@k / best@k over 64 samples per "
@@ -590,7 +596,8 @@ def render(docs: Path, *, fast: bool = False) -> dict[str, Any]:
         *[f"- **{v}** — {d}." for v, d in VERDICTS.items()],
         "\nThe A/A control (`aa-control`) compares GRPO with GRPO: same initial weights and "
         "prompts, independent sampling noise, so every difference is noise; it must not come "
-        "out reproduced, and it is included on every trained testbed kind.\n",
+        "out reproduced, and it is included on every trained testbed kind (`aa-control-kappo`: "
+        "@k-A*PO against itself on the KAPPO testbed).\n",
         "Counts: " + ", ".join(f"{v} {n}" for v, n in counts.items()) + ".\n",
     ]
     tb_sections = ["\n## Testbeds\n",

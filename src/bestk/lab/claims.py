@@ -87,7 +87,8 @@ VERDICTS: dict[str, str] = {
     "pending": "the testbed has not produced (enough) seeds yet; the arm is not judged and not "
                "in the family",
     "not comparable": "the two methods did not see the same reward, prompts or rollout budget "
-                      "(read from their run configurations); not judged, not in the family",
+                      "(read from their run configurations; the budget may differ only where "
+                      "the claim compares budgets by design); not judged, not in the family",
 }
 
 
