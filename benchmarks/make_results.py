@@ -3,9 +3,12 @@
     python benchmarks/make_results.py --all             # every testbed from seeds, then render
     python benchmarks/make_results.py --all --reuse     # reuse finished runs (resume the rest)
     python benchmarks/make_results.py --testbed digits  # one testbed (bandit, digits, sparse,
-                                                        # language-permute, language-reverse)
+                                      # kappo, language-permute, language-reverse,
+                                      # language-permute-kappo)
     python benchmarks/make_results.py --collect language-permute  # gather finished language
                                                         # runs (complete seeds) without running
+    python benchmarks/make_results.py --runs OTHER/runs/lab --collect language-permute
+                                      # ... from another checkout's run directory
     python benchmarks/make_results.py --render          # claims.json + results.md from the
                                                         # committed per-seed data only
     python benchmarks/make_results.py --all --fast --runs /tmp/x --docs /tmp/x/docs  # smoke
@@ -36,9 +39,17 @@ import torch
 
 from bestk.lab import bandit as lab_bandit
 from bestk.lab import digits as lab_digits
+from bestk.lab import kappo as lab_kappo
 from bestk.lab import sparse as lab_sparse
 from bestk.lab.claims import ALPHA, CLAIMS, TESTBEDS, VERDICTS, evaluate_claims, render_claims
-from bestk.lab.io import markdown_table, write_json_atomic, write_text_atomic
+from bestk.lab.io import (
+    fmt,
+    markdown_table,
+    pyplot,
+    save_figure,
+    write_json_atomic,
+    write_text_atomic,
+)
 from bestk.lab.stats import mean_ci
 from bestk.train.compare import KappoAuto, Method, method_slug, run_compare
 
@@ -102,6 +113,80 @@ LANGUAGE: dict[str, dict[str, Any]] = {
 }
 KAPPO = KappoAuto(k=4, beta=1e-3, bank_n=30, kind="binary")
 
+#: The KAPPO language testbed (KAPPO Figs. 2-3 analogues): the anagram task of
+#: ``language-permute`` with a 0/1 reward, one SFT reference and one reference bank of M = 30
+#: samples on every training prompt per seed (shared by the seed's KAPPO runs, calibrated per
+#: k), beta = 0.1 (chosen from the reference's sequence log-probabilities and the bank's pass
+#: rates: ``bestk.lab.claims.TESTBEDS["language-permute-kappo"].why``), 80 RL steps of 32
+#: prompts, held-out pass@k for k = 1..64; learning rate per method from 4 rates on the
+#: validation split. Methods: @k-A*PO with k = 1, 2, 4 (one on-policy completion per prompt) and
+#: k = 4 with 2, 4, 8; @k-DPO with k = 1, 2; PKPO (k = 4, n = 8); an A/A control of k = 1.
+KAPPO_LANGUAGE: dict[str, dict[str, Any]] = {
+    "language-permute-kappo": {
+        "overrides": ["task.name=permute",
+                      "task.options={min_len: 4, max_len: 8, num_train: 2048, graded: false}",
+                      "max_steps=80", "rollout.prompts_per_step=32", "eval.n=64",
+                      "eval.every=80", "checkpoint_every=20", "threads=1", "kappo.beta=0.1",
+                      "kappo.bank_size=30", "kappo.bank_prompts=null", "kappo.kind=binary"],
+        "methods": [
+            {"label": "apo(k=1)", "overrides": ["algorithm=apo", "kappo.k=1"]},
+            {"label": "apo(k=2)", "overrides": ["algorithm=apo", "kappo.k=2"]},
+            {"label": "apo(k=4)", "overrides": ["algorithm=apo", "kappo.k=4"]},
+            {"label": "dpo(k=1)", "overrides": ["algorithm=dpo", "kappo.k=1"]},
+            {"label": "dpo(k=2)", "overrides": ["algorithm=dpo", "kappo.k=2"]},
+            {"label": "apo(k=4,n=2)", "overrides": ["algorithm=apo", "kappo.k=4", "rollout.n=2"]},
+            {"label": "apo(k=4,n=4)", "overrides": ["algorithm=apo", "kappo.k=4", "rollout.n=4"]},
+            {"label": "apo(k=4,n=8)", "overrides": ["algorithm=apo", "kappo.k=4", "rollout.n=8"]},
+            {"label": "pkpo(k=4)", "estimator": "pkpo", "options": {"k": 4},
+             "overrides": ["rollout.n=8"]},
+        ],
+        "control": "apo(k=1)", "seeds": 8, "lr_sweep": [1e-5, 3e-5, 1e-4, 3e-4],
+        "sweep_seeds": 1, "val_prompts": 256, "curve": True,
+    },
+}
+
+
+def _kappo_spec(name: str, fast: bool) -> dict[str, Any]:
+    spec = json.loads(json.dumps(KAPPO_LANGUAGE[name]))
+    if fast:
+        # short anagrams and a longer SFT, so that the reference solves some prompts
+        # sometimes (@k-DPO needs a success and a failure in a bank row)
+        spec.update(overrides=["task.name=permute",
+                               "task.options={min_len: 2, max_len: 3, num_train: 48, "
+                               "num_eval: 4, graded: false}", *_TINY, "sft.steps=60",
+                               "sft.batch_size=32", "threads=1", "kappo.beta=0.1",
+                               "kappo.bank_size=8", "kappo.bank_prompts=null",
+                               "kappo.kind=binary"],
+                    seeds=2, lr_sweep=[1e-3, 3e-3], sweep_seeds=1, val_prompts=8)
+        for m in spec["methods"]:  # the tiny config has rollout.n=4
+            if m["label"] == "pkpo(k=4)" or m["label"].endswith("n=8)"):
+                m["overrides"] = [o.replace("rollout.n=8", "rollout.n=4") for o in m["overrides"]]
+            elif m["overrides"][0].startswith("algorithm=") and not any(
+                    o.startswith("rollout.n") for o in m["overrides"]):
+                m["overrides"].append("rollout.n=1")
+    return spec
+
+
+def _spec_methods(spec: dict[str, Any]) -> list[Method]:
+    """The :class:`Method` objects of a spec's ``methods`` list."""
+    return [Method(m["label"], m.get("estimator", "grpo"), dict(m.get("options", {})),
+                   tuple(m["overrides"])) for m in spec["methods"]]
+
+
+def _testbed_spec(name: str, fast: bool) -> dict[str, Any]:
+    return _kappo_spec(name, fast) if name in KAPPO_LANGUAGE else _language_spec(name, fast)
+
+
+def _grid_methods(name: str, spec: dict[str, Any]) -> tuple[list[Method], list[Method]]:
+    """``(methods, with the A/A control)`` of a language testbed."""
+    if name in KAPPO_LANGUAGE:
+        ms = _spec_methods(spec)
+        base = next(m for m in ms if m.label == spec["control"])
+        return ms, [*ms, Method(f"{base.label} (A/A)", base.estimator, dict(base.options),
+                                base.overrides, control_of=base.label)]
+    ms = _methods(spec["kappo"])
+    return ms, [*ms, Method("grpo (A/A)", "grpo", control_of="grpo")]
+
 
 def _language_spec(name: str, fast: bool) -> dict[str, Any]:
     spec = json.loads(json.dumps(LANGUAGE[name]))
@@ -121,8 +206,9 @@ def _language_spec(name: str, fast: bool) -> dict[str, Any]:
 
 
 def run_language(name: str, runs: Path, *, fast: bool, reuse: bool, workers: int) -> None:
-    """Run (or resume) one language grid: sweep on the validation split, then the test grid."""
-    spec = _language_spec(name, fast)
+    """Run (or resume) one language grid: sweep on the validation split, then the test grid.
+    A run directory made with another spec is deleted first (``spec.json`` is the stamp)."""
+    spec = _testbed_spec(name, fast)
     out = runs / name
     stamp = out / "spec.json"
     if out.exists() and (not reuse or not stamp.exists()
@@ -130,10 +216,12 @@ def run_language(name: str, runs: Path, *, fast: bool, reuse: bool, workers: int
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(stamp, json.dumps(spec, indent=1))
-    kp = spec["kappo_calibration"]
-    run_compare(_methods(spec["kappo"]), seeds=spec["seeds"], out=out,
-                overrides=spec["overrides"], progress=sys.stdout.isatty(), controls=["grpo"],
-                workers=workers, lr_sweep=spec["lr_sweep"], sweep_seeds=spec["sweep_seeds"],
+    methods, _ = _grid_methods(name, spec)
+    kp = spec.get("kappo_calibration")
+    run_compare(methods, seeds=spec["seeds"], out=out,
+                overrides=spec["overrides"], progress=sys.stdout.isatty(),
+                controls=[spec.get("control", "grpo")], workers=workers,
+                lr_sweep=spec["lr_sweep"], sweep_seeds=spec["sweep_seeds"],
                 val_prompts=spec["val_prompts"], kappo=None if kp is None else KappoAuto(**kp),
                 resume=True)
 
@@ -144,12 +232,12 @@ _KEEP = ("distinct", "distinct_correct", "entropy", "reward_mean", "response_len
 def collect_language(name: str, runs: Path, *, fast: bool) -> dict[str, Any] | None:
     """The per-seed data of one language grid from its finished runs (only seeds finished by
     every method), or ``None`` when nothing is finished yet."""
-    spec = _language_spec(name, fast)
+    spec = _testbed_spec(name, fast)
     out = runs / name
     stamp = out / "spec.json"
     if not stamp.exists() or json.loads(stamp.read_text()) != spec:
         return None
-    methods = _methods(spec["kappo"]) + [Method("grpo (A/A)", "grpo", control_of="grpo")]
+    _, methods = _grid_methods(name, spec)
     per: dict[str, dict[int, dict[str, Any]]] = {}
     for m in methods:
         for i in range(spec["seeds"]):
@@ -165,7 +253,8 @@ def collect_language(name: str, runs: Path, *, fast: bool) -> dict[str, Any] | N
     first = per[methods[0].label][seeds[0]]
     n = int(first["end"]["n"])
     ks = [k for k in (2**i for i in range(12)) if k <= n]
-    keys = [f"{p}@{k}" for p in ("pass", "best") for k in ks if f"{p}@{k}" in first["end"]]
+    curve = list(range(1, n + 1)) if spec.get("curve") else ks  # pass@k for every k
+    keys = [f"{p}@{k}" for p in ("pass", "best") for k in curve if f"{p}@{k}" in first["end"]]
     keys += [k for k in _KEEP if k in first["end"]]
     data_methods = {}
     wall = 0.0
@@ -176,11 +265,14 @@ def collect_language(name: str, runs: Path, *, fast: bool) -> dict[str, Any] | N
         rewards = {r["reward"] for r in runs_}
         data_methods[m.label] = {
             "config": {
-                "estimator": m.estimator, "options": runs_[0]["options"],
+                "algorithm": runs_[0].get("algorithm", "pg"),
+                "estimator": runs_[0].get("estimator", m.estimator),
+                "options": runs_[0]["options"], "overrides": list(m.overrides),
                 "reward": rewards.pop() if len(rewards) == 1 else "mixed",
                 "prompts": "sha256:" + __import__("hashlib").sha256(
                     json.dumps([r["prompts"] for r in runs_]).encode()).hexdigest()[:16],
-                "rollouts": runs_[0]["rollouts"], "lr": runs_[0]["lr"],
+                "rollouts": runs_[0]["rollouts"], "bank": runs_[0].get("bank", 0),
+                "bank_shared": runs_[0].get("bank_shared", False), "lr": runs_[0]["lr"],
                 "control_of": m.control_of,
                 "sampling": ("sampling_seed = seed + offset (independent noise)"
                              if m.control_of else "sampling_seed = seed"),
@@ -189,8 +281,35 @@ def collect_language(name: str, runs: Path, *, fast: bool) -> dict[str, Any] | N
             "start": {k: [r["start"][k] for r in rs] for k in keys},
             "end": {k: [r["end"][k] for r in rs] for k in keys},
         }
-    return {"ks": ks, "seeds": seeds, "n": n, "methods": data_methods, "sweep": sweep,
-            "spec": spec, "wall_seconds": wall}
+    out_tb = {"ks": ks, "curve_ks": curve, "seeds": seeds, "n": n, "methods": data_methods,
+              "sweep": sweep, "spec": spec, "wall_seconds": wall}
+    banks = [bank_summary(b) for i in seeds for b in sorted((out / "_bank").glob(f"seed{i}-*"))
+             if not b.name.endswith(".work")]
+    if banks:
+        out_tb["reference_banks"] = banks
+    return out_tb
+
+
+def bank_summary(directory: Path) -> dict[str, Any]:
+    """What beta was chosen from, per seed: the reference bank's success counts N of M per
+    prompt and the reference sequence log-probabilities of its completions (when kept)."""
+    from bestk.train.reference import TOKENS_FILE, load_bank
+
+    bank = load_bank(directory, completions=(directory / TOKENS_FILE).exists())
+    succ = bank.rewards >= 1.0  # the testbed's 0/1 reward
+    n_succ = succ.sum(1)
+    out: dict[str, Any] = {
+        "bank": directory.name, "prompts": bank.num_prompts, "M": bank.size,
+        "pass_rate_mean": float(succ.mean()),
+        "pass_rate_quartiles": np.quantile(n_succ / bank.size, [0.25, 0.5, 0.75]).tolist(),
+        "share_N0": float((n_succ == 0).mean()), "share_NM": float((n_succ == bank.size).mean()),
+        "N_histogram": np.bincount(n_succ, minlength=bank.size + 1).tolist()}
+    if bank.ref_logps is not None:
+        lp = bank.ref_logps.numpy().reshape(succ.shape)
+        out.update(logp_success_mean=float(lp[succ].mean()) if succ.any() else None,
+                   logp_success_sd=float(lp[succ].std()) if succ.any() else None,
+                   logp_failure_mean=float(lp[~succ].mean()) if (~succ).any() else None)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -204,6 +323,16 @@ def _configs(fast: bool):
     return b, d, s
 
 
+def _reuse_or_run(out: Path, cfg: Any, run: Any, reuse: bool) -> dict[str, Any]:
+    """``OUT/results.json`` of a lab command when ``reuse`` and it was made with ``cfg``,
+    else the result of ``run(cfg, out)`` (as plain JSON)."""
+    path = out / "results.json"
+    if reuse and path.exists() and json.loads(path.read_text())["config"] == json.loads(
+            json.dumps(asdict(cfg))):
+        return json.loads(path.read_text())
+    return json.loads(json.dumps(run(cfg, out, progress=sys.stdout.isatty())))
+
+
 def produce(name: str, runs: Path, docs: Path, *, fast: bool, reuse: bool,
             workers: int = 1, collect_only: bool = False) -> None:
     """Run one testbed command and write its per-seed data file."""
@@ -211,13 +340,7 @@ def produce(name: str, runs: Path, docs: Path, *, fast: bool, reuse: bool,
     t0 = time.time()
     env = _environment()
     if name == "bandit":
-        path = runs / "bandit" / "results.json"
-        if reuse and path.exists() and json.loads(path.read_text())["config"] == json.loads(
-                json.dumps(asdict(bcfg))):
-            res = json.loads(path.read_text())
-        else:
-            res = json.loads(json.dumps(lab_bandit.run_bandit(bcfg, runs / "bandit",
-                                                              progress=sys.stdout.isatty())))
+        res = _reuse_or_run(runs / "bandit", bcfg, lab_bandit.run_bandit, reuse)
         tbs = lab_bandit.testbed_data(res)
         wall = res.get("wall_seconds", time.time() - t0)
         config = asdict(bcfg)
@@ -232,23 +355,33 @@ def produce(name: str, runs: Path, docs: Path, *, fast: bool, reuse: bool,
         config = asdict(cfg)
         _copy(runs / name / f"{name}.png", docs / "results" / f"{name}.png")
         _copy(runs / name / "results.md", docs / "results" / f"{name}.md")
-    elif name in LANGUAGE:
+    elif name == "kappo":
+        kcfg = lab_kappo.KappoLabConfig.fast() if fast else lab_kappo.KappoLabConfig()
+        res = _reuse_or_run(runs / "kappo", kcfg, lab_kappo.run_kappo, reuse)
+        tbs = {"kappo-exact": {k: res[k] for k in ("cases", "skipped", "tolerance", "metric")}}
+        wall = res["wall_seconds"]
+        config = asdict(kcfg)
+        _copy(runs / "kappo" / "results.md", docs / "results" / "kappo.md")
+    elif name in LANGUAGE or name in KAPPO_LANGUAGE:
         if not collect_only:
             run_language(name, runs, fast=fast, reuse=reuse, workers=workers)
         tb = collect_language(name, runs, fast=fast)
         if tb is None:
-            raise SystemExit(f"error: no runs of {name} under {runs} (run --testbed {name})")
+            raise SystemExit(f"error: no runs of {name} under {runs} with this script's "
+                             f"configuration (run --testbed {name})")
         tbs = {name: tb}
         wall = tb["wall_seconds"]
         config = tb["spec"]
         out = runs / name
-        if (out / "compare.md").exists():
+        if name in KAPPO_LANGUAGE:
+            if tb["seeds"]:
+                kappo_figure(tb, docs / "results" / f"{name}.png")
+        elif (out / "compare.md").exists():
             md = (out / "compare.md").read_text().replace("(compare.png)", f"({name}.png)")
             write_text_atomic(docs / "results" / f"{name}.md", md)
             _copy(out / "compare.png", docs / "results" / f"{name}.png")
     else:
-        raise SystemExit(f"error: unknown testbed {name!r}; valid: bandit, digits, sparse, "
-                         + ", ".join(LANGUAGE))
+        raise SystemExit(f"error: unknown testbed {name!r}; valid: " + ", ".join(TESTBED_NAMES))
     doc = {"format": DATA_FORMAT, "version": 1,
            "command": f"python benchmarks/make_results.py --testbed {name}", "config": config,
            "environment": env, "wall_seconds": wall, "fast": fast, "testbeds": tbs}
@@ -258,6 +391,61 @@ def produce(name: str, runs: Path, docs: Path, *, fast: bool, reuse: bool,
     head = json.dumps({k: v for k, v in doc.items() if k != "testbeds"}, indent=1)
     write_text_atomic(docs / "results" / "data" / f"{name}.json",
                       head[:-2] + ',\n "testbeds": {\n' + body + "\n}}\n")
+
+
+#: Every testbed command of this script, in the order ``--all`` runs them.
+TESTBED_NAMES = ("bandit", "kappo", "digits", "sparse", *LANGUAGE, *KAPPO_LANGUAGE)
+
+
+def _mean_band(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean over seeds (rows) and the half-width of its 95% t-interval, per column."""
+    stats = [mean_ci(rows[:, j]) for j in range(rows.shape[1])]
+    return np.array([m for m, _ in stats]), np.nan_to_num([h for _, h in stats], nan=0.0)
+
+
+def kappo_figure(tb: dict[str, Any], path: Path) -> None:
+    """The KAPPO Figs. 2-3 analogues of the KAPPO language testbed: the change of held-out
+    pass@k_eval from the start of RL (paired by seed) for @k-A*PO with k = 1, 2, 4 (a) and
+    @k-DPO with k = 1, 2 (b), and pass@k_eval after RL of @k-A*PO (k = 4) with n = 1..8
+    completions per prompt against PKPO (c); bands are 95% t-intervals over seeds."""
+    plt = pyplot(extra="lab")
+    ks = tb["curve_ks"]
+    methods = tb["methods"]
+    panels = [
+        ("(a) @k-A*PO (Fig. 2a)", ["apo(k=1)", "apo(k=2)", "apo(k=4)"], True),
+        ("(b) @k-DPO (Fig. 2b)", ["dpo(k=1)", "dpo(k=2)"], True),
+        ("(c) @k-A*PO (k=4) vs PKPO (Fig. 3)",
+         ["apo(k=4)", "apo(k=4,n=2)", "apo(k=4,n=4)", "apo(k=4,n=8)", "pkpo(k=4)"], False),
+    ]
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
+    for ax, (title, labels, delta) in zip(axes, panels, strict=True):
+        for lb in labels:
+            if lb not in methods:
+                continue
+            m = methods[lb]
+            end = np.array([m["end"][f"pass@{k}"] for k in ks]).T
+            start = np.array([m["start"][f"pass@{k}"] for k in ks]).T
+            mean, half = _mean_band(end - start if delta else end)
+            budget = m["config"]["rollouts"]
+            (line,) = ax.plot(ks, mean, "-", lw=1.4, label=f"{lb}, {budget:,} rollouts")
+            ax.fill_between(ks, mean - half, mean + half, color=line.get_color(), alpha=0.12)
+        if delta:
+            ax.axhline(0.0, color="k", lw=0.8, ls="--")
+            ax.set_ylabel("Δ pass@k_eval (end − start of RL)")
+        else:
+            first = methods[labels[0]]
+            st = np.array([first["start"][f"pass@{k}"] for k in ks]).T.mean(0)
+            ax.plot(ks, st, "k--", lw=1, label="start of RL")
+            ax.set_ylabel("held-out pass@k_eval")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("k_eval")
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"KAPPO on anagrams (0/1 success), {len(tb['seeds'])} seeds, held-out "
+                 "test prompts", fontsize=10)
+    fig.tight_layout()
+    save_figure(fig, path)
 
 
 def _copy(src: Path, dst: Path) -> None:
@@ -293,6 +481,19 @@ def _testbed_section(tid: str, tb: dict[str, Any] | None) -> str:
     if tb is None:
         lines.append(f"No data yet: run `{spec.command}`.\n")
         return "\n".join(lines)
+    if tid == "kappo-exact":
+        rows = [[c["kind"], c["k"], c["method"], c["limit"], fmt(c["error"]),
+                 fmt(c["closed_form_error"]),
+                 "–" if c["pass_rate_error"] is None else fmt(c["pass_rate_error"]), c["steps"],
+                 "yes" if c["passed"] else "NO"] for c in tb["cases"]]
+        lines.append("Total-variation distance of the trained policy to the method's derived "
+                     "limit (`error`) and to the closed form, max over prompts; tolerance "
+                     f"{tb['tolerance']:g} (derivations: `bestk.lab.kappo`):\n")
+        lines.append(markdown_table(["reward", "k", "method", "limit", "error", "closed form",
+                                     "pass-rate error", "steps", "ok"], rows))
+        lines += [f"- not run: {x['method']} on {x['kind']} rewards — {x['reason']}"
+                  for x in tb.get("skipped", [])]
+        return "\n".join(lines) + "\n"
     if tid == "bandit-exact":
         rows = [[r["bandit"], r["N"], r["estimator"], r["objective"], f"{r['rel_bias']:.3g}",
                  f"{r['var_over_signal']:.3f}"] for r in tb["bias"]
@@ -317,16 +518,43 @@ def _testbed_section(tid: str, tb: dict[str, Any] | None) -> str:
                      "of RL in brackets); `distinct_correct` counts distinct *successful* "
                      "completions among the samples of a prompt:\n")
         lines.append(markdown_table(["method", *extra], rows))
-    cfg_rows = [[lb, m["config"]["estimator"], m["config"]["reward"], m["config"]["lr"],
-                 m["config"]["rollouts"], m["config"].get("control_of") or ""]
+    cfg_rows = [[lb, _trains_with(m["config"]), m["config"]["reward"], m["config"]["lr"],
+                 f"{m['config']['rollouts']:,}",
+                 f"{m['config'].get('bank', 0):,}" + (" (shared)" if m["config"].get(
+                     "bank_shared") else ""), m["config"].get("control_of") or ""]
                 for lb, m in tb["methods"].items()]
-    lines.append("Run configurations (as recorded with the per-seed data):\n")
-    lines.append(markdown_table(["method", "estimator", "reward it sees", "learning rate",
-                                 "rollouts", "A/A control of"], cfg_rows))
+    lines.append("Run configurations (as recorded with the per-seed data; rollouts = on-policy "
+                 "completions sampled during RL, bank = reference samples of the KAPPO "
+                 "calibration):\n")
+    lines.append(markdown_table(["method", "trains with", "reward it sees", "learning rate",
+                                 "rollouts", "bank", "A/A control of"], cfg_rows))
     if tb.get("kappo_calibration"):
         cal = tb["kappo_calibration"]
         lines.append(f"KAPPO calibration from the initial policy: {json.dumps(cal)}\n")
+    if tb.get("reference_banks"):
+        rows = [[b["bank"].split("-")[0], b["prompts"], b["M"], f"{b['pass_rate_mean']:.3f}",
+                 " / ".join(f"{q:.3f}" for q in b["pass_rate_quartiles"]),
+                 f"{b['share_N0']:.3f}", f"{b['share_NM']:.3f}",
+                 "–" if b.get("logp_success_mean") is None else
+                 f"{b['logp_success_mean']:.2f} ± {b['logp_success_sd']:.2f}",
+                 "–" if b.get("logp_failure_mean") is None else f"{b['logp_failure_mean']:.2f}"]
+                for b in tb["reference_banks"]]
+        lines.append("Reference banks (one per seed, shared by the seed's KAPPO runs): pass "
+                     "rates N/M, and the reference's sequence log-probabilities log π_ref(y|x) "
+                     "of its completions (nats), the scale beta was chosen against:\n")
+        lines.append(markdown_table(["seed", "prompts", "M", "mean pass rate",
+                                     "pass-rate quartiles", "share N = 0", "share N = M",
+                                     "log π_ref, successes", "log π_ref, failures"], rows))
     return "\n".join(lines)
+
+
+def _trains_with(cfg: dict[str, Any]) -> str:
+    """``estimator`` for ``pg`` runs, the algorithm and its k otherwise."""
+    alg = cfg.get("algorithm", "pg")
+    if alg == "pg":
+        return str(cfg["estimator"])
+    ks = [o.split("=", 1)[1] for o in cfg.get("overrides", []) if o.startswith("kappo.k=")]
+    return {"apo": "@k-A*PO", "dpo": "@k-DPO"}.get(alg, alg) + (f" k={ks[0]}" if ks else "")
 
 
 def render(docs: Path, *, fast: bool = False) -> dict[str, Any]:
@@ -356,9 +584,15 @@ def render(docs: Path, *, fast: bool = False) -> dict[str, Any]:
         "non-inferiority margin of 0.02 (absolute) on pass@1 / best@1. Comparisons are paired "
         "by seed (same initial weights, same prompts or minibatches; only the sampling noise "
         "and the method differ). For every arm (claim × testbed) the primary difference a − b "
-        "gets a two-sided paired t-test; the p-values of all primary tests of this file (the "
+        "gets a two-sided paired t-test — for \"a matches b\" claims (a non-inferiority "
+        "margin on the primary itself) the test of a − b + margin, so that *reproduced* means "
+        "the 95% interval of a − b lies above −margin; the p-values of all primary tests of "
+        "this file (the "
         f"*family*, {doc['family']['size']} tests, A/A controls included) are Holm-corrected "
         f"together at α = {ALPHA}; secondary metrics are Holm-corrected within their arm. "
+        "Reward, prompts and rollout budget must match, except where a claim compares budgets "
+        "on purpose (KAPPO Fig. 3: one on-policy completion per prompt against eight), which "
+        "its text and its rollouts column say. "
         "Every learning rate comes from a sweep on a validation split (reported per testbed); "
         "every metric is measured on held-out test data and is continuous (exact "
         "probabilities on the lab testbeds, unbiased pass@k / best@k over 64 samples per "
@@ -367,7 +601,8 @@ def render(docs: Path, *, fast: bool = False) -> dict[str, Any]:
         *[f"- **{v}** — {d}." for v, d in VERDICTS.items()],
         "\nThe A/A control (`aa-control`) compares GRPO with GRPO: same initial weights and "
         "prompts, independent sampling noise, so every difference is noise; it must not come "
-        "out reproduced, and it is included on every trained testbed kind.\n",
+        "out reproduced, and it is included on every trained testbed kind (`aa-control-kappo`: "
+        "@k-A*PO against itself on the KAPPO testbed).\n",
         "Counts: " + ", ".join(f"{v} {n}" for v, n in counts.items()) + ".\n",
     ]
     tb_sections = ["\n## Testbeds\n",
@@ -381,7 +616,9 @@ def render(docs: Path, *, fast: bool = False) -> dict[str, Any]:
     for name, title in (("bandit", "bandit learning curves"), ("digits", "digits"),
                         ("sparse", "sparse classification (SoftmaxGRPO Fig. 2 analogue)"),
                         ("language-permute", "language: anagrams, pass@k after RL"),
-                        ("language-reverse", "language: reverse, pass@k after RL")):
+                        ("language-reverse", "language: reverse, pass@k after RL"),
+                        ("language-permute-kappo",
+                         "language: KAPPO Figs. 2-3 analogues on anagrams")):
         if (docs / "results" / f"{name}.png").exists():
             plots.append(f"![{title}](results/{name}.png)\n")
     plots.append("\nFull per-command reports: "
@@ -399,10 +636,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--docs", type=Path, default=ROOT / "docs",
                     help="docs directory (results.md, results/claims.json, results/data/)")
     ap.add_argument("--all", action="store_true", help="every testbed, then render")
-    ap.add_argument("--testbed", action="append", default=[],
-                    help="one testbed: bandit, digits, sparse, " + ", ".join(LANGUAGE))
+    ap.add_argument("--testbed", action="append", default=[], choices=TESTBED_NAMES,
+                    help="one testbed (repeatable)")
     ap.add_argument("--collect", action="append", default=[],
-                    help="gather the finished runs of a language testbed without running")
+                    choices=[*LANGUAGE, *KAPPO_LANGUAGE],
+                    help="gather the finished runs of a language testbed (seeds finished by "
+                         "every method) from --runs without running anything")
     ap.add_argument("--render", action="store_true", help="only render from the data files")
     ap.add_argument("--reuse", action="store_true",
                     help="reuse finished runs of an identical configuration")
@@ -413,7 +652,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     names = list(args.testbed)
     if args.all:
-        names = ["bandit", "digits", "sparse", *LANGUAGE]
+        names = list(TESTBED_NAMES)
     for name in names:
         t0 = time.time()
         produce(name, args.runs, args.docs, fast=args.fast, reuse=args.reuse,

@@ -199,3 +199,41 @@ def test_run_keys_ignore_config_keys_left_at_their_defaults():
     assert _non_default({**run, "optim": {"lr": 1e-3, "new_knob": 2}}, new_defaults) != \
         _non_default(run, old_defaults)
     assert _non_default(old_defaults, old_defaults) is None
+
+
+def test_kappo_runs_of_a_seed_share_one_reference_bank(tmp_path):
+    """@k-A*PO (k = 1, 2, and an A/A control) and @k-DPO runs of a seed read one bank, sampled
+    once with the completions @k-DPO needs; every run is the run that samples its own bank."""
+    from bestk.kappo import Calibration
+    from tests.test_train import KAPPO_TINY
+
+    methods = [Method("apo(k=1)", "grpo", overrides=("algorithm=apo", "kappo.k=1")),
+               Method("apo(k=2)", "grpo", overrides=("algorithm=apo", "kappo.k=2")),
+               Method("dpo(k=2)", "grpo", overrides=("algorithm=dpo", "kappo.k=2"))]
+    kw = dict(seeds=1, max_steps=1, overrides=KAPPO_TINY, progress=False,
+              controls=["apo(k=1)"])
+    run_compare(methods, out=tmp_path / "shared", **kw)
+    run_compare(methods, out=tmp_path / "own", share_bank=False, **kw)
+    banks = sorted((tmp_path / "shared" / "_bank").iterdir())
+    assert len(banks) == 1 and {p.name for p in banks[0].iterdir()} == {
+        "bank.jsonl", "bank_tokens.safetensors", "calibration.json", "bank.key"}
+    assert not (tmp_path / "own" / "_bank").exists()
+    shared = json.loads((tmp_path / "shared" / "results.json").read_text())
+    own = json.loads((tmp_path / "own" / "results.json").read_text())
+    assert _ends(shared) == _ends(own)
+    for lb, runs in shared.items():
+        a, b = runs["seed0"]["run"], own[lb]["seed0"]["run"]
+        assert a["bank_shared"] and not b["bank_shared"]
+        assert a["bank"] == b["bank"] == 16 * 8 and a["reward"] == "success"
+        assert a["estimator"] is None and a["prompts"] == shared["apo(k=1)"]["seed0"]["run"][
+            "prompts"]
+        slug = cmp.method_slug(lb)
+        ca, cb = (Calibration.load(tmp_path / d / slug / "seed0" / "calibration.json")
+                  for d in ("shared", "own"))
+        assert ca.checksum == cb.checksum and ca.k == cb.k
+    assert shared["apo(k=1)"]["seed0"]["run"]["rollouts"] == 1 * 2 * 1  # steps x prompts x n
+    assert shared["dpo(k=2)"]["seed0"]["run"]["rollouts"] == 0
+    # a rerun reuses the bank and the finished runs
+    bank_mtime = (banks[0] / "bank.jsonl").stat().st_mtime_ns
+    run_compare(methods, out=tmp_path / "shared", **kw)
+    assert (banks[0] / "bank.jsonl").stat().st_mtime_ns == bank_mtime

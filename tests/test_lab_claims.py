@@ -19,6 +19,8 @@ from bestk.lab.digits import BIN_LABELS
 from bestk.lab.stats import holm
 
 BASELINES = {"grpo", "grpo (success)", "grpo (A/A)"}
+#: The reference arms of the KAPPO testbed (k = 1, and PKPO for the Fig. 3 claim).
+KAPPO_BASELINES = {"apo(k=1)", "dpo(k=1)", "pkpo(k=4)", "apo(k=1) (A/A)"}
 
 
 def test_verdict_rule_flips_both_ways():
@@ -74,8 +76,9 @@ def synthetic_data(effect: float, *, seeds: int = 10, noise: float = 0.004,
         keys["distinct_correct"] = ("greater", 5.0)
         offset = rng.normal(0, 0.02, n)
         tb = {"ks": ks, "seeds": list(range(n)), "methods": {}}
+        baselines = BASELINES | (KAPPO_BASELINES if tid == "language-permute-kappo" else set())
         for lb in sorted(methods):
-            e = 0.0 if lb in BASELINES else (-effect if lb == "rloo" else effect)
+            e = 0.0 if lb in baselines else (-effect if lb == "rloo" else effect)
             end, start = {}, {}
             for key, (better, base) in keys.items():
                 sign = 1.0 if better == "greater" else -1.0
@@ -100,10 +103,14 @@ def test_registry_is_well_formed_and_cites_the_right_figures():
     control_kinds = {TESTBEDS[a.testbed].kind for c in CLAIMS if c.control for a in c.arms}
     assert control_kinds == kinds  # an A/A control on every trained testbed kind
     for c in CLAIMS:
-        if any("kappo" in (a.a or "") for a in c.arms):
-            assert c.status and "awaiting rerun" in c.status and "@k-A*PO" in c.status
+        if any("kappo_grpo" in (a.a or "") for a in c.arms):
             # KAPPO Fig. 2 is @k-A*PO / @k-DPO: never the source of an @k-GRPO result
-            assert "Appendix 18" in c.source or "Figure 4" in c.source
+            assert "@k-GRPO" in c.claim
+            assert "Appendix 18" in c.source or "Figure 4 right" in c.source
+            assert "Figure 2a" not in c.source and "Figure 2b" not in c.source
+        if any((a.a or "").startswith(("apo(", "dpo(")) for a in c.arms) and not c.control:
+            assert "Figure 2" in c.source or "Figure 3" in c.source
+        assert c.status is None  # no KAPPO row awaits a rerun any more
     for t in TESTBEDS.values():
         if t.kind == "language":
             assert t.min_seeds >= 8
@@ -124,7 +131,10 @@ def test_claims_follow_the_data_both_ways():
             continue
         assert e["verdict"] == "reproduced", (cid, e["why"])
         assert down[cid]["verdict"] == "contradicted", (cid, down[cid]["why"])
-        assert null[cid]["verdict"] != "reproduced", cid
+        if e["primary"]["margin"] is None:
+            assert null[cid]["verdict"] != "reproduced", cid
+        else:  # "a matches b": equal methods are non-inferior
+            assert null[cid]["verdict"] == "reproduced", (cid, null[cid]["why"])
         assert e["reward_matched"] and e["prompt_matched"] and e["budget_matched"]
 
 
@@ -191,5 +201,89 @@ def test_the_a_a_control_rarely_comes_out_reproduced():
             if e["control"] and e["verdict"] != "pending":
                 total += 1
                 hits += e["verdict"] == "reproduced"
-    assert total == 25 * 8
+    assert total == 25 * sum(len(c.arms) for c in CLAIMS if c.control)
     assert hits / total < 0.025
+
+
+def test_non_inferiority_primary_and_budgets_by_design():
+    """"a matches b within a margin": the test is of a - b + margin; equal methods pass, a
+    method worse by about the margin does not, one worse by much more is contradicted. A
+    claim comparing budgets on purpose stays comparable when the budgets differ; any other
+    claim does not."""
+    arm = "kappo-apo-matches-pkpo@language-permute-kappo[n=2]"
+    spec = next(c for c in CLAIMS if c.id == "kappo-apo-matches-pkpo")
+    assert spec.margin == 0.02 and spec.budget == "by design"
+
+    def judge(shift: float, rollouts: int = 1000) -> dict:
+        data = synthetic_data(0.0, seeds=8, noise=0.003)
+        tb = data["language-permute-kappo"]
+        m = tb["methods"]["apo(k=4,n=2)"]
+        m["end"]["pass@64"] = (np.asarray(tb["methods"]["pkpo(k=4)"]["end"]["pass@64"])
+                               + shift + np.random.default_rng(1).normal(0, 0.003, 8)).tolist()
+        m["config"]["rollouts"] = rollouts
+        return _by_id(evaluate_claims(data))
+
+    same = judge(0.0)[arm]
+    assert same["verdict"] == "reproduced" and same["primary"]["margin"] == 0.02
+    assert same["primary"]["test"].startswith("non-inferiority")
+    assert judge(-0.02)[arm]["verdict"] == "not reproduced"
+    worse = judge(-0.1)[arm]
+    assert worse["verdict"] == "contradicted" and worse["primary"]["diff"] < -0.02
+    fewer = judge(0.0, rollouts=250)
+    e = fewer[arm]
+    assert e["verdict"] == "reproduced" and e["budget_matched"] is False
+    assert e["budget_by_design"] and e["budget"]["a"]["rollouts"] == 250
+    assert e["budget"]["b"]["rollouts"] == 1000
+    # a claim that needs matched budgets is not judged on different ones
+    data = synthetic_data(0.05, seeds=8)
+    data["language-permute-kappo"]["methods"]["apo(k=4)"]["config"]["rollouts"] = 250
+    e = _by_id(evaluate_claims(data))["kappo-apo-sharpening@language-permute-kappo[k=4]"]
+    assert e["verdict"] == "not comparable" and "budget" in e["why"]
+
+
+def test_arm_ids_tags_and_registry_checks():
+    from bestk.lab.claims import Arm, ClaimSpec, Metric, _check_registry, arm_id
+
+    ids = [arm_id(c, a) for c in CLAIMS for a in c.arms]
+    assert len(ids) == len(set(ids))
+    assert "kappo-apo-sharpening@language-permute-kappo[k=2]" in ids
+    assert "maxrl-pareto@digits-binary" in ids  # untagged arms keep their ids
+    bad = ClaimSpec("x", "x", "x", "trained", (Arm("digits-binary", "a", "b"),
+                                                Arm("digits-binary", "c", "b")), "r",
+                    Metric("pass", 1))
+    import bestk.lab.claims as claims_mod
+
+    saved = claims_mod.CLAIMS
+    try:
+        claims_mod.CLAIMS = (*saved, bad)
+        with pytest.raises(ValueError, match="distinct tags"):
+            _check_registry()
+        claims_mod.CLAIMS = (*saved, ClaimSpec("y", "y", "y", "trained",
+                                               (Arm("digits-binary", "a", "b"),), "r",
+                                               Metric("pass", 1), budget="sometimes"))
+        with pytest.raises(ValueError, match="budget"):
+            _check_registry()
+    finally:
+        claims_mod.CLAIMS = saved
+
+
+def test_kappo_closed_form_rule_flips_both_ways():
+    """The exact KAPPO claim on the fast lab configuration: reproduced as computed; one case
+    off by more than the tolerance, or a claimed case missing, makes it not reproduced."""
+    from bestk.lab.kappo import KappoLabConfig, kappo_convergence
+
+    res = kappo_convergence(KappoLabConfig.fast())
+    tb = {"cases": res["cases"], "skipped": res["skipped"]}
+    e = _by_id(evaluate_claims({"kappo-exact": tb}))["kappo-closed-form@kappo-exact"]
+    assert e["verdict"] == "reproduced", e["why"]
+    assert e["primary"]["diff"] <= 1e-3 and "@k-GRPO" in e["why"]
+    broken = copy.deepcopy(tb)
+    case = next(c for c in broken["cases"] if c["method"] == "dpo" and c["k"] == 4)
+    case["closed_form_error"] = 2e-3
+    e = _by_id(evaluate_claims({"kappo-exact": broken}))["kappo-closed-form@kappo-exact"]
+    assert e["verdict"] == "not reproduced" and "failed: dpo binary k=4" in e["why"]
+    short = copy.deepcopy(tb)
+    short["cases"] = [c for c in short["cases"] if not (c["method"] == "apo"
+                                                       and c["kind"] == "winrate")]
+    e = _by_id(evaluate_claims({"kappo-exact": short}))["kappo-closed-form@kappo-exact"]
+    assert e["verdict"] == "not reproduced" and "not run: apo winrate" in e["why"]

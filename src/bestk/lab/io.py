@@ -15,7 +15,7 @@ from bestk._optional import pyplot
 from bestk.lab.stats import mean_ci
 
 __all__ = ["write_text_atomic", "write_json_atomic", "save_figure", "mean_ci", "markdown_table",
-           "fmt", "metric_key", "alloc_key"]
+           "fmt", "metric_key", "alloc_key", "pyplot"]
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:

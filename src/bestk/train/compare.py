@@ -15,7 +15,13 @@ prompts; only the advantage computation differs — plus what a method declares 
   on ``sweep_seeds`` seeds of their own; A/A controls take their method's rate;
 * ``kappo`` calibrates ``kappo_grpo`` methods whose ``calibration`` option is ``"auto"`` from a
   bank of the seed's SFT policy on *every* training prompt, so KAPPO trains on the same prompt
-  set as the others.
+  set as the others;
+* runs that calibrate in-run from their ``kappo`` section (``algorithm=apo`` / ``dpo``, or
+  ``kappo_grpo`` without a calibration) share one reference bank per seed (``share_bank``):
+  the bank each of them would sample -- same SFT weights, prompts, M and sampling seed, so the
+  same bank -- is sampled once, by the trainer's own code, into ``OUT/_bank/`` (with the
+  completions when an @k-DPO run needs them) and given to every run as ``kappo.bank``; each
+  run calibrates it with its own k, beta and kind. Results are those of unshared runs.
 
 Runs execute in ``workers`` processes (each single-threaded; 1 = in this process), SFT first,
 then the runs seed by seed. Every finished run writes ``OUT/<label>/seed<S>/result.json``
@@ -50,6 +56,7 @@ from bestk.estimators import ESTIMATORS, estimator_info
 from bestk.kappo.calibration import calibrate
 from bestk.lab.io import save_figure
 from bestk.lab.stats import mean_ci
+from bestk.train.algorithms import ALGORITHMS
 from bestk.train.checkpoint import latest_checkpoint
 from bestk.train.config import (
     TrainConfig,
@@ -64,6 +71,13 @@ from bestk.train.config import (
 )
 from bestk.train.evaluate import evaluate
 from bestk.train.loop import Trainer
+from bestk.train.reference import (
+    BANK_FILE,
+    CALIBRATION_FILE,
+    TOKENS_FILE,
+    calibrate_bank,
+    save_reference,
+)
 from bestk.train.report import curve_of
 from bestk.train.rundir import read_metrics
 
@@ -273,6 +287,60 @@ def _calibrate(cfg: TrainConfig, sft_path: str, kp: KappoAuto, cal_path: Path) -
     shutil.rmtree(cfg.out, ignore_errors=True)
 
 
+def _bank_key(cfg: TrainConfig) -> str:
+    """What a run's in-run reference bank depends on besides the weights' own SFT key: runs of
+    one seed with equal keys sample the same bank."""
+    k, r = cfg.kappo, cfg.rollout
+    key = {"sft": _sft_key(cfg), "seed": cfg.seed, "M": k.bank_size, "prompts": k.bank_prompts,
+           "temperature": r.temperature, "top_p": r.top_p, "max_new_tokens": r.max_new_tokens}
+    if k.calibration is not None:  # @k-DPO with a calibration file: a bank on its prompts
+        key["calibration"] = k.calibration
+    return _fingerprint(key)
+
+
+def _samples_bank(cfg: TrainConfig) -> tuple[bool, bool]:
+    """``(samples a reference bank in-run, keeps its completions)`` for a run config."""
+    spec = ALGORITHMS[cfg.algorithm]
+    samples = spec.calibrated(cfg) and (cfg.kappo.calibration is None or spec.bank_completions)
+    return bool(samples), bool(samples and spec.bank_completions)
+
+
+def _bank_job(cfg_dict: dict[str, Any], sft_path: str | None, bank_dir: str, key: str,
+              completions: bool) -> str:
+    """Sample the reference bank of ``cfg``'s run from the seed's SFT weights once, with the
+    trainer's own code (:meth:`bestk.train.loop.Trainer.reference_bank` of a fresh run), into
+    ``bank_dir`` (``bank.jsonl``, ``bank_tokens.safetensors`` when the run keeps completions,
+    then ``calibration.json`` of ``cfg``'s k and beta -- its presence marks a complete bank --
+    and ``bank.key``)."""
+
+    out = Path(bank_dir)
+    if (out / CALIBRATION_FILE).exists() and (out / "bank.key").exists() and \
+            (out / "bank.key").read_text() == key and \
+            (not completions or (out / TOKENS_FILE).exists()):
+        return bank_dir
+    cfg = config_from_dict(copy.deepcopy(cfg_dict))
+    work = Path(bank_dir + ".work")
+    for d in (out, work):
+        shutil.rmtree(d, ignore_errors=True)
+    cfg.out, cfg.kappo.bank = str(work), None
+    tr = Trainer(cfg, resume="new")
+    try:
+        if sft_path is not None:
+            tr.model.load_state_dict(torch.load(sft_path))
+        bank = tr.reference_bank()
+        k = cfg.kappo
+        save_reference(work, calibrate_bank(bank, tr.task, tr.kappo_kind, k.k, k.beta), bank)
+    finally:
+        tr.close()
+    out.mkdir(parents=True)
+    for name in (BANK_FILE, TOKENS_FILE, CALIBRATION_FILE):  # calibration.json last
+        if (work / name).exists():
+            (work / name).replace(out / name)
+    write_text_atomic(out / "bank.key", key)
+    shutil.rmtree(work, ignore_errors=True)
+    return bank_dir
+
+
 def _prompt_fingerprint(tr: Any) -> str:
     ids = sorted(int(e["id"]) for e in tr.rl_prompts)  # the prompts RL draws from
     ev = [int(e["id"]) for e in tr.eval_examples]
@@ -312,11 +380,15 @@ def _rl_job(cfg_dict: dict[str, Any], sft_path: str | None, label: str, key: str
     evals = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["phase"] == "eval"]
     keep = [k for k in evals[-1] if not k.endswith(("_lo", "_hi"))]
     task = tr.task
+    # what the method learns from: the 0/1 success for estimators that see it, binary tasks
+    # and binary KAPPO calibrations of apo / dpo
+    binary = tr.binary_advantages or not task.graded or (
+        cfg.algorithm != "pg" and tr.kappo_kind == "binary")
     run = {
-        "estimator": cfg.estimator,
+        "estimator": cfg.estimator if cfg.algorithm == "pg" else None,
         "options": {k: (v if not hasattr(v, "kind") else f"calibration ({v.kind})")
                     for k, v in tr.estimator_options.items()},
-        "reward": "success" if tr.binary_advantages or not task.graded else "graded",
+        "reward": "success" if binary else "graded",
         "prompts": _prompt_fingerprint(tr),
         "algorithm": cfg.algorithm,
         # on-policy completions sampled during RL, plus the reference bank of a calibration
@@ -324,6 +396,7 @@ def _rl_job(cfg_dict: dict[str, Any], sft_path: str | None, label: str, key: str
         "rollouts": (cfg.max_steps * cfg.rollout.prompts_per_step * cfg.rollout.n
                      if tr.spec.online else 0),
         "bank": tr.bank_samples,
+        "bank_shared": cfg.kappo.bank is not None,
         "lr": cfg.optim.lr,
         "seed": cfg.seed,
         "sampling_seed": tr.sampling_seed,
@@ -377,12 +450,16 @@ def sweep_score(end: dict[str, float], n: int) -> float:
 def _grid(methods: list[Method], base: TrainConfig, seeds: Sequence[int], out: Path,
           lrs: dict[str, float] | None, kappo: KappoAuto | None, workers: int,
           progress: bool, resume: bool, what: str, shared: Path | None = None,
-          ) -> dict[str, dict[str, Any]]:
-    """SFT (and KAPPO calibration) per seed under ``shared`` (default ``out``), then every
-    (method, seed) run under ``out``; returns ``{label: {"seedS": result}}``."""
+          share_bank: bool = True) -> dict[str, dict[str, Any]]:
+    """SFT (and KAPPO calibration) per seed under ``shared`` (default ``out``), the seeds'
+    shared reference banks, then every (method, seed) run under ``out``; returns
+    ``{label: {"seedS": result}}``."""
     shared = out if shared is None else shared
     sft_dir = shared / "_sft"
     sft_jobs, runs = [], []
+    banks: dict[str, list[Any]] = {}  # bank dir -> [job config, sft path, key, completions]
+    if not resume:
+        shutil.rmtree(shared / "_bank", ignore_errors=True)
     needs_cal = kappo is not None and any(
         estimator_info(m.estimator).calibrated and m.options.get("calibration") == "auto"
         for m in methods)
@@ -416,11 +493,23 @@ def _grid(methods: list[Method], base: TrainConfig, seeds: Sequence[int], out: P
                             m.overrides, m.control_of)
             cfg = _run_config(base, mm, i, sid, out / method_slug(m.label) / f"seed{i}",
                               None if lrs is None else lrs[m.label])
+            samples, completions = _samples_bank(cfg)
+            if share_bank and samples and cfg.kappo.bank is None:
+                bkey = _bank_key(cfg)
+                bdir = str(shared / "_bank" / f"seed{i}-{bkey}")
+                job = banks.setdefault(bdir, [cfg, sft_path, bkey, completions])
+                if completions and not job[3]:  # sample the completions for the dpo runs
+                    banks[bdir] = [cfg, sft_path, bkey, True]
+                cfg = copy.deepcopy(cfg)
+                cfg.kappo.bank = bdir
             key = _fingerprint({"config": _config_key(cfg), "sft": _sft_key(cfg)})
             if not resume:
                 shutil.rmtree(cfg.out, ignore_errors=True)
             runs.append((i, m.label, cfg, sft_path, key))
     _execute(sft_jobs, workers, progress, f"{what}: SFT")
+    _execute([(_bank_job, config_to_dict(c), sft, bdir, bkey, comp)
+              for bdir, (c, sft, bkey, comp) in banks.items()], workers, progress,
+             f"{what}: KAPPO banks")
     results = _execute([(_rl_job, config_to_dict(cfg), sft, label, key)
                         for _, label, cfg, sft, key in runs], workers, progress, f"{what}: RL")
     grid: dict[str, dict[str, Any]] = {m.label: {} for m in methods}
@@ -446,13 +535,16 @@ def run_compare(
     val_prompts: int = 256,
     kappo: KappoAuto | None = None,
     resume: bool = True,
+    share_bank: bool = True,
 ) -> str:
     """Run the matched grid (module docstring); return the markdown table (also written to
     ``compare.md``).
 
     ``estimators`` are estimator names (each its own method) or :class:`Method` objects;
     ``estimator_options`` maps a label to options, e.g. ``{"kappo_grpo": {"calibration":
-    "cal/seed{seed}.json"}}``; ``controls`` adds an A/A control of each named method.
+    "cal/seed{seed}.json"}}``; ``controls`` adds an A/A control of each named method;
+    ``share_bank`` samples one KAPPO reference bank per seed for the runs that calibrate
+    in-run (module docstring; ``False``: each run samples its own, with the same result).
     """
     if not estimators:
         raise ValueError("--estimators is empty")
@@ -473,8 +565,9 @@ def run_compare(
     t0 = time.time()
     if lr_sweep:
         lrs = _sweep(methods, base, out, [float(v) for v in lr_sweep], sweep_seeds, val_prompts,
-                     kappo, workers, progress, resume)
-    grid = _grid(methods, base, test_seeds, out, lrs, kappo, workers, progress, resume, "test")
+                     kappo, workers, progress, resume, share_bank)
+    grid = _grid(methods, base, test_seeds, out, lrs, kappo, workers, progress, resume, "test",
+                 share_bank=share_bank)
     results = {label: {s: {"start": r["start"], "end": r["end"], "run": r["run"]}
                        for s, r in runs.items()} for label, runs in grid.items()}
     out.mkdir(parents=True, exist_ok=True)
@@ -489,7 +582,7 @@ def run_compare(
 
 def _sweep(methods: list[Method], base: TrainConfig, out: Path, grid: list[float],
            sweep_seeds: int, val_prompts: int, kappo: KappoAuto | None, workers: int,
-           progress: bool, resume: bool) -> dict[str, float]:
+           progress: bool, resume: bool, share_bank: bool = True) -> dict[str, float]:
     """Each method's learning rate from ``grid`` on the validation split (module docstring);
     writes ``OUT/sweep/selection.json``."""
     if sweep_seeds < 1:
@@ -506,7 +599,8 @@ def _sweep(methods: list[Method], base: TrainConfig, out: Path, grid: list[float
     scores: dict[str, list[dict[str, float]]] = {m.label: [] for m in tuned}
     for lr in grid:
         res = _grid(tuned, val, seeds, sdir / f"lr{lr:g}", {m.label: lr for m in tuned}, kappo,
-                    workers, progress, True, f"sweep lr={lr:g}", shared=sdir)
+                    workers, progress, True, f"sweep lr={lr:g}", shared=sdir,
+                    share_bank=share_bank)
         for m in tuned:
             vals = [sweep_score(r["end"], base.eval.n) for r in res[m.label].values()]
             scores[m.label].append({"lr": lr, "score": float(np.mean(vals))})

@@ -269,6 +269,13 @@ class KappoConfig:
     """A calibration file from ``bestk calibrate`` to use instead of calibrating in-run (its
     k, beta and kind must match; its prompt ids must be training prompts of the task).
     ``dpo`` still samples a bank of reference completions on its prompts for the pairs."""
+    bank: str | None = None
+    """A directory holding the reference bank the run would otherwise sample itself
+    (``bank.jsonl``, and ``bank_tokens.safetensors`` for ``dpo``): an earlier run's directory
+    on the same task, seed and reference policy, or the per-seed bank ``bestk compare`` shares
+    between its runs. It must cover exactly the run's bank prompts with ``bank_size`` samples
+    each (checked) and come from the run's reference policy (not checkable: the caller's
+    promise). The run calibrates it with its own k, beta and kind."""
     dpo_pairs: int = 1
     """@k-DPO: (success, failure) pairs drawn per prompt and step from the bank."""
     dpo_labels: str = "bradley_terry"
@@ -653,6 +660,13 @@ def check_algorithm(cfg: TrainConfig) -> None:
                 f"estimator {cfg.estimator!r} uses no calibration (apo, dpo, or pg with an "
                 "estimator that needs one, such as kappo_grpo)"
             )
+    if cfg.kappo.bank is not None and not (
+        spec.calibrated(cfg) and (cfg.kappo.calibration is None or spec.bank_completions)
+    ):
+        raise ValueError(
+            "config key 'kappo.bank' is set, but the run samples no reference bank (it needs a "
+            "calibration from the kappo section, or @k-DPO's pairs)"
+        )
     if spec.calibrated(cfg) and spec.binary_only and cfg.kappo.kind == "winrate":
         raise ValueError(
             f"algorithm {cfg.algorithm!r} needs a binary calibration (pairs of a success and a "
@@ -807,6 +821,8 @@ def _value_rules() -> list[tuple[str, Callable[[Any], bool], str]]:
         ("kappo.kind", *_in_choices(*CALIBRATION_KINDS)),
         ("kappo.calibration", lambda v: v is None or (isinstance(v, str) and bool(v)),
          "a file path or null"),
+        ("kappo.bank", lambda v: v is None or (isinstance(v, str) and bool(v)),
+         "a directory path or null"),
         ("kappo.dpo_pairs", ge(1), "an integer >= 1"),
         ("kappo.dpo_labels", *_in_choices("bradley_terry", "hard")),
     ]

@@ -77,6 +77,7 @@ from bestk.train.reference import (
     calibrate_bank,
     calibration_prompt_ids,
     check_prompt_ids,
+    load_bank,
     load_reference,
     resolve_kind,
     sample_bank,
@@ -185,6 +186,7 @@ class Trainer:
         self.kappo_kind: str | None = None
         self._file_calibration: Any = None
         self._bank_examples: list[dict[str, Any]] | None = None
+        self._given_bank: Any = None  # kappo.bank, loaded when a new run starts
         if self.uses_kappo:
             self._plan_kappo()
         self.algo = self.spec.make(self)  # pg loads an estimator_options calibration here
@@ -242,6 +244,8 @@ class Trainer:
         if self.state.kind in ("resume", "complete"):
             self._resume()
         else:
+            if self.cfg.kappo.bank is not None and self._bank_examples is not None:
+                self._given_bank = self._load_given_bank()  # refused before any work
             self._start_dir()
         self.reporters = Reporters(
             resolve_report_to(cfg.report_to), self.out, config=config_to_dict(cfg),
@@ -472,23 +476,49 @@ class Trainer:
         directory; a ``kappo.calibration`` file is used as it is (@k-DPO still samples the
         bank for its pairs)."""
         cfg, k = self.cfg, self.cfg.kappo
-        bank = None
-        if self._bank_examples is not None:
-            bank = sample_bank(
-                self.model, self.tokenizer, self.task, self._bank_examples, size=k.bank_size,
-                temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                max_new_tokens=self.max_new_tokens, seed=_step_seed(cfg.seed, 0, 11),
-                completions=self.spec.bank_completions, progress=progress,
-            )
+        bank = self.reference_bank(progress)
         cal = self._file_calibration
         if cal is None:
             cal = calibrate_bank(bank, self.task, self.kappo_kind, k.k, k.beta)
         save_reference(self.out, cal, bank)
         self._use_reference(cal, bank)
         source = (f"from {cfg.kappo.calibration}" if self._file_calibration is not None else
-                  f"in-run, bank of {k.bank_size} samples per prompt")
+                  f"in-run, bank of {k.bank_size} samples per prompt"
+                  + (f" from {k.bank}" if k.bank is not None else ""))
         self._say("note", f"KAPPO {cal.kind} calibration ({source}): k={cal.k}, beta={cal.beta}, "
                   f"{cal.num_prompts} prompts -> {self.out / CALIBRATION_FILE}")
+
+    def reference_bank(self, progress: Any = None) -> Any:
+        """The run's reference bank (``None`` when it needs none): ``kappo.bank``'s, or
+        ``kappo.bank_size`` samples of the current policy (the reference: after SFT) for each
+        bank prompt, with the completions when the algorithm keeps them. A function of the
+        weights, the seed and the ``kappo`` / ``rollout`` settings only."""
+        cfg, k = self.cfg, self.cfg.kappo
+        if self._bank_examples is None:
+            return None
+        if k.bank is not None:
+            return self._given_bank if self._given_bank is not None else self._load_given_bank()
+        return sample_bank(
+            self.model, self.tokenizer, self.task, self._bank_examples, size=k.bank_size,
+            temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+            max_new_tokens=self.max_new_tokens, seed=_step_seed(cfg.seed, 0, 11),
+            completions=self.spec.bank_completions, progress=progress,
+        )
+
+    def _load_given_bank(self) -> Any:
+        """The ``kappo.bank`` bank, checked to cover exactly the run's bank prompts (in order)
+        with ``kappo.bank_size`` samples each."""
+        k = self.cfg.kappo
+        bank = load_bank(k.bank, completions=self.spec.bank_completions)
+        want = [int(e["id"]) for e in self._bank_examples]
+        if bank.prompt_ids.tolist() != want or bank.size != k.bank_size:
+            raise ValueError(
+                f"kappo.bank {k.bank!r} holds {bank.size} samples for each of "
+                f"{bank.num_prompts} prompts, not the run's bank ({k.bank_size} samples for each "
+                f"of its {len(want)} bank prompts, kappo.bank_prompts and seed {self.cfg.seed}); "
+                "it was made for another run"
+            )
+        return bank
 
     def _load_reference(self) -> None:
         cal, bank = load_reference(self.out, completions=self.spec.bank_completions)

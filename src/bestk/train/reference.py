@@ -20,6 +20,12 @@ presence means the bank files are complete):
   (so the reference model need not be kept), rows prompt-major like ``bank.jsonl``;
 * ``calibration.json`` -- the calibration (``bestk.kappo`` file format), also when it came
   from a ``kappo.calibration`` file: the run's own copy is what a resume uses.
+
+``kappo.bank`` names a directory holding these bank files (:func:`load_bank`) -- an earlier run
+of the same reference policy, or the per-seed bank ``bestk compare`` shares between the runs of
+a seed -- to use instead of sampling: it must cover exactly the run's bank prompts with
+``bank_size`` samples each; the run still calibrates it with its own k, beta and kind and
+keeps copies of the files in its directory.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ __all__ = [
     "calibrate_bank",
     "save_reference",
     "load_reference",
+    "load_bank",
     "check_prompt_ids",
     "calibration_prompt_ids",
 ]
@@ -289,7 +296,16 @@ def load_reference(
     cal = Calibration.load(path)
     if not completions:
         return cal, None
+    return cal, load_bank(out, completions=True)
+
+
+def load_bank(directory: str | Path, *, completions: bool) -> ReferenceBank:
+    """The bank in ``directory`` (``bank.jsonl``; with ``completions`` also the token file,
+    checked to belong to it). ``ValueError`` naming a missing, damaged or inconsistent file."""
+    out = Path(directory)
     bank = _read_bank(out / BANK_FILE)
+    if not completions:
+        return bank
     from safetensors import safe_open
 
     tokens = out / TOKENS_FILE
@@ -305,4 +321,4 @@ def load_reference(
     rows = bank.num_prompts * bank.size
     if recorded != bank.checksum() or bank.completion_ids.shape[0] != rows:
         raise ValueError(f"{tokens} does not belong to {out / BANK_FILE} (edited?); restore both")
-    return cal, bank
+    return bank
