@@ -57,9 +57,10 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA_FORMAT = "bestk.results.testbeds"
 
 
-def _git_commit() -> str:
+def _git_commit(where: Path = ROOT) -> str:
+    """The short commit of the checkout holding ``where`` ("unknown" outside a git checkout)."""
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True,
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=where, check=True,
                               capture_output=True, text=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -365,6 +366,9 @@ def produce(name: str, runs: Path, docs: Path, *, fast: bool, reuse: bool,
     elif name in LANGUAGE or name in KAPPO_LANGUAGE:
         if not collect_only:
             run_language(name, runs, fast=fast, reuse=reuse, workers=workers)
+        else:  # the runs were made by the checkout that holds them, not necessarily this one
+            env["collected_at"] = env["commit"]
+            env["commit"] = _git_commit((runs / name).resolve())
         tb = collect_language(name, runs, fast=fast)
         if tb is None:
             raise SystemExit(f"error: no runs of {name} under {runs} with this script's "
