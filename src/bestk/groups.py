@@ -192,6 +192,25 @@ class Rows:
         """The same rows with their values divided by ``scale`` (``(R, 1)``)."""
         return Rows(self.values / scale, self.size)
 
+    def apply_descaled(self, fn: Callable[[Rows], torch.Tensor], factor: float = 4.0):
+        """``fn(rows)`` computed on the rows divided by their :meth:`pow2_scale` divisors
+        (when some row needs one) and multiplied back in place, so ``fn`` keeps
+        ``factor * n * max|values|`` inside the float64 range; ``fn(self)`` otherwise.
+
+        ``fn``'s result must be a new tensor (it is scaled in place), ``(R, W)`` or
+        broadcastable against the ``(R, 1)`` divisors.
+        """
+        scale = self.pow2_scale(factor)
+        if scale is None:
+            return fn(self)
+        return fn(self.scaled(scale)).mul_(scale)
+
+    def zero_singletons(self, a: torch.Tensor) -> torch.Tensor:
+        """``a`` (``(R, W)``) with the rows of groups of size 1 set to 0."""
+        if self.uniform:
+            return a if self.size > 1 else torch.zeros_like(a)
+        return torch.where(self.size > 1, a, torch.zeros_like(a))
+
     def total(self, y: torch.Tensor) -> torch.Tensor:
         """``(R,)`` sum of ``y`` over each group's members, left to right."""
         return self.at(y.cumsum(1)).reshape(-1)

@@ -93,28 +93,22 @@ def argmaxrl(rewards: torch.Tensor, groups: Groups, *, baseline: str = "loo") ->
     _check_baseline(baseline)
 
     def advantage(rows: Rows) -> torch.Tensor:
-        # Rows whose 4 N max|r| nears the float64 range are divided by a power of two.
-        scale = rows.pow2_scale(4.0)
-        if scale is not None:
-            rows = rows.scaled(scale)
         if baseline == "none":
-            a = _scaled_weights(rows)  # N w_i
-        else:
-            top = rows.at(rows.values)  # r_(1), the group maximum
-            a = _scaled_weights(rows, top)  # N w_i - r_(1)
-            if baseline == "loo":  # max_{j != i} r_j is r_(1), but r_(2) at the top position
-                gap = top - rows.at(rows.values, 1)
-                if rows.uniform:  # the top is the last column
-                    a[:, -1:] += gap
-                else:
-                    a.scatter_add_(1, (rows.size - 1).clamp_min(0), gap)
-            if rows.uniform:
-                a = a if rows.size > 1 else torch.zeros_like(a)
+            return _scaled_weights(rows)  # N w_i
+        top = rows.at(rows.values)  # r_(1), the group maximum
+        a = _scaled_weights(rows, top)  # N w_i - r_(1)
+        if baseline == "loo":  # max_{j != i} r_j is r_(1), but r_(2) at the top position
+            gap = top - rows.at(rows.values, 1)
+            if rows.uniform:  # the top is the last column
+                a[:, -1:] += gap
             else:
-                a = torch.where(rows.size > 1, a, torch.zeros_like(a))
-        return a if scale is None else a.mul_(scale)
+                a.scatter_add_(1, (rows.size - 1).clamp_min(0), gap)
+        return rows.zero_singletons(a)
 
-    return groups.sort(rewards).scatter_rows(advantage, consume=True)
+    # Rows whose 4 N max|r| nears the float64 range are divided by a power of two.
+    return groups.sort(rewards).scatter_rows(
+        lambda rows: rows.apply_descaled(advantage, 4.0), consume=True
+    )
 
 
 @register_estimator("maxrl", objective=_OBJECTIVE, reward_domain="binary")

@@ -83,12 +83,6 @@ def pkpo(
     k = _check_k(k, groups, variant)
 
     def advantage(rows: Rows) -> torch.Tensor:
-        # Rows whose 4 N max|r| nears the float64 range are divided by a power of two.
-        scale = rows.pow2_scale(4.0)
-        a = _advantage(rows if scale is None else rows.scaled(scale))
-        return a if scale is None else a.mul_(scale)
-
-    def _advantage(rows: Rows) -> torch.Tensor:
         g = rows.values
         n = rows.n
         m = rows.rank
@@ -110,13 +104,10 @@ def pkpo(
             rho = rows.cumsum(u * g, exclusive=True) + rows.rcumsum(u_prev * g, exclusive=True)
             coef = _div(k, _at_least_one(n - 1) if variant == "sloo" else n)
             a = n * (s_val - coef * rho)
-        if rows.uniform:
-            a = a if rows.size > 1 else torch.zeros_like(a)
-        else:
-            a = torch.where(rows.size > 1, a, torch.zeros_like(a))
-        return rows.tie_canonical(a)
+        return rows.tie_canonical(rows.zero_singletons(a))
 
-    return groups.sort(rewards).scatter_rows(advantage)
+    # Rows whose 4 N max|r| nears the float64 range are divided by a power of two.
+    return groups.sort(rewards).scatter_rows(lambda rows: rows.apply_descaled(advantage, 4.0))
 
 
 def _at_least_one(x):
