@@ -634,8 +634,9 @@ class Groups:
         """``(G,)`` per-group minimum."""
         return -self.max(-x)
 
-    def _descaled(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``(x / s, s)`` with ``s`` the per-group :meth:`pow2_scale`, or ``(x, None)``."""
+    def descaled(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(x / s, s)`` with ``s`` the per-group :meth:`pow2_scale` (``factor=4``, samples
+        divided by their group's divisor, exactly), or ``(x, None)`` when no group needs one."""
         scale = self.pow2_scale(x, 4.0)
         return (x, None) if scale is None else (x / self.broadcast(scale), scale)
 
@@ -653,7 +654,7 @@ class Groups:
         group gets exactly 0; groups near the float64 limits are first divided by an exact
         power of two (:meth:`pow2_scale`), so nothing overflows unless the result does.
         """
-        xs, scale = self._descaled(x)
+        xs, scale = self.descaled(x)
         dev, spread = self._center_scaled(xs)
         if scale is None:
             return dev, spread
@@ -665,7 +666,7 @@ class Groups:
         Exact for constant groups; no overflow (near the float64 limits the group is first
         divided by an exact power of two).
         """
-        xs, scale = self._descaled(x)
+        xs, scale = self.descaled(x)
         p = self.max(xs)
         m = p + self.sum(xs - self.broadcast(p)) / self.sizes.to(x.dtype)
         return m if scale is None else m * scale
@@ -675,7 +676,7 @@ class Groups:
         groups), so ``|z| <= n`` and ``max |z| >= 1`` -- their squares neither overflow nor
         vanish; ``spread`` is in units of the per-group power-of-two ``scale`` (1.0 when no
         group needed one)."""
-        xs, scale = self._descaled(x)
+        xs, scale = self.descaled(x)
         dev, spread = self._center_scaled(xs)
         sp = self.broadcast(spread)
         z = dev / torch.where(sp > 0, sp, torch.ones_like(sp))

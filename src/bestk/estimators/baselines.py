@@ -59,8 +59,7 @@ def rloo(rewards: torch.Tensor, groups: Groups) -> torch.Tensor:
     Computed as ``x_i - (sum_j x_j - x_i) / (N - 1)`` with ``x = r - max`` (exact for
     constant groups). Groups of size 1 get ``A = 0``.
     """
-    scale = groups.pow2_scale(rewards, 4.0)
-    r = rewards if scale is None else rewards / groups.broadcast(scale)
+    r, scale = groups.descaled(rewards)
     x = r - groups.broadcast(groups.max(r))
     n = groups.sample_sizes
     total = groups.broadcast(groups.sum(x))
