@@ -114,11 +114,6 @@ class Rows:
         return self._columns["rank"]
 
     @cached_property
-    def remaining(self) -> torch.Tensor:
-        """``n - col`` (``N - i + 1`` for the 1-based rank ``i``), in the values' dtype."""
-        return self._columns["remaining"]
-
-    @cached_property
     def n_over_remaining(self) -> torch.Tensor:
         """``N / (N - i + 1)`` at each column, in the values' dtype."""
         return self._columns["n_over_remaining"]
@@ -250,13 +245,12 @@ def _uniform_columns(n: int, dtype: torch.dtype, device: torch.device) -> dict[s
 
 def _columns_of(width, dtype, device, size) -> dict[str, torch.Tensor]:
     """Per-column constants of a padded ``(R, width)`` layout with row sizes ``size``:
-    ``col`` (0-based), ``rank`` (1-based), ``remaining = size - col`` and
-    ``n_over_remaining = size / remaining`` (the last two in ``dtype``)."""
+    ``col`` (0-based), ``rank`` (1-based, in ``dtype``) and ``n_over_remaining =
+    size / (size - col)`` (in ``dtype``)."""
     col = torch.arange(width, device=device).unsqueeze(0)
     remaining = (size - col).to(dtype)
     n = torch.as_tensor(size, device=device).to(dtype)
-    return {"col": col, "rank": (col + 1).to(dtype), "remaining": remaining,
-            "n_over_remaining": n / remaining}
+    return {"col": col, "rank": (col + 1).to(dtype), "n_over_remaining": n / remaining}
 
 
 @dataclass(frozen=True)
@@ -268,7 +262,6 @@ class _Bucket:
     hi: int
     rows: Rows
     cells: torch.Tensor | None
-    seg_lo: int  # the bucket's first segment in layout order
 
 
 class SortedGroups:
@@ -306,14 +299,12 @@ class SortedGroups:
         block: tuple[int, int] | None,
         perm: torch.Tensor | None = None,
         cols: torch.Tensor | None = None,
-        descending: bool = False,
     ):
         self.buckets = buckets
         self._seg_group = seg_group  # None: row r is group r
         self.block = block
         self._perm = perm
         self._cols = cols  # block: (R, N) column of each sorted cell in its row
-        self.descending = descending
 
     @cached_property
     def seg_group(self) -> torch.Tensor:
@@ -428,20 +419,6 @@ class SortedGroups:
         inside = (target_rank >= 0) & (target_rank < self.size)
         src = torch.where(inside, pos + offset, pos)
         return torch.where(inside, y[src], torch.full_like(y, fill))
-
-    def last(self, y: torch.Tensor) -> torch.Tensor:
-        """``(B,)``: at every position, ``y`` at the last position of its segment."""
-        return y[self.start + self.size - 1]
-
-    def total(self, y: torch.Tensor, num_groups: int) -> torch.Tensor:
-        """``(G,)`` per-group sums of ``y`` (sorted order), summed in sorted order."""
-        return self._totals(self._on_rows(y, lambda rows, m: m.cumsum(1)), num_groups)
-
-    def _totals(self, c: torch.Tensor, num_groups: int) -> torch.Tensor:
-        ends = self.start[self.rank == self.size - 1]
-        out = c.new_zeros(num_groups)
-        out[self.seg_group] = c[ends]
-        return out
 
     def tie_canonical(self, y: torch.Tensor) -> torch.Tensor:
         """``y`` (sorted order) with every run of tied values given the value at the run's
@@ -769,8 +746,7 @@ class Groups:
             cols = _argsort_rows(m)
             vals = torch.gather(m, 1, cols)
             rows = Rows(-vals if descending else vals, N)
-            return SortedGroups((_Bucket(0, R * N, rows, None, 0),), seg_group, (R, N),
-                                cols=cols, descending=descending)
+            return SortedGroups((_Bucket(0, R * N, rows, None),), seg_group, (R, N), cols=cols)
         return self._sort_ragged(key, descending, lay)
 
     def _sort_ragged(self, key, descending, lay: _Layout) -> SortedGroups:
@@ -821,8 +797,8 @@ class Groups:
             perm[lo:hi] = torch.index_select(src[lo:hi], 0, from_pos)
             vals = torch.gather(m, 1, cols)
             rows = Rows(-vals if descending else vals, sizes.unsqueeze(1))
-            buckets.append(_Bucket(lo, hi, rows, cells, s_lo))
-        return SortedGroups(tuple(buckets), seg_group, None, perm=perm, descending=descending)
+            buckets.append(_Bucket(lo, hi, rows, cells))
+        return SortedGroups(tuple(buckets), seg_group, None, perm=perm)
 
 
 # ------------------------------------------------------------------------------ factorising
