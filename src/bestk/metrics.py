@@ -22,7 +22,7 @@ import torch
 
 from bestk._inputs import prepare
 from bestk._options import int_option
-from bestk.groups import Rows, SortedGroups
+from bestk.groups import Rows
 
 __all__ = [
     "pass_at_k",
@@ -42,24 +42,17 @@ PASS_RATE_BINS: tuple[float, ...] = (0.0, 0.2, 0.5, 0.7, 0.9, 1.0)
 _INT64_LIMIT = 2**63
 
 
-def maxk_weights(
-    s: SortedGroups | Rows, k: int, dtype: torch.dtype | None = None, *,
-    leave_one_out: bool = False
-) -> torch.Tensor:
-    """``C(i-1, k-1) / C(n', k)`` at every position of an ascending sorted layout.
+def maxk_weights(rows: Rows, k: int, *, leave_one_out: bool = False) -> torch.Tensor:
+    """``(R, W)``: ``C(i-1, k-1) / C(n', k)`` at every cell of one padded ascending
+    :class:`~bestk.groups.Rows` matrix, in the values' dtype.
 
     ``i`` is the 1-based rank in the group and ``n'`` the group size, or the size minus one
     when ``leave_one_out`` (weights of the group with one member removed, indexed by the rank
     in the reduced group). Zero where ``i < k`` or ``i > n'``. Computed as
     ``exp(log(k/n') + sum_{j=i+1}^{n'} log((j-k)/(j-1)))``, a segment-local suffix scan.
-    ``s`` is a :class:`~bestk.groups.SortedGroups` (flat ``(B,)`` result in sorted order) or
-    one padded :class:`~bestk.groups.Rows` matrix (``(R, W)`` result).
     """
-    if isinstance(s, SortedGroups):
-        return s.map_rows(lambda rows: maxk_weights(rows, k, dtype, leave_one_out=leave_one_out))
-    rows = s
-    dtype = dtype or rows.values.dtype
-    m = rows.rank.to(dtype)
+    dtype = rows.values.dtype
+    m = rows.rank  # in the values' dtype
     n_eff = rows.n - 1 if leave_one_out else rows.n
     n_eff = torch.as_tensor(n_eff, dtype=dtype, device=m.device)
     one = torch.ones((), dtype=dtype, device=m.device)
