@@ -61,9 +61,20 @@ __all__ = ["Groups", "SortedGroups", "make_groups", "block_groups"]
 #: Half the largest float64: intermediate values are kept below it.
 _HALF_MAX = float(np.finfo(np.float64).max) / 2
 _LOG2_HALF_MAX = math.log2(_HALF_MAX)
+
 #: A ragged batch is padded into one ``(G, max size)`` matrix when that holds at most this
 #: many times ``B`` cells (plus a small constant); else into one matrix per size class.
 _PAD_FACTOR = 2
+
+
+def _pow2_divisor(amax: torch.Tensor, n: torch.Tensor, factor: float) -> torch.Tensor:
+    """Power-of-two divisors ``2^e``, ``e >= 0``, bringing ``factor * n * amax`` below half the
+    float64 range: ``exp2(max(0, ceil(log2(amax) + log2(factor n) - log2(HALF_MAX))))``
+    elementwise (1 where ``amax`` is 0). ``amax`` is a group's largest ``|value|`` and ``n``
+    its size, in the same dtype (used by :meth:`Rows.pow2_scale` and
+    :meth:`Groups.pow2_scale`)."""
+    need = torch.log2(amax) + torch.log2(factor * n) - _LOG2_HALF_MAX
+    return torch.exp2(torch.ceil(torch.nan_to_num(need, neginf=0.0)).clamp_min(0))
 
 
 # ------------------------------------------------------------------------------ sorted layout
@@ -179,9 +190,7 @@ class Rows:
         if max(-float(lo), float(hi)) * factor * self.shape[1] <= _HALF_MAX:
             return None
         amax = torch.maximum(first.abs(), last.abs())
-        need = torch.log2(amax) + torch.log2(factor * torch.as_tensor(self.n, dtype=v.dtype))
-        return torch.exp2(torch.ceil(torch.nan_to_num(need - _LOG2_HALF_MAX, neginf=0.0))
-                          .clamp_min(0))
+        return _pow2_divisor(amax, torch.as_tensor(self.n, dtype=v.dtype), factor)
 
     def scaled(self, scale: torch.Tensor) -> Rows:
         """The same rows with their values divided by ``scale`` (``(R, 1)``)."""
@@ -722,10 +731,7 @@ class Groups:
         nmax = float(self.sizes.max()) if self.num_groups else 0.0
         if amax * factor * nmax <= _HALF_MAX:
             return None
-        gmax = self.max(x.abs())
-        need = torch.log2(gmax) + torch.log2(factor * self.sizes.to(x.dtype)) - _LOG2_HALF_MAX
-        e = torch.ceil(torch.nan_to_num(need, neginf=0.0)).clamp_min(0)
-        return torch.exp2(e)
+        return _pow2_divisor(self.max(x.abs()), self.sizes.to(x.dtype), factor)
 
     # -- sorting ---------------------------------------------------------------------------
     def sort(self, x: torch.Tensor, descending: bool = False) -> SortedGroups:
