@@ -84,7 +84,7 @@ def to_output(a: torch.Tensor, dtype: torch.dtype | None, what: str = "advantage
     float16) is a ``ValueError`` naming the dtype and its range, never a silent ``inf``.
     """
     if dtype is None:
-        return a.cpu().numpy() if a.device.type != "cpu" else a.numpy()
+        return a.cpu().numpy()
     if dtype == torch.float64:
         return a
     out = a.to(dtype)
