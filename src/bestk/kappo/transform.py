@@ -82,5 +82,5 @@ def transform_rewards(calibration: Calibration, prompt_ids: Any, rewards: Any) -
     flat = r.reshape(-1)
     out = calibration.transform(ids, flat)
     if is_tensor:
-        return out.to(device=rewards.device).reshape(rewards.shape)
+        return out.reshape(rewards.shape)  # already on the rewards' device
     return out.reshape(r.shape)
