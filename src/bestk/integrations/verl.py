@@ -398,9 +398,10 @@ def kappo_compute_score(
         if "score" not in result:
             raise ValueError(f"base score function {base!r} returned a dict without 'score'")
         info = dict(result)
+        raw = info["score"]
     else:
         info = {"acc": result}
-    raw = info["score"] if "score" in info else result
+        raw = result
     try:
         raw = float(raw)
     except (TypeError, ValueError):
