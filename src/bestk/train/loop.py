@@ -49,7 +49,7 @@ from rich.progress import (
     MofNCompleteColumn,
     Progress,
     TextColumn,
-            TimeElapsedColumn,
+    TimeElapsedColumn,
     TimeRemainingColumn,
 )
 
