@@ -145,9 +145,6 @@ def _base_config(config: Path | None, max_steps: int | None, overrides: list[str
     return cfg
 
 
-_SHARED = ("model", "task", "sft", "seed", "threads", "device")
-
-
 def _fingerprint(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
