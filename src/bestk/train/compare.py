@@ -76,6 +76,7 @@ from bestk.train.reference import (
     CALIBRATION_FILE,
     TOKENS_FILE,
     calibrate_bank,
+    calibration_values,
     save_reference,
 )
 from bestk.train.report import curve_of
@@ -278,7 +279,7 @@ def _calibrate(cfg: TrainConfig, sft_path: str, kp: KappoAuto, cal_path: Path) -
     res = evaluate(tr.model, tr.tokenizer, tr.task, exs, n=kp.bank_n,
                    temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
                    max_new_tokens=tr.max_new_tokens, seed=cfg.seed + 77_001)
-    vals = tr.task.success(res.rewards).astype(float) if kp.kind == "binary" else res.rewards
+    vals = calibration_values(tr.task, kp.kind, res.rewards)
     bank = {int(ex["id"]): row.tolist() for ex, row in zip(exs, vals, strict=True)}
     calibrate(bank, k=kp.k, beta=kp.beta, kind=kp.kind).save(cal_path)
     shutil.rmtree(cfg.out, ignore_errors=True)
