@@ -178,7 +178,6 @@ class Trainer:
         if not self.eval_examples:
             raise ValueError(f"task {self.task.name!r} has no held-out prompts to evaluate on")
         self.spec = ALGORITHMS[cfg.algorithm]
-        self.sft_examples = list(self.task.train)
         self.rl_prompts: list[dict[str, Any]] = list(self.task.train)
         self.calibration: Any = None
         self.bank: Any = None
@@ -393,8 +392,8 @@ class Trainer:
                 lr = s.lr * 0.5 * (1 + math.cos(math.pi * (i - warm) / max(1, s.steps - warm)))
             for g in opt.param_groups:
                 g["lr"] = lr
-            idx = rng.integers(0, len(self.sft_examples), size=s.batch_size)
-            exs = [self.sft_examples[j] for j in idx]
+            idx = rng.integers(0, len(self.task.train), size=s.batch_size)
+            exs = [self.task.train[j] for j in idx]
             p_ids = tok([e["prompt"] for e in exs], add_special_tokens=False)["input_ids"]
             a_ids = tok([e["answer"] for e in exs], add_special_tokens=False)["input_ids"]
             seqs = [p + a + [eos] for p, a in zip(p_ids, a_ids, strict=True)]
