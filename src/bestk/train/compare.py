@@ -299,8 +299,8 @@ def _bank_key(cfg: TrainConfig) -> str:
 def _samples_bank(cfg: TrainConfig) -> tuple[bool, bool]:
     """``(samples a reference bank in-run, keeps its completions)`` for a run config."""
     spec = ALGORITHMS[cfg.algorithm]
-    samples = spec.calibrated(cfg) and (cfg.kappo.calibration is None or spec.bank_completions)
-    return bool(samples), bool(samples and spec.bank_completions)
+    samples = spec.samples_bank(cfg)
+    return samples, samples and spec.bank_completions
 
 
 def _bank_job(cfg_dict: dict[str, Any], sft_path: str | None, bank_dir: str, key: str,

@@ -214,7 +214,7 @@ class Trainer:
         else:
             self.kappo_kind = resolve_kind(cfg.kappo.kind, binary_only=spec.binary_only,
                                            graded=self.task.graded)
-        if self._file_calibration is None or spec.bank_completions:
+        if spec.samples_bank(cfg):
             self._bank_examples = bank_examples(
                 self.rl_prompts, cfg.kappo.bank_prompts, _step_seed(cfg.seed, 0, 12)
             )

@@ -48,6 +48,13 @@ class AlgorithmSpec:
     online: bool = True
     check: Callable[[Any], None] = lambda cfg: None
 
+    def samples_bank(self, cfg: Any) -> bool:
+        """Whether a run of ``cfg`` samples a reference bank of its own: it calibrates from
+        the ``kappo`` section and has no ``kappo.calibration`` file, or it keeps the bank's
+        completions (@k-DPO's pairs come from a bank even with a calibration file)."""
+        return bool(self.calibrated(cfg) and (cfg.kappo.calibration is None
+                                              or self.bank_completions))
+
 
 def refuse_pg_options(cfg: Any) -> None:
     """``loss.kl_coef``, ``loss.entropy_coef`` and ``estimator_options`` belong to ``pg``: a
