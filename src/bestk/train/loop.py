@@ -119,8 +119,8 @@ class Trainer:
 
     The algorithm object (:attr:`algo`, from :data:`bestk.train.algorithms.ALGORITHMS`) does
     the RL steps through :meth:`draw_prompts` / :meth:`prompt_rng`,
-    :meth:`sample_completions` and :meth:`optimize`; RL draws its prompts from
-    :attr:`rl_prompts` (the task's training prompts, or the calibrated ones).
+    :meth:`sample_completions`, :meth:`score_rollout` and :meth:`optimize`; RL draws its
+    prompts from :attr:`rl_prompts` (the task's training prompts, or the calibrated ones).
     """
 
     def __init__(
@@ -449,6 +449,15 @@ class Trainer:
             temperature=r.temperature, top_p=r.top_p, max_new_tokens=self.max_new_tokens,
             generator=gen,
         )
+
+    def score_rollout(
+        self, examples: list[dict[str, Any]], ro: Rollout, n: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(rewards, prompt ids)`` of ``ro``'s completions, ``n`` per example in order: the
+        task's reward :math:`R(y, x)` (float64) and the example's id (int64), both ``(B,)``."""
+        flat = [e for e in examples for _ in range(n)]
+        rewards = self.task.score(flat, ro.texts)
+        return rewards, np.asarray([e["id"] for e in flat], dtype=np.int64)
 
     def optimize(self, loss: torch.Tensor) -> tuple[float, float]:
         """One AdamW step on ``loss`` (learning-rate warm-up, global-norm gradient clipping);
