@@ -9,12 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy.optimize import brentq
 from scipy.special import logsumexp
 
 from bestk.kappo import Calibration, winrate_table
 from bestk.train.loop import Trainer
 from bestk.train.rundir import read_metrics
+from tests._kappo_ref import a_k_ref
 from tests.conftest import kappo_config, tiny_config
 from tests.test_train import Crash, assert_same_run, crash_then_resume
 
@@ -45,11 +45,7 @@ def independent_binary_target(success: float, bank: np.ndarray, k: int, beta: fl
         a = 1.0 if k == 1 else 0.0
         blogz = a
     else:
-        def f(p: float) -> float:
-            return k * (1 - p) ** (k - 1) - beta * np.log(p * (1 - q) / (q * (1 - p)))
-
-        p = brentq(f, q, 1 - 1e-15, xtol=1e-15, rtol=1e-15)
-        a = k * (1 - p) ** (k - 1)
+        a = a_k_ref(q, k, beta)
         blogz = beta * np.log(1 - q + q * np.exp(a / beta))
     return a * success - blogz
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import shutil
 
 import pytest
-import torch
 
 from bestk.kappo import Calibration
 from bestk.train.config import validate
@@ -16,12 +15,7 @@ from bestk.train.loop import Trainer
 from tests.conftest import kappo_config
 from tests.test_train import Crash, assert_same_run
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _restore_torch_threads():
-    n = torch.get_num_threads()
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 
 
 def _run(out, *extra):

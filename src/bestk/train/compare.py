@@ -76,6 +76,7 @@ from bestk.train.reference import (
     CALIBRATION_FILE,
     TOKENS_FILE,
     calibrate_bank,
+    calibration_values,
     save_reference,
 )
 from bestk.train.report import curve_of
@@ -143,9 +144,6 @@ def _base_config(config: Path | None, max_steps: int | None, overrides: list[str
         cfg.max_steps = max_steps
     apply_overrides(cfg, overrides)
     return cfg
-
-
-_SHARED = ("model", "task", "sft", "seed", "threads", "device")
 
 
 def _fingerprint(obj: Any) -> str:
@@ -281,7 +279,7 @@ def _calibrate(cfg: TrainConfig, sft_path: str, kp: KappoAuto, cal_path: Path) -
     res = evaluate(tr.model, tr.tokenizer, tr.task, exs, n=kp.bank_n,
                    temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
                    max_new_tokens=tr.max_new_tokens, seed=cfg.seed + 77_001)
-    vals = tr.task.success(res.rewards).astype(float) if kp.kind == "binary" else res.rewards
+    vals = calibration_values(tr.task, kp.kind, res.rewards)
     bank = {int(ex["id"]): row.tolist() for ex, row in zip(exs, vals, strict=True)}
     calibrate(bank, k=kp.k, beta=kp.beta, kind=kp.kind).save(cal_path)
     shutil.rmtree(cfg.out, ignore_errors=True)
@@ -301,8 +299,8 @@ def _bank_key(cfg: TrainConfig) -> str:
 def _samples_bank(cfg: TrainConfig) -> tuple[bool, bool]:
     """``(samples a reference bank in-run, keeps its completions)`` for a run config."""
     spec = ALGORITHMS[cfg.algorithm]
-    samples = spec.calibrated(cfg) and (cfg.kappo.calibration is None or spec.bank_completions)
-    return bool(samples), bool(samples and spec.bank_completions)
+    samples = spec.samples_bank(cfg)
+    return samples, samples and spec.bank_completions
 
 
 def _bank_job(cfg_dict: dict[str, Any], sft_path: str | None, bank_dir: str, key: str,

@@ -76,7 +76,6 @@ __all__ = [
     "config_items",
     "resolve_defaults",
     "AUTO_KEYS",
-    "uses_kappo",
     "check_algorithm",
     "check_kappo_file",
 ]
@@ -608,14 +607,6 @@ def resolve_defaults(cfg: TrainConfig) -> TrainConfig:
     return out
 
 
-def uses_kappo(cfg: TrainConfig) -> bool:
-    """Whether the run needs a KAPPO calibration from the ``kappo`` section: always for
-    ``apo`` and ``dpo``; for ``pg`` when the estimator needs one and ``estimator_options``
-    gives none."""
-    spec = ALGORITHMS[cfg.algorithm]
-    return spec.calibrated(cfg)
-
-
 def check_names(cfg: TrainConfig) -> None:
     """The algorithm and estimator are registered; task option names and, for ``pg``, the
     estimator's option names are known (a ``calibration`` the ``kappo`` section supplies
@@ -660,9 +651,7 @@ def check_algorithm(cfg: TrainConfig) -> None:
                 f"estimator {cfg.estimator!r} uses no calibration (apo, dpo, or pg with an "
                 "estimator that needs one, such as kappo_grpo)"
             )
-    if cfg.kappo.bank is not None and not (
-        spec.calibrated(cfg) and (cfg.kappo.calibration is None or spec.bank_completions)
-    ):
+    if cfg.kappo.bank is not None and not spec.samples_bank(cfg):
         raise ValueError(
             "config key 'kappo.bank' is set, but the run samples no reference bank (it needs a "
             "calibration from the kappo section, or @k-DPO's pairs)"

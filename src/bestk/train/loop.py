@@ -49,7 +49,7 @@ from rich.progress import (
     MofNCompleteColumn,
     Progress,
     TextColumn,
-            TimeElapsedColumn,
+    TimeElapsedColumn,
     TimeRemainingColumn,
 )
 
@@ -119,8 +119,8 @@ class Trainer:
 
     The algorithm object (:attr:`algo`, from :data:`bestk.train.algorithms.ALGORITHMS`) does
     the RL steps through :meth:`draw_prompts` / :meth:`prompt_rng`,
-    :meth:`sample_completions` and :meth:`optimize`; RL draws its prompts from
-    :attr:`rl_prompts` (the task's training prompts, or the calibrated ones).
+    :meth:`sample_completions`, :meth:`score_rollout` and :meth:`optimize`; RL draws its
+    prompts from :attr:`rl_prompts` (the task's training prompts, or the calibrated ones).
     """
 
     def __init__(
@@ -178,7 +178,6 @@ class Trainer:
         if not self.eval_examples:
             raise ValueError(f"task {self.task.name!r} has no held-out prompts to evaluate on")
         self.spec = ALGORITHMS[cfg.algorithm]
-        self.sft_examples = list(self.task.train)
         self.rl_prompts: list[dict[str, Any]] = list(self.task.train)
         self.calibration: Any = None
         self.bank: Any = None
@@ -215,7 +214,7 @@ class Trainer:
         else:
             self.kappo_kind = resolve_kind(cfg.kappo.kind, binary_only=spec.binary_only,
                                            graded=self.task.graded)
-        if self._file_calibration is None or spec.bank_completions:
+        if spec.samples_bank(cfg):
             self._bank_examples = bank_examples(
                 self.rl_prompts, cfg.kappo.bank_prompts, _step_seed(cfg.seed, 0, 12)
             )
@@ -393,8 +392,8 @@ class Trainer:
                 lr = s.lr * 0.5 * (1 + math.cos(math.pi * (i - warm) / max(1, s.steps - warm)))
             for g in opt.param_groups:
                 g["lr"] = lr
-            idx = rng.integers(0, len(self.sft_examples), size=s.batch_size)
-            exs = [self.sft_examples[j] for j in idx]
+            idx = rng.integers(0, len(self.task.train), size=s.batch_size)
+            exs = [self.task.train[j] for j in idx]
             p_ids = tok([e["prompt"] for e in exs], add_special_tokens=False)["input_ids"]
             a_ids = tok([e["answer"] for e in exs], add_special_tokens=False)["input_ids"]
             seqs = [p + a + [eos] for p, a in zip(p_ids, a_ids, strict=True)]
@@ -450,6 +449,15 @@ class Trainer:
             temperature=r.temperature, top_p=r.top_p, max_new_tokens=self.max_new_tokens,
             generator=gen,
         )
+
+    def score_rollout(
+        self, examples: list[dict[str, Any]], ro: Rollout, n: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(rewards, prompt ids)`` of ``ro``'s completions, ``n`` per example in order: the
+        task's reward :math:`R(y, x)` (float64) and the example's id (int64), both ``(B,)``."""
+        flat = [e for e in examples for _ in range(n)]
+        rewards = self.task.score(flat, ro.texts)
+        return rewards, np.asarray([e["id"] for e in flat], dtype=np.int64)
 
     def optimize(self, loss: torch.Tensor) -> tuple[float, float]:
         """One AdamW step on ``loss`` (learning-rate warm-up, global-norm gradient clipping);

@@ -54,11 +54,15 @@ def _plot_curves(path: Path, start: dict, end: dict, prefix: str, title: str) ->
     plt.close(fig)
 
 
-#: Training panels: (title, [(metric key, label), ...]); a panel is drawn with the keys the
-#: run logged (``pg`` / ``apo``: rewards and entropy; ``dpo``: pair accuracy, margin, loss).
-_PANELS = (
+#: Training panels, (title, [(metric key, label), ...]), of a run that samples rollouts
+#: (``pg``, ``apo``: rewards and entropy) ...
+_ROLLOUT_PANELS = (
     ("training rollouts", [("reward_mean", "mean reward"), ("success_rate", "success rate")]),
     ("token entropy (training rollouts)", [("entropy", "entropy")]),
+)
+#: ... and of a run that trains on the bank's pairs (``dpo``: pair accuracy, margin, loss).
+#: A panel is drawn with the keys the run logged.
+_DPO_PANELS = (
     ("@k-DPO pairs (implicit reward)", [("reward_accuracy", "accuracy"),
                                          ("reward_margin", "margin")]),
     ("@k-DPO loss", [("loss", "loss")]),
@@ -68,12 +72,9 @@ _PANELS = (
 def _plot_training(path: Path, train: list[dict], evals: list[dict], n: int) -> None:
     plt = pyplot(extra="train")
 
-    panels = [(t, [(k, lb) for k, lb in keys if k in train[0]]) for t, keys in _PANELS]
+    chosen = _ROLLOUT_PANELS if "reward_mean" in train[0] else _DPO_PANELS
+    panels = [(t, [(k, lb) for k, lb in keys if k in train[0]]) for t, keys in chosen]
     panels = [(t, keys) for t, keys in panels if keys]
-    if "reward_mean" in train[0]:
-        panels = panels[:2]  # pg / apo: rollouts and entropy
-    else:
-        panels = [p for p in panels if p[0].startswith("@k-DPO")]
     fig, axes = plt.subplots(1, len(panels) + 1, figsize=(4 * (len(panels) + 1), 3.4))
     steps = [r["step"] for r in train]
     for ax, (title, keys) in zip(axes, panels, strict=False):

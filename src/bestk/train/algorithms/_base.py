@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["AlgorithmSpec", "refuse_pg_options", "minibatches", "mean_metrics"]
+__all__ = ["AlgorithmSpec", "refuse_pg_options", "minibatches", "mean_metrics", "rollout_metrics"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,13 @@ class AlgorithmSpec:
     online: bool = True
     check: Callable[[Any], None] = lambda cfg: None
 
+    def samples_bank(self, cfg: Any) -> bool:
+        """Whether a run of ``cfg`` samples a reference bank of its own: it calibrates from
+        the ``kappo`` section and has no ``kappo.calibration`` file, or it keeps the bank's
+        completions (@k-DPO's pairs come from a bank even with a calibration file)."""
+        return bool(self.calibrated(cfg) and (cfg.kappo.calibration is None
+                                              or self.bank_completions))
+
 
 def refuse_pg_options(cfg: Any) -> None:
     """``loss.kl_coef``, ``loss.entropy_coef`` and ``estimator_options`` belong to ``pg``: a
@@ -79,6 +86,16 @@ def minibatches(size: int, epochs: int, count: int) -> Iterator[slice]:
     for _ in range(epochs):
         for start in range(0, size, step):
             yield slice(start, start + step)
+
+
+def rollout_metrics(ro: Any) -> dict[str, float]:
+    """A step's metrics of its sampled completions: ``entropy``, the mean token entropy over
+    the completion tokens, and ``response_len``, the mean completion length in tokens."""
+    mask = ro.completion_mask.float()
+    return {
+        "entropy": float((ro.entropy * mask).sum() / mask.sum().clamp_min(1)),
+        "response_len": float(mask.sum(1).mean()),
+    }
 
 
 def mean_metrics(steps: list[dict[str, float]]) -> dict[str, float]:

@@ -43,6 +43,7 @@ from bestk.train.algorithms._base import (
     mean_metrics,
     minibatches,
     refuse_pg_options,
+    rollout_metrics,
 )
 from bestk.train.reference import calibration_values
 from bestk.train.rollout import Rollout, completion_logprobs
@@ -79,9 +80,7 @@ class APO:
         run, r, cal = self.run, self.run.cfg.rollout, self.calibration
         exs = run.draw_prompts(step)                                # x ~ D
         ro = run.sample_completions(exs, step, r.n)                 # y ~ pi_old(.|x)
-        flat = [e for e in exs for _ in range(r.n)]
-        rewards = run.task.score(flat, ro.texts)                    # R(y, x)
-        ids = np.asarray([e["id"] for e in flat], dtype=np.int64)
+        rewards, ids = run.score_rollout(exs, ro, r.n)              # R(y, x)
         values = calibration_values(run.task, cal.kind, rewards)    # 0/1 or raw R
         targets = torch.from_numpy(cal.regression_target(ids, values))    # a_k R - b log Z | T_j
         with torch.no_grad():
@@ -122,7 +121,7 @@ class APO:
         t_batch = time.perf_counter()
         stats = self.update(b)
         t_upd = time.perf_counter()
-        ro, mask = b.rollout, b.rollout.completion_mask.float()
+        ro = b.rollout
         return {
             "phase": "train",
             "step": step,
@@ -130,8 +129,7 @@ class APO:
             "success_rate": float(b.success.mean()),
             "target_mean": float(b.targets.mean()),
             "target_std": float(b.targets.std()) if b.targets.numel() > 1 else 0.0,
-            "entropy": float((ro.entropy * mask).sum() / mask.sum().clamp_min(1)),
-            "response_len": float(mask.sum(1).mean()),
+            **rollout_metrics(ro),
             **stats,
             "time_generate": t_batch - t0,
             "time_update": t_upd - t_batch,

@@ -31,7 +31,12 @@ import torch
 
 from bestk.estimators import EstimatorInfo, advantages, estimator_info, resolve_options
 from bestk.losses import aggregate, kl_penalty, ppo_clip_loss
-from bestk.train.algorithms._base import AlgorithmSpec, mean_metrics, minibatches
+from bestk.train.algorithms._base import (
+    AlgorithmSpec,
+    mean_metrics,
+    minibatches,
+    rollout_metrics,
+)
 from bestk.train.reference import calibration_prompt_ids
 from bestk.train.reporters import rollout_stats
 from bestk.train.rollout import sequence_logprobs
@@ -65,9 +70,7 @@ class PolicyGradient:
         exs = run.draw_prompts(step)                                # x ~ D
         ro = run.sample_completions(exs, step, r.n)                 # y_i ~ pi_old(.|x)
         t_gen = time.perf_counter()
-        flat_exs = [e for e in exs for _ in range(r.n)]
-        rewards = run.task.score(flat_exs, ro.texts)                # R(y_i, x)
-        prompt_ids = np.asarray([e["id"] for e in flat_exs], dtype=np.int64)
+        rewards, prompt_ids = run.score_rollout(exs, ro, r.n)       # R(y_i, x)
         succ = run.task.success(rewards)
         adv_input = succ.astype(np.float64) if self.binary else rewards
         adv = advantages(                                           # A_i
@@ -86,8 +89,7 @@ class PolicyGradient:
             "success_rate": float(succ.mean()),
             "group_any_success": float(succ.reshape(-1, r.n).any(1).mean()),
             "adv_abs_mean": float(adv.abs().mean()),
-            "entropy": float((ro.entropy * mask).sum() / mask.sum().clamp_min(1)),
-            "response_len": float(mask.sum(1).mean()),
+            **rollout_metrics(ro),
             **rollout_stats(rewards, r.n, mask.sum(1).cpu().numpy(), ro.finished.cpu().numpy()),
             **stats,
             "time_generate": t_gen - t0,
