@@ -372,12 +372,11 @@ def _linear_weight(name: str, n: int, **options: Any) -> float:
     return float(w[0, 0])
 
 
-def _grpo_family(method: str) -> tuple[str, dict[str, Any], bool]:
-    """(estimator, options, on transformed rewards?) of a GRPO-family lab method."""
-    return {
-        "rloo": ("rloo", {}, True),
-        "drgrpo": ("grpo", {"scale": "none"}, True),
-    }[method]
+# (estimator, options) of each GRPO-family lab method; it runs on the transformed rewards.
+_GRPO_FAMILY: dict[str, tuple[str, dict[str, Any]]] = {
+    "rloo": ("rloo", {}),
+    "drgrpo": ("grpo", {"scale": "none"}),
+}
 
 
 def expected_update(method: str, problem: KappoProblem, cfg: KappoLabConfig) -> Dynamics:
@@ -451,13 +450,13 @@ def expected_update(method: str, problem: KappoProblem, cfg: KappoLabConfig) -> 
         plus, minus = _binary_count_advantages(
             problem, "kappo_grpo", n, False, calibration=problem.calibration
         )
-    elif method in ("rloo", "drgrpo"):
-        name, options, _ = _grpo_family(method)
-        kl_coef = beta * _linear_weight(name, n, **options)  # beta (n-1)/n for Dr.GRPO
+    elif method in _GRPO_FAMILY:
+        name, options = _GRPO_FAMILY[method]
+        c = _linear_weight(name, n, **options)
+        kl_coef = beta * c  # beta (n-1)/n for Dr.GRPO
         if problem.kind == "binary":
             plus, minus = _binary_count_advantages(problem, name, n, True, **options)
         else:
-            c = _linear_weight(name, n, **options)
             s_arm = problem.adaptive
 
             def linear(theta: torch.Tensor) -> torch.Tensor:
