@@ -683,7 +683,7 @@ def per_learner(test: dict[str, Any], label: str, when: str) -> dict[str, list[f
 
 
 def learner_config(lrn: Learner, reward: str, lr: float, *, n: int, steps: int, batch: int,
-                   data_id: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+                   data_id: str) -> dict[str, Any]:
     """The run configuration recorded with each learner's per-seed data: what the estimator
     sees (``reward``), the data it trains on (``prompts``) and the rollout budget."""
     rl = lrn.estimator is not None
@@ -697,7 +697,19 @@ def learner_config(lrn: Learner, reward: str, lr: float, *, n: int, steps: int, 
         "sampling": "independent (A/A control of " + lrn.control_of + ")" if lrn.control_of
         else "per-slot draws",
         "control_of": lrn.control_of,
-        **(extra or {}),
+    }
+
+
+def learner_data(test: dict[str, Any], label: str, reward: str, lr: float, *, n: int,
+                 steps: int, batch: int) -> dict[str, Any]:
+    """One learner's entry in the claims data: ``{"config", "start", "end"}`` (its run
+    configuration from :func:`learner_config` and its per-seed metrics from
+    :func:`per_learner`)."""
+    return {
+        "config": learner_config(LEARNERS[label], reward, lr, n=n, steps=steps, batch=batch,
+                                 data_id=test["data_id"]),
+        "start": per_learner(test, label, "start"),
+        "end": per_learner(test, label, "end"),
     }
 
 
@@ -707,16 +719,11 @@ def testbed_data(cfg: DigitsConfig, settings: dict[str, dict[str, Any]]) -> dict
     out = {}
     for reward, st in settings.items():
         test = st["test"]
-        methods = {}
-        for lb in st["learners"]:
-            lrn = LEARNERS[lb]
-            methods[lb] = {
-                "config": learner_config(lrn, reward, st["selected"][lb], n=cfg.n,
-                                         steps=cfg.steps, batch=cfg.batch_size,
-                                         data_id=test["data_id"]),
-                "start": per_learner(test, lb, "start"),
-                "end": per_learner(test, lb, "end"),
-            }
+        methods = {
+            lb: learner_data(test, lb, reward, st["selected"][lb], n=cfg.n, steps=cfg.steps,
+                             batch=cfg.batch_size)
+            for lb in st["learners"]
+        }
         extra = {"kappo_calibration": test["kappo_calibration"]} \
             if "kappo_calibration" in test else {}
         out[f"digits-{reward}"] = {"ks": list(cfg.ks), "seeds": list(range(cfg.seeds)),

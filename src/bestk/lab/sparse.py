@@ -33,9 +33,8 @@ from bestk.lab.digits import (
     RunSpec,
     Ticker,
     config_key,
-    learner_config,
+    learner_data,
     make_problem,
-    per_learner,
     render_testbed,
     run_settings,
     sweep_and_test,
@@ -118,10 +117,8 @@ def testbed_data(cfg: SparseConfig, settings: dict[int, dict[str, Any]]) -> dict
     for n, st in settings.items():
         test = st["test"]
         methods = {
-            lb: {"config": learner_config(LEARNERS[lb], "binary", st["selected"][lb], n=n,
-                                          steps=cfg.steps, batch=cfg.batch_size,
-                                          data_id=test["data_id"]),
-                 "start": per_learner(test, lb, "start"), "end": per_learner(test, lb, "end")}
+            lb: learner_data(test, lb, "binary", st["selected"][lb], n=n, steps=cfg.steps,
+                             batch=cfg.batch_size)
             for lb in st["learners"]
         }
         out[testbed_id(n)] = {"ks": list(cfg.ks), "seeds": list(range(cfg.seeds)), "n": n,
