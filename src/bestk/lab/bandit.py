@@ -49,7 +49,7 @@ from rich.progress import Progress
 from bestk._optional import pyplot
 from bestk.estimators import EstimatorInfo, advantages, estimator_info
 from bestk.estimators.objectives import Objective, best_at, joint
-from bestk.lab._optim import SlotAdam
+from bestk.lab._optim import SlotAdam, torch_threads
 from bestk.lab.exact import best_at_k_exact
 from bestk.lab.io import (
     fmt,
@@ -643,13 +643,8 @@ def run_bandit(config: BanditConfig, out: str | Path, *, progress: bool = True) 
     """Run the bias table and the learning curves; write ``results.json``, ``results.md``
     and ``curves.png`` under ``out``. Returns the result dictionary."""
     config.validate()
-    threads_before = torch.get_num_threads()
-    if config.threads:
-        torch.set_num_threads(config.threads)
-    try:
+    with torch_threads(config.threads):
         return _run_bandit(config, Path(out), progress=progress)
-    finally:
-        torch.set_num_threads(threads_before)
 
 
 def _run_bandit(config: BanditConfig, out: Path, *, progress: bool) -> dict[str, Any]:

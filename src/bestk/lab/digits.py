@@ -53,7 +53,7 @@ from rich.progress import Progress
 from bestk._optional import pyplot, require
 from bestk.estimators import ESTIMATORS, EstimatorInfo, advantages, estimator_info
 from bestk.kappo.calibration import calibrate
-from bestk.lab._optim import SlotAdam
+from bestk.lab._optim import SlotAdam, torch_threads
 from bestk.lab.exact import best_at_k_exact
 from bestk.lab.io import (
     alloc_key,
@@ -837,13 +837,8 @@ def run_digits(cfg: DigitsConfig, out: str | Path, *, progress: bool = True,
     """
     cfg.validate()
     out = Path(out)
-    threads_before = torch.get_num_threads()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    try:
+    with torch_threads(cfg.threads):
         return _run_digits(cfg, out, progress=progress, resume=resume)
-    finally:
-        torch.set_num_threads(threads_before)
 
 
 Ticker = Callable[[str, int], Callable[[], None]]

@@ -130,6 +130,7 @@ from bestk.kappo import (
     transform_rewards,
     winrate_G,
 )
+from bestk.lab._optim import torch_threads
 from bestk.lab.exact import best_at_k_exact
 from bestk.lab.io import fmt, markdown_table
 
@@ -682,12 +683,8 @@ def kappo_convergence(
     """
     cfg = cfg or KappoLabConfig()
     cfg.validate()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny tensors: threads only add overhead
-    try:
+    with torch_threads(1):  # tiny tensors: threads only add overhead
         return _convergence(cfg, progress)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _convergence(
