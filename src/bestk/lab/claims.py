@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from bestk.lab.io import fmt, markdown_table
+from bestk.lab.io import fmt, markdown_table, metric_key
 from bestk.lab.stats import holm, paired_test
 
 __all__ = [
@@ -116,8 +116,8 @@ class Metric:
         if not self.at_k:
             return [self.name]
         if self.every:
-            return [f"{self.name}@{int(k)}" for k in ks]
-        return [f"{self.name}@{int(self.k if self.k is not None else max(ks))}"]
+            return [metric_key(self.name, k) for k in ks]
+        return [metric_key(self.name, self.k if self.k is not None else max(ks))]
 
     @property
     def label(self) -> str:
