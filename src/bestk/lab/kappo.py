@@ -105,7 +105,6 @@ that grows by 1.2 after a loss decrease and halves otherwise. Converged when
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
@@ -132,7 +131,7 @@ from bestk.kappo import (
 )
 from bestk.lab._optim import torch_threads
 from bestk.lab.exact import best_at_k_exact
-from bestk.lab.io import fmt, markdown_table
+from bestk.lab.io import fmt, markdown_table, write_json_atomic
 
 __all__ = [
     "KINDS",
@@ -785,6 +784,6 @@ def run_kappo(
         **res,
         "wall_seconds": time.perf_counter() - t0,
     }
-    write_text_atomic(out / "results.json", json.dumps(result, indent=1) + "\n")
+    write_json_atomic(out / "results.json", result)
     write_text_atomic(out / "results.md", render_markdown(result))
     return result
