@@ -215,9 +215,6 @@ class DigitsConfig:
         return cls(n=4, seeds=2, steps=30, batch_size=32, eval_every=15, hidden=32,
                    ks=(1, 4), kappo_bank=8, lr_grid=(3e-3, 1e-2), sweep_seeds=1)
 
-    def learner(self, label: str) -> Learner:
-        return LEARNERS[label]
-
     def key(self) -> str:
         """Hash of everything that changes results (for resuming a partial run)."""
         return config_key(self)
