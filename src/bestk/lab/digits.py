@@ -282,8 +282,8 @@ class Problem:
     ``parts``-digit number they show (``10**parts`` classes).
 
     ``x_train`` / ``y_train`` are the single training images; ``x_eval`` / ``y_eval`` the
-    evaluation examples, already composed (``(T, parts * 64)``, ``(T,)``). ``split`` says
-    whether they are the validation or the test split. ``data_id`` fingerprints the training
+    evaluation examples, already composed (``(T, parts * 64)``, ``(T,)``; the validation or
+    the test split, see :func:`make_problem`). ``data_id`` fingerprints the training
     images and evaluation examples (two runs with the same id saw the same data).
     """
 
@@ -293,7 +293,6 @@ class Problem:
     y_eval: torch.Tensor
     reward: str
     parts: int = 1
-    split: str = "test"
     data_id: str = ""
 
     @property
@@ -355,7 +354,7 @@ def make_problem(reward: str, *, split: str, test_fraction: float, val_fraction:
     h = hashlib.sha256()
     for t in (xtr, ytr, xte, yte):
         h.update(np.ascontiguousarray(t.numpy()).tobytes())
-    return Problem(xtr, ytr, xte, yte, reward, parts, split, "sha256:" + h.hexdigest()[:16])
+    return Problem(xtr, ytr, xte, yte, reward, parts, "sha256:" + h.hexdigest()[:16])
 
 
 class BatchedMLP(torch.nn.Module):
