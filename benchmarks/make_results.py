@@ -330,9 +330,10 @@ def _reuse_or_run(out: Path, cfg: Any, run: Any, reuse: bool) -> dict[str, Any]:
     """``OUT/results.json`` of a lab command when ``reuse`` and it was made with ``cfg``,
     else the result of ``run(cfg, out)`` (as plain JSON)."""
     path = out / "results.json"
-    if reuse and path.exists() and json.loads(path.read_text())["config"] == json.loads(
-            json.dumps(asdict(cfg))):
-        return json.loads(path.read_text())
+    if reuse and path.exists():
+        saved = json.loads(path.read_text())
+        if saved["config"] == json.loads(json.dumps(asdict(cfg))):
+            return saved
     return json.loads(json.dumps(run(cfg, out, progress=sys.stdout.isatty())))
 
 
