@@ -163,6 +163,13 @@ _BINARY_ONLY = {
         "with no closed form (see the module docstring)"
     ),
 }
+
+
+def _is_run(kind: str, method: str) -> bool:
+    """Whether ``method`` is run on ``kind`` rewards (:data:`_BINARY_ONLY` says why not)."""
+    return kind == "binary" or method not in _BINARY_ONLY
+
+
 _GRPO_EPS = 1e-6  # kappo_grpo's epsilon in (S - mean) / (std + eps)
 
 
@@ -389,7 +396,7 @@ def expected_update(method: str, problem: KappoProblem, cfg: KappoLabConfig) -> 
     """
     ref, beta, n = problem.ref, problem.beta, cfg.group_size
     log_ref = ref.log()
-    if problem.kind != "binary" and method in _BINARY_ONLY:
+    if not _is_run(problem.kind, method):
         raise ValueError(f"{method} is not run on {problem.kind} rewards: {_BINARY_ONLY[method]}")
 
     if method == "apo":
@@ -682,27 +689,26 @@ def kappo_convergence(
     """
     cfg = cfg or KappoLabConfig()
     cfg.validate()
-    with torch_threads(1):  # tiny tensors: threads only add overhead
-        return _convergence(cfg, progress)
+    return _convergence(cfg, progress)
 
 
 def _convergence(
     cfg: KappoLabConfig, progress: Callable[[str], None] | None
 ) -> dict[str, Any]:
+    """:func:`kappo_convergence` of a validated ``cfg``."""
     cases: list[dict[str, Any]] = []
-    skipped: list[dict[str, str]] = []
-    for kind in cfg.kinds:
-        for method in cfg.methods:
-            if kind != "binary" and method in _BINARY_ONLY:
-                skipped.append({"kind": kind, "method": method, "reason": _BINARY_ONLY[method]})
-        for k in cfg.ks:
-            problem = binary_problem(cfg, k) if kind == "binary" else winrate_problem(cfg, k)
-            for method in cfg.methods:
-                if kind != "binary" and method in _BINARY_ONLY:
-                    continue
-                if progress is not None:
-                    progress(f"{kind} k={k} {method}")
-                cases.append(_run_case(method, problem, cfg))
+    skipped = [{"kind": kind, "method": method, "reason": _BINARY_ONLY[method]}
+               for kind in cfg.kinds for method in cfg.methods if not _is_run(kind, method)]
+    with torch_threads(1):  # tiny tensors: threads only add overhead
+        for kind in cfg.kinds:
+            for k in cfg.ks:
+                problem = binary_problem(cfg, k) if kind == "binary" else winrate_problem(cfg, k)
+                for method in cfg.methods:
+                    if not _is_run(kind, method):
+                        continue
+                    if progress is not None:
+                        progress(f"{kind} k={k} {method}")
+                    cases.append(_run_case(method, problem, cfg))
     return {"cases": cases, "skipped": skipped}
 
 
@@ -768,15 +774,14 @@ def run_kappo(
     t0 = time.perf_counter()
     with Progress(disable=not progress, transient=True) as bar:
         n_cases = sum(
-            len([m for m in cfg.methods if kind == "binary" or m not in _BINARY_ONLY])
-            for kind in cfg.kinds
+            _is_run(kind, method) for kind in cfg.kinds for method in cfg.methods
         ) * len(cfg.ks)
         task = bar.add_task("kappo bandits", total=n_cases)
 
         def tick(label: str) -> None:
             bar.update(task, advance=1, description=label)
 
-        res = kappo_convergence(cfg, progress=tick)
+        res = _convergence(cfg, progress=tick)  # cfg validated above
     result = {
         "config": asdict(cfg),
         "tolerance": TOLERANCE,
