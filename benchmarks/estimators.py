@@ -80,6 +80,11 @@ def _argmaxrl_group(r):
     return len(r) * w - loo
 
 
+def _softmax_grpo_group(r, tau=0.1):
+    e = np.exp((r - r.max()) / tau)
+    return len(r) * e / e.sum() - 1
+
+
 def _pkpo_group(r, k=4):
     n = len(r)
     order = np.argsort(r, kind="stable")
@@ -105,8 +110,7 @@ def _pkpo_group(r, k=4):
 LOOPS = {
     "argmaxrl": _argmaxrl_group,
     "maxrl": _argmaxrl_group,
-    "softmax_grpo": lambda r: len(r) * np.exp((r - r.max()) / 0.1)
-    / np.exp((r - r.max()) / 0.1).sum() - 1,
+    "softmax_grpo": _softmax_grpo_group,
     "grpo": lambda r: (r - r.mean()) / (r.std(ddof=1) + 1e-6),
     "rloo": lambda r: r - (r.sum() - r) / (len(r) - 1),
     "reinforce": lambda r: r.copy(),

@@ -45,6 +45,7 @@ from bestk.lab.claims import ALPHA, CLAIMS, TESTBEDS, VERDICTS, evaluate_claims,
 from bestk.lab.io import (
     fmt,
     markdown_table,
+    metric_key,
     pyplot,
     save_figure,
     write_json_atomic,
@@ -255,7 +256,8 @@ def collect_language(name: str, runs: Path, *, fast: bool) -> dict[str, Any] | N
     n = int(first["end"]["n"])
     ks = [k for k in (2**i for i in range(12)) if k <= n]
     curve = list(range(1, n + 1)) if spec.get("curve") else ks  # pass@k for every k
-    keys = [f"{p}@{k}" for p in ("pass", "best") for k in curve if f"{p}@{k}" in first["end"]]
+    keys = [metric_key(p, k) for p in ("pass", "best") for k in curve
+            if metric_key(p, k) in first["end"]]
     keys += [k for k in _KEEP if k in first["end"]]
     data_methods = {}
     wall = 0.0
@@ -328,9 +330,10 @@ def _reuse_or_run(out: Path, cfg: Any, run: Any, reuse: bool) -> dict[str, Any]:
     """``OUT/results.json`` of a lab command when ``reuse`` and it was made with ``cfg``,
     else the result of ``run(cfg, out)`` (as plain JSON)."""
     path = out / "results.json"
-    if reuse and path.exists() and json.loads(path.read_text())["config"] == json.loads(
-            json.dumps(asdict(cfg))):
-        return json.loads(path.read_text())
+    if reuse and path.exists():
+        saved = json.loads(path.read_text())
+        if saved["config"] == json.loads(json.dumps(asdict(cfg))):
+            return saved
     return json.loads(json.dumps(run(cfg, out, progress=sys.stdout.isatty())))
 
 
@@ -427,8 +430,8 @@ def kappo_figure(tb: dict[str, Any], path: Path) -> None:
             if lb not in methods:
                 continue
             m = methods[lb]
-            end = np.array([m["end"][f"pass@{k}"] for k in ks]).T
-            start = np.array([m["start"][f"pass@{k}"] for k in ks]).T
+            end = np.array([m["end"][metric_key("pass", k)] for k in ks]).T
+            start = np.array([m["start"][metric_key("pass", k)] for k in ks]).T
             mean, half = _mean_band(end - start if delta else end)
             budget = m["config"]["rollouts"]
             (line,) = ax.plot(ks, mean, "-", lw=1.4, label=f"{lb}, {budget:,} rollouts")
@@ -438,7 +441,7 @@ def kappo_figure(tb: dict[str, Any], path: Path) -> None:
             ax.set_ylabel("Δ pass@k_eval (end − start of RL)")
         else:
             first = methods[labels[0]]
-            st = np.array([first["start"][f"pass@{k}"] for k in ks]).T.mean(0)
+            st = np.array([first["start"][metric_key("pass", k)] for k in ks]).T.mean(0)
             ax.plot(ks, st, "k--", lw=1, label="start of RL")
             ax.set_ylabel("held-out pass@k_eval")
         ax.set_xscale("log", base=2)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bestk.lab._optim import SlotAdam
+from bestk.lab._optim import SlotAdam, torch_threads
 
 
 def test_slot_adam_equals_one_torch_adam_per_model():
@@ -37,3 +37,15 @@ def test_slot_adam_validates_learning_rates():
         SlotAdam([w], torch.tensor([[1e-3], [0.0]]))
     with pytest.raises(RuntimeError):
         SlotAdam([w], torch.ones(3, 2))  # does not broadcast against (2, 3)
+
+
+def test_torch_threads_sets_and_restores():
+    before = torch.get_num_threads()
+    with torch_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with torch_threads(0):  # 0 keeps the current count
+        assert torch.get_num_threads() == before
+    with pytest.raises(RuntimeError, match="boom"), torch_threads(1):
+        raise RuntimeError("boom")
+    assert torch.get_num_threads() == before

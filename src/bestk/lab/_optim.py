@@ -9,16 +9,33 @@ parameter, so a learning-rate sweep runs as one batch:
 
     m <- b1 m + (1 - b1) g,   v <- b2 v + (1 - b2) g^2,
     theta <- theta - (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps).
+
+:func:`torch_threads` sets torch's CPU thread count for a lab run (these tiny tensors run
+fastest on one thread) and restores it afterwards.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 
-__all__ = ["SlotAdam"]
+__all__ = ["SlotAdam", "torch_threads"]
+
+
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run the block with ``torch.set_num_threads(n)`` (``n = 0`` keeps the current count),
+    then restore the count it found, also when the block raises."""
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 class SlotAdam:

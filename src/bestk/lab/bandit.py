@@ -49,7 +49,7 @@ from rich.progress import Progress
 from bestk._optional import pyplot
 from bestk.estimators import EstimatorInfo, advantages, estimator_info
 from bestk.estimators.objectives import Objective, best_at, joint
-from bestk.lab._optim import SlotAdam
+from bestk.lab._optim import SlotAdam, torch_threads
 from bestk.lab.exact import best_at_k_exact
 from bestk.lab.io import (
     fmt,
@@ -347,13 +347,13 @@ def bias_table(bandits: Sequence[Bandit], ns: Sequence[int],
 
 
 def learning_curves(bandit: Bandit, specs: Sequence[EstimatorSpec], *, n: int, steps: int,
-                    seeds: int, lr: float | Sequence[float] | dict[str, float],
+                    seeds: int, lr: float | dict[str, float],
                     ks: Sequence[int], eval_every: int, seed: int = 0,
                     progress: Any = None) -> dict[str, Any]:
     """Train the softmax policy with each estimator (Adam on the logits, ``steps`` groups of
     ``n`` rollouts, ``seeds`` independent runs batched) and record the exact best@k.
 
-    ``lr`` is one learning rate, one per spec (in order) or a mapping label -> rate. Every
+    ``lr`` is one learning rate for every spec or a mapping label -> rate. Every
     (estimator, seed) draws its own rollouts, so an A/A copy of an estimator sees independent
     sampling noise. Returns ``{"rollouts": [...], "ks": [...], "lr": {label: rate},
     "curves": {label: (n_evals, seeds, len(ks)) list}}``.
@@ -361,12 +361,8 @@ def learning_curves(bandit: Bandit, specs: Sequence[EstimatorSpec], *, n: int, s
     specs = [s for s in specs if s.applies(bandit, n)]
     if isinstance(lr, dict):
         rates = [float(lr[s.label]) for s in specs]
-    elif isinstance(lr, (int, float)):
-        rates = [float(lr)] * len(specs)
     else:
-        rates = [float(v) for v in lr]
-        if len(rates) != len(specs):
-            raise ValueError(f"{len(rates)} learning rates for {len(specs)} estimators")
+        rates = [float(lr)] * len(specs)
     values = bandit.values()
     k_arms = values.shape[0]
     n_est = len(specs)
@@ -643,13 +639,8 @@ def run_bandit(config: BanditConfig, out: str | Path, *, progress: bool = True) 
     """Run the bias table and the learning curves; write ``results.json``, ``results.md``
     and ``curves.png`` under ``out``. Returns the result dictionary."""
     config.validate()
-    threads_before = torch.get_num_threads()
-    if config.threads:
-        torch.set_num_threads(config.threads)
-    try:
+    with torch_threads(config.threads):
         return _run_bandit(config, Path(out), progress=progress)
-    finally:
-        torch.set_num_threads(threads_before)
 
 
 def _run_bandit(config: BanditConfig, out: Path, *, progress: bool) -> dict[str, Any]:

@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from bestk.lab.io import fmt, markdown_table
+from bestk.lab.io import fmt, markdown_table, metric_key
 from bestk.lab.stats import holm, paired_test
 
 __all__ = [
@@ -116,8 +116,8 @@ class Metric:
         if not self.at_k:
             return [self.name]
         if self.every:
-            return [f"{self.name}@{int(k)}" for k in ks]
-        return [f"{self.name}@{int(self.k if self.k is not None else max(ks))}"]
+            return [metric_key(self.name, k) for k in ks]
+        return [metric_key(self.name, self.k if self.k is not None else max(ks))]
 
     @property
     def label(self) -> str:
@@ -529,6 +529,12 @@ _check_registry()
 # the rule
 
 
+def _significantly_worse(diff: float, p_holm: float, better: str, alpha: float = ALPHA) -> bool:
+    """Whether a secondary metric's difference a - b is significant (``p_holm < alpha``) and in
+    the wrong direction (below 0 when ``better`` is greater, above 0 when it is less)."""
+    return p_holm < alpha and (diff < 0 if better == GREATER else diff > 0)
+
+
 def verdict(primary_diff: float, primary_p_holm: float, direction: str,
             secondaries: Sequence[tuple[str, float, float, str]] = (),
             noninferiority: tuple[str, float, float] | None = None,
@@ -546,8 +552,7 @@ def verdict(primary_diff: float, primary_p_holm: float, direction: str,
                                 f"than claimed (Holm p = {fmt(primary_p_holm)})")
     if not (primary_p_holm < alpha and sign * primary_diff > 0):
         return "not reproduced", f"primary not significant (Holm p = {fmt(primary_p_holm)})"
-    worse = [m for m, d, p, better in secondaries
-             if p < alpha and (d < 0 if better == GREATER else d > 0)]
+    worse = [m for m, d, p, better in secondaries if _significantly_worse(d, p, better, alpha)]
     if worse:
         return "not reproduced", ("primary significant, but significantly worse on "
                                   + ", ".join(worse))
@@ -854,8 +859,8 @@ def render_claims(doc: dict[str, Any]) -> str:
         for e in arms:
             p = e["primary"]
             ni = e["noninferiority"]
-            sec_bad = [s["metric"] for s in e["secondary"] if s["p_holm"] < ALPHA and (
-                s["diff"] < 0 if s["better"] == GREATER else s["diff"] > 0)]
+            sec_bad = [s["metric"] for s in e["secondary"]
+                       if _significantly_worse(s["diff"], s["p_holm"], s["better"])]
             cfs = e["change_from_start"] or {}
             bud = e.get("budget")
             rows.append([

@@ -53,7 +53,7 @@ from rich.progress import Progress
 from bestk._optional import pyplot, require
 from bestk.estimators import ESTIMATORS, EstimatorInfo, advantages, estimator_info
 from bestk.kappo.calibration import calibrate
-from bestk.lab._optim import SlotAdam
+from bestk.lab._optim import SlotAdam, torch_threads
 from bestk.lab.exact import best_at_k_exact
 from bestk.lab.io import (
     alloc_key,
@@ -215,9 +215,6 @@ class DigitsConfig:
         return cls(n=4, seeds=2, steps=30, batch_size=32, eval_every=15, hidden=32,
                    ks=(1, 4), kappo_bank=8, lr_grid=(3e-3, 1e-2), sweep_seeds=1)
 
-    def learner(self, label: str) -> Learner:
-        return LEARNERS[label]
-
     def key(self) -> str:
         """Hash of everything that changes results (for resuming a partial run)."""
         return config_key(self)
@@ -285,8 +282,8 @@ class Problem:
     ``parts``-digit number they show (``10**parts`` classes).
 
     ``x_train`` / ``y_train`` are the single training images; ``x_eval`` / ``y_eval`` the
-    evaluation examples, already composed (``(T, parts * 64)``, ``(T,)``). ``split`` says
-    whether they are the validation or the test split. ``data_id`` fingerprints the training
+    evaluation examples, already composed (``(T, parts * 64)``, ``(T,)``; the validation or
+    the test split, see :func:`make_problem`). ``data_id`` fingerprints the training
     images and evaluation examples (two runs with the same id saw the same data).
     """
 
@@ -296,7 +293,6 @@ class Problem:
     y_eval: torch.Tensor
     reward: str
     parts: int = 1
-    split: str = "test"
     data_id: str = ""
 
     @property
@@ -358,7 +354,7 @@ def make_problem(reward: str, *, split: str, test_fraction: float, val_fraction:
     h = hashlib.sha256()
     for t in (xtr, ytr, xte, yte):
         h.update(np.ascontiguousarray(t.numpy()).tobytes())
-    return Problem(xtr, ytr, xte, yte, reward, parts, split, "sha256:" + h.hexdigest()[:16])
+    return Problem(xtr, ytr, xte, yte, reward, parts, "sha256:" + h.hexdigest()[:16])
 
 
 class BatchedMLP(torch.nn.Module):
@@ -683,7 +679,7 @@ def per_learner(test: dict[str, Any], label: str, when: str) -> dict[str, list[f
 
 
 def learner_config(lrn: Learner, reward: str, lr: float, *, n: int, steps: int, batch: int,
-                   data_id: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+                   data_id: str) -> dict[str, Any]:
     """The run configuration recorded with each learner's per-seed data: what the estimator
     sees (``reward``), the data it trains on (``prompts``) and the rollout budget."""
     rl = lrn.estimator is not None
@@ -697,7 +693,19 @@ def learner_config(lrn: Learner, reward: str, lr: float, *, n: int, steps: int, 
         "sampling": "independent (A/A control of " + lrn.control_of + ")" if lrn.control_of
         else "per-slot draws",
         "control_of": lrn.control_of,
-        **(extra or {}),
+    }
+
+
+def learner_data(test: dict[str, Any], label: str, reward: str, lr: float, *, n: int,
+                 steps: int, batch: int) -> dict[str, Any]:
+    """One learner's entry in the claims data: ``{"config", "start", "end"}`` (its run
+    configuration from :func:`learner_config` and its per-seed metrics from
+    :func:`per_learner`)."""
+    return {
+        "config": learner_config(LEARNERS[label], reward, lr, n=n, steps=steps, batch=batch,
+                                 data_id=test["data_id"]),
+        "start": per_learner(test, label, "start"),
+        "end": per_learner(test, label, "end"),
     }
 
 
@@ -707,16 +715,11 @@ def testbed_data(cfg: DigitsConfig, settings: dict[str, dict[str, Any]]) -> dict
     out = {}
     for reward, st in settings.items():
         test = st["test"]
-        methods = {}
-        for lb in st["learners"]:
-            lrn = LEARNERS[lb]
-            methods[lb] = {
-                "config": learner_config(lrn, reward, st["selected"][lb], n=cfg.n,
-                                         steps=cfg.steps, batch=cfg.batch_size,
-                                         data_id=test["data_id"]),
-                "start": per_learner(test, lb, "start"),
-                "end": per_learner(test, lb, "end"),
-            }
+        methods = {
+            lb: learner_data(test, lb, reward, st["selected"][lb], n=cfg.n, steps=cfg.steps,
+                             batch=cfg.batch_size)
+            for lb in st["learners"]
+        }
         extra = {"kappo_calibration": test["kappo_calibration"]} \
             if "kappo_calibration" in test else {}
         out[f"digits-{reward}"] = {"ks": list(cfg.ks), "seeds": list(range(cfg.seeds)),
@@ -830,13 +833,8 @@ def run_digits(cfg: DigitsConfig, out: str | Path, *, progress: bool = True,
     """
     cfg.validate()
     out = Path(out)
-    threads_before = torch.get_num_threads()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    try:
+    with torch_threads(cfg.threads):
         return _run_digits(cfg, out, progress=progress, resume=resume)
-    finally:
-        torch.set_num_threads(threads_before)
 
 
 Ticker = Callable[[str, int], Callable[[], None]]

@@ -105,7 +105,6 @@ that grows by 1.2 after a loss decrease and halves otherwise. Converged when
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
@@ -130,8 +129,9 @@ from bestk.kappo import (
     transform_rewards,
     winrate_G,
 )
+from bestk.lab._optim import torch_threads
 from bestk.lab.exact import best_at_k_exact
-from bestk.lab.io import fmt, markdown_table
+from bestk.lab.io import fmt, markdown_table, write_json_atomic
 
 __all__ = [
     "KINDS",
@@ -163,6 +163,13 @@ _BINARY_ONLY = {
         "with no closed form (see the module docstring)"
     ),
 }
+
+
+def _is_run(kind: str, method: str) -> bool:
+    """Whether ``method`` is run on ``kind`` rewards (:data:`_BINARY_ONLY` says why not)."""
+    return kind == "binary" or method not in _BINARY_ONLY
+
+
 _GRPO_EPS = 1e-6  # kappo_grpo's epsilon in (S - mean) / (std + eps)
 
 
@@ -372,12 +379,11 @@ def _linear_weight(name: str, n: int, **options: Any) -> float:
     return float(w[0, 0])
 
 
-def _grpo_family(method: str) -> tuple[str, dict[str, Any], bool]:
-    """(estimator, options, on transformed rewards?) of a GRPO-family lab method."""
-    return {
-        "rloo": ("rloo", {}, True),
-        "drgrpo": ("grpo", {"scale": "none"}, True),
-    }[method]
+# (estimator, options) of each GRPO-family lab method; it runs on the transformed rewards.
+_GRPO_FAMILY: dict[str, tuple[str, dict[str, Any]]] = {
+    "rloo": ("rloo", {}),
+    "drgrpo": ("grpo", {"scale": "none"}),
+}
 
 
 def expected_update(method: str, problem: KappoProblem, cfg: KappoLabConfig) -> Dynamics:
@@ -390,7 +396,7 @@ def expected_update(method: str, problem: KappoProblem, cfg: KappoLabConfig) -> 
     """
     ref, beta, n = problem.ref, problem.beta, cfg.group_size
     log_ref = ref.log()
-    if problem.kind != "binary" and method in _BINARY_ONLY:
+    if not _is_run(problem.kind, method):
         raise ValueError(f"{method} is not run on {problem.kind} rewards: {_BINARY_ONLY[method]}")
 
     if method == "apo":
@@ -451,13 +457,13 @@ def expected_update(method: str, problem: KappoProblem, cfg: KappoLabConfig) -> 
         plus, minus = _binary_count_advantages(
             problem, "kappo_grpo", n, False, calibration=problem.calibration
         )
-    elif method in ("rloo", "drgrpo"):
-        name, options, _ = _grpo_family(method)
-        kl_coef = beta * _linear_weight(name, n, **options)  # beta (n-1)/n for Dr.GRPO
+    elif method in _GRPO_FAMILY:
+        name, options = _GRPO_FAMILY[method]
+        c = _linear_weight(name, n, **options)
+        kl_coef = beta * c  # beta (n-1)/n for Dr.GRPO
         if problem.kind == "binary":
             plus, minus = _binary_count_advantages(problem, name, n, True, **options)
         else:
-            c = _linear_weight(name, n, **options)
             s_arm = problem.adaptive
 
             def linear(theta: torch.Tensor) -> torch.Tensor:
@@ -683,31 +689,26 @@ def kappo_convergence(
     """
     cfg = cfg or KappoLabConfig()
     cfg.validate()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny tensors: threads only add overhead
-    try:
-        return _convergence(cfg, progress)
-    finally:
-        torch.set_num_threads(threads)
+    return _convergence(cfg, progress)
 
 
 def _convergence(
     cfg: KappoLabConfig, progress: Callable[[str], None] | None
 ) -> dict[str, Any]:
+    """:func:`kappo_convergence` of a validated ``cfg``."""
     cases: list[dict[str, Any]] = []
-    skipped: list[dict[str, str]] = []
-    for kind in cfg.kinds:
-        for method in cfg.methods:
-            if kind != "binary" and method in _BINARY_ONLY:
-                skipped.append({"kind": kind, "method": method, "reason": _BINARY_ONLY[method]})
-        for k in cfg.ks:
-            problem = binary_problem(cfg, k) if kind == "binary" else winrate_problem(cfg, k)
-            for method in cfg.methods:
-                if kind != "binary" and method in _BINARY_ONLY:
-                    continue
-                if progress is not None:
-                    progress(f"{kind} k={k} {method}")
-                cases.append(_run_case(method, problem, cfg))
+    skipped = [{"kind": kind, "method": method, "reason": _BINARY_ONLY[method]}
+               for kind in cfg.kinds for method in cfg.methods if not _is_run(kind, method)]
+    with torch_threads(1):  # tiny tensors: threads only add overhead
+        for kind in cfg.kinds:
+            for k in cfg.ks:
+                problem = binary_problem(cfg, k) if kind == "binary" else winrate_problem(cfg, k)
+                for method in cfg.methods:
+                    if not _is_run(kind, method):
+                        continue
+                    if progress is not None:
+                        progress(f"{kind} k={k} {method}")
+                    cases.append(_run_case(method, problem, cfg))
     return {"cases": cases, "skipped": skipped}
 
 
@@ -773,15 +774,14 @@ def run_kappo(
     t0 = time.perf_counter()
     with Progress(disable=not progress, transient=True) as bar:
         n_cases = sum(
-            len([m for m in cfg.methods if kind == "binary" or m not in _BINARY_ONLY])
-            for kind in cfg.kinds
+            _is_run(kind, method) for kind in cfg.kinds for method in cfg.methods
         ) * len(cfg.ks)
         task = bar.add_task("kappo bandits", total=n_cases)
 
         def tick(label: str) -> None:
             bar.update(task, advance=1, description=label)
 
-        res = kappo_convergence(cfg, progress=tick)
+        res = _convergence(cfg, progress=tick)  # cfg validated above
     result = {
         "config": asdict(cfg),
         "tolerance": TOLERANCE,
@@ -789,6 +789,6 @@ def run_kappo(
         **res,
         "wall_seconds": time.perf_counter() - t0,
     }
-    write_text_atomic(out / "results.json", json.dumps(result, indent=1) + "\n")
+    write_json_atomic(out / "results.json", result)
     write_text_atomic(out / "results.md", render_markdown(result))
     return result

@@ -25,17 +25,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from bestk._optional import pyplot
+from bestk.lab._optim import torch_threads
 from bestk.lab.digits import (
     LEARNERS,
     RunSpec,
     Ticker,
     config_key,
-    learner_config,
+    learner_data,
     make_problem,
-    per_learner,
     render_testbed,
     run_settings,
     sweep_and_test,
@@ -118,10 +117,8 @@ def testbed_data(cfg: SparseConfig, settings: dict[int, dict[str, Any]]) -> dict
     for n, st in settings.items():
         test = st["test"]
         methods = {
-            lb: {"config": learner_config(LEARNERS[lb], "binary", st["selected"][lb], n=n,
-                                          steps=cfg.steps, batch=cfg.batch_size,
-                                          data_id=test["data_id"]),
-                 "start": per_learner(test, lb, "start"), "end": per_learner(test, lb, "end")}
+            lb: learner_data(test, lb, "binary", st["selected"][lb], n=n, steps=cfg.steps,
+                             batch=cfg.batch_size)
             for lb in st["learners"]
         }
         out[testbed_id(n)] = {"ks": list(cfg.ks), "seeds": list(range(cfg.seeds)), "n": n,
@@ -170,9 +167,6 @@ def run_sparse(cfg: SparseConfig, out: str | Path, *, progress: bool = True,
     ``out/settings/`` and reused by a rerun with the same configuration)."""
     cfg.validate()
     out = Path(out)
-    threads_before = torch.get_num_threads()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
     learners = [LEARNERS[lb] for lb in cfg.learners]
 
     def compute(n: int, tick: Ticker) -> dict[str, Any]:
@@ -189,11 +183,9 @@ def run_sparse(cfg: SparseConfig, out: str | Path, *, progress: bool = True,
                 "learners": [x.label for x in active], **res}
 
     key = cfg.key()
-    try:
+    with torch_threads(cfg.threads):
         results = run_settings(out, [(n, f"N{n}.json") for n in cfg.ns], key, resume=resume,
                                progress=progress, prefix="sparse", compute=compute)
-    finally:
-        torch.set_num_threads(threads_before)
     data = testbed_data(cfg, results)
     write_outputs(out, cfg, results, data)
     md = [f"# bestk lab sparse\n\n{cfg.parts} digit images per example, {10**cfg.parts} classes "

@@ -71,10 +71,6 @@ class PairedTest:
     p: float
     n: int
 
-    @property
-    def half_width(self) -> float:
-        return (self.ci95[1] - self.ci95[0]) / 2
-
 
 def paired_test(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> PairedTest:
     """Two-sided paired t-test of ``a - b`` (``a[i]`` and ``b[i]`` share seed ``i``).
