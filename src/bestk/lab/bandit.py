@@ -361,8 +361,11 @@ def learning_curves(bandit: Bandit, specs: Sequence[EstimatorSpec], *, n: int, s
     specs = [s for s in specs if s.applies(bandit, n)]
     if isinstance(lr, dict):
         rates = [float(lr[s.label]) for s in specs]
-    else:
+    elif isinstance(lr, (int, float)):
         rates = [float(lr)] * len(specs)
+    else:
+        raise ValueError(f"lr must be one learning rate or a mapping label -> rate, got "
+                         f"{type(lr).__name__}")
     values = bandit.values()
     k_arms = values.shape[0]
     n_est = len(specs)
