@@ -54,6 +54,7 @@ from rich.progress import (
 )
 
 from bestk._atomic import respect_umask, write_text_atomic
+from bestk._seeds import BANK_PROMPTS, BANK_SAMPLING, EVAL_SAMPLING, PROMPTS, SAMPLING, SFT_ORDER
 from bestk.tasks import Task, load_task
 from bestk.train.algorithms import ALGORITHMS
 from bestk.train.checkpoint import as_os_error, latest_checkpoint, load_checkpoint, save_checkpoint
@@ -102,10 +103,6 @@ from bestk.train.rundir import (
 __all__ = ["Trainer", "train"]
 
 _MODES = {True: "resume", False: "new", "auto": "auto", "resume": "resume", "new": "new"}
-
-
-def _step_seed(seed: int, step: int, stream: int) -> int:
-    return int(np.random.SeedSequence([seed, step, stream]).generate_state(1)[0])
 
 
 class Trainer:
@@ -216,7 +213,7 @@ class Trainer:
                                            graded=self.task.graded)
         if spec.samples_bank(cfg):
             self._bank_examples = bank_examples(
-                self.rl_prompts, cfg.kappo.bank_prompts, _step_seed(cfg.seed, 0, 12)
+                self.rl_prompts, cfg.kappo.bank_prompts, BANK_PROMPTS.seed(cfg.seed)
             )
             self.rl_prompts = list(self._bank_examples)  # RL draws calibrated prompts only
 
@@ -380,7 +377,7 @@ class Trainer:
         s = self.cfg.sft
         tok = self.tokenizer
         opt = self._make_optimizer(s.lr)
-        rng = np.random.default_rng(_step_seed(self.cfg.seed, 0, 7))
+        rng = np.random.default_rng(SFT_ORDER.seed(self.cfg.seed))
         warm = max(1, s.steps // 10)
         eos = tok.eos_token_id
         pad = tok.pad_token_id
@@ -430,7 +427,7 @@ class Trainer:
 
     def prompt_rng(self, step: int) -> np.random.Generator:
         """The generator of step ``step``'s prompt draws (a function of ``(seed, step)``)."""
-        return np.random.default_rng(_step_seed(self.cfg.seed, step, 1))
+        return np.random.default_rng(PROMPTS.seed(self.cfg.seed, step))
 
     def draw_prompts(self, step: int) -> list[dict[str, Any]]:
         """``rollout.prompts_per_step`` distinct prompts of :attr:`rl_prompts` for ``step``."""
@@ -443,7 +440,7 @@ class Trainer:
         """``n`` completions of the current policy per example (noise of ``(seed, step)``)."""
         r = self.cfg.rollout
         gen = torch.Generator(device=self.device).manual_seed(
-            _step_seed(self.sampling_seed, step, 2))
+            SAMPLING.seed(self.sampling_seed, step))
         return sample(
             self.model, self.tokenizer, [e["prompt"] for e in examples], n=n,
             temperature=r.temperature, top_p=r.top_p, max_new_tokens=self.max_new_tokens,
@@ -509,7 +506,7 @@ class Trainer:
         return sample_bank(
             self.model, self.tokenizer, self.task, self._bank_examples, size=k.bank_size,
             temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-            max_new_tokens=self.max_new_tokens, seed=_step_seed(cfg.seed, 0, 11),
+            max_new_tokens=self.max_new_tokens, seed=BANK_SAMPLING.seed(cfg.seed),
             completions=self.spec.bank_completions, progress=progress,
         )
 
@@ -552,7 +549,7 @@ class Trainer:
         res = evaluate(
             self.model, self.tokenizer, self.task, self.eval_examples, n=e.n,
             temperature=e.temperature, top_p=e.top_p, max_new_tokens=self.max_new_tokens,
-            seed=_step_seed(self.sampling_seed, step, 3),
+            seed=EVAL_SAMPLING.seed(self.sampling_seed, step),
         )
         rec = {"phase": "eval", "step": step, **res.metrics}
         self.log(rec)
