@@ -587,8 +587,12 @@ def natural_descent(
       leaves it equal up to rounding and lowers the residual) and halves, rejecting the step,
       otherwise.
 
-    A row has converged when its residual ``sum_a |g_a|`` is below ``tol``. Returns
-    ``(theta, steps, converged)`` with per-row step counts (rejected steps included) and flags.
+    A row has converged when its residual ``sum_a |g_a|`` is below ``tol``, or when it has
+    stalled at a float64 fixed point -- a step no longer changes any of its ``theta`` -- with
+    a mean residual ``sum_a |g_a| / A`` below ``tol`` (the residual of ``A`` arms cannot fall
+    below their accumulated rounding; with 2,048 win-rate arms it stops near 1e-9 on some
+    CPUs). Returns ``(theta, steps, converged)`` with per-row step counts (rejected steps
+    included) and flags.
     """
     theta = theta0.clone()
     rows = theta.shape[0]
@@ -628,7 +632,8 @@ def natural_descent(
         merit = torch.where(ok, merit_c, merit)
         grow = 1.0 if fixed else 1.2
         eta = torch.where(ok[:, None], eta * grow, eta * 0.5)
-        now = (resid < tol).numpy() & ~done
+        stalled = (cand == theta).all(-1) & (resid < tol * theta.shape[-1])
+        now = ((resid < tol) | stalled).numpy() & ~done
         steps[now] = t
         done |= now
     return theta, steps, done
