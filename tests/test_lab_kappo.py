@@ -139,11 +139,11 @@ def test_natural_descent_counts_a_float64_fixed_point_by_its_mean_residual(floor
     """A row that no representable step can improve (here: a field whose residual is stuck
     at ``floor`` and a merit that every move raises) stops as converged exactly when its mean
     residual ``floor / A`` is below ``tol`` (the rounding floor of many arms), never before
-    its step size has shrunk to nothing."""
+    its step size has shrunk below what float64 can represent as a move."""
     theta0 = torch.ones(1, 4, dtype=torch.float64)
     g = torch.full((1, 4), floor / 4, dtype=torch.float64)
     dyn = lab.Dynamics(field=lambda th: g, loss=lambda th: ((th - theta0) ** 2).sum(-1))
     theta, steps, done = lab.natural_descent(dyn, theta0, step=0.5, tol=1e-9, max_steps=5000)
     assert bool(done[0]) is converged
     assert torch.equal(theta, theta0)  # every move was rejected
-    assert steps[0] == 5000 if not converged else 40 < steps[0] < 5000
+    assert steps[0] == 5000 if not converged else 20 < steps[0] < 5000
