@@ -533,7 +533,8 @@ def _as_tensor(rewards: Any) -> tuple[torch.Tensor, Any]:
     return t.reshape(-1), lambda a: to_output(a, dtype, "transformed rewards")
 
 
-def calibrate(bank: Any, k: int, beta: float, kind: str = "binary") -> Calibration:
+def calibrate(bank: Any, k: int, beta: float,
+              kind: str | CalibrationKind = "binary") -> Calibration:
     """Build a :class:`Calibration` from a reference bank.
 
     Parameters
