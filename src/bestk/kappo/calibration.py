@@ -31,6 +31,7 @@ import hashlib
 import json
 import math
 import os
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,7 +123,7 @@ class Calibration:
     @property
     def kind_spec(self) -> CalibrationKind:
         """The :class:`CalibrationKind` of :attr:`kind` (:data:`KIND_SPECS`)."""
-        return KIND_SPECS[self.kind]
+        return calibration_kind(self.kind)
 
     def __repr__(self) -> str:
         return (
@@ -319,7 +320,7 @@ class Calibration:
         )
 
 
-class CalibrationKind:
+class CalibrationKind(ABC):
     """A calibration kind: which rewards its bank holds, what a calibration of it stores, and
     how it turns an online reward into KAPPO's adaptive reward.
 
@@ -345,22 +346,23 @@ class CalibrationKind:
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
+    @abstractmethod
     def bank_values(self, rewards: Any, success: Callable[[Any], np.ndarray]) -> np.ndarray:
         """What a calibration of this kind sees of raw ``rewards`` (float64): the 0/1
         ``success(rewards)`` or the rewards themselves."""
-        raise NotImplementedError
 
+    @abstractmethod
     def build(self, bank: Bank, k: int, beta: float) -> Calibration:
         """The calibration of a validated bank (k and beta checked)."""
-        raise NotImplementedError
 
     def check_tables(self, tables: dict[int, np.ndarray], sizes: np.ndarray) -> None:
         """``ValueError`` if a loaded file lacks tables this kind needs (none by default)."""
+        return None
 
+    @abstractmethod
     def transform_rows(self, cal: Calibration, rows: np.ndarray,
                        rewards: torch.Tensor) -> torch.Tensor:
         """The adaptive reward of finite float64 ``rewards`` at calibration ``rows``."""
-        raise NotImplementedError
 
     def regression_target(self, cal: Calibration, prompt_ids: Any,
                           adaptive: torch.Tensor) -> torch.Tensor:
@@ -368,21 +370,21 @@ class CalibrationKind:
         where the optimum's partition function is not 1."""
         return adaptive
 
+    @abstractmethod
     def grpo_advantages(self, cal: Calibration, rows: np.ndarray, groups: Groups,
                         rewards: torch.Tensor, eps: float) -> torch.Tensor:
         """@k-GRPO advantages (``kappo_grpo``) of float64 ``rewards`` grouped by ``groups``,
         ``rows`` the calibration row of each group."""
-        raise NotImplementedError
 
+    @abstractmethod
     def summary_rows(self, cal: Calibration) -> list[tuple[str, str]]:
         """(quantity, value) rows describing ``cal`` (``bestk calibrate``'s table)."""
-        raise NotImplementedError
 
 
 class BinaryKind(CalibrationKind):
     r"""0/1 rewards, pass@k (Algorithm 1): per prompt N(x) successes of M, and from
-    :math:`\hat q = N/M` the multiplier :math:`\hat a_k`, :math:`eta\log\hat Z` and
-    @k-DPO's :math:`eta_{eff}` (Eq. 149). Adaptive reward :math:`\hat a_k(x) R` (Eq. 7)."""
+    :math:`\hat q = N/M` the multiplier :math:`\hat a_k`, :math:`\beta\log\hat Z` and
+    @k-DPO's :math:`\beta_{eff}` (Eq. 149). Adaptive reward :math:`\hat a_k(x) R` (Eq. 7)."""
 
     name = "binary"
     binary = True
@@ -454,7 +456,7 @@ class BinaryKind(CalibrationKind):
 class WinrateKind(CalibrationKind):
     r"""Any finite rewards, max@k (Algorithm 2): the sorted reference rewards of each prompt and
     the shared table :math:`T_0..T_M`; adaptive reward :math:`T_j`,
-    :math:`j = \#\{	ext{reference rewards} \le r\}` (Eq. 146), with :math:`Z = 1`."""
+    :math:`j = \#\{\text{reference rewards} \le r\}` (Eq. 146), with :math:`Z = 1`."""
 
     name = "winrate"
     binary = False
