@@ -13,6 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
+
+#: Hypothesis draws each test's examples from a seed derived from the test itself
+#: (``derandomize``), so a failing example reproduces on every run; per-test ``@settings``
+#: (``max_examples``, ``deadline``, ...) inherit it. ``--hypothesis-profile=default`` explores.
+settings.register_profile("bestk", derandomize=True)
+settings.load_profile("bestk")
 
 #: The tiny default model of the trainer tests (``model.*`` fields): one Qwen2 layer of width 32.
 TINY_MODEL: dict[str, int] = {

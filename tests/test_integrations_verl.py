@@ -296,6 +296,35 @@ def test_kappo_grpo_from_calibration_file(tmp_path):
         fn(rewards, mask, labels, config={"bestk": {"calibration": str(tmp_path / "no.json")}})
 
 
+def test_path_options_are_loaded_once_across_verl_steps(tmp_path, monkeypatch):
+    """verl calls the estimator every step with the path from ``algorithm.bestk``: the file is
+    read once (cached by path, modification time and size) and again once rewritten."""
+    from bestk.kappo import calibrate, load_calibration
+
+    prompts = ["p0", "p1", "p2"]
+    path = calibrate({p: [0, 1, 0, 1, 1] for p in prompts}, k=2, beta=0.1).save(tmp_path / "c.json")
+    calls = []
+
+    def loader(value):
+        calls.append(value)
+        return load_calibration(value)
+
+    monkeypatch.setitem(bestk.estimator_info("kappo_grpo").path_options, "calibration", loader)
+    labels = np.array(prompts * 4, dtype=object)
+    rewards = torch.zeros(12, L)
+    rewards[:, -1] = torch.tensor([1.0, 0.0, 1.0] * 2 + [0.0, 1.0, 1.0] * 2)
+    mask = torch.ones(12, L, dtype=torch.int64)
+    fn = core_algos.get_adv_estimator_fn("kappo_grpo")
+    config = {"bestk": {"calibration": str(path)}}
+    first = [fn(rewards, mask, labels, config=config)[0] for _ in range(3)]
+    assert len(calls) == 1 and all(torch.equal(a, first[0]) for a in first)
+    st = os.stat(path)
+    calibrate({p: [0, 0, 0, 0, 1] for p in prompts}, k=2, beta=0.1).save(path)
+    os.utime(path, ns=(st.st_mtime_ns + 10**9, st.st_mtime_ns + 10**9))
+    again = fn(rewards, mask, labels, config=config)[0]
+    assert len(calls) == 2 and not torch.equal(again, first[0])
+
+
 def test_register_is_idempotent():
     before = {n: core_algos.get_adv_estimator_fn(n) for n in bverl.VERL_ESTIMATORS}
     assert bverl.register() == list(bverl.VERL_ESTIMATORS)

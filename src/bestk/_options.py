@@ -8,6 +8,11 @@ Options arrive as Python numbers, numpy scalars (``np.float32(0.1)``), 0-d numpy
 tensors; all are accepted and turned into a Python ``float`` / ``int``. Booleans are rejected
 (``eps=True`` is almost certainly a mistake, not 1), as are strings, non-finite values and
 non-integral ``int`` options; every error names the owner, the option and the value.
+
+:func:`load_path_cached` loads a file-valued option (an estimator's ``path_options``, a KAPPO
+calibration) once: ``loader(path)`` is cached by loader, absolute path, modification time
+(``st_mtime_ns``) and size, so a trainer or a verl step calling it every step reads the file
+once, and a rewritten file (another time or size) is read again.
 """
 
 from __future__ import annotations
@@ -15,12 +20,54 @@ from __future__ import annotations
 import inspect
 import math
 import numbers
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["check_option_names", "real_option", "int_option"]
+__all__ = ["check_option_names", "real_option", "int_option", "load_path_cached",
+           "PATH_CACHE_SIZE"]
+
+#: Most files :func:`load_path_cached` keeps loaded (least recently used evicted first).
+PATH_CACHE_SIZE = 32
+
+#: (loader, absolute path) -> ((st_mtime_ns, st_size), loaded value), least recently used first.
+_PATH_CACHE: OrderedDict[tuple[Any, str], tuple[tuple[int, int], Any]] = OrderedDict()
+_PATH_CACHE_LOCK = threading.Lock()
+
+
+def load_path_cached(loader: Callable[[Any], Any], path: str | os.PathLike) -> Any:
+    """``loader(path)``, cached by (``loader``, absolute path, ``st_mtime_ns``, ``st_size``).
+
+    The file is read again when its modification time or size changes (one entry per loader
+    and path: the new value replaces the old one); at most :data:`PATH_CACHE_SIZE` files stay
+    loaded. A path that cannot be stat'ed is handed to ``loader`` uncached, so the error is the
+    loader's own. The cached value is shared between callers: loaders should return values
+    nobody mutates.
+    """
+    key = (loader, os.path.abspath(os.fspath(path)))
+    try:
+        hash(loader)
+        st = os.stat(key[1])
+    except (TypeError, OSError):  # an unhashable loader, a missing file: no caching
+        return loader(path)
+    stamp = (st.st_mtime_ns, st.st_size)
+    with _PATH_CACHE_LOCK:
+        hit = _PATH_CACHE.get(key)
+        if hit is not None and hit[0] == stamp:
+            _PATH_CACHE.move_to_end(key)
+            return hit[1]
+    value = loader(path)  # outside the lock: loaders may be slow
+    with _PATH_CACHE_LOCK:
+        _PATH_CACHE[key] = (stamp, value)
+        _PATH_CACHE.move_to_end(key)
+        while len(_PATH_CACHE) > PATH_CACHE_SIZE:
+            _PATH_CACHE.popitem(last=False)
+    return value
 
 
 def check_option_names(kind: str, name: str, given: Any, valid: dict[str, Any]) -> None:

@@ -33,8 +33,10 @@ from typing import Any
 import torch
 
 from bestk._inputs import first_non_binary, prepare, to_output
-from bestk._options import check_option_names
+from bestk._options import check_option_names, load_path_cached
 from bestk.estimators.objectives import ByOption, Objective
+from bestk.kappo.calibration import Calibration, CalibrationKind
+from bestk.kappo.calibration import calibration_kind as calibration_kind_of
 
 __all__ = [
     "ESTIMATORS",
@@ -127,11 +129,12 @@ class EstimatorInfo:
         """Whether it takes a KAPPO calibration (reward domain ``calibrated``)."""
         return self.reward_domain == "calibrated"
 
-    def binary_rewards(self, calibration_kind: str | None = None) -> bool:
+    def binary_rewards(self, calibration_kind: str | CalibrationKind | None = None) -> bool:
         """Whether the estimator needs 0/1 rewards (for a ``calibrated`` one: with a calibration
-        of ``calibration_kind``)."""
+        of ``calibration_kind``, a kind name or :class:`~bestk.kappo.calibration.CalibrationKind`;
+        ``None``: no calibration known, so not)."""
         if self.calibrated:
-            return calibration_kind == "binary"
+            return calibration_kind is not None and calibration_kind_of(calibration_kind).binary
         return self.reward_domain == "binary"
 
     def binary_prompt_weight(self, p: float, n: int,
@@ -312,16 +315,18 @@ def check_estimator_options(name: str, options: Any) -> None:
 
 def resolve_options(name: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """``options`` with each path-valued option of estimator ``name`` that is given as a
-    ``str`` / ``PathLike`` loaded by its loader (``kappo_grpo``'s ``calibration`` file; the
-    loader caches). A file that cannot be loaded is a ``ValueError``
-    ``cannot load OPTION 'PATH': why``."""
+    ``str`` / ``PathLike`` loaded by its loader (``kappo_grpo``'s ``calibration`` file).
+    Loads are cached by loader, absolute path, modification time and size
+    (:func:`bestk._options.load_path_cached`): calling this every step (the trainer, verl, TRL,
+    :func:`advantages`) reads each file once, and again after it is rewritten. A file that
+    cannot be loaded is a ``ValueError`` ``cannot load OPTION 'PATH': why``."""
     info = estimator_info(name)
     out = dict(options)
     for option, loader in info.path_options.items():
         value = out.get(option)
         if isinstance(value, (str, os.PathLike)):
             try:
-                out[option] = loader(value)
+                out[option] = load_path_cached(loader, value)
             except (OSError, ValueError) as e:
                 raise ValueError(f"cannot load {option} {str(value)!r}: {e}") from None
     return out
@@ -335,7 +340,8 @@ def _check_domain(info: EstimatorInfo, rewards: torch.Tensor, options: Mapping[s
             "each sample> (with group=None or 2-D rewards the groups would be row numbers, not "
             "prompt ids)"
         )
-    kind = getattr(options.get("calibration"), "kind", None)
+    cal = options.get("calibration")
+    kind = cal.kind_spec if isinstance(cal, Calibration) else None
     if info.binary_rewards(kind):
         i = first_non_binary(rewards)
         if i is not None:

@@ -56,10 +56,7 @@ def kappo_grpo(rewards: torch.Tensor, groups: Groups, *, calibration: Calibratio
             "option 'calibration' must be a bestk.kappo.Calibration (from bestk.kappo.calibrate "
             f"or Calibration.load), got {type(calibration).__name__}"
         )
-    # One lookup per group (G unique labels), then broadcast to samples.
+    # One lookup per group (G unique labels); the calibration's kind does the rest (binary:
+    # a_k times the standardised reward, Eq. 140; win-rate: T_j, then standardised).
     rows = calibration.index_of(groups.labels)
-    if calibration.kind == "binary":  # 0/1 rewards: checked by bestk.advantages
-        a_k = torch.from_numpy(calibration.values["a_k"][rows]).to(rewards)
-        return groups.broadcast(a_k) * groups.standardize(rewards, _EPS, ddof=1)
-    s = calibration.transform_rows(rows[groups.index.cpu().numpy()], rewards)
-    return groups.standardize(s, _EPS, ddof=1)
+    return calibration.kind_spec.grpo_advantages(calibration, rows, groups, rewards, _EPS)

@@ -585,7 +585,7 @@ class BestkDPOTrainer(DPOTrainer):
         **kwargs: Any,
     ):
         cal = load_calibration(calibration)
-        if cal.kind != "binary":
+        if not cal.kind_spec.binary:  # pairs of a success and a failure
             raise ValueError(
                 f"BestkDPOTrainer needs a binary calibration (@k-DPO is defined for pass@k), got "
                 f"kind={cal.kind!r}"

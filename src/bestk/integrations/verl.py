@@ -7,7 +7,8 @@ bestk name -- ``argmaxrl``, ``maxrl``, ``softmax_grpo``, ``pkpo``, ``reinforce``
 yours included -- except the names verl already has: verl's own ``grpo`` / ``rloo`` / ... keep
 their verl implementations (:data:`VERL_ESTIMATORS` lists what was registered). What each
 needs is read from its registry properties: path-valued options (``kappo_grpo``'s
-``calibration`` file) are loaded once and cached, and an estimator that ``needs_prompt_ids``
+``calibration`` file) are loaded once and cached (by path, modification time and
+size: :func:`bestk.estimators.resolve_options`), and an estimator that ``needs_prompt_ids``
 gets verl's ``uid`` as its prompt ids. Each function computes
 exactly ``bestk.advantages(name, scores, group=uid, **options)`` (the formulas, their
 objectives and paper equations are in the estimators' docstrings, e.g.
@@ -45,7 +46,7 @@ OmegaConf; pass the options in a plain mapping instead.) Unknown options, a miss
 option (``pkpo``'s ``k``) and invalid values raise ``ValueError`` naming them.
 
 ``kappo_grpo``: ``calibration`` is a path to a file written by ``bestk calibrate`` (loaded
-once and cached per path and modification time) or a :class:`bestk.kappo.Calibration`; the
+once and cached per path, modification time and size) or a :class:`bestk.kappo.Calibration`; the
 group labels (verl's ``uid``) must be the calibration's prompt ids. Stock verl sets ``uid`` to
 a fresh ``uuid4`` per prompt, so with stock verl this estimator raises ``ValueError`` naming
 the first uid that is not in the calibration. Use the reward side instead:
@@ -357,7 +358,7 @@ def kappo_compute_score(
     data_source, solution_str, ground_truth, extra_info:
         What verl passes (``extra_info`` is the dataset row's ``extra_info`` dict).
     calibration:
-        Path to a ``bestk calibrate`` file (loaded once per path and modification time) or a
+        Path to a ``bestk calibrate`` file (loaded once per path, modification time and size) or a
         :class:`bestk.kappo.Calibration`. Required.
     base:
         The score function to wrap (see :func:`resolve_score_fn`); default ``"default"``, verl's
@@ -463,7 +464,7 @@ def _check_kappo_reward(cfg: Any, lines: list[str]) -> None:
     algo = cfg.algorithm
     name = str(algo.adv_estimator)
     switch = VERL_STD_NORMALISED.get(name)
-    if cal.kind == "binary" and switch is not None and bool(algo.get(switch, True)):
+    if cal.kind_spec.std_cancels and switch is not None and bool(algo.get(switch, True)):
         raise ValueError(
             f"algorithm.adv_estimator={name} divides each group by its reward std, which cancels "
             "the binary KAPPO multiplier a_k(x) (KAPPO Eq. 139): use algorithm.adv_estimator=rloo "

@@ -25,6 +25,13 @@ _LAZY: dict[str, str] = {
     "dpo_beta_eff": "bestk.kappo.binary",
     "solve_p_star": "bestk.kappo.binary",
     "KINDS": "bestk.kappo.calibration",
+    "KIND_SPECS": "bestk.kappo.calibration",
+    "BINARY": "bestk.kappo.calibration",
+    "WINRATE": "bestk.kappo.calibration",
+    "CalibrationKind": "bestk.kappo.calibration",
+    "BinaryKind": "bestk.kappo.calibration",
+    "WinrateKind": "bestk.kappo.calibration",
+    "calibration_kind": "bestk.kappo.calibration",
     "SCHEMA_VERSION": "bestk.kappo.calibration",
     "Calibration": "bestk.kappo.calibration",
     "bank_checksum": "bestk.kappo.calibration",
@@ -53,11 +60,18 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from bestk.kappo.bank import load_bank
     from bestk.kappo.binary import BinaryCalibration, binary_calibration, dpo_beta_eff, solve_p_star
     from bestk.kappo.calibration import (
+        BINARY,
+        KIND_SPECS,
         KINDS,
         SCHEMA_VERSION,
+        WINRATE,
+        BinaryKind,
         Calibration,
+        CalibrationKind,
+        WinrateKind,
         bank_checksum,
         calibrate,
+        calibration_kind,
         load_calibration,
     )
     from bestk.kappo.losses import kappo_apo_loss, kappo_dpo_loss
@@ -79,16 +93,23 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
 
 
 __all__ = [
+    "BINARY",
     "BankError",
     "BinaryCalibration",
+    "BinaryKind",
     "Calibration",
+    "CalibrationKind",
     "KINDS",
+    "KIND_SPECS",
     "MaxAtKReconstruction",
     "SCHEMA_VERSION",
     "bank_checksum",
     "binary_calibration",
     "binomial_weights",
+    "WINRATE",
+    "WinrateKind",
     "calibrate",
+    "calibration_kind",
     "dpo_beta_eff",
     "finite_bank_error",
     "kappo_apo_loss",

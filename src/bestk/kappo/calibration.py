@@ -11,6 +11,13 @@ them (the paper uses M = 30). :func:`calibrate` turns that bank into a :class:`C
   table :math:`T_0..T_M` (:func:`bestk.kappo.winrate_table`); an online reward r becomes
   :math:`T_j`, :math:`j = \#\{\text{reference rewards} \le r\}` (inclusive empirical CDF, Eq. 146).
 
+:class:`CalibrationKind` holds what differs between the two: one class per kind
+(:class:`BinaryKind`, :class:`WinrateKind`), one instance of each in :data:`KIND_SPECS`, keyed by
+the name a file, ``bestk calibrate --kind`` and ``kappo.kind`` use. ``Calibration.kind`` stays that
+name (the file format is unchanged); ``Calibration.kind_spec`` is the object, and code outside
+this module asks it (``cal.kind_spec.binary``, ``.metric``, ``.std_cancels``, ...) instead of
+comparing names.
+
 :meth:`Calibration.save` writes versioned JSON atomically (temp file + ``os.replace``) with the
 schema version, kind, k, beta, M, a SHA-256 checksum of the bank and the per-prompt values;
 :meth:`Calibration.load` validates it. Lookups are vectorised (``searchsorted`` on the sorted
@@ -24,28 +31,34 @@ import hashlib
 import json
 import math
 import os
+from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
 
 from bestk._atomic import atomic_path
 from bestk._inputs import first_non_binary, rewards_to_tensor, to_output
+from bestk._options import load_path_cached
 from bestk.kappo._validate import check_k, check_positive
 from bestk.kappo.bank import Bank, bank_from_mapping, load_bank, normalise_ids
 from bestk.kappo.binary import binary_calibration, dpo_beta_eff
 from bestk.kappo.winrate import winrate_log_constant, winrate_table
 
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from bestk.groups import Groups
+
 __all__ = [
     "Calibration", "calibrate", "load_calibration", "bank_checksum", "check_beta",
-    "check_calibration_args", "SCHEMA_VERSION", "KINDS", "MIN_BETA",
+    "check_calibration_args", "SCHEMA_VERSION", "KINDS", "MIN_BETA", "CalibrationKind",
+    "BinaryKind", "WinrateKind", "BINARY", "WINRATE", "KIND_SPECS", "calibration_kind",
 ]
 
 SCHEMA_VERSION = 1
 FORMAT = "bestk.kappo.calibration"
-KINDS = ("binary", "winrate")
 
 #: Smallest KL strength a calibration accepts. The binary solver bisects a log-odds bracket of
 #: width k/beta 200 times and the win-rate transform works in beta-scaled logs; in float64
@@ -81,7 +94,8 @@ class Calibration:
     Per-prompt arrays are aligned with ``prompt_ids`` (sorted). For ``kind="binary"`` the values
     are ``n_success``, ``p_star``, ``a_k``, ``beta_eff`` (``inf`` where a_k = 0), ``beta_log_z``
     and ``dpo_beta_eff``; for ``kind="winrate"`` the sorted ``rewards`` of each prompt (flat,
-    with ``bank_sizes``) and the tables ``{M: T_0..T_M}``.
+    with ``bank_sizes``) and the tables ``{M: T_0..T_M}``. ``kind`` is the kind's name (as saved);
+    :attr:`kind_spec` is its :class:`CalibrationKind`, which does what differs between kinds.
     """
 
     kind: str
@@ -105,6 +119,11 @@ class Calibration:
     @property
     def num_prompts(self) -> int:
         return int(self.prompt_ids.shape[0])
+
+    @property
+    def kind_spec(self) -> CalibrationKind:
+        """The :class:`CalibrationKind` of :attr:`kind` (:data:`KIND_SPECS`)."""
+        return calibration_kind(self.kind)
 
     def __repr__(self) -> str:
         return (
@@ -187,18 +206,7 @@ class Calibration:
         if not bool(torch.isfinite(rewards).all()):
             i = int(torch.nonzero(~torch.isfinite(rewards))[0])
             raise ValueError(f"reward at index {i} is {rewards[i].item()} (must be finite)")
-        if self.kind == "binary":
-            _check_binary(rewards)
-            a = torch.from_numpy(self.values["a_k"][rows]).to(rewards)
-            return a * rewards
-        j = self._win_index(rows, rewards)
-        sizes = self.bank_sizes[rows]
-        out = torch.empty_like(rewards)
-        for m in np.unique(sizes):  # one table per distinct bank size (usually exactly one)
-            sel = torch.from_numpy(sizes == m).to(rewards.device)
-            t = torch.from_numpy(self.tables[int(m)]).to(rewards)
-            out[sel] = t[j[sel]]
-        return out
+        return self.kind_spec.transform_rows(self, rows, rewards)
 
     def transform(self, prompt_ids: Any, rewards: Any) -> Any:
         """The KAPPO adaptive reward of each (prompt, online reward) pair.
@@ -215,9 +223,7 @@ class Calibration:
         (win-rate, :math:`Z = 1`); see :func:`bestk.kappo.kappo_apo_loss`."""
         r, restore = _as_tensor(rewards)
         out = self.transform_tensor(prompt_ids, r)
-        if self.kind == "binary":
-            out = out - torch.from_numpy(self.get("beta_log_z", prompt_ids)).to(out)
-        return restore(out)
+        return restore(self.kind_spec.regression_target(self, prompt_ids, out))
 
     # -- persistence -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -296,15 +302,12 @@ class Calibration:
                 if arr.shape != (expected,):
                     raise ValueError(f"values[{name!r}] has length {arr.size}, expected {expected}")
                 values[name] = arr
-            needed = ("n_success", "a_k", "beta_log_z") if kind == "binary" else ("rewards",)
-            for name in needed:
+            spec = KIND_SPECS[kind]
+            for name in spec.required_values:
                 if name not in values:
                     raise ValueError(f"missing values[{name!r}]")
             tables = {int(m): np.asarray(t, dtype=np.float64) for m, t in data["tables"].items()}
-            if kind == "winrate":
-                for m in np.unique(sizes):
-                    if int(m) not in tables or tables[int(m)].shape != (int(m) + 1,):
-                        raise ValueError(f"missing or malformed win-rate table for M={int(m)}")
+            spec.check_tables(tables, sizes)
             log_c = data.get("log_C")
         except (KeyError, TypeError) as e:
             raise ValueError(f"{source}: malformed calibration file ({e!r})") from None
@@ -317,91 +320,85 @@ class Calibration:
         )
 
 
-def _check_binary(rewards: torch.Tensor) -> None:
-    i = first_non_binary(rewards)
-    if i is not None:
-        raise ValueError(
-            f"reward at index {i} is {rewards[i].item()!r}; a binary calibration needs 0/1 rewards"
-        )
+class CalibrationKind(ABC):
+    """A calibration kind: which rewards its bank holds, what a calibration of it stores, and
+    how it turns an online reward into KAPPO's adaptive reward.
 
-
-def _as_tensor(rewards: Any) -> tuple[torch.Tensor, Any]:
-    """Flat float64 rewards and the function giving a result back in the caller's type."""
-    t, dtype = rewards_to_tensor(rewards)
-    return t.reshape(-1), lambda a: to_output(a, dtype, "transformed rewards")
-
-
-def calibrate(bank: Any, k: int, beta: float, kind: str = "binary") -> Calibration:
-    """Build a :class:`Calibration` from a reference bank.
-
-    Parameters
-    ----------
-    bank:
-        Mapping prompt id -> sequence of M reference rewards (at least 2 per prompt; sizes may
-        differ between prompts). Ids are ints, or anything else (stored as ``str``). Binary
-        banks must hold 0/1 rewards. A path (``str`` / ``PathLike``) to a JSONL or parquet
-        bank file is read with :func:`bestk.kappo.bank.load_bank`.
-    k, beta:
-        Objective parameter (integer >= 1) and KL strength (> 0).
-    kind:
-        ``"binary"`` (Algorithm 1) or ``"winrate"`` (Algorithm 2).
+    One subclass per kind (:class:`BinaryKind`, :class:`WinrateKind`), one instance of each in
+    :data:`KIND_SPECS`. Everything that depends on the kind is here: code elsewhere asks the
+    object (``cal.kind_spec`` or :func:`calibration_kind`), never compares kind names.
     """
-    k, beta = check_calibration_args(k, beta, kind)
-    if isinstance(bank, (str, os.PathLike)):
-        b = load_bank(bank, binary=kind == "binary")
-    else:
-        b = bank if isinstance(bank, Bank) else bank_from_mapping(bank)
-    return _calibrate_bank(b, k, beta, kind)
+
+    #: The name in calibration files, ``bestk calibrate --kind`` and ``kappo.kind``.
+    name: ClassVar[str]
+    #: Its rewards are 0/1 successes and it targets pass@k (Algorithm 1), else any finite
+    #: rewards and max@k (Algorithm 2). @k-DPO's (success, failure) pairs need a binary kind.
+    binary: ClassVar[bool]
+    #: The @k metric it targets, as bestk's metric names spell it: ``"pass"`` (pass@k) or
+    #: ``"best"`` (best@k, the expected max of k rewards: max@k).
+    metric: ClassVar[str]
+    #: Its adaptive reward is a per-prompt multiple of the reward, which dividing a group by
+    #: its reward std cancels (KAPPO Eq. 139): std-normalised GRPO loses it.
+    std_cancels: ClassVar[bool]
+    #: Per-prompt values (``Calibration.values``) a calibration of this kind must hold.
+    required_values: ClassVar[tuple[str, ...]]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+    @abstractmethod
+    def bank_values(self, rewards: Any, success: Callable[[Any], np.ndarray]) -> np.ndarray:
+        """What a calibration of this kind sees of raw ``rewards`` (float64): the 0/1
+        ``success(rewards)`` or the rewards themselves."""
+
+    @abstractmethod
+    def build(self, bank: Bank, k: int, beta: float) -> Calibration:
+        """The calibration of a validated bank (k and beta checked)."""
+
+    def check_tables(self, tables: dict[int, np.ndarray], sizes: np.ndarray) -> None:
+        """``ValueError`` if a loaded file lacks tables this kind needs (none by default)."""
+        return None
+
+    @abstractmethod
+    def transform_rows(self, cal: Calibration, rows: np.ndarray,
+                       rewards: torch.Tensor) -> torch.Tensor:
+        """The adaptive reward of finite float64 ``rewards`` at calibration ``rows``."""
+
+    def regression_target(self, cal: Calibration, prompt_ids: Any,
+                          adaptive: torch.Tensor) -> torch.Tensor:
+        """@k-A*PO's target from the adaptive reward: minus :math:`\\beta\\log\\hat Z(x)`
+        where the optimum's partition function is not 1."""
+        return adaptive
+
+    @abstractmethod
+    def grpo_advantages(self, cal: Calibration, rows: np.ndarray, groups: Groups,
+                        rewards: torch.Tensor, eps: float) -> torch.Tensor:
+        """@k-GRPO advantages (``kappo_grpo``) of float64 ``rewards`` grouped by ``groups``,
+        ``rows`` the calibration row of each group."""
+
+    @abstractmethod
+    def summary_rows(self, cal: Calibration) -> list[tuple[str, str]]:
+        """(quantity, value) rows describing ``cal`` (``bestk calibrate``'s table)."""
 
 
-def check_calibration_args(k: Any, beta: Any, kind: Any, *,
-                           names: tuple[str, str, str] = ("k", "beta", "calibration kind"),
-                           ) -> tuple[int, float]:
-    """The checks of :func:`calibrate`'s ``k``, ``beta`` and ``kind`` (``ValueError`` naming
-    each by ``names``, e.g. ``("--k", "--beta", "--kind")`` on the command line); returns
-    ``(k, beta)`` as ``int`` and ``float``."""
-    k = check_k(k, names[0])
-    beta = check_beta(beta, names[1])
-    if kind not in KINDS:
-        raise ValueError(f"unknown {names[2]} {kind!r}; valid: {', '.join(KINDS)}")
-    return k, beta
+class BinaryKind(CalibrationKind):
+    r"""0/1 rewards, pass@k (Algorithm 1): per prompt N(x) successes of M, and from
+    :math:`\hat q = N/M` the multiplier :math:`\hat a_k`, :math:`\beta\log\hat Z` and
+    @k-DPO's :math:`\beta_{eff}` (Eq. 149). Adaptive reward :math:`\hat a_k(x) R` (Eq. 7)."""
 
+    name = "binary"
+    binary = True
+    metric = "pass"
+    std_cancels = True
+    required_values = ("n_success", "a_k", "beta_log_z")
 
-_LOADED: dict[tuple[str, int, int], Calibration] = {}
+    def bank_values(self, rewards: Any, success: Callable[[Any], np.ndarray]) -> np.ndarray:
+        return success(rewards).astype(np.float64)
 
-
-def load_calibration(value: Any) -> Calibration:
-    """A :class:`Calibration` from itself or from the path of a ``bestk calibrate`` file.
-
-    A file is loaded once per (absolute path, modification time, size) and cached (the file
-    in use only), so a trainer or a reward function calling this every step reads it once.
-    ``ValueError`` for anything else, or a file that cannot be read.
-    """
-    if isinstance(value, Calibration):
-        return value
-    if not isinstance(value, (str, os.PathLike)):
-        raise ValueError(
-            "a calibration must be a path to a `bestk calibrate` file or a "
-            f"bestk.kappo.Calibration, got {type(value).__name__}"
-        )
-    path = os.path.abspath(os.fspath(value))
-    try:
-        st = os.stat(path)
-    except OSError as e:
-        raise ValueError(f"calibration file {path!r} cannot be read: {e.strerror}") from None
-    key = (path, st.st_mtime_ns, st.st_size)
-    cal = _LOADED.get(key)
-    if cal is None:
-        cal = Calibration.load(path)
-        _LOADED.clear()  # keep only the file in use
-        _LOADED[key] = cal
-    return cal
-
-
-def _calibrate_bank(b: Bank, k: int, beta: float, kind: str) -> Calibration:
-    checksum = bank_checksum(b.ids, b.sizes, b.values)
-    owner = np.repeat(np.arange(len(b.ids)), b.sizes)
-    if kind == "binary":
+    def build(self, bank: Bank, k: int, beta: float) -> Calibration:
+        b = bank
+        checksum = bank_checksum(b.ids, b.sizes, b.values)
+        owner = np.repeat(np.arange(len(b.ids)), b.sizes)
         bad = first_non_binary(b.values)
         if bad is not None:
             i, v = int(owner[bad]), b.values[bad]
@@ -423,9 +420,178 @@ def _calibrate_bank(b: Bank, k: int, beta: float, kind: str) -> Calibration:
             "beta_log_z": cal.beta_log_z[inv],
             "dpo_beta_eff": dpo[inv],
         }
-        return Calibration(kind, k, beta, b.ids, b.sizes, checksum, values)
-    tables = {int(m): winrate_table(int(m), k, beta) for m in np.unique(b.sizes)}
-    return Calibration(
-        kind, k, beta, b.ids, b.sizes, checksum, {"rewards": b.values}, tables,
-        log_c=winrate_log_constant(k, beta),
-    )
+        return Calibration(self.name, k, beta, b.ids, b.sizes, checksum, values)
+
+    def transform_rows(self, cal: Calibration, rows: np.ndarray,
+                       rewards: torch.Tensor) -> torch.Tensor:
+        _check_binary(rewards)
+        a = torch.from_numpy(cal.values["a_k"][rows]).to(rewards)
+        return a * rewards
+
+    def regression_target(self, cal: Calibration, prompt_ids: Any,
+                          adaptive: torch.Tensor) -> torch.Tensor:
+        return adaptive - torch.from_numpy(cal.get("beta_log_z", prompt_ids)).to(adaptive)
+
+    def grpo_advantages(self, cal: Calibration, rows: np.ndarray, groups: Groups,
+                        rewards: torch.Tensor, eps: float) -> torch.Tensor:
+        # Eq. 140: a_k after standardising, which would cancel it (Eq. 139). 0/1 rewards are
+        # checked by bestk.advantages.
+        a_k = torch.from_numpy(cal.values["a_k"][rows]).to(rewards)
+        return groups.broadcast(a_k) * groups.standardize(rewards, eps, ddof=1)
+
+    def summary_rows(self, cal: Calibration) -> list[tuple[str, str]]:
+        n = cal.values["n_success"]
+        a = cal.values["a_k"]
+        qs = np.quantile(a, [0.0, 0.5, 1.0])
+        d = cal.values["dpo_beta_eff"]
+        return [
+            ("prompts with N = 0 (a_k = k)", f"{int((n == 0).sum()):,}"),
+            ("prompts with N = M", f"{int((n == cal.bank_sizes).sum()):,}"),
+            ("mean reference pass rate", f"{float((n / cal.bank_sizes).mean()):.4f}"),
+            ("a_k min / median / max", " / ".join(f"{x:.4g}" for x in qs)),
+            ("@k-DPO beta_eff min / max", f"{d.min():.4g} / {d.max():.4g}"),
+        ]
+
+
+class WinrateKind(CalibrationKind):
+    r"""Any finite rewards, max@k (Algorithm 2): the sorted reference rewards of each prompt and
+    the shared table :math:`T_0..T_M`; adaptive reward :math:`T_j`,
+    :math:`j = \#\{\text{reference rewards} \le r\}` (Eq. 146), with :math:`Z = 1`."""
+
+    name = "winrate"
+    binary = False
+    metric = "best"
+    std_cancels = False
+    required_values = ("rewards",)
+
+    def bank_values(self, rewards: Any, success: Callable[[Any], np.ndarray]) -> np.ndarray:
+        return np.asarray(rewards, dtype=np.float64)
+
+    def build(self, bank: Bank, k: int, beta: float) -> Calibration:
+        b = bank
+        checksum = bank_checksum(b.ids, b.sizes, b.values)
+        tables = {int(m): winrate_table(int(m), k, beta) for m in np.unique(b.sizes)}
+        return Calibration(
+            self.name, k, beta, b.ids, b.sizes, checksum, {"rewards": b.values}, tables,
+            log_c=winrate_log_constant(k, beta),
+        )
+
+    def check_tables(self, tables: dict[int, np.ndarray], sizes: np.ndarray) -> None:
+        for m in np.unique(sizes):
+            if int(m) not in tables or tables[int(m)].shape != (int(m) + 1,):
+                raise ValueError(f"missing or malformed win-rate table for M={int(m)}")
+
+    def transform_rows(self, cal: Calibration, rows: np.ndarray,
+                       rewards: torch.Tensor) -> torch.Tensor:
+        j = cal._win_index(rows, rewards)
+        sizes = cal.bank_sizes[rows]
+        out = torch.empty_like(rewards)
+        for m in np.unique(sizes):  # one table per distinct bank size (usually exactly one)
+            sel = torch.from_numpy(sizes == m).to(rewards.device)
+            t = torch.from_numpy(cal.tables[int(m)]).to(rewards)
+            out[sel] = t[j[sel]]
+        return out
+
+    def grpo_advantages(self, cal: Calibration, rows: np.ndarray, groups: Groups,
+                        rewards: torch.Tensor, eps: float) -> torch.Tensor:
+        s = cal.transform_rows(rows[groups.index.cpu().numpy()], rewards)
+        return groups.standardize(s, eps, ddof=1)
+
+    def summary_rows(self, cal: Calibration) -> list[tuple[str, str]]:
+        rows = [(f"T_0 / T_M (M={m})", f"{t[0]:.5g} / {t[-1]:.5g}")
+                for m, t in sorted(cal.tables.items())]
+        return [*rows, ("log C", f"{cal.log_c:.6g}")]
+
+
+BINARY = BinaryKind()
+WINRATE = WinrateKind()
+#: Kind name -> its :class:`CalibrationKind` (the names calibration files store).
+KIND_SPECS: dict[str, CalibrationKind] = {kind.name: kind for kind in (BINARY, WINRATE)}
+#: The kind names.
+KINDS = tuple(KIND_SPECS)
+
+
+def calibration_kind(kind: Any, what: str = "calibration kind") -> CalibrationKind:
+    """The :class:`CalibrationKind` named ``kind`` (an instance is returned as is);
+    ``ValueError`` naming ``what`` and the valid names otherwise."""
+    if isinstance(kind, CalibrationKind):
+        return kind
+    if not isinstance(kind, str) or kind not in KIND_SPECS:
+        raise ValueError(f"unknown {what} {kind!r}; valid: {', '.join(KINDS)}")
+    return KIND_SPECS[kind]
+
+
+def _check_binary(rewards: torch.Tensor) -> None:
+    i = first_non_binary(rewards)
+    if i is not None:
+        raise ValueError(
+            f"reward at index {i} is {rewards[i].item()!r}; a binary calibration needs 0/1 rewards"
+        )
+
+
+def _as_tensor(rewards: Any) -> tuple[torch.Tensor, Any]:
+    """Flat float64 rewards and the function giving a result back in the caller's type."""
+    t, dtype = rewards_to_tensor(rewards)
+    return t.reshape(-1), lambda a: to_output(a, dtype, "transformed rewards")
+
+
+def calibrate(bank: Any, k: int, beta: float,
+              kind: str | CalibrationKind = "binary") -> Calibration:
+    """Build a :class:`Calibration` from a reference bank.
+
+    Parameters
+    ----------
+    bank:
+        Mapping prompt id -> sequence of M reference rewards (at least 2 per prompt; sizes may
+        differ between prompts). Ids are ints, or anything else (stored as ``str``). Binary
+        banks must hold 0/1 rewards. A path (``str`` / ``PathLike``) to a JSONL or parquet
+        bank file is read with :func:`bestk.kappo.bank.load_bank`.
+    k, beta:
+        Objective parameter (integer >= 1) and KL strength (> 0).
+    kind:
+        ``"binary"`` (Algorithm 1) or ``"winrate"`` (Algorithm 2), or its
+        :class:`CalibrationKind`.
+    """
+    k, beta = check_calibration_args(k, beta, kind)
+    spec = calibration_kind(kind)
+    if isinstance(bank, (str, os.PathLike)):
+        b = load_bank(bank, binary=spec.binary)
+    else:
+        b = bank if isinstance(bank, Bank) else bank_from_mapping(bank)
+    return spec.build(b, k, beta)
+
+
+def check_calibration_args(k: Any, beta: Any, kind: Any, *,
+                           names: tuple[str, str, str] = ("k", "beta", "calibration kind"),
+                           ) -> tuple[int, float]:
+    """The checks of :func:`calibrate`'s ``k``, ``beta`` and ``kind`` (``ValueError`` naming
+    each by ``names``, e.g. ``("--k", "--beta", "--kind")`` on the command line); returns
+    ``(k, beta)`` as ``int`` and ``float``."""
+    k = check_k(k, names[0])
+    beta = check_beta(beta, names[1])
+    calibration_kind(kind, names[2])
+    return k, beta
+
+
+def load_calibration(value: Any) -> Calibration:
+    """A :class:`Calibration` from itself or from the path of a ``bestk calibrate`` file.
+
+    A file is loaded once per (absolute path, modification time, size) and cached
+    (:func:`bestk._options.load_path_cached`), so a trainer or a reward function calling this
+    every step reads it once, and a rewritten file is read again. ``ValueError`` for anything
+    else, or a file that cannot be read.
+    """
+    if isinstance(value, Calibration):
+        return value
+    if not isinstance(value, (str, os.PathLike)):
+        raise ValueError(
+            "a calibration must be a path to a `bestk calibrate` file or a "
+            f"bestk.kappo.Calibration, got {type(value).__name__}"
+        )
+    path = os.path.abspath(os.fspath(value))
+    try:
+        os.stat(path)
+    except OSError as e:
+        raise ValueError(f"calibration file {path!r} cannot be read: {e.strerror}") from None
+    return load_path_cached(Calibration.load, path)
+

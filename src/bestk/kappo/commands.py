@@ -35,7 +35,6 @@ def calibrate_cmd(
     """Calibrate KAPPO from a reference bank (Algorithm 1 / 2) and save it as versioned JSON."""
     import time
 
-    import numpy as np
     from rich.console import Console
     from rich.table import Table
 
@@ -63,20 +62,8 @@ def calibrate_cmd(
     table.add_row("prompts", f"{cal.num_prompts:,}")
     table.add_row("bank size M", str(cal.M))
     table.add_row("reference rewards", f"{int(cal.bank_sizes.sum()):,}")
-    if kind == "binary":
-        n = cal.values["n_success"]
-        a = cal.values["a_k"]
-        table.add_row("prompts with N = 0 (a_k = k)", f"{int((n == 0).sum()):,}")
-        table.add_row("prompts with N = M", f"{int((n == cal.bank_sizes).sum()):,}")
-        table.add_row("mean reference pass rate", f"{float((n / cal.bank_sizes).mean()):.4f}")
-        qs = np.quantile(a, [0.0, 0.5, 1.0])
-        table.add_row("a_k min / median / max", " / ".join(f"{x:.4g}" for x in qs))
-        d = cal.values["dpo_beta_eff"]
-        table.add_row("@k-DPO beta_eff min / max", f"{d.min():.4g} / {d.max():.4g}")
-    else:
-        for m, t in sorted(cal.tables.items()):
-            table.add_row(f"T_0 / T_M (M={m})", f"{t[0]:.5g} / {t[-1]:.5g}")
-        table.add_row("log C", f"{cal.log_c:.6g}")
+    for quantity, value in cal.kind_spec.summary_rows(cal):
+        table.add_row(quantity, value)
     table.add_row("bank checksum", cal.checksum[:23] + "...")
     table.add_row("written to", str(out))
     table.add_row("time", f"{elapsed:.2f} s")

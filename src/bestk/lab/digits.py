@@ -52,7 +52,7 @@ from rich.progress import Progress
 
 from bestk._optional import pyplot, require
 from bestk.estimators import ESTIMATORS, EstimatorInfo, advantages, estimator_info
-from bestk.kappo.calibration import calibrate
+from bestk.kappo.calibration import BINARY, WINRATE, CalibrationKind, calibrate
 from bestk.lab._optim import SlotAdam, torch_threads
 from bestk.lab.exact import best_at_k_exact
 from bestk.lab.io import (
@@ -95,6 +95,10 @@ def _edge(x: float) -> str:
 BIN_LABELS = [f"[{_edge(lo)},{_edge(hi)}{']' if hi == BINS[-1] else ')'}"
               for lo, hi in zip(BINS[:-1], BINS[1:], strict=True)]
 REWARDS = ("binary", "graded")
+#: The KAPPO calibration kind of each reward variant (0/1 rewards: pass@k's binary kind; graded:
+#: max@k's win-rate kind). It says whether the variant's rewards are 0/1 and which @k metric
+#: (``kind.metric``: pass or best) judges it.
+REWARD_KINDS: dict[str, CalibrationKind] = {"binary": BINARY, "graded": WINRATE}
 #: k of the @k learners (PKPO, KAPPO @k-GRPO), as in their labels.
 AT_K = 4
 #: Seed ids of the sweep runs start here (disjoint from the test seeds 0, 1, ...).
@@ -131,7 +135,7 @@ class Learner:
         return self.info is not None and self.info.calibrated
 
     def applies(self, reward: str, n: int) -> bool:
-        return n >= self.min_n and not (self.binary_only and reward != "binary")
+        return n >= self.min_n and not (self.binary_only and not REWARD_KINDS[reward].binary)
 
 
 #: Every learner the classification testbeds know (configs pick a subset by label).
@@ -386,12 +390,11 @@ class BatchedMLP(torch.nn.Module):
 
 def reward_matrix(kind: str) -> torch.Tensor:
     """``(10, 10)`` reward of predicting class ``c`` (column) for label ``y`` (row)."""
+    if kind not in REWARDS:
+        raise ValueError(f"unknown reward variant {kind!r}; valid: {', '.join(REWARDS)}")
     c = torch.arange(N_CLASSES, dtype=torch.float64)
-    if kind == "binary":
-        return torch.eye(N_CLASSES, dtype=torch.float64)
-    if kind == "graded":
-        return 1.0 - (c[None, :] - c[:, None]).abs() / 9.0
-    raise ValueError(f"unknown reward variant {kind!r}; valid: {', '.join(REWARDS)}")
+    return {"binary": torch.eye(N_CLASSES, dtype=torch.float64),
+            "graded": 1.0 - (c[None, :] - c[:, None]).abs() / 9.0}[kind]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -439,9 +442,9 @@ def _kappo_calibration(spec: RunSpec, problem: Problem, model: BatchedMLP, slots
             bank_r = rmat[problem.y_train[:, None].expand_as(draws), draws]
             for i, row in enumerate(bank_r.numpy()):
                 banks[pos * n_train + i] = row
-    if problem.reward == "binary":
-        return calibrate(banks, AT_K, spec.kappo_beta, kind="binary")
-    return calibrate(banks, AT_K, spec.kappo_winrate_beta, kind="winrate")
+    kind = REWARD_KINDS[problem.reward]
+    return calibrate(banks, AT_K, spec.kappo_beta if kind.binary else spec.kappo_winrate_beta,
+                     kind=kind)
 
 
 def _slot_logits(model: BatchedMLP, slot: int, x: torch.Tensor) -> torch.Tensor:
@@ -454,7 +457,7 @@ def _calibration_summary(cal: Any) -> dict[str, Any]:
     """What the KAPPO calibration from the initial policy looked like (for the report)."""
     summary: dict[str, Any] = {"kind": cal.kind, "k": cal.k, "beta": cal.beta,
                                "prompts": cal.num_prompts}
-    if cal.kind == "binary":
+    if cal.kind_spec.binary:
         a_k = np.asarray(cal.values["a_k"], dtype=np.float64)
         n_succ = np.asarray(cal.values["n_success"])
         summary.update({
@@ -482,7 +485,7 @@ def evaluate_slots(model: BatchedMLP, problem: Problem, ks: Sequence[int],
             y = problem.y_eval[None, :, None].expand(logp.shape[0], -1, 1)
             p = logp.gather(2, y)[..., 0].exp()  # (c, T)
             pk = (1 - (1 - p[..., None]) ** kt).mean(1)
-            if problem.reward == "binary":
+            if REWARD_KINDS[problem.reward].binary:  # 0/1 rewards: best@k is pass@k
                 bk = pk
             else:
                 bk = best_at_k_exact(logp.exp(), problem.reward_matrix()[problem.y_eval],
@@ -537,7 +540,8 @@ def run_slots(problem: Problem, slots: Sequence[Slot], spec: RunSpec,
     curve_steps.append(0)
     curves.append(start["pass"][:, 0].clone())
     n_classes = problem.n_classes
-    rmat = problem.reward_matrix() if problem.reward == "graded" else None
+    # 0/1 rewards: the indicator of the true class; else the variant's reward matrix
+    rmat = None if REWARD_KINDS[problem.reward].binary else problem.reward_matrix()
     for step in range(1, spec.steps + 1):
         xs, ys, ids = problem.batch(batch_gen, n_seeds, b)  # (S, b, d), (S, b), (S, b)
         xb, yb = xs[pos], ys[pos]  # (P, b, d), (P, b)
@@ -614,7 +618,7 @@ def _metrics(ev: dict[str, torch.Tensor], ks: Sequence[int]) -> dict[str, list]:
 
 def selection_score(result: dict[str, Any], reward: str, ks: Sequence[int]) -> np.ndarray:
     """Per slot: mean over ``ks`` of pass@k (binary) or best@k (graded) at the end."""
-    name = "pass" if reward == "binary" else "best"
+    name = REWARD_KINDS[reward].metric
     return np.mean([result["end"][metric_key(name, k)] for k in ks], axis=0)
 
 
@@ -651,8 +655,7 @@ def sweep_and_test(make: Callable[[str], Problem], learners: Sequence[Learner],
             best = max(rows, key=lambda r: r["score"])  # ties: the smaller rate (grid order)
             selected[x.label] = best["lr"]
         sweep["data_id"] = problem.data_id
-        sweep["select_by"] = ("mean over k of validation " + ("pass@k" if problem.reward ==
-                                                               "binary" else "best@k"))
+        sweep["select_by"] = f"mean over k of validation {REWARD_KINDS[problem.reward].metric}@k"
     for x in learners:
         if x.control_of is not None:
             selected[x.label] = selected[x.control_of]
@@ -789,7 +792,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     for j, reward in enumerate(rewards):
         st = results[reward]
         test, ks = st["test"], st["ks"]
-        name = "pass" if reward == "binary" else "best"
+        name = REWARD_KINDS[reward].metric
         ax, ax2 = axes[0][j], axes[1][j]
         for i, lb in enumerate(st["learners"]):
             idx = [t for t, s in enumerate(test["slots"]) if s["learner"] == lb]

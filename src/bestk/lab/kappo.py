@@ -122,6 +122,7 @@ from bestk.estimators import advantages
 from bestk.kappo import (
     Calibration,
     calibrate,
+    calibration_kind,
     kappo_apo_loss,
     kappo_dpo_loss,
     reconstruct_max_at_k,
@@ -167,7 +168,7 @@ _BINARY_ONLY = {
 
 def _is_run(kind: str, method: str) -> bool:
     """Whether ``method`` is run on ``kind`` rewards (:data:`_BINARY_ONLY` says why not)."""
-    return kind == "binary" or method not in _BINARY_ONLY
+    return calibration_kind(kind).binary or method not in _BINARY_ONLY
 
 
 _GRPO_EPS = 1e-6  # kappo_grpo's epsilon in (S - mean) / (std + eps)
@@ -436,7 +437,7 @@ def expected_update(method: str, problem: KappoProblem, cfg: KappoLabConfig) -> 
 
     if method == "direct":
         k = problem.k
-        if problem.kind == "binary":
+        if problem.calibration.kind_spec.binary:
             def value(pi: torch.Tensor) -> torch.Tensor:
                 return 1 - (1 - (pi * problem.rewards).sum(-1)) ** k
         else:
@@ -461,7 +462,7 @@ def expected_update(method: str, problem: KappoProblem, cfg: KappoLabConfig) -> 
         name, options = _GRPO_FAMILY[method]
         c = _linear_weight(name, n, **options)
         kl_coef = beta * c  # beta (n-1)/n for Dr.GRPO
-        if problem.kind == "binary":
+        if problem.calibration.kind_spec.binary:
             plus, minus = _binary_count_advantages(problem, name, n, True, **options)
         else:
             s_arm = problem.adaptive
@@ -539,7 +540,7 @@ def predicted_limit(method: str, problem: KappoProblem, cfg: KappoLabConfig) -> 
     discrete win rate, App. 15).
     """
     ref, beta = problem.ref, problem.beta
-    if problem.kind == "binary":
+    if problem.calibration.kind_spec.binary:
         if method in ("apo", "dpo", "rloo", "drgrpo", "direct"):
             return problem.closed_form, "closed form"
         if method == "kappo_grpo":
@@ -665,7 +666,7 @@ def _run_case(method: str, problem: KappoProblem, cfg: KappoLabConfig) -> dict[s
         "steps": int(steps.max()),
         "converged": bool(done.all()),
     }
-    if problem.kind == "binary":
+    if problem.calibration.kind_spec.binary:
         p = (pi * problem.rewards).sum(-1).numpy()
         out["pass_rate_error"] = float(np.abs(p - problem.p_star).max())
     closed = out["claims_closed_form"]
@@ -707,7 +708,8 @@ def _convergence(
     with torch_threads(1):  # tiny tensors: threads only add overhead
         for kind in cfg.kinds:
             for k in cfg.ks:
-                problem = binary_problem(cfg, k) if kind == "binary" else winrate_problem(cfg, k)
+                binary = calibration_kind(kind).binary
+                problem = binary_problem(cfg, k) if binary else winrate_problem(cfg, k)
                 for method in cfg.methods:
                     if not _is_run(kind, method):
                         continue

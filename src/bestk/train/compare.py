@@ -53,7 +53,7 @@ from rich.progress import Progress
 from bestk._atomic import atomic_path, write_text_atomic
 from bestk._optional import pyplot
 from bestk.estimators import ESTIMATORS, estimator_info
-from bestk.kappo.calibration import calibrate
+from bestk.kappo.calibration import calibrate, calibration_kind
 from bestk.lab.io import save_figure
 from bestk.lab.stats import mean_ci
 from bestk.train.algorithms import ALGORITHMS
@@ -381,7 +381,8 @@ def _rl_job(cfg_dict: dict[str, Any], sft_path: str | None, label: str, key: str
     # what the method learns from: the 0/1 success for estimators that see it, binary tasks
     # and binary KAPPO calibrations of apo / dpo
     binary = tr.binary_advantages or not task.graded or (
-        cfg.algorithm != "pg" and tr.kappo_kind == "binary")
+        cfg.algorithm != "pg" and tr.kappo_kind is not None
+        and calibration_kind(tr.kappo_kind).binary)
     run = {
         "estimator": cfg.estimator if cfg.algorithm == "pg" else None,
         "options": {k: (v if not hasattr(v, "kind") else f"calibration ({v.kind})")

@@ -935,7 +935,7 @@ def check_estimator_runs(cfg: TrainConfig, options: dict[str, Any] | None = None
     opts = resolve_options(cfg.estimator, cfg.estimator_options) if options is None else options
     labels: list[Any] = [0, 1]
     if "calibration" not in opts and estimator_info(cfg.estimator).calibrated:
-        kind = "winrate" if cfg.kappo.kind == "winrate" else "binary"
+        kind = {"auto": "binary"}.get(cfg.kappo.kind, cfg.kappo.kind)  # auto: a binary dummy
         opts = {**opts, "calibration": calibrate(
             {0: [0.0, 1.0], 1: [0.0, 1.0]}, k=cfg.kappo.k, beta=cfg.kappo.beta, kind=kind)}
     cal = opts.get("calibration")

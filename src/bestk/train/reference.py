@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from bestk._atomic import atomic_path, write_text_atomic
-from bestk.kappo import Calibration, calibrate
+from bestk.kappo import BINARY, WINRATE, Calibration, calibrate, calibration_kind
 from bestk.tasks import Task
 from bestk.train.checkpoint import as_os_error
 from bestk.train.rollout import completion_logprobs, sample
@@ -108,15 +108,13 @@ def resolve_kind(kind: str, *, binary_only: bool, graded: bool) -> str:
     (@k-DPO) or a binary task, else ``winrate``."""
     if kind != "auto":
         return kind
-    return "binary" if binary_only or not graded else "winrate"
+    return (BINARY if binary_only or not graded else WINRATE).name
 
 
 def calibration_values(task: Task, kind: str, rewards: np.ndarray) -> np.ndarray:
     """What a ``kind`` calibration sees of raw ``rewards``: the 0/1 success (``binary``,
     float64) or the rewards themselves (``winrate``)."""
-    if kind == "binary":
-        return task.success(rewards).astype(np.float64)
-    return np.asarray(rewards, dtype=np.float64)
+    return calibration_kind(kind).bank_values(rewards, task.success)
 
 
 def bank_examples(
