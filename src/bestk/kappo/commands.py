@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from bestk._typer import Group, fail, number_list
+from bestk._typer import Group, fail, number_list, os_error_message, out_directory
 
 __all__ = ["register", "plot_app"]
 
@@ -39,7 +39,6 @@ def calibrate_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    from bestk._atomic import os_error_line
     from bestk.kappo.calibration import calibrate, check_calibration_args
 
     t0 = time.perf_counter()
@@ -54,7 +53,7 @@ def calibrate_cmd(
     except ValueError as e:
         fail(e)
     except OSError as e:
-        fail(os_error_line(e))
+        fail(os_error_message(e))
     elapsed = time.perf_counter() - t0
 
     table = Table(title=f"KAPPO calibration ({kind}, k={k}, beta={beta})")
@@ -85,12 +84,16 @@ def calibrate_cmd(
 
 @plot_app.command("weights")
 def plot_weights_cmd(
-    out: Path = typer.Option(Path("docs/img"), "--out", "-o", help="Output directory."),
+    out: Path = typer.Option(
+        Path("."), "--out", "-o", help="Output directory (default: the current directory; "
+        "the project's figures: -o docs/img)."
+    ),
     group_size: int = typer.Option(8, "--group-size", "-M", help="Group size M (>= 2)."),
     taus: str = typer.Option("0.1,0.3,1.0,3.0", "--taus", help="SoftmaxGRPO temperatures."),
     beta: float = typer.Option(0.1, "--beta", help="KL strength for the KAPPO panels."),
 ) -> None:
-    """Draw prompt weights omega(p), KAPPO beta_eff(p_ref) and the win-rate transform T(q)."""
+    """Draw prompt weights omega(p), KAPPO beta_eff(p_ref) and the win-rate transform T(q):
+    OUT/weights.png, OUT/kappo_beta_eff.png, OUT/kappo_winrate_T.png."""
     from bestk._optional import pyplot
 
     plt = pyplot(extra="plot")
@@ -104,6 +107,7 @@ def plot_weights_cmd(
         raise typer.BadParameter("--group-size must be >= 2")
     if not beta > 0:
         raise typer.BadParameter("--beta must be > 0")
+    out_directory(out, "--out/-o")
     out.mkdir(parents=True, exist_ok=True)
     p = np.linspace(0.002, 0.998, 499)
     M = group_size
