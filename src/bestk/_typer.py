@@ -17,7 +17,8 @@ from typer.core import TyperGroup
 from bestk._atomic import os_error_line
 from bestk._optional import missing_from
 
-__all__ = ["Group", "fail", "cli_errors", "os_error_message", "out_directory", "number_list"]
+__all__ = ["Group", "fail", "cli_errors", "os_error_message", "out_directory", "out_file",
+           "number_list"]
 
 
 def fail(message: object) -> NoReturn:
@@ -56,13 +57,39 @@ def cli_errors(describe: Callable[[OSError], str] = os_error_message) -> Iterato
         fail(describe(e))
 
 
-def out_directory(path: Any, option: str = "--out") -> Any:
-    """``path`` unchanged if it is a directory or does not exist yet; a ``ValueError`` naming
-    ``option`` when it is an existing file (checked before a command does any work)."""
+def _blocking_file(path: Any) -> Any:
+    """The existing non-directory that ``path`` or one of its parents is, if any."""
     from pathlib import Path
 
-    if Path(path).exists() and not Path(path).is_dir():
-        raise ValueError(f"{option} {str(path)!r} is a file, not a directory")
+    for p in (Path(path), *Path(path).parents):
+        if p.exists():
+            return None if p.is_dir() else p
+    return None
+
+
+def out_directory(path: Any, option: str = "--out") -> Any:
+    """``path`` unchanged if it is a directory or can be made one; a ``ValueError`` naming
+    ``option`` when it, or a parent of it, is an existing file (checked before any work)."""
+    block = _blocking_file(path)
+    if block is not None:
+        if str(block) == str(path):
+            raise ValueError(f"{option} {str(path)!r} is a file, not a directory")
+        raise ValueError(f"{option} {str(path)!r} cannot be a directory: its parent "
+                         f"{str(block)!r} is a file")
+    return path
+
+
+def out_file(path: Any, option: str) -> Any:
+    """``path`` unchanged if a file can be written there; a ``ValueError`` naming ``option``
+    when it is a directory or a parent of it is an existing file (checked before any work)."""
+    from pathlib import Path
+
+    if Path(path).is_dir():
+        raise ValueError(f"{option} {str(path)!r} is a directory; give a file name")
+    block = _blocking_file(Path(path).parent)
+    if block is not None:
+        raise ValueError(f"{option} {str(path)!r}: its parent {str(block)!r} is a file, not "
+                         "a directory")
     return path
 
 

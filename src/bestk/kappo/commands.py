@@ -10,7 +10,14 @@ from pathlib import Path
 
 import typer
 
-from bestk._typer import Group, fail, number_list, os_error_message, out_directory
+from bestk._typer import (
+    Group,
+    fail,
+    number_list,
+    os_error_message,
+    out_directory,
+    out_file,
+)
 
 __all__ = ["register", "plot_app"]
 
@@ -46,8 +53,7 @@ def calibrate_cmd(
         check_calibration_args(k, beta, kind, names=("--k", "--beta", "--kind"))
         if bank.is_dir():
             raise ValueError(f"bank {str(bank)!r} is a directory; give a JSONL or parquet file")
-        if out.is_dir():
-            raise ValueError(f"--out {str(out)!r} is a directory; give a file name")
+        out_file(out, "--out")
         cal = calibrate(bank, k, beta, kind)
         cal.save(out)
     except ValueError as e:

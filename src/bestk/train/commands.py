@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 
-from bestk._typer import cli_errors, fail, out_directory
+from bestk._typer import cli_errors, fail, out_directory, out_file
 
 __all__ = ["register"]
 
@@ -191,19 +191,23 @@ def check_eval_overrides(overrides: list[str]) -> None:
 
 
 def unknown_characters(tokenizer: Any, prompts: list[str]) -> tuple[int, str, str] | None:
-    """``(prompts with a character the tokenizer maps to its unknown token, one such
-    character, its prompt)``, or ``None`` when every character is known (or the tokenizer
-    has no unknown token, e.g. byte-level BPE)."""
+    """``(prompts holding a character the tokenizer cannot encode, one such character, its
+    prompt)``, or ``None`` when it encodes every character.
+
+    A character cannot be encoded when it alone gives no token (a vocabulary without it and
+    without byte fallback drops it: a character-level tokenizer reloaded from ``final/``) or
+    the unknown token.
+    """
     unk = getattr(tokenizer, "unk_token_id", None)
-    if unk is None or not prompts:
-        return None
-    ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
-    bad = [p for p, row in zip(prompts, ids, strict=True) if unk in row]
+    bad = set()
+    for ch in sorted(set().union(*map(set, prompts))):
+        ids = tokenizer(ch, add_special_tokens=False)["input_ids"]
+        if not ids or (unk is not None and unk in ids):
+            bad.add(ch)
     if not bad:
         return None
-    chars = [ch for ch in dict.fromkeys(bad[0])
-             if unk in tokenizer(ch, add_special_tokens=False)["input_ids"]]
-    return len(bad), (chars[0] if chars else "?"), bad[0]
+    hits = [p for p in prompts if bad.intersection(p)]
+    return len(hits), next(ch for ch in hits[0] if ch in bad), hits[0]
 
 
 def _eval(
@@ -225,6 +229,9 @@ def _eval(
 
     if bank_prompts < 1:
         raise ValueError(f"--bank-prompts must be an integer >= 1, got {bank_prompts}")
+    for flag, path in (("--json", json_out), ("--bank", bank_out)):
+        if path is not None:
+            out_file(path, flag)
     check_eval_overrides(set_)
     cfg = TrainConfig()
     cfg.task.name = task
@@ -233,9 +240,6 @@ def _eval(
     cfg.seed = seed
     apply_overrides(cfg, set_)
     validate(cfg)
-    for flag, path in (("--json", json_out), ("--bank", bank_out)):
-        if path is not None and path.is_dir():
-            raise ValueError(f"{flag} {str(path)!r} is a directory; give a file name")
     t = load_task(cfg.task.name, cfg.task.options, seed=cfg.seed, reward=cfg.task.reward)
     mdl, tok = load_policy(cfg.model, t.alphabet)
     mdl.to(cfg.device)
@@ -248,8 +252,8 @@ def _eval(
         count, char, prompt = unknown
         typer.echo(
             f"warning: {count} of {len(examples) + len(bank_ex)} prompts hold characters the "
-            f"model's tokenizer does not know (e.g. {char!r} in {prompt!r}), read as its "
-            f"unknown token: was {str(model)!r} trained on task {t.name!r}?", err=True,
+            f"model's tokenizer does not know (e.g. {char!r} in {prompt!r}), which it drops or "
+            f"reads as unknown: was {str(model)!r} trained on task {t.name!r}?", err=True,
         )
     with autocast(cfg.device, cfg.model.autocast):
         res = evaluate(

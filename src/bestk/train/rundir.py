@@ -496,10 +496,17 @@ def finished_step(directory: str | os.PathLike) -> int | None:
 
 
 def prepare_directory(directory: str | os.PathLike) -> Path:
-    """Create the run directory (``ValueError`` if the path is an existing file)."""
+    """Create the run directory (``ValueError`` if the path, or a parent, is an existing
+    file)."""
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
         raise ValueError(f"--out {str(directory)!r} is a file, not a directory")
+    for parent in directory.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"--out {str(directory)!r} cannot be a directory: its parent "
+                                 f"{str(parent)!r} is a file")
+            break
     directory.mkdir(parents=True, exist_ok=True)
     return directory
 
