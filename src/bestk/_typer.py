@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
@@ -59,8 +60,6 @@ def cli_errors(describe: Callable[[OSError], str] = os_error_message) -> Iterato
 
 def _blocking_file(path: Any) -> Any:
     """The existing non-directory that ``path`` or one of its parents is, if any."""
-    from pathlib import Path
-
     for p in (Path(path), *Path(path).parents):
         if p.exists():
             return None if p.is_dir() else p
@@ -82,8 +81,6 @@ def out_directory(path: Any, option: str = "--out") -> Any:
 def out_file(path: Any, option: str) -> Any:
     """``path`` unchanged if a file can be written there; a ``ValueError`` naming ``option``
     when it is a directory or a parent of it is an existing file (checked before any work)."""
-    from pathlib import Path
-
     if Path(path).is_dir():
         raise ValueError(f"{option} {str(path)!r} is a directory; give a file name")
     block = _blocking_file(Path(path).parent)

@@ -194,15 +194,15 @@ def unknown_characters(tokenizer: Any, prompts: list[str]) -> tuple[int, str, st
     """``(prompts holding a character the tokenizer cannot encode, one such character, its
     prompt)``, or ``None`` when it encodes every character.
 
-    A character cannot be encoded when it alone gives no token (a vocabulary without it and
-    without byte fallback drops it: a character-level tokenizer reloaded from ``final/``) or
-    the unknown token.
+    A character cannot be encoded when it alone gives the unknown token, or no token at all
+    (a vocabulary without it and without byte fallback drops it: a character-level tokenizer
+    reloaded from ``final/``); whitespace alone may legitimately give none (SentencePiece).
     """
     unk = getattr(tokenizer, "unk_token_id", None)
     bad = set()
     for ch in sorted(set().union(*map(set, prompts))):
         ids = tokenizer(ch, add_special_tokens=False)["input_ids"]
-        if not ids or (unk is not None and unk in ids):
+        if (not ids and not ch.isspace()) or (unk is not None and unk in ids):
             bad.add(ch)
     if not bad:
         return None
