@@ -191,3 +191,13 @@ def test_plot_weights(tmp_path):
     for name in ("weights.png", "kappo_beta_eff.png", "kappo_winrate_T.png"):
         f = tmp_path / name
         assert f.exists() and f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_weights_writes_into_the_current_directory_by_default(tmp_path, monkeypatch):
+    """Not into ``docs/img`` of wherever it runs (the project's figures: ``-o docs/img``)."""
+    pytest.importorskip("matplotlib")
+    monkeypatch.chdir(tmp_path)
+    res = runner.invoke(app, ["plot", "weights", "--taus", "1.0"])
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "kappo_beta_eff.png", "kappo_winrate_T.png", "weights.png"]

@@ -188,3 +188,69 @@ def test_best_at_k_float16_input_fits():
     r = torch.tensor([60000.0, 65504.0, 100.0], dtype=torch.float16)
     got = bestk.best_at_k(r, 2)
     assert got.dtype == torch.float16 and torch.isfinite(got)
+
+
+# -- issue 22, item 8: one rule for parameters -----------------------------------------------------
+@pytest.mark.parametrize("k", [2.0, np.float64(2.0), True, "2", torch.tensor(2.0)])
+def test_k_follows_one_rule_in_pass_at_k_best_at_k_and_pkpo(k):
+    """An integral float, a bool, a string: refused by all three, naming k."""
+    with pytest.raises(ValueError, match="pass_at_k: k must be an integer"):
+        bestk.pass_at_k(4, 1, k)
+    with pytest.raises(ValueError, match="best_at_k: k must be an integer"):
+        bestk.best_at_k([0.0, 1.0, 1.0, 0.0], k)
+    with pytest.raises(ValueError, match="pkpo option k must be an integer"):
+        bestk.advantages("pkpo", [0.0, 1.0, 1.0, 0.0], k=k)
+
+
+def test_k_accepts_integer_scalars_and_arrays_counts_accept_integral_floats():
+    want = bestk.pass_at_k(4, 1, 2)
+    for k in (np.int64(2), torch.tensor(2), np.array(2)):
+        assert bestk.pass_at_k(4, 1, k) == want
+    assert bestk.pass_at_k(4.0, np.float32(1.0), 2) == want  # counts: data, e.g. a float sum
+    with pytest.raises(ValueError, match="pass_at_k: k must hold integers .*float64"):
+        bestk.pass_at_k(4, 1, np.array([1.0, 2.0]))
+    with pytest.raises(ValueError, match="ks must hold integers"):
+        bestk.pass_at_k_curve(4, [1, 2], ks=[1.0, 2.0])
+
+
+@pytest.mark.parametrize("curve", ["pass", "best"])
+@pytest.mark.parametrize("option, value, msg", [
+    ("n_boot", True, "n_boot must be an integer, got bool True"),
+    ("n_boot", 2.5, "n_boot must be an integer, got float 2.5"),
+    ("n_boot", 0, "n_boot must be >= 1, got 0"),
+    ("seed", -1, "seed must be >= 0, got -1"),
+    ("seed", False, "seed must be an integer, got bool False"),
+    ("ci", 1.0, r"ci must be in \(0, 1\), got 1.0"),
+    ("ci", "0.9", "ci must be a real number, got str '0.9'"),
+])
+def test_curve_options_are_named_in_the_error(curve, option, value, msg):
+    if curve == "pass":
+        call = lambda: bestk.pass_at_k_curve(4, [1, 2], **{option: value})  # noqa: E731
+    else:
+        call = lambda: bestk.best_at_k_curve([[0.0, 1.0], [1.0, 1.0]], **{option: value})  # noqa: E731
+    with pytest.raises(ValueError, match=f"{curve}_at_k_curve option {msg}"):
+        call()
+
+
+def test_curve_shapes_that_do_not_match_name_both_arguments():
+    with pytest.raises(ValueError, match=r"pass_at_k_curve: n has shape \(3,\) but c has shape "
+                       r"\(2,\)"):
+        bestk.pass_at_k_curve([4, 4, 4], [1, 2])
+    with pytest.raises(ValueError, match="group has 2 labels but rewards have 3 samples"):
+        bestk.best_at_k_curve([1.0, 0.0, 1.0], [0, 0])
+    per_prompt = bestk.pass_at_k_curve(np.array([4, 5]), np.array([[1], [2]]))  # same size
+    assert per_prompt.num_prompts == 2
+
+
+@pytest.mark.parametrize("rewards, msg", [
+    ([2.0, 2.0, 0.0, 0.0], "reward at index 0 is 2.0; rewards must lie in \\[0, 1\\]"),
+    ([0.5, 0.5, -0.25, 0.0], "reward at index 2 is -0.25"),
+])
+def test_gradient_allocation_refuses_rewards_outside_0_1(rewards, msg):
+    with pytest.raises(ValueError, match=f"gradient_allocation: {msg}"):
+        gradient_allocation([1.0, 1.0, 1.0, 1.0], rewards, [0, 0, 1, 1])
+
+
+def test_gradient_allocation_refuses_pass_rates_outside_the_bins():
+    with pytest.raises(ValueError, match="group 1 has pass rate 0, outside the bins \\[0.1, 1\\]"):
+        gradient_allocation([1.0] * 4, [1.0, 1.0, 0.0, 0.0], [0, 0, 1, 1], bins=(0.1, 0.5, 1.0))

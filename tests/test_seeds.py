@@ -28,3 +28,8 @@ def test_every_module_stream_is_listed_and_keys_are_unique_per_rule():
         keys = [s.key for s in STREAMS if s.rule == rule]
         assert len(keys) == len(set(keys)), rule
     assert len({s.name for s in STREAMS}) == len(STREAMS)
+
+
+def test_eval_bank_sampling_is_seed_plus_one():
+    """``bestk eval --bank`` has always sampled its bank with ``--seed`` + 1."""
+    assert _seeds.EVAL_BANK_SAMPLING.seed(0) == 1 and _seeds.EVAL_BANK_SAMPLING.seed(41) == 42

@@ -370,7 +370,7 @@ def test_full_disk_keeps_the_last_good_checkpoint_and_the_rerun_is_exact(
     monkeypatch.setattr(safetensors.torch, "save_file", _enospc_on_call(2))  # step 2's save
     line = one_line_error(invoke(*cli_args(out)))
     assert f"{out / 'checkpoints' / 'step_0000002.safetensors'}: No space left on device" in line
-    assert "the last good checkpoint is intact" in line
+    assert "the last good checkpoint, step_0000000.safetensors, is intact" in line
     names = sorted(p.name for p in (out / "checkpoints").iterdir())
     assert names == ["step_0000000.safetensors", "step_0000000.sha256"]  # no temporaries
     assert verify_checkpoint(out / "checkpoints" / "step_0000000.safetensors") is None
@@ -432,6 +432,8 @@ def test_os_errors_in_a_real_cli_process(tmp_path, kind, expected):
     assert p.returncode == 2, p.stderr
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], p.stderr
+    if kind == "enospc":  # the step-0 checkpoint failed: none to claim intact
+        assert "no checkpoint was written yet" in lines[0] and "intact" not in lines[0]
 
 
 # -- 6. bestk eval on a damaged / empty model directory ---------------------------------------
@@ -684,3 +686,130 @@ def test_run_files_respect_the_umask(tmp_path, mask, mode):
     assert len(files) == 10  # ... and 2 checkpoints with their checksum files
     for f in files:
         assert f.stat().st_mode & 0o777 == mode, f
+
+
+# -- 8. third reliability pass (issue 22) --------------------------------------------------------
+def test_a_refused_out_in_an_existing_directory_leaves_no_lock_file(tmp_path, monkeypatch):
+    """``bestk train --out .`` in a directory holding someone else's config.yaml is refused,
+    and the directory is left as it was (no stray ``.lock``)."""
+    mine = tmp_path / "project"
+    mine.mkdir()
+    (mine / "config.yaml").write_text("a: 1\n")
+    monkeypatch.chdir(mine)
+    line = one_line_error(invoke(*cli_args(Path("."))))
+    assert "config.yaml" in line
+    assert sorted(p.name for p in mine.iterdir()) == ["config.yaml"]
+
+
+def test_a_lock_file_stays_once_the_run_wrote_and_a_foreign_one_is_never_removed(tmp_path):
+    lock = RunLock(tmp_path).acquire()
+    (tmp_path / "config.yaml").write_text("seed: 0\n")
+    lock.release()
+    assert (tmp_path / ".lock").exists()  # a run's pid file stays, as documented
+    RunLock(tmp_path).acquire().release()  # did not create it: leaves it
+    assert (tmp_path / ".lock").exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    RunLock(empty).acquire().release()
+    assert list(empty.iterdir()) == []
+
+
+def test_a_lock_file_removed_by_its_holder_is_not_locked_twice(tmp_path, monkeypatch):
+    """A writer that opened ``.lock`` just before its holder removed it locks the file now at
+    the path instead of the removed one (else two writers would each hold "the" lock)."""
+    import bestk.train.rundir as rundir
+
+    first = RunLock(tmp_path).acquire()
+    real_lock, calls = rundir._lock_fd, []
+
+    def lock_after_the_holder_left(fd):
+        if not calls:  # between our open and our lock, the holder releases and removes it
+            calls.append(fd)
+            first.release()
+        return real_lock(fd)
+
+    monkeypatch.setattr(rundir, "_lock_fd", lock_after_the_holder_left)
+    second = RunLock(tmp_path).acquire()
+    monkeypatch.undo()
+    assert calls and (tmp_path / ".lock").exists()
+    with pytest.raises(RunDirectoryBusy):
+        RunLock(tmp_path).acquire()  # the lock at the path is the one held
+    second.release()
+
+
+@pytest.mark.parametrize("how", ["truncated", "cut_header", "padded"])
+def test_a_truncated_checkpoint_with_a_recomputed_checksum_falls_back(finished, run, how):
+    """The user 'repaired' the checksum of a damaged newest checkpoint (``sha256sum >``): the
+    layout check still finds it incomplete, so the run resumes from the previous one."""
+    from bestk.train.checkpoint import file_sha256
+
+    newest = run / "checkpoints" / "step_0000004.safetensors"
+    data = newest.read_bytes()
+    newest.write_bytes({"truncated": data[: len(data) // 2], "cut_header": data[:100],
+                        "padded": data + b"\0" * 64}[how])
+    checksum_path(newest).write_text(f"{file_sha256(newest)}  {newest.name}\n")
+    why = verify_checkpoint(newest)
+    assert why is not None and ("truncated" in why or "padded" in why), why
+    r = invoke(*cli_args(run))
+    assert r.exit_code == 0, r.output
+    assert "checkpoint step_0000004.safetensors is damaged (truncated" in r.output
+    assert "resuming from the newest valid checkpoint, step_0000002.safetensors" in r.output
+    assert "Traceback" not in r.output
+    assert train_rows(run) == train_rows(finished)
+    assert_same_weights(run, finished)
+
+
+def test_out_and_set_out_naming_two_directories_are_refused(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    line = one_line_error(invoke("train", "--out", a, "--set", f"out={b}", "--quiet"))
+    assert f"--out '{a}' and --set out='{b}' name two run directories" in line
+    assert not a.exists() and not b.exists()
+    line = one_line_error(invoke("train", "--resume", a, "--set", f"out={b}", "--quiet"))
+    assert f"--set out='{b}' differs" in line
+
+
+def test_config_naming_a_directory_says_so(tmp_path):
+    line = one_line_error(invoke("train", "--config", tmp_path, "--quiet"))
+    assert line == f"error: --config '{tmp_path}' is a directory; give a YAML config file"
+
+
+def test_num_eval_zero_is_a_one_line_task_option_error(tmp_path):
+    out = tmp_path / "run"
+    r = invoke(*cli_args(out, "task.options={num_train: 64, num_eval: 0, max_len: 4}"))
+    assert one_line_error(r) == "error: strings option num_eval must be an integer >= 1, got 0"
+    assert not out.exists()
+
+
+def test_train_help_points_to_the_config_reference():
+    r = invoke("train", "--help")
+    assert r.exit_code == 0
+    text = " ".join(r.output.split())
+    assert "docs/training.md, section Configuration" in text and "--set" in text
+
+
+@pytest.mark.parametrize("value", ["-5", "0"])
+def test_eval_bank_prompts_is_checked_before_any_model_loads(tmp_path, value):
+    line = one_line_error(invoke("eval", "--model", tmp_path / "nowhere", "--bank",
+                                 tmp_path / "bank.jsonl", "--bank-prompts", value))
+    assert line == f"error: --bank-prompts must be an integer >= 1, got {value}"
+
+
+def test_eval_refuses_train_only_keys(tmp_path):
+    line = one_line_error(invoke("eval", "--model", tmp_path, "--set", "optim.lr=1e-3",
+                                 "--set", "eval.n=4", "--set", "eval.temperature=0.5"))
+    assert line.startswith("error: bestk eval does not use --set optim.lr, eval.n (use -n for "
+                           "eval.n); it reads task.*, model.*, eval.num_prompts")
+
+
+def test_eval_warns_about_prompt_characters_the_tokenizer_does_not_know(run):
+    """A model trained on ``strings`` (digits) evaluated on ``arithmetic`` ('+', '-', ...)."""
+    r = invoke("eval", "--model", run / "final", "--task", "arithmetic", "-n", "2",
+               "--set", "eval.num_prompts=3", "--set", "task.options={digits: 1, num_eval: 3}")
+    assert r.exit_code == 0, r.output
+    warnings = [ln for ln in r.output.splitlines() if ln.startswith("warning:")]
+    assert len(warnings) == 1, r.output
+    assert "3 of 3 prompts hold characters the model's tokenizer does not know" in warnings[0]
+    assert "trained on task 'arithmetic'?" in warnings[0]
+    same = invoke("eval", "--model", run / "final", "-n", "2", "--set", "eval.num_prompts=2",
+                  "--set", "task.options={num_train: 64, num_eval: 4, max_len: 4}")
+    assert same.exit_code == 0 and "warning" not in same.output, same.output

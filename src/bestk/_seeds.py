@@ -66,3 +66,9 @@ BANK_PROMPTS = Stream("train.bank_prompts", 12)
 STREAMS: tuple[Stream, ...] = (
     PROMPTS, SAMPLING, EVAL_SAMPLING, SFT_ORDER, BANK_SAMPLING, BANK_PROMPTS,
 )
+
+# --- bestk eval (offset) -------------------------------------------------------------------------
+#: the reference bank ``bestk eval --bank`` samples on training prompts (``--seed``).
+EVAL_BANK_SAMPLING = Stream("eval.bank_sampling", 1, rule="offset")
+
+STREAMS += (EVAL_BANK_SAMPLING,)

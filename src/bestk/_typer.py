@@ -1,18 +1,25 @@
 """What every ``bestk`` command shares: the command group class (one-line errors for missing
-extras, a ``--help`` that stays fast), :func:`fail` (the one-line ``error:`` exit) and
-:func:`number_list` (comma-separated option values)."""
+extras and for every ``ValueError`` / ``OSError`` a command lets out, a ``--help`` that stays
+fast), :func:`fail` (the one-line ``error:`` exit), :func:`cli_errors` (the same as a context
+manager, for a command that describes OS errors its own way) and :func:`number_list`
+(comma-separated option values)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import errno
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
 from typer.core import TyperGroup
 
+from bestk._atomic import os_error_line
 from bestk._optional import missing_from
 
-__all__ = ["Group", "fail", "number_list"]
+__all__ = ["Group", "fail", "cli_errors", "os_error_message", "out_directory", "out_file",
+           "number_list"]
 
 
 def fail(message: object) -> NoReturn:
@@ -20,6 +27,67 @@ def fail(message: object) -> NoReturn:
     bestk command reports bad input, with no traceback)."""
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(2)
+
+
+def os_error_message(e: OSError) -> str:
+    """One line for an OS error of any command: ``PATH: reason`` (:func:`bestk._atomic.
+    os_error_line`) and, for a full disk or a path that cannot be written, what to do."""
+    text = os_error_line(e)
+    if e.errno == errno.ENOSPC:
+        text += "; free some space and run the same command"
+    elif e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        text += "; choose a writable location"
+    elif e.errno in (errno.ENOTDIR, errno.EEXIST, errno.EISDIR):
+        text += "; choose another output path"
+    return text
+
+
+@contextmanager
+def cli_errors(describe: Callable[[OSError], str] = os_error_message) -> Iterator[None]:
+    """Turn a ``ValueError`` (bad input) or an ``OSError`` (described by ``describe``) raised
+    in the block into one line ``error: ...`` on stderr and exit status 2 (:func:`fail`).
+
+    :class:`Group` applies it to every command; a command wraps its body in it itself only to
+    describe OS errors its own way (``bestk train`` says whether a checkpoint is intact).
+    """
+    try:
+        yield
+    except ValueError as e:
+        fail(e)
+    except OSError as e:
+        fail(describe(e))
+
+
+def _blocking_file(path: Any) -> Any:
+    """The existing non-directory that ``path`` or one of its parents is, if any."""
+    for p in (Path(path), *Path(path).parents):
+        if p.exists():
+            return None if p.is_dir() else p
+    return None
+
+
+def out_directory(path: Any, option: str = "--out") -> Any:
+    """``path`` unchanged if it is a directory or can be made one; a ``ValueError`` naming
+    ``option`` when it, or a parent of it, is an existing file (checked before any work)."""
+    block = _blocking_file(path)
+    if block is not None:
+        if str(block) == str(path):
+            raise ValueError(f"{option} {str(path)!r} is a file, not a directory")
+        raise ValueError(f"{option} {str(path)!r} cannot be a directory: its parent "
+                         f"{str(block)!r} is a file")
+    return path
+
+
+def out_file(path: Any, option: str) -> Any:
+    """``path`` unchanged if a file can be written there; a ``ValueError`` naming ``option``
+    when it is a directory or a parent of it is an existing file (checked before any work)."""
+    if Path(path).is_dir():
+        raise ValueError(f"{option} {str(path)!r} is a directory; give a file name")
+    block = _blocking_file(Path(path).parent)
+    if block is not None:
+        raise ValueError(f"{option} {str(path)!r}: its parent {str(block)!r} is a file, not "
+                         "a directory")
+    return path
 
 
 def number_list(text: str, name: str, kind: Callable[[str], Any] = float, *,
@@ -40,13 +108,16 @@ def number_list(text: str, name: str, kind: Callable[[str], Any] = float, *,
 
 
 class Group(TyperGroup):
-    """A typer command group with two additions.
+    """A typer command group with three additions.
 
     * A missing optional dependency, wherever a subcommand needs it
       (:class:`bestk._optional.MissingDependency`, or a plain ``ImportError`` of a module of
       :data:`bestk._optional.OPTIONAL`), becomes one line
       ``error: bestk lab digits needs scikit-learn: pip install "bestk[lab]"`` on stderr and
       exit status 2, without a traceback.
+    * Any ``ValueError`` or ``OSError`` a subcommand lets out is one line ``error: ...`` and
+      exit status 2 (:func:`cli_errors`): ``--out`` naming a file, a read-only or full disk,
+      bad values found deep in a library call.
     * The group's own ``--help`` flag defaults to ``False`` rather than typer's ``None``: typer
       coerces a ``None`` flag through a pydantic adapter, and importing pydantic for it would
       double the start-up time of every ``bestk SUBCOMMAND --help``
@@ -55,7 +126,8 @@ class Group(TyperGroup):
 
     def invoke(self, ctx: Any) -> Any:
         try:
-            return super().invoke(ctx)
+            with cli_errors():
+                return super().invoke(ctx)
         except ImportError as e:
             sub = f" {ctx.invoked_subcommand}" if ctx.invoked_subcommand else ""
             missing = missing_from(e, who=f"{ctx.command_path}{sub}")

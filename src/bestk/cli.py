@@ -24,8 +24,29 @@ app = typer.Typer(
 )
 
 
+def version_text() -> str:
+    """``bestk <version>``: the installed distribution's version (``importlib.metadata``)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"bestk {version('bestk')}"
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        from bestk import __version__
+
+        return f"bestk {__version__}"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(version_text())
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
     """@k-aware reinforcement learning for language models: ArgMaxRL, KAPPO, SoftmaxGRPO."""
 
 

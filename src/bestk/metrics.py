@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from bestk._inputs import prepare
-from bestk._options import int_option
+from bestk._options import int_option, real_option
 from bestk.groups import Rows
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "pass_at_k_curve",
     "best_at_k_curve",
     "resolve_ks",
+    "curve_options",
     "gradient_allocation",
     "PASS_RATE_BINS",
 ]
@@ -93,6 +94,29 @@ def _int_array(name: str, x: Any) -> np.ndarray:
     return arr.astype(np.int64)
 
 
+def _int_param(owner: str, name: str, x: Any) -> np.ndarray:
+    """A parameter such as ``k``: a Python / numpy integer (checked by
+    :func:`bestk._options.int_option`, the rule of :func:`best_at_k` and ``pkpo``: no float,
+    not even an integral one, no bool) or an array of an integer dtype; as an int64 array.
+    Counts (``n``, ``c``) are data and go through :func:`_int_array`, which also takes
+    integral floats (a sum of 0/1 float successes)."""
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu().numpy()
+    if np.ndim(x) == 0:
+        try:
+            return np.asarray(int_option(owner, name, x))
+        except ValueError:
+            raise ValueError(
+                f"{owner}: {name} must be an integer, got {type(x).__name__} {x!r} (integral "
+                "floats such as 2.0 are refused, as best_at_k and pkpo refuse them)"
+            ) from None
+    arr = np.asarray(x)
+    if arr.dtype.kind not in "iuO":
+        raise ValueError(f"{owner}: {name} must hold integers (an integer dtype), got dtype "
+                         f"{arr.dtype}")
+    return _int_array(name, arr)
+
+
 #: Largest number of product terms pass_at_k evaluates per entry (min(c, k) of n - c >= k).
 MAX_PRODUCT_TERMS = 1 << 26
 
@@ -138,13 +162,15 @@ def pass_at_k(n: Any, c: Any, k: Any) -> Any:
 
     Parameters
     ----------
-    n: number of samples per prompt (``>= 1``).
-    c: number of correct samples (``0 <= c <= n``).
-    k: budget (``1 <= k <= n``).
+    n: number of samples per prompt (``>= 1``); integers, or integral floats.
+    c: number of correct samples (``0 <= c <= n``); integers, or integral floats.
+    k: budget (``1 <= k <= n``): an integer (not a float, as for :func:`best_at_k`) or an
+       integer array.
 
     Returns a float for scalar inputs, else a float64 array of the broadcast shape.
     """
-    n_a, c_a, k_a = (_int_array(nm, v) for nm, v in (("n", n), ("c", c), ("k", k)))
+    n_a, c_a = _int_array("n", n), _int_array("c", c)
+    k_a = _int_param("pass_at_k", "k", k)
     try:
         n_b, c_b, k_b = np.broadcast_arrays(n_a, c_a, k_a)
     except ValueError as e:
@@ -240,7 +266,7 @@ def resolve_ks(ks: Any, n: int) -> np.ndarray:
         if ks != "pow2":
             raise ValueError(f"ks must be None, 'all', 'pow2' or a sequence of ints, got {ks!r}")
         return 2 ** np.arange(int(np.floor(np.log2(n))) + 1)
-    arr = _int_array("ks", ks).reshape(-1)
+    arr = _int_param("resolve_ks", "ks", ks).reshape(-1)
     if arr.size == 0:
         raise ValueError("ks is empty")
     if (arr < 1).any() or (arr > n).any():
@@ -248,13 +274,21 @@ def resolve_ks(ks: Any, n: int) -> np.ndarray:
     return arr
 
 
+def curve_options(owner: str, n_boot: Any, ci: Any, seed: Any) -> tuple[int, float, int]:
+    """``n_boot`` (an integer >= 1), ``ci`` (a real number in (0, 1)) and ``seed`` (an integer
+    >= 0) of a curve, checked with :mod:`bestk._options` (bools refused); a ``ValueError``
+    naming ``owner`` and the parameter otherwise."""
+    n_boot = int_option(owner, "n_boot", n_boot, minimum=1)
+    ci = real_option(owner, "ci", ci)
+    if not 0 < ci < 1:
+        raise ValueError(f"{owner} option ci must be in (0, 1), got {ci}")
+    seed = int_option(owner, "seed", seed, minimum=0)
+    return n_boot, ci, seed
+
+
 def _bootstrap(
     per_prompt: np.ndarray, ks: np.ndarray, n_boot: int, ci: float, seed: int
 ) -> Curve:
-    if not 0 < ci < 1:
-        raise ValueError(f"ci must be in (0, 1), got {ci}")
-    if n_boot < 1:
-        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
     P = per_prompt.shape[0]
     rng = np.random.default_rng(seed)
     # Resampling prompts with replacement == multinomial counts; (n_boot, P) @ (P, K).
@@ -279,8 +313,15 @@ def pass_at_k_curve(
     ``n`` (scalar or per prompt) and ``c`` (per prompt) are sample and success counts; ``ks``
     as in :func:`resolve_ks`, bounded by the smallest ``n``.
     """
-    c_a = _int_array("c", c).reshape(-1)
-    n_a = np.broadcast_to(_int_array("n", n), c_a.shape)
+    n_boot, ci, seed = curve_options("pass_at_k_curve", n_boot, ci, seed)
+    c_in, n_in = _int_array("c", c), _int_array("n", n)
+    c_a = c_in.reshape(-1)
+    if n_in.ndim and n_in.size != c_in.size:
+        raise ValueError(
+            f"pass_at_k_curve: n has shape {n_in.shape} but c has shape {c_in.shape}; give one "
+            "n per prompt (the shape of c) or one n for all"
+        )
+    n_a = np.broadcast_to(n_in.reshape(-1) if n_in.ndim else n_in, c_a.shape)
     if c_a.size == 0:
         raise ValueError("pass_at_k_curve: no prompts")
     ks_a = resolve_ks(ks, int(n_a.min()))
@@ -301,6 +342,7 @@ def best_at_k_curve(
 
     ``rewards``/``group`` as in :func:`best_at_k`; ``ks`` bounded by the smallest group.
     """
+    n_boot, ci, seed = curve_options("best_at_k_curve", n_boot, ci, seed)
     flat, groups, _ = prepare(rewards, group)
     ks_a = resolve_ks(ks, int(groups.sizes.min()))
     s = groups.sort(flat)  # one sort serves every k
@@ -320,8 +362,10 @@ def gradient_allocation(
     """Share of the gradient magnitude ``sum |A_i| x tokens_i`` by prompt pass rate.
 
     The pass rate of a prompt is the mean reward of its group (the empirical pass rate on
-    0/1 rewards). Bins are left-closed, the last one closed on both ends
-    (``[0,.2), [.2,.5), [.5,.7), [.7,.9), [.9,1]`` by default, SoftmaxGRPO Table 3).
+    0/1 rewards). Rewards must lie in [0, 1] and every pass rate within the bins: a
+    ``ValueError`` names the first one outside, never a silent clamp into an end bin. Bins
+    are left-closed, the last one closed on both ends (``[0,.2), [.2,.5), [.5,.7), [.7,.9),
+    [.9,1]`` by default, SoftmaxGRPO Table 3).
 
     Returns ``{"bins": [labels], "share": [...], "prompts": [...], "samples": [...]}``;
     shares sum to 1 unless every advantage is 0 (then all shares are 0).
@@ -345,7 +389,21 @@ def gradient_allocation(
     edges = np.asarray(bins, dtype=np.float64)
     if edges.ndim != 1 or edges.size < 2 or not np.all(np.diff(edges) > 0):
         raise ValueError(f"bins must be an increasing sequence of >= 2 edges, got {bins!r}")
+    outside = torch.nonzero((flat_r < 0) | (flat_r > 1))
+    if outside.numel():
+        i = int(outside[0])
+        raise ValueError(
+            f"gradient_allocation: reward at index {i} is {float(flat_r[i])!r}; rewards must "
+            "lie in [0, 1] (pass rates); rescale graded rewards first"
+        )
     rate = groups.mean(flat_r).numpy()
+    off = np.flatnonzero((rate < edges[0]) | (rate > edges[-1]))
+    if off.size:
+        g = int(off[0])
+        raise ValueError(
+            f"gradient_allocation: group {groups.label(g)!r} has pass rate {rate[g]:g}, outside "
+            f"the bins [{edges[0]:g}, {edges[-1]:g}]"
+        )
     b = np.clip(np.searchsorted(edges, rate, side="right") - 1, 0, edges.size - 2)
     nbins = edges.size - 1
     per_group = groups.sum(weight).numpy()

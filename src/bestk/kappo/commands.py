@@ -10,7 +10,14 @@ from pathlib import Path
 
 import typer
 
-from bestk._typer import Group, fail, number_list
+from bestk._typer import (
+    Group,
+    fail,
+    number_list,
+    os_error_message,
+    out_directory,
+    out_file,
+)
 
 __all__ = ["register", "plot_app"]
 
@@ -38,7 +45,6 @@ def calibrate_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    from bestk._atomic import os_error_line
     from bestk.kappo.calibration import calibrate, check_calibration_args
 
     t0 = time.perf_counter()
@@ -46,14 +52,13 @@ def calibrate_cmd(
         check_calibration_args(k, beta, kind, names=("--k", "--beta", "--kind"))
         if bank.is_dir():
             raise ValueError(f"bank {str(bank)!r} is a directory; give a JSONL or parquet file")
-        if out.is_dir():
-            raise ValueError(f"--out {str(out)!r} is a directory; give a file name")
+        out_file(out, "--out")
         cal = calibrate(bank, k, beta, kind)
         cal.save(out)
     except ValueError as e:
         fail(e)
     except OSError as e:
-        fail(os_error_line(e))
+        fail(os_error_message(e))
     elapsed = time.perf_counter() - t0
 
     table = Table(title=f"KAPPO calibration ({kind}, k={k}, beta={beta})")
@@ -72,12 +77,16 @@ def calibrate_cmd(
 
 @plot_app.command("weights")
 def plot_weights_cmd(
-    out: Path = typer.Option(Path("docs/img"), "--out", "-o", help="Output directory."),
+    out: Path = typer.Option(
+        Path("."), "--out", "-o", help="Output directory (default: the current directory; "
+        "the project's figures: -o docs/img)."
+    ),
     group_size: int = typer.Option(8, "--group-size", "-M", help="Group size M (>= 2)."),
     taus: str = typer.Option("0.1,0.3,1.0,3.0", "--taus", help="SoftmaxGRPO temperatures."),
     beta: float = typer.Option(0.1, "--beta", help="KL strength for the KAPPO panels."),
 ) -> None:
-    """Draw prompt weights omega(p), KAPPO beta_eff(p_ref) and the win-rate transform T(q)."""
+    """Draw prompt weights omega(p), KAPPO beta_eff(p_ref) and the win-rate transform T(q):
+    OUT/weights.png, OUT/kappo_beta_eff.png, OUT/kappo_winrate_T.png."""
     from bestk._optional import pyplot
 
     plt = pyplot(extra="plot")
@@ -91,6 +100,7 @@ def plot_weights_cmd(
         raise typer.BadParameter("--group-size must be >= 2")
     if not beta > 0:
         raise typer.BadParameter("--beta must be > 0")
+    out_directory(out, "--out/-o")
     out.mkdir(parents=True, exist_ok=True)
     p = np.linspace(0.002, 0.998, 499)
     M = group_size

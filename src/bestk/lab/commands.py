@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from bestk._typer import Group, fail, number_list
+from bestk._typer import Group, cli_errors, number_list, out_directory
 
 __all__ = ["register"]
 
@@ -54,10 +54,9 @@ def bandit_cmd(
     for name, val in (("steps", steps), ("seeds", seeds), ("seed", seed)):
         if val is not None:
             setattr(cfg, name, val)
-    try:
+    with cli_errors():
+        out_directory(out, "--out/-o")
         run_bandit(cfg, out, progress=not quiet)
-    except ValueError as e:
-        fail(e)
     typer.echo(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'curves.png'}")
 
 
@@ -96,10 +95,9 @@ def digits_cmd(
     for name, val in (("n", n), ("steps", steps), ("seeds", seeds), ("seed", seed)):
         if val is not None:
             setattr(cfg, name, val)
-    try:
+    with cli_errors():
+        out_directory(out, "--out/-o")
         run_digits(cfg, out, progress=not quiet, resume=resume)
-    except ValueError as e:
-        fail(e)
     typer.echo(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'digits.png'}")
 
 
@@ -128,10 +126,9 @@ def kappo_cmd(
     for name, val in (("methods", methods), ("kinds", kinds)):
         if val is not None:
             setattr(cfg, name, tuple(x.strip() for x in val.split(",") if x.strip()))
-    try:
+    with cli_errors():
+        out_directory(out, "--out/-o")
         result = run_kappo(cfg, out, progress=not quiet)
-    except ValueError as e:
-        fail(e)
     if not quiet:
         from rich.console import Console
 
@@ -172,10 +169,9 @@ def sparse_cmd(
     for name, val in (("steps", steps), ("seeds", seeds), ("seed", seed)):
         if val is not None:
             setattr(cfg, name, val)
-    try:
+    with cli_errors():
+        out_directory(out, "--out/-o")
         run_sparse(cfg, out, progress=not quiet, resume=resume)
-    except ValueError as e:
-        fail(e)
     typer.echo(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'sparse.png'}")
 
 

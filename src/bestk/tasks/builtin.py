@@ -93,7 +93,10 @@ def _distinct_strings(task: str, rng: np.random.Generator, symbols: str, min_len
         )
     space = sum(len(set(symbols)) ** n for n in range(min_len, max_len + 1))
     want = num_train + num_eval
-    if num_train < 1 or num_eval < 1 or want > space // 2:
+    for name, value in (("num_train", num_train), ("num_eval", num_eval)):
+        if value < 1:
+            raise ValueError(f"{task} option {name} must be an integer >= 1, got {value}")
+    if want > space // 2:
         raise ValueError(
             f"{task}: num_train + num_eval = {want} is too many for {space} distinct strings"
         )

@@ -17,7 +17,9 @@ Every checkpoint has a checksum file ``step_XXXXXXX.sha256`` beside it (``sha256
 ``<hex digest>  step_XXXXXXX.safetensors``), written before the checkpoint is moved into place,
 so a checkpoint never exists without one. :func:`verify_checkpoint` recomputes the digest;
 :func:`latest_valid_checkpoint` returns the newest checkpoint that verifies (a truncated file,
-overwritten bytes or a missing checksum file all fail) and the ones it skipped, with why.
+overwritten bytes or a missing checksum file all fail, and so does a file whose safetensors
+layout is incomplete even when its checksum was recomputed to match) and the ones it skipped,
+with why.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ __all__ = [
     "checksum_path",
     "orphan_checksums",
     "file_sha256",
+    "safetensors_layout_problem",
     "as_os_error",
 ]
 
@@ -151,7 +154,8 @@ def file_sha256(path: str | Path) -> str:
 
 
 def verify_checkpoint(path: str | Path) -> str | None:
-    """``None`` when checkpoint ``path`` matches its checksum file, else why it does not."""
+    """``None`` when checkpoint ``path`` matches its checksum file and is laid out completely
+    (:func:`safetensors_layout_problem`), else why not."""
     path = Path(path)
     side = checksum_path(path)
     if not path.is_file():
@@ -163,6 +167,34 @@ def verify_checkpoint(path: str | Path) -> str | None:
         return f"checksum file {side.name} is malformed"
     if file_sha256(path) != fields[0]:
         return "sha256 mismatch: truncated or overwritten"
+    return safetensors_layout_problem(path)
+
+
+def safetensors_layout_problem(path: str | Path) -> str | None:
+    """``None`` when ``path`` is laid out as a complete bestk checkpoint, else what is wrong.
+
+    Reads only the header: an 8-byte little-endian length ``H``, ``H`` bytes of JSON mapping
+    each tensor to its ``data_offsets``, with the run ``state`` in ``__metadata__``; the file
+    must be exactly ``8 + H + max(end offset)`` bytes. This catches a checkpoint truncated or
+    cut into after its checksum was recomputed to match (the checksum then cannot).
+    """
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            return f"truncated: {size} bytes, not even a safetensors header"
+        n = int.from_bytes(head, "little")
+        if n > size - 8:
+            return f"truncated: {size} bytes, but its header alone takes {8 + n}"
+        try:
+            header = json.loads(f.read(n).decode("utf-8"))
+            end = max((int(v["data_offsets"][1]) for k, v in header.items()
+                       if k != "__metadata__"), default=0)
+            json.loads(header["__metadata__"]["state"])
+        except (UnicodeDecodeError, ValueError, KeyError, TypeError, IndexError):
+            return "not a bestk checkpoint: unreadable safetensors header or run state"
+    if size != 8 + n + end:
+        return f"truncated or padded: {size} bytes, but its header describes {8 + n + end}"
     return None
 
 

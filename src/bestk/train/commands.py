@@ -13,23 +13,48 @@ from typing import Any
 
 import typer
 
-from bestk._typer import fail
+from bestk._typer import cli_errors, fail, out_directory, out_file
 
 __all__ = ["register"]
 
 
-def os_error_message(e: OSError) -> str:
-    """One line for an OS error: ``PATH: reason`` (plus what to do when the disk is full)."""
+def os_error_message(e: OSError, run_dir: str | Path | None = None) -> str:
+    """One line for an OS error of ``bestk train``: ``PATH: reason`` and what to do. A full
+    disk names the checkpoint the run continues from, found in ``run_dir``, or says that none
+    was written yet (the same command then starts the run over)."""
     import errno
 
     from bestk._atomic import os_error_line
+    from bestk.train.checkpoint import latest_checkpoint
 
     text = os_error_line(e)
     if e.errno == errno.ENOSPC:
-        text += "; the last good checkpoint is intact: free some space and run the same command"
+        last = latest_checkpoint(Path(run_dir) / "checkpoints") if run_dir is not None else None
+        if run_dir is None:
+            text += "; free some space and run the same command"
+        elif last is not None:
+            text += (f"; the last good checkpoint, {last.name}, is intact: free some space and "
+                     "run the same command to continue from it")
+        else:
+            text += ("; no checkpoint was written yet: free some space and run the same command "
+                     "(the run starts over)")
     elif e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
         text += "; choose a writable --out"
     return text
+
+
+#: Where the keys of ``--set`` are described (``bestk train --help``).
+CONFIG_REFERENCE = "docs/training.md, section Configuration"
+
+
+def _set_value(overrides: list[str], key: str) -> str | None:
+    """The value the last ``--set key=...`` of ``overrides`` gives ``key`` (``None``: none)."""
+    found = None
+    for item in overrides:
+        k, sep, v = item.partition("=")
+        if sep and k.strip() == key:
+            found = v.strip()
+    return found
 
 
 def train_command(
@@ -44,7 +69,8 @@ def train_command(
         None, "--resume", help="Continue the run in this DIR with its own config.yaml."
     ),
     set_: list[str] = typer.Option(
-        [], "--set", help="Override a config key: --set rollout.n=16 (repeatable)."
+        [], "--set", help="Override a config key: --set rollout.n=16 (repeatable); every key, "
+        f"its default and valid values: {CONFIG_REFERENCE}."
     ),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
 ) -> None:
@@ -53,6 +79,9 @@ def train_command(
     --set algorithm=apo (@k-A*PO) or algorithm=dpo (@k-DPO) trains with KAPPO, calibrating
     in-run (--set kappo.k=4 ...). Running it again on the same --out continues that run (or
     says it is complete); a different config there is refused, naming the differing keys.
+
+    The config keys (for --config files and --set), their defaults and valid values are
+    listed in docs/training.md, section Configuration.
     """
     from bestk.train.config import TrainConfig, apply_overrides, load_config
     from bestk.train.loop import Trainer
@@ -60,27 +89,39 @@ def train_command(
     flags = [f"{key}={value}" for key, value in (("estimator", estimator),
                                                  ("max_steps", max_steps)) if value is not None]
     trainer = None
+    run_dir: Path | None = resume
+
+    def describe(e: OSError) -> str:
+        where = trainer.out if trainer is not None else run_dir
+        return os_error_message(e, where)
+
     try:
-        if resume is not None:
-            if config is not None:
-                fail("--resume continues a run with its own config.yaml; drop --config (or run "
-                      "`bestk train --config FILE --out DIR`, which continues DIR when FILE "
-                      "matches its config)")
-            if out is not None and Path(out).resolve() != resume.resolve():
-                fail(f"--resume {str(resume)!r} continues that run in place; --out {out!r} "
-                      "differs (copy the directory first to branch a run)")
-            trainer = Trainer.resume(resume, overrides=[*flags, *set_])
-        else:
-            cfg = load_config(config) if config is not None else TrainConfig()
-            if out is not None:
-                cfg.out = out
-            apply_overrides(cfg, [*flags, *set_])
-            trainer = Trainer(cfg)
-        last = trainer.run(progress=not quiet)
-    except ValueError as e:
-        fail(str(e))
-    except OSError as e:
-        fail(os_error_message(e))
+        with cli_errors(describe):
+            if config is not None and config.is_dir():
+                fail(f"--config {str(config)!r} is a directory; give a YAML config file")
+            set_out = _set_value(set_, "out")
+            if resume is not None:
+                if config is not None:
+                    fail("--resume continues a run with its own config.yaml; drop --config (or "
+                         "run `bestk train --config FILE --out DIR`, which continues DIR when "
+                         "FILE matches its config)")
+                for flag, other in (("--out", out), ("--set out=", set_out)):
+                    if other is not None and Path(other).resolve() != resume.resolve():
+                        fail(f"--resume {str(resume)!r} continues that run in place; "
+                             f"{flag}{'' if flag.endswith('=') else ' '}{other!r} differs "
+                             "(copy the directory first to branch a run)")
+                trainer = Trainer.resume(resume, overrides=[*flags, *set_])
+            else:
+                if out is not None and set_out is not None and set_out != out:
+                    fail(f"--out {out!r} and --set out={set_out!r} name two run directories; "
+                         "give one of them")
+                cfg = load_config(config) if config is not None else TrainConfig()
+                if out is not None:
+                    cfg.out = out
+                apply_overrides(cfg, [*flags, *set_])
+                run_dir = Path(cfg.out) if cfg.out is not None else None
+                trainer = Trainer(cfg)
+            last = trainer.run(progress=not quiet)
     except KeyboardInterrupt:
         where = f"{trainer.out}" if trainer is not None else "the run directory"
         typer.echo(
@@ -110,16 +151,63 @@ def eval_command(
         None, "--bank", help="Also write a KAPPO reference bank (JSONL prompt_id, rewards) "
         "sampled on the TRAINING prompts (see --bank-prompts).",
     ),
-    bank_prompts: int = typer.Option(256, "--bank-prompts", help="Training prompts in the bank."),
+    bank_prompts: int = typer.Option(256, "--bank-prompts",
+                                     help="Training prompts in the bank (>= 1)."),
     seed: int = typer.Option(0, "--seed"),
 ) -> None:
-    """Unbiased pass@k / best@k curves (k = 1..n) of a model on a task's held-out prompts."""
-    try:
+    """Unbiased pass@k / best@k curves (k = 1..n) of a model on a task's held-out prompts.
+
+    --set takes the keys evaluation reads: task.*, model.*, eval.num_prompts,
+    eval.temperature, eval.top_p, rollout.max_new_tokens, device.
+    """
+    with cli_errors():
         _eval(model, task, n, set_, json_out, bank_out, bank_prompts, seed)
-    except ValueError as e:
-        fail(str(e))
-    except OSError as e:
-        fail(os_error_message(e))
+
+
+#: The config keys ``bestk eval`` reads (``--set``), as dotted keys or sections; ``-n`` and
+#: ``--seed`` set ``eval.n`` and ``seed``. Every other key only matters to training.
+EVAL_KEYS = ("task", "model", "eval.num_prompts", "eval.temperature", "eval.top_p",
+             "rollout.max_new_tokens", "device")
+#: Keys ``bestk eval`` sets from its own options.
+EVAL_FLAG_KEYS = {"eval.n": "-n", "seed": "--seed"}
+
+
+def check_eval_overrides(overrides: list[str]) -> None:
+    """``ValueError`` naming the ``--set`` keys ``bestk eval`` would ignore (training-only
+    keys, and the keys its own options set)."""
+    ignored = []
+    for item in overrides:
+        key = item.partition("=")[0].strip()
+        if not any(key == k or key.startswith(k + ".") for k in EVAL_KEYS):
+            ignored.append(key)
+    if ignored:
+        read = ", ".join(k if "." in k or k == "device" else k + ".*" for k in EVAL_KEYS)
+        flags = [f"{EVAL_FLAG_KEYS[k]} for {k}" for k in ignored if k in EVAL_FLAG_KEYS]
+        raise ValueError(
+            f"bestk eval does not use --set {', '.join(dict.fromkeys(ignored))}"
+            + (f" (use {', '.join(flags)})" if flags else " (training-only)")
+            + f"; it reads {read}"
+        )
+
+
+def unknown_characters(tokenizer: Any, prompts: list[str]) -> tuple[int, str, str] | None:
+    """``(prompts holding a character the tokenizer cannot encode, one such character, its
+    prompt)``, or ``None`` when it encodes every character.
+
+    A character cannot be encoded when it alone gives the unknown token, or no token at all
+    (a vocabulary without it and without byte fallback drops it: a character-level tokenizer
+    reloaded from ``final/``); whitespace alone may legitimately give none (SentencePiece).
+    """
+    unk = getattr(tokenizer, "unk_token_id", None)
+    bad = set()
+    for ch in sorted(set().union(*map(set, prompts))):
+        ids = tokenizer(ch, add_special_tokens=False)["input_ids"]
+        if (not ids and not ch.isspace()) or (unk is not None and unk in ids):
+            bad.add(ch)
+    if not bad:
+        return None
+    hits = [p for p in prompts if bad.intersection(p)]
+    return len(hits), next(ch for ch in hits[0] if ch in bad), hits[0]
 
 
 def _eval(
@@ -132,12 +220,19 @@ def _eval(
     from rich.table import Table
 
     from bestk._atomic import write_text_atomic
+    from bestk._seeds import EVAL_BANK_SAMPLING
     from bestk.tasks import load_task
     from bestk.train.config import TrainConfig, apply_overrides, validate
     from bestk.train.evaluate import evaluate
     from bestk.train.hf import autocast, render_task_prompts
     from bestk.train.policy import load_policy
 
+    if bank_prompts < 1:
+        raise ValueError(f"--bank-prompts must be an integer >= 1, got {bank_prompts}")
+    for flag, path in (("--json", json_out), ("--bank", bank_out)):
+        if path is not None:
+            out_file(path, flag)
+    check_eval_overrides(set_)
     cfg = TrainConfig()
     cfg.task.name = task
     cfg.model.path = str(model)
@@ -145,15 +240,21 @@ def _eval(
     cfg.seed = seed
     apply_overrides(cfg, set_)
     validate(cfg)
-    for flag, path in (("--json", json_out), ("--bank", bank_out)):
-        if path is not None and path.is_dir():
-            raise ValueError(f"{flag} {str(path)!r} is a directory; give a file name")
     t = load_task(cfg.task.name, cfg.task.options, seed=cfg.seed, reward=cfg.task.reward)
     mdl, tok = load_policy(cfg.model, t.alphabet)
     mdl.to(cfg.device)
     render_task_prompts(t, tok, cfg.model.chat_template)
     max_new = cfg.rollout.max_new_tokens or t.max_answer_chars + 2
     examples = t.eval[: cfg.eval.num_prompts or len(t.eval)]
+    bank_ex = t.train[:bank_prompts] if bank_out is not None else []
+    unknown = unknown_characters(tok, [ex["prompt"] for ex in [*examples, *bank_ex]])
+    if unknown is not None:
+        count, char, prompt = unknown
+        typer.echo(
+            f"warning: {count} of {len(examples) + len(bank_ex)} prompts hold characters the "
+            f"model's tokenizer does not know (e.g. {char!r} in {prompt!r}), which it drops or "
+            f"reads as unknown: was {str(model)!r} trained on task {t.name!r}?", err=True,
+        )
     with autocast(cfg.device, cfg.model.autocast):
         res = evaluate(
             mdl, tok, t, examples, n=n, temperature=cfg.eval.temperature, top_p=cfg.eval.top_p,
@@ -178,11 +279,11 @@ def _eval(
     if json_out is not None:
         write_text_atomic(json_out, json.dumps(m, indent=1))
     if bank_out is not None:
-        bank_ex = t.train[:bank_prompts]
         with autocast(cfg.device, cfg.model.autocast):
             b = evaluate(
                 mdl, tok, t, bank_ex, n=n, temperature=cfg.eval.temperature,
-                top_p=cfg.eval.top_p, max_new_tokens=max_new, seed=seed + 1,
+                top_p=cfg.eval.top_p, max_new_tokens=max_new,
+                seed=EVAL_BANK_SAMPLING.seed(seed),
             )
         write_text_atomic(bank_out, "".join(
             json.dumps({"prompt_id": ex["id"], "rewards": row.tolist()}) + "\n"
@@ -225,7 +326,8 @@ def compare_command(
     a table of final pass@k / best@k with CIs over seeds and one overlay plot."""
     from bestk.train.compare import Method, run_compare
 
-    try:
+    with cli_errors():
+        out_directory(out)
         specs: dict[str, tuple[str, list[str]]] = {}
         for item in (e.strip() for e in estimators.split(",")):
             if not item:
@@ -251,8 +353,6 @@ def compare_command(
             progress=not quiet, controls=control, workers=workers, lr_sweep=grid,
             sweep_seeds=sweep_seeds, val_prompts=val_prompts, resume=resume,
         )
-    except ValueError as e:
-        fail(str(e))
     typer.echo(table)
 
 

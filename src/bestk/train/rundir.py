@@ -101,12 +101,18 @@ class RunLock:
     ``fcntl.flock`` on POSIX (``msvcrt.locking`` on Windows): it belongs to the open file, so
     it is released by :meth:`release`, when this object is garbage-collected, or by the
     kernel when the process dies.
+
+    A lock file this lock created in a directory the run then wrote nothing to (a refused
+    ``--out .``, a config error found under the lock) is removed on :meth:`release`: a refused
+    command leaves no trace. Otherwise the file stays (its content is meaningful only while
+    locked).
     """
 
     def __init__(self, directory: str | os.PathLike):
         self.directory = Path(directory)
         self.path = self.directory / LOCK_NAME
         self._fd: int | None = None
+        self._found: set[str] | None = None  # names in the directory when this lock created it
 
     @property
     def held(self) -> bool:
@@ -116,34 +122,54 @@ class RunLock:
         """Take the lock or raise :class:`RunDirectoryBusy` naming the holder's pid."""
         if self._fd is not None:
             return self
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            _lock_fd(fd)
-        except OSError as e:
-            if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK, errno.EDEADLK):
+        while True:
+            found = _names(self.directory)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+            except FileExistsError:
+                fd, found = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666), None
+            try:
+                _lock_fd(fd)
+            except OSError as e:
+                if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK, errno.EDEADLK):
+                    os.close(fd)
+                    raise
+                holder = _read_pid(fd)
                 os.close(fd)
-                raise
-            holder = _read_pid(fd)
+                who = f"pid {holder}" if holder is not None else "pid unknown"
+                raise RunDirectoryBusy(
+                    f"run directory {str(self.directory)!r} is in use by another bestk process "
+                    f"({who}); two writers would mix their runs: wait for it to finish, or "
+                    "choose another --out"
+                ) from None
+            if _is_file_at(fd, self.path):
+                break
+            # its previous holder removed the file between our open and our lock: lock the
+            # file now at the path (or create it) instead
+            _unlock_fd(fd)
             os.close(fd)
-            who = f"pid {holder}" if holder is not None else "pid unknown"
-            raise RunDirectoryBusy(
-                f"run directory {str(self.directory)!r} is in use by another bestk process "
-                f"({who}); two writers would mix their runs: wait for it to finish, or choose "
-                "another --out"
-            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
+        self._found = found
         return self
 
     def release(self) -> None:
-        """Drop the lock (the pid file stays; its content is meaningful only while locked)."""
+        """Drop the lock; remove the lock file if this lock created it and nothing else was
+        written to the directory meanwhile."""
         fd, self._fd = self._fd, None
         if fd is not None:
             try:
-                _unlock_fd(fd)
+                if self._found is not None and _names(self.directory) <= {*self._found,
+                                                                          LOCK_NAME}:
+                    self.path.unlink(missing_ok=True)  # still held: no one else can take it
+            except OSError:
+                pass
             finally:
-                os.close(fd)
+                try:
+                    _unlock_fd(fd)
+                finally:
+                    os.close(fd)
 
     def __enter__(self) -> RunLock:
         return self.acquire()
@@ -179,6 +205,23 @@ except ImportError:  # pragma: no cover - Windows
     def _unlock_fd(fd: int) -> None:
         os.lseek(fd, _WIN_LOCK_OFFSET, os.SEEK_SET)
         msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+
+
+def _names(directory: Path) -> set[str]:
+    """The names in ``directory`` (empty when it cannot be listed)."""
+    try:
+        return set(os.listdir(directory))
+    except OSError:
+        return set()
+
+
+def _is_file_at(fd: int, path: Path) -> bool:
+    """Whether the open file ``fd`` is the file at ``path`` (not one removed since)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return os.path.samestat(os.fstat(fd), st)
 
 
 def _read_pid(fd: int) -> int | None:
@@ -453,10 +496,17 @@ def finished_step(directory: str | os.PathLike) -> int | None:
 
 
 def prepare_directory(directory: str | os.PathLike) -> Path:
-    """Create the run directory (``ValueError`` if the path is an existing file)."""
+    """Create the run directory (``ValueError`` if the path, or a parent, is an existing
+    file)."""
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
         raise ValueError(f"--out {str(directory)!r} is a file, not a directory")
+    for parent in directory.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"--out {str(directory)!r} cannot be a directory: its parent "
+                                 f"{str(parent)!r} is a file")
+            break
     directory.mkdir(parents=True, exist_ok=True)
     return directory
 
