@@ -118,6 +118,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from bestk._atomic import write_text_atomic
+from bestk._seeds import LAB_KAPPO_BINARY, LAB_KAPPO_WINRATE
 from bestk.estimators import advantages
 from bestk.kappo import (
     Calibration,
@@ -260,7 +261,7 @@ class KappoProblem:
 
 def binary_problem(cfg: KappoLabConfig, k: int) -> KappoProblem:
     """Binary prompts with reference pass rates N/M and their Prop. 4.1 optimum."""
-    rng = np.random.default_rng(cfg.seed)
+    rng = np.random.default_rng(LAB_KAPPO_BINARY.seed(cfg.seed))
     m, s, f = cfg.bank_size, cfg.success_arms, cfg.failure_arms
     q = np.asarray(cfg.successes, dtype=np.float64) / m
     ref = np.empty((q.size, s + f))
@@ -284,7 +285,7 @@ def binary_problem(cfg: KappoLabConfig, k: int) -> KappoProblem:
 
 def winrate_problem(cfg: KappoLabConfig, k: int) -> KappoProblem:
     """A K-arm bandit equiprobable under the reference, and Prop. 4.7's cell masses."""
-    rng = np.random.default_rng(cfg.seed + 1)
+    rng = np.random.default_rng(LAB_KAPPO_WINRATE.seed(cfg.seed))
     n_arms = cfg.winrate_arms
     values = np.sort(rng.normal(size=n_arms))
     if np.any(np.diff(values) <= 0):  # pragma: no cover - measure-zero event

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from bestk._optional import require
+from bestk._seeds import TASK_EVAL_PROMPTS
 from bestk.tasks.base import Task, load_task, register_task
 from bestk.tasks.rewards import REWARDS, RewardSpec, get_reward, register_reward
 
@@ -171,7 +172,7 @@ def reasoning_gym_task(
     try:
         train_ds = reasoning_gym.create_dataset(dataset, seed=seed, size=size, **cfg)
         eval_ds = reasoning_gym.create_dataset(
-            dataset, seed=seed + 1_000_003, size=num_eval, **cfg
+            dataset, seed=TASK_EVAL_PROMPTS.seed(seed), size=num_eval, **cfg
         )
     except (KeyError, ValueError, TypeError, AssertionError) as e:
         raise ValueError(f"reasoning_gym dataset {dataset!r} with config {cfg}: {e}") from None
