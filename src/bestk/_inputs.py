@@ -133,5 +133,5 @@ def first_non_binary(values: Any) -> int | None:
         bad = (values != 0) & (values != 1)
         return int(torch.nonzero(bad.reshape(-1))[0]) if bool(bad.any()) else None
     arr = np.asarray(values)
-    bad = np.flatnonzero((arr != 0) & (arr != 1))
-    return int(bad[0]) if bad.size else None
+    where = np.flatnonzero((arr != 0) & (arr != 1))
+    return int(where[0]) if where.size else None

@@ -319,10 +319,12 @@ def resolve_score_fn(spec: Any) -> Callable[..., Any]:
         if not (path.startswith(("pkg://", "file://")) or path.endswith(".py")):
             path = "pkg://" + module
         try:
-            fn = load_extern_object(module_path=path, object_name=name)
+            loaded = load_extern_object(module_path=path, object_name=name)
         except (ImportError, AttributeError, FileNotFoundError, RuntimeError) as e:
             raise ValueError(f"base score function {spec!r} cannot be loaded: {e}") from None
-        _SCORE_FNS[spec] = fn
+        if not callable(loaded):  # checked before caching: a second call must refuse it too
+            raise ValueError(f"base {spec!r} is not callable")
+        fn = _SCORE_FNS[spec] = loaded
     if not callable(fn):
         raise ValueError(f"base {spec!r} is not callable")
     if inspect.iscoroutinefunction(fn):

@@ -575,7 +575,8 @@ def run_slots(problem: Problem, slots: Sequence[Slot], spec: RunSpec,
             opts = dict(lrn.options)
             if lrn.calibrated:
                 opts["calibration"] = calibration
-            if lrn.info.needs_prompt_ids:  # groups labelled by the bank ids of the images
+            # groups labelled by the bank ids of the images
+            if estimator_info(lrn.estimator).needs_prompt_ids:
                 gid = (pos[it][:, None] * problem.n_train + ids[pos[it]])[..., None]
                 adv = advantages(lrn.estimator, r.reshape(-1), gid.expand_as(r).reshape(-1),
                                  **opts).reshape(r.shape)

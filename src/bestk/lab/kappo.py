@@ -322,6 +322,10 @@ class Dynamics:
     loss: Callable[[torch.Tensor], torch.Tensor] | None = None
     scale: float | None = None
 
+    def __post_init__(self) -> None:
+        if (self.loss is None) == (self.scale is None):
+            raise ValueError("Dynamics needs exactly one of loss and scale")
+
 
 def _loss_dynamics(loss_fn: Callable[[torch.Tensor], torch.Tensor]) -> Dynamics:
     """Dynamics of a per-row loss ``(P,)``: its exact gradient, the loss as the merit."""
@@ -546,10 +550,15 @@ def predicted_limit(method: str, problem: KappoProblem, cfg: KappoLabConfig) -> 
         if method == "kappo_grpo":
             a = problem.calibration.get("a_k", problem.prompt_ids)
             n = cfg.group_size
+            assert problem.q is not None  # binary problems carry their reference pass rates
             shift = np.empty(len(a))
             for i, (ai, qi) in enumerate(zip(a, problem.q, strict=True)):
                 t_q = math.log(qi / (1 - qi))
-                t = _stationary_logodds(t_q, lambda x, ai=ai: ai * grpo_std_weight(x, n), beta)
+
+                def omega(x: np.ndarray, ai: float = ai) -> np.ndarray:
+                    return ai * grpo_std_weight(x, n)
+
+                t = _stationary_logodds(t_q, omega, beta)
                 shift[i] = t - t_q
             logits = ref.log() + torch.from_numpy(shift)[:, None] * problem.rewards
             return torch.softmax(logits, -1), "std point"
@@ -594,14 +603,14 @@ def natural_descent(
     theta = theta0.clone()
     rows = theta.shape[0]
     fixed = dynamics.scale is not None
-    init = step / dynamics.scale if fixed else step
+    init = step / dynamics.scale if dynamics.scale is not None else step
     eta = torch.full((rows, 1), float(init), dtype=theta.dtype)
 
     def evaluate(th: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         g = dynamics.field(th)
         nat = g / torch.softmax(th, -1)
         resid = g.abs().sum(-1)
-        merit = resid if fixed else dynamics.loss(th)
+        merit = resid if dynamics.loss is None else dynamics.loss(th)  # one of the two
         bad = ~torch.isfinite(nat).all(-1) | ~torch.isfinite(merit)
         inf = torch.full_like(resid, math.inf)
         return nat, torch.where(bad, inf, resid), torch.where(bad, inf, merit)

@@ -57,8 +57,8 @@ def arithmetic_task(
     if bad:
         raise ValueError(f"arithmetic option ops has unknown operator(s) {bad}; valid: + - *")
     hi = 10**digits
-    a, b = np.meshgrid(np.arange(hi), np.arange(hi), indexing="ij")
-    a, b = a.reshape(-1), b.reshape(-1)
+    grid_a, grid_b = np.meshgrid(np.arange(hi), np.arange(hi), indexing="ij")
+    a, b = grid_a.reshape(-1), grid_b.reshape(-1)
     problems = [(int(x), op, int(y)) for op in ops for x, y in zip(a, b, strict=True)]
     if not 1 <= num_eval < len(problems):
         raise ValueError(
