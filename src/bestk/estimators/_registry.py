@@ -26,10 +26,11 @@ import functools
 import inspect
 import math
 import os
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
+import numpy as np
 import torch
 
 from bestk._inputs import first_non_binary, prepare, to_output
@@ -343,6 +344,17 @@ def _check_domain(info: EstimatorInfo, rewards: torch.Tensor, options: Mapping[s
             raise ValueError(
                 f"{what} needs binary 0/1 rewards; reward at index {i} is {rewards[i].item()!r}"
             )
+
+
+# A tensor's advantages are a tensor (its dtype and device), anything else's a numpy array.
+@overload
+def advantages(name: str, rewards: torch.Tensor, group: Any = None,
+               **options: Any) -> torch.Tensor: ...
+
+
+@overload
+def advantages(name: str, rewards: np.ndarray | Sequence[float] | Sequence[Sequence[float]],
+               group: Any = None, **options: Any) -> np.ndarray: ...
 
 
 def advantages(name: str, rewards: Any, group: Any = None, **options: Any) -> Any:
