@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bestk.groups import Groups, block_groups, make_groups
+from bestk.groups import GroupLabels, Groups, block_groups, make_groups
 
 __all__ = ["prepare", "rewards_to_tensor", "to_output", "first_non_binary"]
 
@@ -100,7 +100,8 @@ def to_output(a: torch.Tensor, dtype: torch.dtype | None, what: str = "advantage
     return out
 
 
-def prepare(rewards: Any, group: Any = None) -> tuple[torch.Tensor, Groups, Callable]:
+def prepare(rewards: Any, group: GroupLabels = None
+            ) -> tuple[torch.Tensor, Groups, Callable[..., Any]]:
     """Validate ``rewards``/``group`` as :func:`advantages` does.
 
     Returns the flat float64 reward tensor, its :class:`Groups`, and ``finish(a, shape=None,

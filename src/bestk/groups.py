@@ -48,15 +48,19 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import torch
 
-__all__ = ["Groups", "SortedGroups", "make_groups", "block_groups"]
+__all__ = ["Groups", "SortedGroups", "GroupLabels", "make_groups", "block_groups"]
+
+#: Group labels as the public functions take them: ``None`` (one group), or a 1-D sequence,
+#: numpy array or tensor of hashable labels (see :func:`make_groups`).
+GroupLabels: TypeAlias = Sequence[Hashable] | np.ndarray | torch.Tensor | None
 
 #: Half the largest float64: intermediate values are kept below it.
 _HALF_MAX = float(np.finfo(np.float64).max) / 2
@@ -1032,7 +1036,7 @@ def _detect_block(index: torch.Tensor, num_groups: int) -> tuple[int, int] | Non
     return None
 
 
-def make_groups(group: Any, n: int, device: torch.device | str | None = None) -> Groups:
+def make_groups(group: GroupLabels, n: int, device: torch.device | str | None = None) -> Groups:
     """Build :class:`Groups` for a batch of ``n`` samples.
 
     Parameters

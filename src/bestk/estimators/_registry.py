@@ -36,6 +36,7 @@ import torch
 from bestk._inputs import first_non_binary, prepare, to_output
 from bestk._options import check_option_names
 from bestk.estimators.objectives import ByOption, Objective
+from bestk.groups import GroupLabels
 
 __all__ = [
     "ESTIMATORS",
@@ -348,16 +349,16 @@ def _check_domain(info: EstimatorInfo, rewards: torch.Tensor, options: Mapping[s
 
 # A tensor's advantages are a tensor (its dtype and device), anything else's a numpy array.
 @overload
-def advantages(name: str, rewards: torch.Tensor, group: Any = None,
+def advantages(name: str, rewards: torch.Tensor, group: GroupLabels = None,
                **options: Any) -> torch.Tensor: ...
 
 
 @overload
 def advantages(name: str, rewards: np.ndarray | Sequence[float] | Sequence[Sequence[float]],
-               group: Any = None, **options: Any) -> np.ndarray: ...
+               group: GroupLabels = None, **options: Any) -> np.ndarray: ...
 
 
-def advantages(name: str, rewards: Any, group: Any = None, **options: Any) -> Any:
+def advantages(name: str, rewards: Any, group: GroupLabels = None, **options: Any) -> Any:
     """Per-sample advantages of estimator ``name``.
 
     Parameters

@@ -74,7 +74,7 @@ from __future__ import annotations
 import inspect
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -90,6 +90,7 @@ from bestk.estimators import (
     on_register,
     resolve_options,
 )
+from bestk.groups import GroupLabels
 from bestk.kappo.calibration import load_calibration
 from bestk.kappo.transform import transform_rewards
 
@@ -142,7 +143,8 @@ def options_from_config(config: Any) -> dict[str, Any]:
     return dict(section)
 
 
-def _select_labels(index: Any, keep: torch.Tensor) -> Any:
+def _select_labels(index: Sequence[Hashable] | np.ndarray | torch.Tensor, keep: torch.Tensor
+                   ) -> np.ndarray | torch.Tensor:
     """``index[keep]`` for a numpy array, tensor or sequence of labels."""
     if isinstance(index, torch.Tensor):
         return index[keep.to(index.device)]
@@ -170,7 +172,7 @@ def outcome_advantages(
     name: str,
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
-    index: Any,
+    index: GroupLabels,
     options: Mapping[str, Any] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """verl-shaped ``(advantages, returns)`` of bestk estimator ``name``.
