@@ -610,6 +610,9 @@ def test_kappo_reward_options_and_errors(tmp_path):
         bverl.resolve_score_fn("no_such_module_xyz:f")
     with pytest.raises(ValueError, match="module:function"):
         bverl.resolve_score_fn("no_colon")
+    for _ in range(2):  # not cached: the second call refuses it too
+        with pytest.raises(ValueError, match="is not callable"):
+            bverl.resolve_score_fn("math:pi")
     with pytest.raises(ValueError, match="without 'score'"):
         bverl.kappo_compute_score(
             **kw, extra_info={"index": 0}, calibration=str(cal_path), base=lambda **_: {"x": 1}

@@ -287,3 +287,13 @@ def test_kappo_closed_form_rule_flips_both_ways():
                                                        and c["kind"] == "winrate")]
     e = _by_id(evaluate_claims({"kappo-exact": short}))["kappo-closed-form@kappo-exact"]
     assert e["verdict"] == "not reproduced" and "not run: apo winrate" in e["why"]
+
+
+def test_an_exact_claim_without_a_known_rule_is_refused():
+    from bestk.lab.claims import Arm, ClaimSpec, Metric
+
+    for rule in (None, "no_such_rule"):
+        spec = ClaimSpec("z", "z", "z", "exact", (Arm("kappo-exact"),), "r", Metric("pass", 1),
+                         exact_rule=rule)
+        with pytest.raises(ValueError, match="exact claim z has exact_rule"):
+            evaluate_claims({}, [spec])

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bestk.groups import Groups, block_groups, make_groups
+from bestk.groups import GroupLabels, Groups, block_groups, make_groups
 
 __all__ = ["prepare", "rewards_to_tensor", "to_output", "first_non_binary"]
 
@@ -100,7 +100,8 @@ def to_output(a: torch.Tensor, dtype: torch.dtype | None, what: str = "advantage
     return out
 
 
-def prepare(rewards: Any, group: Any = None) -> tuple[torch.Tensor, Groups, Callable]:
+def prepare(rewards: Any, group: GroupLabels = None
+            ) -> tuple[torch.Tensor, Groups, Callable[..., Any]]:
     """Validate ``rewards``/``group`` as :func:`advantages` does.
 
     Returns the flat float64 reward tensor, its :class:`Groups`, and ``finish(a, shape=None,
@@ -133,5 +134,5 @@ def first_non_binary(values: Any) -> int | None:
         bad = (values != 0) & (values != 1)
         return int(torch.nonzero(bad.reshape(-1))[0]) if bool(bad.any()) else None
     arr = np.asarray(values)
-    bad = np.flatnonzero((arr != 0) & (arr != 1))
-    return int(bad[0]) if bad.size else None
+    where = np.flatnonzero((arr != 0) & (arr != 1))
+    return int(where[0]) if where.size else None

@@ -48,15 +48,19 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import torch
 
-__all__ = ["Groups", "SortedGroups", "make_groups", "block_groups"]
+__all__ = ["Groups", "SortedGroups", "GroupLabels", "make_groups", "block_groups"]
+
+#: Group labels as the public functions take them: ``None`` (one group), or a 1-D sequence,
+#: numpy array or tensor of hashable labels (see :func:`make_groups`).
+GroupLabels: TypeAlias = Sequence[Hashable] | np.ndarray | torch.Tensor | None
 
 #: Half the largest float64: intermediate values are kept below it.
 _HALF_MAX = float(np.finfo(np.float64).max) / 2
@@ -101,12 +105,13 @@ class Rows:
 
     @property
     def shape(self) -> tuple[int, int]:
-        return tuple(self.values.shape)
+        r, w = self.values.shape
+        return r, w
 
     @cached_property
     def n(self) -> torch.Tensor | float:
         """``(R, 1)`` group sizes in the values' dtype (a float for full rows)."""
-        return float(self.size) if self.uniform else self.size.to(self.values.dtype)
+        return float(self.size) if isinstance(self.size, int) else self.size.to(self.values.dtype)
 
     @cached_property
     def _columns(self) -> dict[str, torch.Tensor]:
@@ -171,7 +176,7 @@ class Rows:
     def at(self, y: torch.Tensor, offset_from_end: int = 0) -> torch.Tensor:
         """``(R, 1)``: ``y`` at column ``size - 1 - offset_from_end`` of each row (clamped to
         column 0)."""
-        if self.uniform:
+        if isinstance(self.size, int):
             j = max(self.size - 1 - offset_from_end, 0)
             return y[:, j : j + 1]
         return torch.gather(y, 1, (self.size - 1 - offset_from_end).clamp_min(0))
@@ -211,7 +216,7 @@ class Rows:
 
     def zero_singletons(self, a: torch.Tensor) -> torch.Tensor:
         """``a`` (``(R, W)``) with the rows of groups of size 1 set to 0."""
-        if self.uniform:
+        if isinstance(self.size, int):
             return a if self.size > 1 else torch.zeros_like(a)
         return torch.where(self.size > 1, a, torch.zeros_like(a))
 
@@ -272,6 +277,13 @@ class _Bucket:
     rows: Rows
     cells: torch.Tensor | None
 
+    @property
+    def padded_cells(self) -> torch.Tensor:
+        """``cells`` of a bucket of a ragged layout (a block layout's has none)."""
+        if self.cells is None:
+            raise ValueError("a block layout's bucket has no cell map")
+        return self.cells
+
 
 class SortedGroups:
     """A batch laid out group by group, each group sorted by value.
@@ -304,7 +316,7 @@ class SortedGroups:
     def __init__(
         self,
         buckets: tuple[_Bucket, ...],
-        seg_group: torch.Tensor,
+        seg_group: torch.Tensor | None,
         block: tuple[int, int] | None,
         perm: torch.Tensor | None = None,
         cols: torch.Tensor | None = None,
@@ -327,7 +339,8 @@ class SortedGroups:
         """``(B,)`` in sorted order: ``fn`` applied to each padded matrix, members kept."""
         if self.block is not None:
             return fn(self.buckets[0].rows).reshape(-1)
-        parts = [torch.index_select(fn(b.rows).reshape(-1), 0, b.cells) for b in self.buckets]
+        parts = [torch.index_select(fn(b.rows).reshape(-1), 0, b.padded_cells)
+                 for b in self.buckets]
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def scatter_rows(self, fn: Callable[[Rows], torch.Tensor], *, consume: bool = False):
@@ -362,6 +375,7 @@ class SortedGroups:
     def perm(self) -> torch.Tensor:
         if self._perm is not None:
             return self._perm
+        assert self.block is not None and self._cols is not None  # no perm: a block layout
         R, N = self.block
         base = (torch.arange(R, device=self._cols.device) * N).unsqueeze(1)
         return (self._cols + base).reshape(-1)
@@ -373,7 +387,7 @@ class SortedGroups:
     @cached_property
     def size(self) -> torch.Tensor:
         def sizes(rows: Rows) -> torch.Tensor:
-            if rows.uniform:
+            if isinstance(rows.size, int):
                 return torch.full(rows.shape, rows.size, device=rows.values.device)
             return rows.size.expand(rows.shape)
 
@@ -390,6 +404,7 @@ class SortedGroups:
     def scatter(self, y: torch.Tensor) -> torch.Tensor:
         """Inverse of :meth:`gather`: values given in sorted order, back in original order."""
         if self._cols is not None:
+            assert self.block is not None  # cols: a block layout
             R, N = self.block
             return torch.empty_like(y).view(R, N).scatter_(1, self._cols, y.view(R, N)).view(-1)
         return torch.empty_like(y).scatter_(0, self.perm, y)
@@ -514,6 +529,7 @@ class Groups:
         elif self._block is not None:
             self._n = self._block[0] * self._block[1]
         else:
+            assert layout is not None  # checked above: an index, a block or a layout
             self._n = int(layout.seg_size.sum())
 
     def __len__(self) -> int:
@@ -552,7 +568,7 @@ class Groups:
     def _layout(self) -> _Layout:
         if self._layout_given is not None:
             return self._layout_given
-        order = torch.argsort(self._index, stable=True)
+        order = torch.argsort(self.index, stable=True)  # no layout: an index
         return _Layout(order, None, self.sizes, None)
 
     # -- sizes -----------------------------------------------------------------------------
@@ -568,7 +584,7 @@ class Groups:
             out = torch.empty_like(lay.seg_size)
             out[lay.seg_group] = lay.seg_size
             return out
-        return torch.bincount(self._index, minlength=self.num_groups)
+        return torch.bincount(self.index, minlength=self.num_groups)  # no layout: an index
 
     @cached_property
     def sample_sizes(self) -> torch.Tensor:
@@ -813,7 +829,7 @@ _hash = hash  # module-level so that tests can force hash collisions
 
 @dataclass
 class _Factor:
-    index: np.ndarray | torch.Tensor | None  # (B,) group ids (None for a detected block)
+    index: torch.Tensor | None  # (B,) group ids (None when the layout is known)
     labels: np.ndarray  # (G,) labels in group order
     layout: _Layout | None  # known layout (block, or the grouping order of the factorisation)
 
@@ -902,6 +918,7 @@ def _factor_objects(a: np.ndarray) -> _Factor:
     except TypeError as e:
         raise ValueError(f"group labels must be hashable: {e}") from None
     f = _factor_sortable(h)
+    assert f.layout is not None and f.layout.order is not None  # a sort's layout
     order = f.layout.order.numpy()
     seg_size = f.layout.seg_size.numpy()
     first = order[np.cumsum(seg_size) - seg_size]  # one member of each hash group
@@ -1019,7 +1036,7 @@ def _detect_block(index: torch.Tensor, num_groups: int) -> tuple[int, int] | Non
     return None
 
 
-def make_groups(group: Any, n: int, device: torch.device | str | None = None) -> Groups:
+def make_groups(group: GroupLabels, n: int, device: torch.device | str | None = None) -> Groups:
     """Build :class:`Groups` for a batch of ``n`` samples.
 
     Parameters
@@ -1062,9 +1079,11 @@ def make_groups(group: Any, n: int, device: torch.device | str | None = None) ->
         )
         if layout.block is None and layout.seg_group is None and bool(
             (layout.seg_size == layout.seg_size[0]).all()
-        ) and bool((layout.order == torch.arange(n, device=device)).all()):
+        ) and (layout.order is None  # None: the identity order
+               or bool(layout.order.eq(torch.arange(n, device=device)).all())):
             layout = _Layout(None, None, layout.seg_size, (num_groups, n // num_groups))
         return Groups(None, num_groups, f.labels, from_labels=True, layout=layout, device=device)
+    assert f.index is not None  # a factorisation without a layout has an index
     index = f.index.to(device)
     return Groups(index, num_groups, f.labels, _detect_block(index, num_groups))
 

@@ -26,15 +26,17 @@ import functools
 import inspect
 import math
 import os
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
+import numpy as np
 import torch
 
 from bestk._inputs import first_non_binary, prepare, to_output
 from bestk._options import check_option_names, load_path_cached
 from bestk.estimators.objectives import ByOption, Objective
+from bestk.groups import GroupLabels
 from bestk.kappo.calibration import Calibration, CalibrationKind
 from bestk.kappo.calibration import calibration_kind as calibration_kind_of
 
@@ -351,7 +353,18 @@ def _check_domain(info: EstimatorInfo, rewards: torch.Tensor, options: Mapping[s
             )
 
 
-def advantages(name: str, rewards: Any, group: Any = None, **options: Any) -> Any:
+# A tensor's advantages are a tensor (its dtype and device), anything else's a numpy array.
+@overload
+def advantages(name: str, rewards: torch.Tensor, group: GroupLabels = None,
+               **options: Any) -> torch.Tensor: ...
+
+
+@overload
+def advantages(name: str, rewards: np.ndarray | Sequence[float] | Sequence[Sequence[float]],
+               group: GroupLabels = None, **options: Any) -> np.ndarray: ...
+
+
+def advantages(name: str, rewards: Any, group: GroupLabels = None, **options: Any) -> Any:
     """Per-sample advantages of estimator ``name``.
 
     Parameters

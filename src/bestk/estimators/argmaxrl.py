@@ -99,7 +99,7 @@ def argmaxrl(rewards: torch.Tensor, groups: Groups, *, baseline: str = "loo") ->
         a = _scaled_weights(rows, top)  # N w_i - r_(1)
         if baseline == "loo":  # max_{j != i} r_j is r_(1), but r_(2) at the top position
             gap = top - rows.at(rows.values, 1)
-            if rows.uniform:  # the top is the last column
+            if isinstance(rows.size, int):  # uniform: the top is the last column
                 a[:, -1:] += gap
             else:
                 a.scatter_add_(1, (rows.size - 1).clamp_min(0), gap)

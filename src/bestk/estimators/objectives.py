@@ -29,11 +29,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 __all__ = ["Objective", "ByOption", "best_at", "joint"]
 
-T = TypeVar("T")
+
+class _Scalable(Protocol):
+    """A value a float coefficient multiplies (a float, a numpy array, a tensor)."""
+
+    def __rmul__(self, other: float, /) -> Any: ...
+
+
+T = TypeVar("T", bound=_Scalable)
 
 
 @dataclass(frozen=True)

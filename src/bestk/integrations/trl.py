@@ -87,7 +87,10 @@ from bestk.kappo.calibration import load_calibration
 from bestk.kappo.transform import transform_rewards
 
 _trl = require("trl", extra="trl", who="bestk.integrations.trl")
-DPOTrainer, GRPOTrainer = _trl.DPOTrainer, _trl.GRPOTrainer
+# Loaded through `require` (a one-line error naming the extra when TRL is missing), so
+# unchecked base classes for mypy: TRL's own signatures are not re-checked here.
+DPOTrainer: Any = _trl.DPOTrainer
+GRPOTrainer: Any = _trl.GRPOTrainer
 
 __all__ = [
     "BestkDPOTrainer",
@@ -141,7 +144,7 @@ def check_trl_args(
             f"BestkGRPOTrainer needs multi_objective_aggregation='sum_then_normalize' (the "
             f"@k objective is defined on the weighted sum of rewards), got {aggregation!r}"
         )
-    scale = getattr(args, "scale_rewards", "group")
+    scale: Any = getattr(args, "scale_rewards", "group")  # a str (a bool in older TRL)
     scale = {True: "group", False: "none"}.get(scale, scale)
     if scale not in ("group", "none", "batch"):
         raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {scale!r}")
@@ -576,6 +579,11 @@ class BestkDPOTrainer(DPOTrainer):
     so every TRL option that does not touch β (``ld_alpha``, ``use_weighting``, precomputed
     reference log-probs, PEFT references, ...) works unchanged.
     """
+
+    # set by DPOTrainer (an unchecked base class) and read back here; the signature columns
+    # are a list once the base's _set_signature_columns_if_needed has run
+    data_collator: Any
+    _signature_columns: list[str]
 
     def __init__(
         self,

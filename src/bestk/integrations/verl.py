@@ -75,7 +75,7 @@ from __future__ import annotations
 import inspect
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -91,6 +91,7 @@ from bestk.estimators import (
     on_register,
     resolve_options,
 )
+from bestk.groups import GroupLabels
 from bestk.kappo.calibration import load_calibration
 from bestk.kappo.transform import transform_rewards
 
@@ -143,7 +144,8 @@ def options_from_config(config: Any) -> dict[str, Any]:
     return dict(section)
 
 
-def _select_labels(index: Any, keep: torch.Tensor) -> Any:
+def _select_labels(index: Sequence[Hashable] | np.ndarray | torch.Tensor, keep: torch.Tensor
+                   ) -> np.ndarray | torch.Tensor:
     """``index[keep]`` for a numpy array, tensor or sequence of labels."""
     if isinstance(index, torch.Tensor):
         return index[keep.to(index.device)]
@@ -171,7 +173,7 @@ def outcome_advantages(
     name: str,
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
-    index: Any,
+    index: GroupLabels,
     options: Mapping[str, Any] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """verl-shaped ``(advantages, returns)`` of bestk estimator ``name``.
@@ -320,10 +322,12 @@ def resolve_score_fn(spec: Any) -> Callable[..., Any]:
         if not (path.startswith(("pkg://", "file://")) or path.endswith(".py")):
             path = "pkg://" + module
         try:
-            fn = load_extern_object(module_path=path, object_name=name)
+            loaded = load_extern_object(module_path=path, object_name=name)
         except (ImportError, AttributeError, FileNotFoundError, RuntimeError) as e:
             raise ValueError(f"base score function {spec!r} cannot be loaded: {e}") from None
-        _SCORE_FNS[spec] = fn
+        if not callable(loaded):  # checked before caching: a second call must refuse it too
+            raise ValueError(f"base {spec!r} is not callable")
+        fn = _SCORE_FNS[spec] = loaded
     if not callable(fn):
         raise ValueError(f"base {spec!r} is not callable")
     if inspect.iscoroutinefunction(fn):

@@ -11,14 +11,18 @@ import numpy as np
 
 def check_k(k: Any, name: str = "k") -> int:
     """``k`` must be an integer >= 1 (bools rejected)."""
-    if isinstance(k, bool) or not isinstance(k, (Integral, Real)):
+    if isinstance(k, bool) or not isinstance(k, Real):  # Real includes Integral
         raise ValueError(f"{name} must be an integer >= 1, got {k!r}")
-    if isinstance(k, Real) and not isinstance(k, Integral):
-        if not math.isfinite(k) or k != int(k):
+    if isinstance(k, Integral):
+        n = int(k)
+    else:  # a real number that is an integer (3.0), not 3.5, inf or nan
+        x = float(k)
+        if not x.is_integer():
             raise ValueError(f"{name} must be an integer >= 1, got {k!r}")
-    if int(k) < 1:
+        n = int(x)
+    if n < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {k!r}")
-    return int(k)
+    return n
 
 
 def check_positive(x: Any, name: str) -> float:

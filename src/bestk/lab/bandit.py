@@ -47,6 +47,7 @@ import torch
 from rich.progress import Progress
 
 from bestk._optional import pyplot
+from bestk._seeds import LAB_BANDIT_CURVES, LAB_BANDIT_SWEEP
 from bestk.estimators import EstimatorInfo, advantages, estimator_info
 from bestk.estimators.objectives import Objective, best_at, joint
 from bestk.lab._optim import SlotAdam, torch_threads
@@ -655,12 +656,13 @@ def _run_bandit(config: BanditConfig, out: Path, *, progress: bool) -> dict[str,
         for i, b in enumerate(bandits):
             task = bar.add_task(f"bandit {b.name}", total=config.steps)
             sweep = sweep_learning_rates(b, CURVE_SPECS, config,
-                                         seed=config.seed + 1000 * i + 500_000)
+                                         seed=LAB_BANDIT_SWEEP.seed(config.seed, bandit=i))
             result.setdefault("sweep", {})[b.name] = sweep
             result["curves"][b.name] = learning_curves(
                 b, CURVE_SPECS, n=config.curve_n, steps=config.steps, seeds=config.seeds,
                 lr=sweep["selected"], ks=config.ks, eval_every=config.eval_every,
-                seed=config.seed + 1000 * i, progress=lambda t=task: bar.advance(t))
+                seed=LAB_BANDIT_CURVES.seed(config.seed, bandit=i),
+                progress=lambda t=task: bar.advance(t))
     result["wall_seconds"] = time.perf_counter() - t0
     write_json_atomic(out / "results.json", result)
     write_text_atomic(out / "results.md", render_markdown(result))

@@ -610,6 +610,7 @@ def _trained_entry(spec: ClaimSpec, arm: Arm, tb: dict[str, Any] | None,
         e["why"] = "no data for this testbed yet" if tb is None else \
             f"methods {arm.a!r} / {arm.b!r} not in the testbed data"
         return e
+    assert arm.a is not None and arm.b is not None  # None is no testbed's method
     n_seeds = len(tb["seeds"])
     e["seeds"] = n_seeds
     if n_seeds < need:
@@ -647,11 +648,11 @@ def _trained_entry(spec: ClaimSpec, arm: Arm, tb: dict[str, Any] | None,
             e["noninferiority"] = {"metric": k3, "margin": spec.noninferiority.margin,
                                    "diff": t["diff"], "ci95": t["ci95"],
                                    "holds": bool(t["ci95"][0] > -spec.noninferiority.margin)}
-    need = ["reward_matched", "prompt_matched"] + ([] if e["budget_by_design"] else
-                                                   ["budget_matched"])
-    if not all(e[k] for k in need):
+    matches = ["reward_matched", "prompt_matched"] + ([] if e["budget_by_design"] else
+                                                      ["budget_matched"])
+    if not all(e[k] for k in matches):
         e["verdict"] = "not comparable"
-        e["why"] = ", ".join(k for k in need if not e[k]).replace("_matched", "") + \
+        e["why"] = ", ".join(k for k in matches if not e[k]).replace("_matched", "") + \
             " not matched"
     return e
 
@@ -714,7 +715,7 @@ def _exact_kappo(tb: dict[str, Any]) -> tuple[float, bool, str, str]:
     failed = [c for c in claimed if not (c["converged"] and c["closed_form_error"] <=
                                          KAPPO_EXACT_TOL and c["error"] <= KAPPO_EXACT_TOL)]
     ok = not missing and not failed
-    by = {}
+    by: dict[tuple[str, str], float] = {}
     for c in claimed:
         key = (c["kind"], c["method"])
         by[key] = max(by.get(key, 0.0), c["closed_form_error"])
@@ -744,6 +745,9 @@ _EXACT_RULES: dict[str, Callable[[dict[str, Any]], tuple[float, bool, str, str]]
 
 
 def _exact_entry(spec: ClaimSpec, arm: Arm, tb: dict[str, Any] | None) -> dict[str, Any]:
+    if spec.exact_rule is None or spec.exact_rule not in _EXACT_RULES:
+        raise ValueError(f"exact claim {spec.id} has exact_rule {spec.exact_rule!r}; "
+                         f"known: {sorted(_EXACT_RULES)}")
     e = _trained_entry(spec, arm, None)
     e.update(reward_matched=True, prompt_matched=True, budget_matched=True)
     if tb is None:

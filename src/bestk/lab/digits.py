@@ -51,6 +51,14 @@ import torch
 from rich.progress import Progress
 
 from bestk._optional import pyplot, require
+from bestk._seeds import (
+    LAB_DIGITS_BATCHES,
+    LAB_DIGITS_EVAL_COMPOSITES,
+    LAB_DIGITS_INIT,
+    LAB_DIGITS_ROLLOUTS,
+    LAB_DIGITS_TEST_SPLIT,
+    LAB_DIGITS_VALIDATION_SPLIT,
+)
 from bestk.estimators import ESTIMATORS, EstimatorInfo, advantages, estimator_info
 from bestk.kappo.calibration import BINARY, WINRATE, CalibrationKind, calibrate
 from bestk.lab._optim import SlotAdam, torch_threads
@@ -274,7 +282,8 @@ def load_digits_split(test_fraction: float, seed: int):
     data = load_digits()
     x = data.data.astype(np.float32) / 16.0
     y = data.target.astype(np.int64)
-    xtr, xte, ytr, yte = train_test_split(x, y, test_size=test_fraction, random_state=seed,
+    xtr, xte, ytr, yte = train_test_split(x, y, test_size=test_fraction,
+                                          random_state=LAB_DIGITS_TEST_SPLIT.seed(seed),
                                           stratify=y)
     return (torch.from_numpy(xtr), torch.from_numpy(ytr), torch.from_numpy(xte),
             torch.from_numpy(yte))
@@ -348,11 +357,13 @@ def make_problem(reward: str, *, split: str, test_fraction: float, val_fraction:
         train_test_split = require("sklearn.model_selection", extra="lab").train_test_split
 
         a, b, c, d = train_test_split(xtr.numpy(), ytr.numpy(), test_size=val_fraction,
-                                      random_state=seed + 1, stratify=ytr.numpy())
+                                      random_state=LAB_DIGITS_VALIDATION_SPLIT.seed(seed),
+                                      stratify=ytr.numpy())
         xtr, xte, ytr, yte = (torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(c),
                               torch.from_numpy(d))
     if parts > 1:
-        g = torch.Generator().manual_seed(seed * 7 + parts + (split == "validation"))
+        g = torch.Generator().manual_seed(LAB_DIGITS_EVAL_COMPOSITES.seed(
+            seed, parts=parts, validation=int(split == "validation")))
         eidx = torch.randint(0, xte.shape[0], (num_eval, parts), generator=g)
         xte, yte = compose(xte, yte, eidx)
     h = hashlib.sha256()
@@ -514,14 +525,16 @@ def run_slots(problem: Problem, slots: Sequence[Slot], spec: RunSpec,
     d_in = problem.x_train.shape[1] * problem.parts
     inits = {}
     for sd in seeds:
-        g = torch.Generator().manual_seed(spec.seed * 7919 + sd)
+        g = torch.Generator().manual_seed(LAB_DIGITS_INIT.seed(spec.seed, slot_seed=sd))
         inits[sd] = BatchedMLP.init(d_in, spec.hidden, problem.n_classes, g)
     model = BatchedMLP([inits[s.seed] for s in slots])
     lr = torch.tensor([s.lr for s in slots], dtype=torch.float32)[:, None, None]
     opt = SlotAdam(list(model.parameters()), lr)
-    setting_seed = spec.seed * 1_000_003 + (REWARDS.index(problem.reward) + 1) * 10_007 + n
+    setting_seed = LAB_DIGITS_ROLLOUTS.seed(spec.seed, reward=REWARDS.index(problem.reward) + 1,
+                                            n=n)
     gen = torch.Generator().manual_seed(setting_seed)
-    batch_gen = torch.Generator().manual_seed(spec.seed * 31 + 1 + 97 * seeds[0])
+    batch_gen = torch.Generator().manual_seed(
+        LAB_DIGITS_BATCHES.seed(spec.seed, first_slot_seed=seeds[0]))
 
     # group the slots by learner (one advantage call per learner and step)
     groups: dict[str, list[int]] = {}
@@ -566,7 +579,8 @@ def run_slots(problem: Problem, slots: Sequence[Slot], spec: RunSpec,
             opts = dict(lrn.options)
             if lrn.calibrated:
                 opts["calibration"] = calibration
-            if lrn.info.needs_prompt_ids:  # groups labelled by the bank ids of the images
+            # groups labelled by the bank ids of the images
+            if estimator_info(lrn.estimator).needs_prompt_ids:
                 gid = (pos[it][:, None] * problem.n_train + ids[pos[it]])[..., None]
                 adv = advantages(lrn.estimator, r.reshape(-1), gid.expand_as(r).reshape(-1),
                                  **opts).reshape(r.shape)

@@ -118,6 +118,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from bestk._atomic import write_text_atomic
+from bestk._seeds import LAB_KAPPO_BINARY, LAB_KAPPO_WINRATE
 from bestk.estimators import advantages
 from bestk.kappo import (
     Calibration,
@@ -261,7 +262,7 @@ class KappoProblem:
 
 def binary_problem(cfg: KappoLabConfig, k: int) -> KappoProblem:
     """Binary prompts with reference pass rates N/M and their Prop. 4.1 optimum."""
-    rng = np.random.default_rng(cfg.seed)
+    rng = np.random.default_rng(LAB_KAPPO_BINARY.seed(cfg.seed))
     m, s, f = cfg.bank_size, cfg.success_arms, cfg.failure_arms
     q = np.asarray(cfg.successes, dtype=np.float64) / m
     ref = np.empty((q.size, s + f))
@@ -285,7 +286,7 @@ def binary_problem(cfg: KappoLabConfig, k: int) -> KappoProblem:
 
 def winrate_problem(cfg: KappoLabConfig, k: int) -> KappoProblem:
     """A K-arm bandit equiprobable under the reference, and Prop. 4.7's cell masses."""
-    rng = np.random.default_rng(cfg.seed + 1)
+    rng = np.random.default_rng(LAB_KAPPO_WINRATE.seed(cfg.seed))
     n_arms = cfg.winrate_arms
     values = np.sort(rng.normal(size=n_arms))
     if np.any(np.diff(values) <= 0):  # pragma: no cover - measure-zero event
@@ -321,6 +322,10 @@ class Dynamics:
     field: Callable[[torch.Tensor], torch.Tensor]
     loss: Callable[[torch.Tensor], torch.Tensor] | None = None
     scale: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.loss is None) == (self.scale is None):
+            raise ValueError("Dynamics needs exactly one of loss and scale")
 
 
 def _loss_dynamics(loss_fn: Callable[[torch.Tensor], torch.Tensor]) -> Dynamics:
@@ -546,10 +551,15 @@ def predicted_limit(method: str, problem: KappoProblem, cfg: KappoLabConfig) -> 
         if method == "kappo_grpo":
             a = problem.calibration.get("a_k", problem.prompt_ids)
             n = cfg.group_size
+            assert problem.q is not None  # binary problems carry their reference pass rates
             shift = np.empty(len(a))
             for i, (ai, qi) in enumerate(zip(a, problem.q, strict=True)):
                 t_q = math.log(qi / (1 - qi))
-                t = _stationary_logodds(t_q, lambda x, ai=ai: ai * grpo_std_weight(x, n), beta)
+
+                def omega(x: np.ndarray, ai: float = ai) -> np.ndarray:
+                    return ai * grpo_std_weight(x, n)
+
+                t = _stationary_logodds(t_q, omega, beta)
                 shift[i] = t - t_q
             logits = ref.log() + torch.from_numpy(shift)[:, None] * problem.rewards
             return torch.softmax(logits, -1), "std point"
@@ -598,14 +608,14 @@ def natural_descent(
     theta = theta0.clone()
     rows = theta.shape[0]
     fixed = dynamics.scale is not None
-    init = step / dynamics.scale if fixed else step
+    init = step / dynamics.scale if dynamics.scale is not None else step
     eta = torch.full((rows, 1), float(init), dtype=theta.dtype)
 
     def evaluate(th: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         g = dynamics.field(th)
         nat = g / torch.softmax(th, -1)
         resid = g.abs().sum(-1)
-        merit = resid if fixed else dynamics.loss(th)
+        merit = resid if dynamics.loss is None else dynamics.loss(th)  # one of the two
         bad = ~torch.isfinite(nat).all(-1) | ~torch.isfinite(merit)
         inf = torch.full_like(resid, math.inf)
         return nat, torch.where(bad, inf, resid), torch.where(bad, inf, merit)

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from bestk._optional import require
+from bestk._seeds import TASK_EVAL_PROMPTS
 from bestk.tasks.base import Task, load_task, register_task
 from bestk.tasks.rewards import REWARDS, RewardSpec, get_reward, register_reward
 
@@ -56,8 +57,8 @@ def arithmetic_task(
     if bad:
         raise ValueError(f"arithmetic option ops has unknown operator(s) {bad}; valid: + - *")
     hi = 10**digits
-    a, b = np.meshgrid(np.arange(hi), np.arange(hi), indexing="ij")
-    a, b = a.reshape(-1), b.reshape(-1)
+    grid_a, grid_b = np.meshgrid(np.arange(hi), np.arange(hi), indexing="ij")
+    a, b = grid_a.reshape(-1), grid_b.reshape(-1)
     problems = [(int(x), op, int(y)) for op in ops for x, y in zip(a, b, strict=True)]
     if not 1 <= num_eval < len(problems):
         raise ValueError(
@@ -174,7 +175,7 @@ def reasoning_gym_task(
     try:
         train_ds = reasoning_gym.create_dataset(dataset, seed=seed, size=size, **cfg)
         eval_ds = reasoning_gym.create_dataset(
-            dataset, seed=seed + 1_000_003, size=num_eval, **cfg
+            dataset, seed=TASK_EVAL_PROMPTS.seed(seed), size=num_eval, **cfg
         )
     except (KeyError, ValueError, TypeError, AssertionError) as e:
         raise ValueError(f"reasoning_gym dataset {dataset!r} with config {cfg}: {e}") from None
