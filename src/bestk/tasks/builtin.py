@@ -13,7 +13,7 @@ import numpy as np
 
 from bestk._optional import require
 from bestk.tasks.base import Task, load_task, register_task
-from bestk.tasks.rewards import REWARDS, RewardSpec, get_reward, register_reward
+from bestk.tasks.rewards import REWARDS, Reward, get_reward, register_reward
 
 __all__ = [
     "arithmetic_task",
@@ -36,7 +36,7 @@ _OPS = {"+": np.add, "-": np.subtract, "*": np.multiply}
 def arithmetic_task(
     *,
     seed: int = 0,
-    reward: RewardSpec | None = None,
+    reward: Reward | None = None,
     digits: int = 2,
     ops: str = "+",
     num_eval: int = 64,
@@ -109,7 +109,7 @@ def _distinct_strings(task: str, rng: np.random.Generator, symbols: str, min_len
 def strings_task(
     *,
     seed: int = 0,
-    reward: RewardSpec | None = None,
+    reward: Reward | None = None,
     op: str = "reverse",
     min_len: int = 3,
     max_len: int = 6,
@@ -148,7 +148,7 @@ def strings_task(
 def reasoning_gym_task(
     *,
     seed: int = 0,
-    reward: RewardSpec | None = None,
+    reward: Reward | None = None,
     dataset: str = "",
     config: dict | None = None,
     size: int = 1000,
@@ -218,7 +218,7 @@ def _read_jsonl(path: str) -> list[dict[str, Any]]:
 def jsonl_task(
     *,
     seed: int = 0,
-    reward: RewardSpec | None = None,
+    reward: Reward | None = None,
     path: str = "",
     eval_path: str = "",
     num_eval: int = 64,
@@ -290,7 +290,7 @@ def split_rows(rows: list[dict[str, Any]], src: str, eval_rows: list[dict[str, A
 def math_task(
     *,
     seed: int = 0,
-    reward: RewardSpec | None = None,
+    reward: Reward | None = None,
     path: str = "",
     eval_path: str = "",
     num_eval: int = 64,
@@ -311,7 +311,7 @@ def math_task(
 def similarity_task(
     *,
     seed: int = 0,
-    reward: RewardSpec | None = None,
+    reward: Reward | None = None,
     path: str = "",
     eval_path: str = "",
     num_eval: int = 64,
@@ -352,7 +352,7 @@ def exact_multiset_reward(prompt: str, completion: str, *, letters: str = "", **
 def permute_task(
     *,
     seed: int = 0,
-    reward: RewardSpec | None = None,
+    reward: Reward | None = None,
     min_len: int = 3,
     max_len: int = 6,
     symbols: str = "0123456789",
@@ -390,7 +390,7 @@ def permute_task(
 def validation_task(
     *,
     seed: int = 0,
-    reward: RewardSpec | None = None,
+    reward: Reward | None = None,
     task: str = "",
     options: dict | None = None,
     size: int = 256,

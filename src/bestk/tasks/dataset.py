@@ -21,7 +21,7 @@ from typing import Any
 from bestk._optional import require
 from bestk.tasks.base import Task, register_task
 from bestk.tasks.builtin import split_rows
-from bestk.tasks.rewards import RewardSpec, get_reward
+from bestk.tasks.rewards import Reward, get_reward
 
 __all__ = ["FORMATS", "dataset_task", "read_rows"]
 
@@ -88,7 +88,7 @@ def read_rows(path: str, fmt: str = "auto", *, option: str = "path") -> list[dic
 def dataset_task(
     *,
     seed: int = 0,
-    reward: RewardSpec | None = None,
+    reward: Reward | None = None,
     path: str = "",
     eval_path: str = "",
     format: str = "auto",
