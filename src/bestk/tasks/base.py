@@ -26,7 +26,38 @@ from bestk._optional import require
 from bestk._options import check_option_names
 from bestk.tasks.rewards import RewardSpec, WeightedRewards, get_rewards, reward_parts
 
-__all__ = ["Task", "RewardScores", "TASKS", "register_task", "load_task", "task_options"]
+__all__ = ["Task", "RewardScores", "TASKS", "register_task", "load_task", "task_options",
+           "read_messages", "MESSAGES_FORMAT"]
+
+#: How a list of chat messages looks, for error messages.
+MESSAGES_FORMAT = ("a list of chat messages [{'role': ..., 'content': text}, ...] (TRL's "
+                   "conversational format)")
+
+
+def read_messages(value: Any) -> list[dict[str, Any]] | None:
+    """``value`` as a list of chat messages, or ``None`` when it is not a list (text).
+
+    A list of chat messages (TRL's conversational format) is a non-empty list of dicts, each
+    with a text ``role`` and a text ``content`` (keys whose value is ``None`` are dropped: a
+    parquet column of structs fills missing keys with nulls). Returns fresh dicts. A list or
+    dict of any other shape raises ``ValueError`` saying what is wrong with it.
+    """
+    if isinstance(value, dict):
+        raise ValueError("a dict, not text or a list of messages")
+    if not isinstance(value, (list, tuple)):
+        return None
+    if not value:
+        raise ValueError("an empty list")
+    out = []
+    for j, m in enumerate(value):
+        if not isinstance(m, dict):
+            raise ValueError(f"a list whose item {j + 1} is {type(m).__name__}, not a message dict")
+        m = {k: v for k, v in m.items() if v is not None}
+        if not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise ValueError(f"a list whose message {j + 1} lacks a text 'role' or 'content' "
+                             f"(it has {', '.join(map(repr, m)) or 'no keys'})")
+        out.append(m)
+    return out
 
 
 @dataclass(frozen=True)

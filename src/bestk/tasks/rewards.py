@@ -169,10 +169,12 @@ def _import_module(module: str, spec: str) -> Any:
     except Exception as e:  # the module's own code failed while importing
         raise ValueError(f"cannot load reward function {spec!r}: {_first_line(e)}") from None
     cwd = os.getcwd()
+    not_found = ValueError(f"cannot load reward function {spec!r}: no module named {module!r} "
+                           f"(nor {module.replace('.', '/')}.py in {cwd}); a reward is "
+                           f"{_forms()}")
     searched = {os.path.abspath(p or os.curdir) for p in sys.path if isinstance(p, str)}
     if cwd in searched:
-        raise ValueError(f"cannot load reward function {spec!r}: no module named {module!r}; "
-                         f"a reward is {_forms()}")
+        raise not_found
     sys.path.append(cwd)
     importlib.invalidate_caches()
     try:
@@ -180,9 +182,7 @@ def _import_module(module: str, spec: str) -> Any:
     except Exception as e:
         if isinstance(e, ModuleNotFoundError) and _names_missing(e, module):
             sys.path.remove(cwd)
-            raise ValueError(f"cannot load reward function {spec!r}: no module named "
-                             f"{module!r} (nor {module.replace('.', '/')}.py in {cwd}); a "
-                             f"reward is {_forms()}") from None
+            raise not_found from None
         raise ValueError(f"cannot load reward function {spec!r}: {_first_line(e)}") from None
 
 
