@@ -240,3 +240,22 @@ def test_unknown_reward_lists_the_forms():
         get_reward("")
     with pytest.raises(ValueError, match="a reward is"):
         get_reward("mod:")
+
+
+def test_the_documented_reward_file(tmp_path):
+    """docs/training.md's ``rewards.py`` and its command's reward list work as written."""
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[1] / "docs" / "training.md").read_text()
+    code = doc.split("# rewards.py, next to where you run bestk\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "rewards.py").write_text(code)
+    assert "--set 'task.reward=[math_verify, rewards.py:fmt, rewards.py:boxed]'" in doc
+    reward = get_rewards([f"{tmp_path}/rewards.py:fmt", f"{tmp_path}/rewards.py:boxed"],
+                         [0.2, 0.1])
+    task = _task("exact")
+    task.reward = reward
+    ex = {"prompt": "q", "id": 0, "answer": "48 + 24 = 72\n#### 72"}
+    got = task.score_detailed([ex] * 3, ["so\n#### 72", "\\boxed{72}", "\\boxed{7}"])
+    np.testing.assert_array_equal(got.columns["fmt"], [1.0, 0.0, 0.0])
+    np.testing.assert_array_equal(got.columns["boxed"], [np.nan, 1.0, 0.0])
+    np.testing.assert_allclose(got.total, [0.2, 0.1, 0.0])
