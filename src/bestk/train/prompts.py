@@ -88,13 +88,16 @@ def encode_prompts(tokenizer: Any, prompts: Sequence[str], *, max_length: int | 
     if not prompts:
         raise ValueError("encode_prompts: no prompts")
     prompts = list(prompts)
+    if max_length is None:  # one tokenizer call, as the trainer always made
+        enc = tokenizer(prompts, padding=True, return_tensors="pt", add_special_tokens=False)
+        return EncodedPrompts(enc["input_ids"], enc["attention_mask"],
+                              enc["attention_mask"].sum(-1).tolist(), 0)
     ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
     lengths = [len(x) for x in ids]
-    long = [n for n in lengths if max_length is not None and n > max_length]
+    long = [n for n in lengths if n > max_length]
     if not long:
         enc = tokenizer(prompts, padding=True, return_tensors="pt", add_special_tokens=False)
         return EncodedPrompts(enc["input_ids"], enc["attention_mask"], lengths, 0)
-    assert max_length is not None
     if truncation == "error":
         raise _too_long(len(long), len(prompts), max(long), max_length)
     cut_ids = [left_truncate(x, max_length) for x in ids]
