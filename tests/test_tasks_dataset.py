@@ -217,7 +217,7 @@ def test_chat_messages_in_parquet_and_an_assistant_answer(tmp_path):
 
 
 @pytest.mark.parametrize("value, said", [
-    ({"role": "user", "content": "x"}, "a dict, not text or a list of messages"),
+    ({"role": "user", "content": "x"}, "a dict"),
     (["just", "strings"], "a list whose item 1 is str, not a message dict"),
     ([{"role": "user"}], "a list whose message 1 lacks a text 'role' or 'content' \\(it has "
                          "'role'\\)"),

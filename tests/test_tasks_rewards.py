@@ -13,7 +13,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from bestk.tasks import REWARDS, WeightedRewards, get_reward, get_rewards, load_task
+from bestk.tasks import REWARDS, RewardSpec, WeightedRewards, get_reward, get_rewards, load_task
 from bestk.tasks.rewards import reward_parts
 
 #: Two reward functions in one file, as a user writes them: ``fmt`` scores every completion,
@@ -101,8 +101,8 @@ def test_the_weighted_sum_is_trl_grpo_trainers(reward_file):
         fn.__name__ = f"f{j}"
     weights = [0.3, -1.5, 2.0]
     task = _task("exact")
-    task.reward = WeightedRewards(tuple(get_reward("exact").__class__(fn, True, (), fn.__name__)
-                                        for fn in fns), tuple(weights))
+    task.reward = WeightedRewards(tuple(RewardSpec(fn, True, (), fn.__name__) for fn in fns),
+                                  tuple(weights))
     rows = []
     for _ in range(50):
         v = [None if rng.random() < 0.3 else float(rng.normal()) for _ in fns]
@@ -159,6 +159,11 @@ def test_weights_and_lists_are_checked(reward_file):
     specs, weights = reward_parts(get_rewards(["exact", "positional"], [2, 3]))
     assert [s.name for s in specs] == ["exact", "positional"] and weights == (2.0, 3.0)
     assert reward_parts(REWARDS["exact"]) == ((REWARDS["exact"],), None)
+    unnamed = RewardSpec(lambda p, c, **_: 1.0, True)
+    with pytest.raises(ValueError, match="distinct, non-empty function names"):
+        WeightedRewards((unnamed, unnamed), (1.0, 1.0))
+    with pytest.raises(ValueError, match=r"one weight per function, got 1 function\(s\) and 2"):
+        WeightedRewards((REWARDS["exact"],), (1.0, 2.0))
 
 
 def test_reward_file_paths(reward_file, tmp_path, monkeypatch):

@@ -43,7 +43,7 @@ def read_messages(value: Any) -> list[dict[str, Any]] | None:
     dict of any other shape raises ``ValueError`` saying what is wrong with it.
     """
     if isinstance(value, dict):
-        raise ValueError("a dict, not text or a list of messages")
+        raise ValueError("a dict")
     if not isinstance(value, (list, tuple)):
         return None
     if not value:

@@ -89,6 +89,15 @@ class WeightedRewards:
     specs: tuple[RewardSpec, ...]
     weights: tuple[float, ...]
 
+    def __post_init__(self) -> None:
+        if not self.specs or len(self.specs) != len(self.weights):
+            raise ValueError(f"WeightedRewards needs one weight per function, got "
+                             f"{len(self.specs)} function(s) and {len(self.weights)} weight(s)")
+        names = [s.name for s in self.specs]
+        if not all(names) or len(set(names)) != len(names):
+            raise ValueError(f"WeightedRewards needs distinct, non-empty function names (each "
+                             f"is logged under its own), got {names}")
+
     @property
     def graded(self) -> bool:
         """True unless the sum can only be 0 or 1 (one binary function with weight 1)."""
