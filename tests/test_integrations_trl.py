@@ -470,11 +470,14 @@ def test_kappo_reward_in_stock_trl_grpo(tmp_path):
             return out
 
     model, tok = tiny_policy()
-    Capture(
+    trainer = Capture(
         model=model, reward_funcs=[reward], args=_config(tmp_path, None, scale_rewards="none"),
         train_dataset=Dataset.from_list(ROWS), processing_class=tok,
-    ).train()
+    )
+    trainer.train()
     assert len(captured) == 2
+    logged = [h for h in trainer.state.log_history if "rewards/kappo_has_a/mean" in h]
+    assert logged and all("rewards/kappo_has_a/raw_mean" in h for h in logged)  # raw next to it
     for (adv, completions), pids in zip(captured, seen, strict=True):
         tags = {r["pid"]: r["tag"] for r in ROWS}
         want = np.zeros(len(pids))
@@ -495,9 +498,13 @@ def test_kappo_reward_checks():
 
     cal = calibrate({"x": [1, 0, 0, 0], "y": [1, 1, 1, 0]}, k=2, beta=0.5)
     f = KappoReward(lambda completions, **_: [1.0, None, 0.0], cal, prompt_id_column="pid")
-    out = f(prompts=["a"] * 3, completions=["", "", ""], pid=["x", "y", "y"])
+    logged: list[tuple[str, float]] = []
+    out = f(prompts=["a"] * 3, completions=["", "", ""], pid=["x", "y", "y"],
+            log_metric=lambda name, value: logged.append((name, value)))
     assert out[1] is None and out[2] == 0.0
     assert out[0] == pytest.approx(cal.get("a_k", ["x"])[0])
+    assert logged == [("rewards/kappo_<lambda>/raw_mean", 0.5)]  # mean of the raw 1.0 and 0.0
+    assert f(prompts=["a"] * 3, completions=["", "", ""], pid=["x", "y", "y"]) == out  # no logger
     with pytest.raises(ValueError, match="no column 'pid'"):
         f(prompts=["a"] * 3, completions=["", "", ""], other=[1, 2, 3])
     with pytest.raises(ValueError, match="'z' is not in the calibration"):

@@ -19,8 +19,11 @@ from bestk.train.hf import (
     AdaptersDisabled,
     add_lora,
     autocast,
+    chat_messages,
+    chat_prompt,
     merged_state_dict,
     reference_policy,
+    render_messages,
     render_task_prompts,
 )
 from bestk.train.loop import Trainer
@@ -182,6 +185,90 @@ def test_render_task_prompts(tiny_hf_model):
     assert [e["prompt"] for e in task.train] == once
     with pytest.raises(ValueError, match="auto or none"):
         render_task_prompts(task, tok, "chatml")
+
+
+def _chat_task(tmp_path, system_prompt=None):
+    import json
+
+    rows = [{"prompt": [{"role": "user", "content": "plain"}], "answer": "1"},
+            {"prompt": [{"role": "system", "content": "Own system."},
+                        {"role": "user", "content": "with its own system"}], "answer": "2"},
+            {"prompt": [{"role": "user", "content": "prefilled"},
+                        {"role": "assistant", "content": "Sure:"}], "answer": "3"},
+            {"prompt": "a text prompt", "answer": "4"}]
+    path = tmp_path / "chat.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return load_task("jsonl", {"path": str(path), "eval_path": str(path)},
+                     system_prompt=system_prompt)
+
+
+def test_render_task_prompts_of_chat_messages_and_a_system_prompt(tiny_hf_model, tmp_path):
+    from transformers import AutoTokenizer
+
+    from bestk.train.policy import build_char_tokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_hf_model)
+    task = _chat_task(tmp_path, system_prompt="Be brief.")
+    assert render_task_prompts(task, tok, "auto")
+    plain, own, prefilled, text = task.train
+    sys_msg = {"role": "system", "content": "Be brief."}
+    assert plain["prompt_messages"] == [sys_msg, {"role": "user", "content": "plain"}]
+    assert plain["prompt"] == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n"
+                               "plain<|im_end|>\n<|im_start|>assistant\n")
+    assert plain["user_prompt"] == "plain"
+    assert own["prompt_messages"][0] == {"role": "system", "content": "Own system."}  # kept
+    assert prefilled["prompt"].endswith("<|im_start|>assistant\nSure:")  # continued, no new turn
+    assert text["prompt_messages"] == [sys_msg, {"role": "user", "content": "a text prompt"}]
+    assert text["user_prompt"] == "a text prompt"
+    assert [e["prompt"] for e in task.eval] == [e["prompt"] for e in task.train]
+    # without a system prompt a text prompt renders exactly as before, a message list as itself
+    task = _chat_task(tmp_path)
+    render_task_prompts(task, tok, "auto")
+    assert task.train[3]["prompt"] == chat_prompt(tok, "a text prompt")
+    assert "prompt_messages" not in task.train[3]
+    assert task.train[0]["prompt"] == chat_prompt(tok, "plain")
+    assert task.train[1]["prompt"] == render_messages(tok, task.train[1]["prompt_messages"])
+    # nothing to render them with: one line, no garbage prompts
+    for mode, tk, why in (("none", tok, "model.chat_template is none"),
+                          ("auto", build_char_tokenizer("abc"), "the tokenizer has no chat "
+                                                                "template")):
+        with pytest.raises(ValueError, match=f"prompts are chat messages, which only a chat "
+                           f"template can show the model, but {why}"):
+            render_task_prompts(_chat_task(tmp_path), tk, mode)
+    strings = load_task("strings", {"num_train": 8, "num_eval": 2}, system_prompt="Hi.")
+    with pytest.raises(ValueError, match="task.system_prompt is set, which only a chat template"):
+        render_task_prompts(strings, tok, "none")
+
+
+def test_chat_messages():
+    assert chat_messages("x") == [{"role": "user", "content": "x"}]
+    assert chat_messages("x", "S") == [{"role": "system", "content": "S"},
+                                       {"role": "user", "content": "x"}]
+    own = [{"role": "system", "content": "O"}, {"role": "user", "content": "x"}]
+    assert chat_messages(own, "S") == own and chat_messages(own, "S") is not own
+
+
+def test_a_run_on_a_chat_format_dataset(tiny_hf_model, tmp_path):
+    """TRL's conversational ``prompt`` column through ``bestk train``: the model sees the
+    chat template's rendering of the messages, not the Python text of the list."""
+    import json
+
+    from tests.conftest import gsm8k_rows
+
+    for name, n in (("train", 12), ("test", 4)):
+        rows = [{"prompt": [{"role": "system", "content": "Solve it."},
+                            {"role": "user", "content": r["question"]}], "answer": r["answer"]}
+                for r in gsm8k_rows(n, offset=0 if name == "train" else 500)]
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = _config(tiny_hf_model, (tmp_path / "train.jsonl", tmp_path / "test.jsonl"),
+                  tmp_path / "run", "task.options.prompt_field=prompt", "max_steps=1",
+                  "sft.steps=1")
+    trainer = Trainer(cfg)
+    trainer.run()
+    ex = trainer.task.train[0]
+    assert ex["prompt"].startswith("<|im_start|>system\nSolve it.<|im_end|>\n<|im_start|>user\n")
+    assert "[{" not in ex["prompt"] and ex["user_prompt"] == gsm8k_rows(1)[0]["question"]
+    assert [r["phase"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl")][-1] == "eval"
 
 
 def test_merged_state_dict_is_w_plus_scaled_ba(tiny_hf_model):

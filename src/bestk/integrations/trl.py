@@ -391,7 +391,10 @@ class KappoReward:
     completion); this reads the prompt ids from ``prompt_id_column``, calls ``base`` with
     everything TRL passed, and returns :func:`bestk.kappo.transform_rewards` of its values:
     :math:`\hat a_k(x)R` (binary calibration; 0/1 rewards) or :math:`T_j` (win-rate). ``None``
-    (TRL's "not applicable") stays ``None``.
+    (TRL's "not applicable") stays ``None``. TRL logs the returned (transformed) values as
+    ``rewards/kappo_<name>/mean``; the mean of ``base``'s raw rewards goes next to it as
+    ``rewards/kappo_<name>/raw_mean`` (through TRL's ``log_metric``), as the verl reward keeps
+    ``raw_score``.
 
     With a binary calibration use ``scale_rewards="none"``: TRL's default ``"group"`` divides
     each group by its std and so cancels the per-prompt multiplier (KAPPO Eq. 139). Centring
@@ -453,6 +456,9 @@ class KappoReward:
         out: list[float | None] = [None] * len(raw)
         if keep:
             values = np.asarray([raw[i] for i in keep], dtype=np.float64)
+            log_metric = kwargs.get("log_metric")
+            if callable(log_metric):  # TRL logs only what we return: the raw reward too
+                log_metric(f"rewards/{self.__name__}/raw_mean", float(values.mean()))
             sel = np.empty(len(keep), dtype=object)
             sel[:] = [ids[i] for i in keep]
             for i, v in zip(keep, transform_rewards(self.calibration, sel, values), strict=True):

@@ -4,7 +4,12 @@ A task is a fixed list of training prompts and a disjoint list of held-out promp
 ``example`` dict with at least ``prompt`` (text fed to the model), ``answer`` (reference
 completion, used for the SFT warm-up) and ``id`` (a stable integer, the prompt id that groups
 samples and keys a KAPPO calibration bank), plus whatever fields its reward function needs,
-and a reward function ``(prompt, completion, **example) -> float``.
+and a reward: one function ``(prompt, completion, **example) -> float``, or several with
+weights (:class:`~bestk.tasks.rewards.WeightedRewards`, TRL's ``reward_funcs`` /
+``reward_weights``). A ``prompt`` is text, or a list of chat messages
+(``[{"role": "system", "content": ...}, {"role": "user", "content": ...}]``, TRL's
+conversational format) that the trainer renders through the tokenizer's chat template
+(:func:`bestk.train.hf.render_task_prompts`, which also adds the task's ``system_prompt``).
 """
 
 from __future__ import annotations
@@ -19,9 +24,60 @@ import numpy as np
 
 from bestk._optional import require
 from bestk._options import check_option_names
-from bestk.tasks.rewards import RewardSpec, get_reward
+from bestk.tasks.rewards import RewardSpec, WeightedRewards, get_rewards, reward_parts
 
-__all__ = ["Task", "TASKS", "register_task", "load_task", "task_options"]
+__all__ = ["Task", "RewardScores", "TASKS", "register_task", "load_task", "task_options",
+           "read_messages", "MESSAGES_FORMAT"]
+
+#: How a list of chat messages looks, for error messages.
+MESSAGES_FORMAT = ("a list of chat messages [{'role': ..., 'content': text}, ...] (TRL's "
+                   "conversational format)")
+
+
+def read_messages(value: Any) -> list[dict[str, Any]] | None:
+    """``value`` as a list of chat messages, or ``None`` when it is not a list (text).
+
+    A list of chat messages (TRL's conversational format) is a non-empty list of dicts, each
+    with a text ``role`` and a text ``content`` (keys whose value is ``None`` are dropped: a
+    parquet column of structs fills missing keys with nulls). Returns fresh dicts. A list or
+    dict of any other shape raises ``ValueError`` saying what is wrong with it.
+    """
+    if isinstance(value, dict):
+        raise ValueError("a dict")
+    if not isinstance(value, (list, tuple)):
+        return None
+    if not value:
+        raise ValueError("an empty list")
+    out = []
+    for j, m in enumerate(value):
+        if not isinstance(m, dict):
+            raise ValueError(f"a list whose item {j + 1} is {type(m).__name__}, not a message dict")
+        m = {k: v for k, v in m.items() if v is not None}
+        if not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise ValueError(f"a list whose message {j + 1} lacks a text 'role' or 'content' "
+                             f"(it has {', '.join(map(repr, m)) or 'no keys'})")
+        out.append(m)
+    return out
+
+
+@dataclass(frozen=True)
+class RewardScores:
+    """The scores of a batch of completions.
+
+    ``total``: the reward of each completion (float64), what the estimator sees: one plain
+    function's value as it is, or the weighted sum over the functions that did not return
+    ``None`` (:class:`~bestk.tasks.rewards.WeightedRewards`). ``columns``: each function's
+    own values by its name, ``NaN`` where it returned ``None``.
+    """
+
+    total: np.ndarray
+    columns: dict[str, np.ndarray]
+
+    def means(self) -> dict[str, float]:
+        """Each function's mean over the completions it scored (TRL's ``nanmean``); a function
+        that scored none of them is left out (no ``NaN`` in a log)."""
+        return {name: float(np.nanmean(col)) for name, col in self.columns.items()
+                if not np.isnan(col).all()}
 
 
 @dataclass
@@ -32,54 +88,104 @@ class Task:
     ----------
     name: task name.
     train, eval: lists of example dicts (``prompt``, ``answer``, ``id``, reward fields).
-    reward: the :class:`~bestk.tasks.rewards.RewardSpec` scoring completions.
+    reward: the :class:`~bestk.tasks.rewards.RewardSpec` scoring completions, or a
+        :class:`~bestk.tasks.rewards.WeightedRewards` of several.
     alphabet: characters the prompts and answers use (the default tiny model's char
         tokenizer is built from it), or ``None`` for free text (printable ASCII).
     max_answer_chars: a bound on the length of a correct completion (sizes the default
         ``max_new_tokens``).
     success_threshold: a completion succeeds (pass@k) when ``reward >= success_threshold``.
+    system_prompt: a system message put before each prompt that has none when the prompts
+        are rendered through a chat template (``None``: no system message).
     """
 
     name: str
     train: list[dict[str, Any]]
     eval: list[dict[str, Any]]
-    reward: RewardSpec
+    reward: RewardSpec | WeightedRewards
     alphabet: str | None = None
     max_answer_chars: int = 32
     success_threshold: float = 1.0
+    system_prompt: str | None = None
 
     @property
     def graded(self) -> bool:
         """True when rewards are not only 0/1 (best@k is then reported next to pass@k)."""
         return self.reward.graded
 
-    def score(self, examples: Sequence[dict[str, Any]], completions: Sequence[str]) -> np.ndarray:
-        """Rewards of ``completions[i]`` for ``examples[i]`` as a float64 array.
+    @property
+    def reward_names(self) -> tuple[str, ...]:
+        """The names of the reward functions, in order (one for a plain reward)."""
+        return tuple(spec.name for spec in reward_parts(self.reward)[0])
 
-        Raises ``ValueError`` when the reward function returns something that is not a finite
-        number (naming the prompt).
+    def score(self, examples: Sequence[dict[str, Any]], completions: Sequence[str]) -> np.ndarray:
+        """Rewards of ``completions[i]`` for ``examples[i]`` as a float64 array
+        (:meth:`score_detailed`'s ``total``).
+
+        Raises ``ValueError`` when a reward function returns something that is not a finite
+        number (or ``None`` for one of several functions), naming the prompt.
+        """
+        return self.score_detailed(examples, completions).total
+
+    def score_detailed(self, examples: Sequence[dict[str, Any]],
+                       completions: Sequence[str]) -> RewardScores:
+        """The rewards of ``completions[i]`` for ``examples[i]`` and each function's own values.
+
+        A function gets ``(example["prompt"], completion, **other fields of example)``. With
+        one plain function the total is its value. With several
+        (:class:`~bestk.tasks.rewards.WeightedRewards`) a function may return ``None``, which
+        is skipped as TRL skips it: ``total = sum_j w_j r_j`` over the functions that returned
+        a number (TRL's ``nansum``); a completion that no function scored is a ``ValueError``
+        (there is no reward to give the estimator). Any other non-number, and ``NaN`` or
+        infinity, is a ``ValueError`` naming the function and the prompt.
         """
         if len(examples) != len(completions):
             raise ValueError(
                 f"{len(examples)} examples but {len(completions)} completions to score"
             )
-        fn = self.reward.fn
-        out = np.empty(len(completions), dtype=np.float64)
-        for i, (ex, comp) in enumerate(zip(examples, completions, strict=True)):
-            fields = {k: v for k, v in ex.items() if k != "prompt"}
-            r = fn(ex["prompt"], comp, **fields)
-            try:
-                r = float(r)
-            except (TypeError, ValueError):
-                raise ValueError(
-                    f"reward of task {self.name!r} returned {r!r} for prompt {ex['prompt']!r}"
-                ) from None
-            if not math.isfinite(r):
-                raise ValueError(
-                    f"reward of task {self.name!r} returned {r} for prompt {ex['prompt']!r}"
-                )
-            out[i] = r
-        return out
+        specs, weights = reward_parts(self.reward)
+        plain = weights is None
+        columns: dict[str, np.ndarray] = {}
+        for spec in specs:
+            fn = spec.fn
+            out = np.empty(len(completions), dtype=np.float64)
+            for i, (ex, comp) in enumerate(zip(examples, completions, strict=True)):
+                fields = {k: v for k, v in ex.items() if k != "prompt"}
+                r = fn(ex["prompt"], comp, **fields)
+                if r is None and not plain:
+                    out[i] = np.nan  # "does not apply": skipped in the sum, as TRL does
+                    continue
+                try:
+                    r = float(r)
+                except (TypeError, ValueError):
+                    raise ValueError(
+                        f"{self._reward_label(spec, plain)} returned {r!r} for prompt "
+                        f"{ex['prompt']!r}"
+                    ) from None
+                if not math.isfinite(r):
+                    raise ValueError(
+                        f"{self._reward_label(spec, plain)} returned {r} for prompt "
+                        f"{ex['prompt']!r}"
+                    )
+                out[i] = r
+            columns[spec.name] = out
+        if plain:
+            return RewardScores(columns[specs[0].name], columns)
+        stacked = np.stack([columns[s.name] for s in specs], axis=1)
+        unscored = np.isnan(stacked).all(axis=1)
+        if unscored.any():
+            i = int(np.flatnonzero(unscored)[0])
+            raise ValueError(
+                f"every reward function of task {self.name!r} ({', '.join(self.reward_names)}) "
+                f"returned None for prompt {examples[i]['prompt']!r}; at least one must score "
+                f"each completion"
+            )
+        total = np.nansum(stacked * np.asarray(weights, dtype=np.float64), axis=1)
+        return RewardScores(total, columns)
+
+    def _reward_label(self, spec: RewardSpec, plain: bool) -> str:
+        return (f"reward of task {self.name!r}" if plain
+                else f"reward function {spec.name!r} of task {self.name!r}")
 
     def success(self, rewards: np.ndarray) -> np.ndarray:
         """Boolean success of each reward (``reward >= success_threshold``)."""
@@ -113,15 +219,32 @@ def task_options(name: str) -> dict[str, Any]:
 
 
 def load_task(
-    name: str, options: dict[str, Any] | None = None, *, seed: int = 0, reward: str | None = None
+    name: str,
+    options: dict[str, Any] | None = None,
+    *,
+    seed: int = 0,
+    reward: str | Sequence[str] | None = None,
+    reward_weights: Sequence[float] | None = None,
+    system_prompt: str | None = None,
 ) -> Task:
-    """Build task ``name`` with ``options``; ``reward`` (a name or ``module:function``)
-    replaces the task's default reward. Unknown tasks/options raise ``ValueError``; a missing
-    package of the task or its reward raises :class:`bestk._optional.MissingDependency`."""
+    """Build task ``name`` with ``options``.
+
+    ``reward`` replaces the task's default reward: a reward (a registered name,
+    ``module:function`` or ``path/to/file.py:function``) or a list of them, combined with
+    ``reward_weights`` (:func:`~bestk.tasks.rewards.get_rewards`; weights need a ``reward``).
+    ``system_prompt`` becomes the task's system message (used when prompts are rendered
+    through a chat template). Unknown tasks/options raise ``ValueError``; a missing package
+    of the task or its reward raises :class:`bestk._optional.MissingDependency`."""
     options = dict(options or {})
     check_option_names("task", name, options, task_options(name))
-    spec = get_reward(reward) if reward else None
+    if reward_weights is not None and not reward:
+        raise ValueError("task.reward_weights needs task.reward (the functions they weigh)")
+    if system_prompt is not None and not isinstance(system_prompt, str):
+        raise ValueError(f"task.system_prompt must be text, got {system_prompt!r}")
+    spec = get_rewards(reward, reward_weights) if reward else None
     task = TASKS[name](seed=seed, reward=spec, **options)
+    if system_prompt:
+        task.system_prompt = system_prompt
     for module in task.reward.requires:  # before any work, not at the first score
         require(module)
     if not task.train:

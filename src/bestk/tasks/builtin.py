@@ -13,8 +13,8 @@ import numpy as np
 
 from bestk._optional import require
 from bestk._seeds import TASK_EVAL_PROMPTS
-from bestk.tasks.base import Task, load_task, register_task
-from bestk.tasks.rewards import REWARDS, RewardSpec, get_reward, register_reward
+from bestk.tasks.base import MESSAGES_FORMAT, Task, load_task, read_messages, register_task
+from bestk.tasks.rewards import REWARDS, Reward, get_reward, register_reward
 
 __all__ = [
     "arithmetic_task",
@@ -37,7 +37,7 @@ _OPS = {"+": np.add, "-": np.subtract, "*": np.multiply}
 def arithmetic_task(
     *,
     seed: int = 0,
-    reward: RewardSpec | None = None,
+    reward: Reward | None = None,
     digits: int = 2,
     ops: str = "+",
     num_eval: int = 64,
@@ -113,7 +113,7 @@ def _distinct_strings(task: str, rng: np.random.Generator, symbols: str, min_len
 def strings_task(
     *,
     seed: int = 0,
-    reward: RewardSpec | None = None,
+    reward: Reward | None = None,
     op: str = "reverse",
     min_len: int = 3,
     max_len: int = 6,
@@ -152,7 +152,7 @@ def strings_task(
 def reasoning_gym_task(
     *,
     seed: int = 0,
-    reward: RewardSpec | None = None,
+    reward: Reward | None = None,
     dataset: str = "",
     config: dict | None = None,
     size: int = 1000,
@@ -222,7 +222,7 @@ def _read_jsonl(path: str) -> list[dict[str, Any]]:
 def jsonl_task(
     *,
     seed: int = 0,
-    reward: RewardSpec | None = None,
+    reward: Reward | None = None,
     path: str = "",
     eval_path: str = "",
     num_eval: int = 64,
@@ -249,12 +249,57 @@ def jsonl_task(
     return Task(f"jsonl/{Path(path).stem}", train, held, spec, None, max_answer_chars)
 
 
+def _read_column(value: Any, where: str) -> list[dict[str, Any]] | None:
+    """:func:`~bestk.tasks.base.read_messages` of a row's column, its error naming ``where``
+    and the formats a column may hold."""
+    try:
+        messages = read_messages(value)
+    except ValueError as e:
+        raise ValueError(f"{where} holds {e}; it accepts text or {MESSAGES_FORMAT}") from None
+    if messages is None and value is None:
+        raise ValueError(f"{where} is empty (null); it accepts text or {MESSAGES_FORMAT}")
+    return messages
+
+
+def _templated(value: Any, messages: list[dict[str, Any]] | None, template: str,
+               row: dict[str, Any]) -> str | list[dict[str, Any]]:
+    """``template`` formatted with ``{prompt}`` = the text ``value``, or for chat messages
+    the messages with ``template`` applied to the content of the last user message."""
+    if messages is None:
+        return template.format(**{**row, "prompt": value})
+    users = [j for j, m in enumerate(messages) if m["role"] == "user"]
+    if users and template != "{prompt}":
+        last = messages[users[-1]]
+        last["content"] = template.format(**{**row, "prompt": last["content"]})
+    return messages
+
+
+def _answer_of(value: Any, where: str) -> str:
+    """The reference answer of a row: text as it is, or the content of the last assistant
+    message of a list of chat messages (TRL's conversational ``completion``)."""
+    messages = _read_column(value, where)
+    if messages is None:
+        return str(value)
+    replies = [m["content"] for m in messages if m["role"] == "assistant"]
+    if not replies:
+        raise ValueError(f"{where} holds chat messages without an assistant message (the "
+                         f"reference answer)")
+    return replies[-1]
+
+
 def rows_to_examples(rows: list[dict[str, Any]], src: str, offset: int, *, prompt_field: str,
                      answer_field: str, template: str) -> list[dict[str, Any]]:
     """Task examples of data rows: every field of the row, plus ``prompt`` =
     ``template.format(prompt=row[prompt_field], **row)``, ``answer`` = ``str(row[answer_field])``
-    and ``id`` = ``offset + row index``. A row without either field raises ``ValueError``
-    naming ``src``, the row and the fields it has."""
+    and ``id`` = ``offset + row index``.
+
+    A prompt column may hold chat messages (TRL's conversational format,
+    :func:`~bestk.tasks.base.read_messages`): ``prompt`` is then the list of messages, with
+    ``template`` applied to the content of the last user message (the chat template renders
+    it later: :func:`bestk.train.hf.render_task_prompts`); an answer column of messages gives
+    the content of its last assistant message. A row without either field, or a column that
+    is neither text nor messages, raises ``ValueError`` naming ``src``, the row and the
+    column."""
     out = []
     for i, row in enumerate(rows):
         for f in (prompt_field, answer_field):
@@ -262,12 +307,15 @@ def rows_to_examples(rows: list[dict[str, Any]], src: str, offset: int, *, promp
                 raise ValueError(f"{src}: row {i + 1} has no field {f!r} (it has "
                                  f"{', '.join(map(repr, row))})")
         ex = dict(row)
+        value = row[prompt_field]
+        messages = _read_column(value, f"{src}: row {i + 1}: column {prompt_field!r}")
         try:
-            ex["prompt"] = template.format(**{**row, "prompt": row[prompt_field]})
+            ex["prompt"] = _templated(value, messages, template, row)
         except (KeyError, IndexError, ValueError) as e:
             raise ValueError(f"task option template {template!r} does not fit {src} row "
                              f"{i + 1}: {type(e).__name__} {e}") from None
-        ex["answer"] = str(row[answer_field])
+        ex["answer"] = _answer_of(row[answer_field], f"{src}: row {i + 1}: column "
+                                                     f"{answer_field!r}")
         ex["id"] = offset + i
         out.append(ex)
     return out
@@ -294,7 +342,7 @@ def split_rows(rows: list[dict[str, Any]], src: str, eval_rows: list[dict[str, A
 def math_task(
     *,
     seed: int = 0,
-    reward: RewardSpec | None = None,
+    reward: Reward | None = None,
     path: str = "",
     eval_path: str = "",
     num_eval: int = 64,
@@ -315,7 +363,7 @@ def math_task(
 def similarity_task(
     *,
     seed: int = 0,
-    reward: RewardSpec | None = None,
+    reward: Reward | None = None,
     path: str = "",
     eval_path: str = "",
     num_eval: int = 64,
@@ -356,7 +404,7 @@ def exact_multiset_reward(prompt: str, completion: str, *, letters: str = "", **
 def permute_task(
     *,
     seed: int = 0,
-    reward: RewardSpec | None = None,
+    reward: Reward | None = None,
     min_len: int = 3,
     max_len: int = 6,
     symbols: str = "0123456789",
@@ -394,7 +442,7 @@ def permute_task(
 def validation_task(
     *,
     seed: int = 0,
-    reward: RewardSpec | None = None,
+    reward: Reward | None = None,
     task: str = "",
     options: dict | None = None,
     size: int = 256,

@@ -1,5 +1,10 @@
 """Reward functions ``(prompt, completion, **example) -> float`` and their registry.
 
+A reward is named three ways (:func:`get_reward`): a registered name (``exact``), an importable
+``module:function`` (a ``module.py`` in the working directory counts, under every entry point),
+or a file ``path/to/file.py:function``. Several functions combine with weights into one reward
+(:func:`get_rewards`, :class:`WeightedRewards`: TRL's ``reward_funcs`` / ``reward_weights``).
+
 ``example`` holds the task's fields for that prompt (``answer``, ``id``, task metadata); a reward
 function takes what it needs by keyword and ignores the rest (``**_``). Rewards are floats;
 a completion *succeeds* (counts for pass@k) when its reward is ``>= success_threshold`` of the
@@ -22,13 +27,19 @@ Built in:
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
+import math
+import os
 import re
 import string
+import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, reduce
+from pathlib import Path
 from typing import Any
 
 from bestk._optional import require
@@ -36,8 +47,12 @@ from bestk._optional import require
 __all__ = [
     "REWARDS",
     "RewardSpec",
+    "WeightedRewards",
+    "Reward",
     "register_reward",
     "get_reward",
+    "get_rewards",
+    "reward_parts",
     "exact_reward",
     "arithmetic_reward",
     "positional_reward",
@@ -53,12 +68,63 @@ RewardFn = Callable[..., float]
 
 @dataclass(frozen=True)
 class RewardSpec:
-    """A registered reward: the function, whether its values are graded (not only 0/1), and
-    the optional modules it imports (checked when a task using it loads)."""
+    """A reward function: the function, whether its values are graded (not only 0/1), the
+    optional modules it imports (checked when a task using it loads) and the name its values
+    are logged under (the registered name, else the function's ``__name__``)."""
 
     fn: RewardFn
     graded: bool
     requires: tuple[str, ...] = ()
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class WeightedRewards:
+    """Several reward functions scored together, with TRL ``GRPOTrainer``'s semantics of
+    ``reward_funcs`` / ``reward_weights``: every function scores every completion, a function
+    may return ``None`` ("does not apply"), and the reward is the weighted sum over the
+    functions that did not, :math:`r = \\sum_{j: r_j \\neq None} w_j r_j` (TRL: ``nansum`` of
+    ``weights * rewards_per_func``). Build with :func:`get_rewards`."""
+
+    specs: tuple[RewardSpec, ...]
+    weights: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not self.specs or len(self.specs) != len(self.weights):
+            raise ValueError(f"WeightedRewards needs one weight per function, got "
+                             f"{len(self.specs)} function(s) and {len(self.weights)} weight(s)")
+        names = [s.name for s in self.specs]
+        if not all(names) or len(set(names)) != len(names):
+            raise ValueError(f"WeightedRewards needs distinct, non-empty function names (each "
+                             f"is logged under its own), got {names}")
+
+    @property
+    def graded(self) -> bool:
+        """True unless the sum can only be 0 or 1 (one binary function with weight 1)."""
+        return not (len(self.specs) == 1 and not self.specs[0].graded and self.weights == (1.0,))
+
+    @property
+    def requires(self) -> tuple[str, ...]:
+        """The optional modules of every function, each once."""
+        return tuple(dict.fromkeys(m for s in self.specs for m in s.requires))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The functions' names, in order (each function's values are logged under it)."""
+        return tuple(s.name for s in self.specs)
+
+
+#: A task's reward: one function or several with weights.
+Reward = RewardSpec | WeightedRewards
+
+
+def reward_parts(reward: Reward) -> tuple[tuple[RewardSpec, ...],
+                                                                 tuple[float, ...] | None]:
+    """``(functions, weights)`` of a task's reward; ``weights`` is ``None`` for one plain
+    function (its value is the reward as it is, not multiplied by a weight)."""
+    if isinstance(reward, WeightedRewards):
+        return reward.specs, reward.weights
+    return (reward,), None
 
 
 #: name -> :class:`RewardSpec`. Add with :func:`register_reward`.
@@ -72,31 +138,166 @@ def register_reward(
     ``requires`` names the optional modules it imports (e.g. ``("math_verify",)``)."""
 
     def deco(fn: RewardFn) -> RewardFn:
-        REWARDS[name] = RewardSpec(fn, graded, tuple(requires))
+        REWARDS[name] = RewardSpec(fn, graded, tuple(requires), name)
         return fn
 
     return deco
 
 
-def get_reward(name: str) -> RewardSpec:
-    """A registered reward by name, or ``"module:function"`` (an importable callable, graded).
+def _forms() -> str:
+    """The ways to name a reward, for error messages."""
+    return (f"a registered reward ({', '.join(sorted(REWARDS))}), 'module:function' (an "
+            f"importable module, or module.py in the working directory) or "
+            f"'path/to/file.py:function'")
 
-    Raises ``ValueError`` naming the valid choices when it cannot be found.
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
+
+
+def _names_missing(e: ModuleNotFoundError, module: str) -> bool:
+    """Whether ``e`` says ``module`` itself (or a package above it) does not exist, rather
+    than that something it imports is missing."""
+    return bool(e.name) and (module == e.name or module.startswith(f"{e.name}."))
+
+
+def _import_module(module: str, spec: str) -> Any:
+    """``importlib.import_module(module)``, falling back to the working directory.
+
+    ``python -m bestk`` searches the working directory but the ``bestk`` console script does
+    not (its ``sys.path[0]`` is the script's directory); so when ``module`` is not found, the
+    working directory is appended to ``sys.path`` (kept there when the import then succeeds,
+    so the module's own imports of its neighbours work) and the import is tried once more.
     """
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if not _names_missing(e, module):
+            raise ValueError(f"cannot load reward function {spec!r}: {_first_line(e)}") from None
+    except Exception as e:  # the module's own code failed while importing
+        raise ValueError(f"cannot load reward function {spec!r}: {_first_line(e)}") from None
+    cwd = os.getcwd()
+    not_found = ValueError(f"cannot load reward function {spec!r}: no module named {module!r} "
+                           f"(nor {module.replace('.', '/')}.py in {cwd}); a reward is "
+                           f"{_forms()}")
+    searched = {os.path.abspath(p or os.curdir) for p in sys.path if isinstance(p, str)}
+    if cwd in searched:
+        raise not_found
+    sys.path.append(cwd)
+    importlib.invalidate_caches()
+    try:
+        return importlib.import_module(module)
+    except Exception as e:
+        if isinstance(e, ModuleNotFoundError) and _names_missing(e, module):
+            sys.path.remove(cwd)
+            raise not_found from None
+        raise ValueError(f"cannot load reward function {spec!r}: {_first_line(e)}") from None
+
+
+def _module_from_file(path: str, spec: str) -> Any:
+    """The module of the Python file ``path`` (relative to the working directory), executed
+    once per process under a name derived from its absolute path (kept in ``sys.modules``)."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise ValueError(f"cannot load reward function {spec!r}: {path!r} is not a file; a "
+                         f"reward is {_forms()}")
+    file = file.resolve()
+    digest = hashlib.sha1(str(file).encode()).hexdigest()[:12]
+    stem = re.sub(r"\W", "_", file.stem)
+    name = f"_bestk_reward_{stem}_{digest}"
+    if name in sys.modules:
+        return sys.modules[name]
+    loader_spec = importlib.util.spec_from_file_location(name, file)
+    if loader_spec is None or loader_spec.loader is None:
+        raise ValueError(f"cannot load reward function {spec!r}: {path!r} is not a Python file")
+    module = importlib.util.module_from_spec(loader_spec)
+    sys.modules[name] = module
+    try:
+        loader_spec.loader.exec_module(module)
+    except Exception as e:
+        del sys.modules[name]
+        raise ValueError(f"cannot load reward function {spec!r}: {_first_line(e)}") from None
+    return module
+
+
+def _is_file_target(target: str) -> bool:
+    return target.endswith(".py") or "/" in target or os.sep in target
+
+
+def get_reward(name: str) -> RewardSpec:
+    """A reward function by its name: a registered reward (``exact``), ``module:function``
+    (importable, or ``module.py`` in the working directory) or ``path/to/file.py:function``
+    (a Python file, relative to the working directory or absolute). A function given by
+    module or file is graded and named by its ``__name__`` (as TRL names reward functions);
+    ``function`` may be dotted (``Class.method``).
+
+    Raises ``ValueError`` naming the reward and the forms a reward may take when it cannot
+    be found or loaded.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"a reward is {_forms()}; got {name!r}")
     if name in REWARDS:
         return REWARDS[name]
     if ":" in name:
-        mod_name, _, attr = name.partition(":")
+        target, _, attr = name.rpartition(":")
+        if not target or not attr:
+            raise ValueError(f"reward {name!r}: a reward is {_forms()}")
+        module = (_module_from_file(target, name) if _is_file_target(target)
+                  else _import_module(target, name))
         try:
-            fn = getattr(importlib.import_module(mod_name), attr)
-        except (ImportError, AttributeError) as e:
-            raise ValueError(f"cannot load reward function {name!r}: {e}") from None
+            fn = reduce(getattr, attr.split("."), module)
+        except AttributeError:
+            raise ValueError(f"cannot load reward function {name!r}: {target!r} has no "
+                             f"{attr!r}") from None
         if not callable(fn):
             raise ValueError(f"reward {name!r} is not callable")
-        return RewardSpec(fn, True)
-    raise ValueError(
-        f"unknown reward {name!r}; valid: {', '.join(sorted(REWARDS))} or 'module:function'"
-    )
+        return RewardSpec(fn, True, (), str(getattr(fn, "__name__", attr)))
+    raise ValueError(f"unknown reward {name!r}; valid: {_forms()}")
+
+
+def get_rewards(
+    names: str | Sequence[str], weights: Sequence[float] | None = None
+) -> Reward:
+    """The reward of ``task.reward`` and ``task.reward_weights``.
+
+    One name without weights is :func:`get_reward` of it (a plain reward, scored as it is).
+    A list of names (or weights given) is a :class:`WeightedRewards`: ``weights`` (default
+    all 1, as TRL's ``reward_weights``) must have one finite number per function, and the
+    functions must have distinct names (each is logged under its own). Errors are one-line
+    ``ValueError``s.
+    """
+    if isinstance(names, str):
+        names = [names]
+    names = list(names)
+    if not names:
+        raise ValueError(f"task.reward is an empty list; give one or more rewards, each "
+                         f"{_forms()}")
+    specs = tuple(get_reward(n) for n in names)
+    if weights is None:
+        if len(specs) == 1:
+            return specs[0]
+        weights = [1.0] * len(specs)
+    weights = list(weights)
+    if len(weights) != len(specs):
+        raise ValueError(f"task.reward_weights has {len(weights)} weight(s) for {len(specs)} "
+                         f"reward function(s); give one per function")
+    ws = []
+    for w in weights:
+        try:
+            ok = not isinstance(w, bool) and math.isfinite(float(w))
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise ValueError(f"task.reward_weights must be finite numbers, got {w!r}")
+        ws.append(float(w))
+    seen: dict[str, str] = {}
+    for n, s in zip(names, specs, strict=True):
+        if s.name in seen:
+            raise ValueError(f"task.reward lists two functions named {s.name!r} ({seen[s.name]!r}"
+                             f" and {n!r}); each function's values are logged under its name")
+        seen[s.name] = n
+    return WeightedRewards(specs, tuple(ws))
 
 
 @register_reward("exact", graded=False)

@@ -1,0 +1,126 @@
+"""What the model sees: a few evaluated prompts with their completions and rewards.
+
+Each evaluation can keep a handful of samples -- the prompt exactly as the model saw it (after
+the chat template and the system prompt), the completion, the reward and, with several reward
+functions, each function's value -- so a user checks the template and the reward at a glance:
+
+* :func:`sample_records` -- the records of one evaluation: the first ``num_prompts`` held-out
+  prompts (the same ones at every evaluation, so they can be compared over training) with
+  their first ``per_prompt`` completions; no random draw (no random stream changes);
+* :func:`append_samples` -- appends them to ``samples.jsonl`` (one JSON object per line);
+* :func:`samples_table` -- the same as a Markdown table (TensorBoard's ``add_text``) and
+  :func:`table_columns_rows` as columns and rows (a W&B ``wandb.Table``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["sample_records", "append_samples", "samples_table", "table_columns_rows"]
+
+
+def _number(x: Any) -> float | None:
+    v = float(x)
+    return None if math.isnan(v) else v
+
+
+def sample_records(
+    step: int,
+    examples: Sequence[Mapping[str, Any]],
+    texts: Sequence[str],
+    rewards: np.ndarray,
+    *,
+    success: np.ndarray | None = None,
+    columns: Mapping[str, np.ndarray] | None = None,
+    num_prompts: int = 4,
+    per_prompt: int = 2,
+) -> list[dict[str, Any]]:
+    """Records ``{"step", "prompt_id", "prompt", "completion", "reward"[, "success"][,
+    "rewards": {name: value}]}`` of the first ``num_prompts`` examples and the first
+    ``per_prompt`` of their completions.
+
+    ``texts`` are the completions prompt-major (``n`` per example, as
+    :func:`bestk.train.evaluate.evaluate` returns them), ``rewards`` and ``success`` ``(P, n)``;
+    ``columns`` each reward function's ``(P, n)`` values (``NaN`` where it returned ``None``,
+    written as ``null``). Raises ``ValueError`` when the shapes disagree.
+    """
+    rewards = np.asarray(rewards, dtype=np.float64)
+    if rewards.ndim != 2 or rewards.shape[0] != len(examples):
+        raise ValueError(f"rewards must be (prompts, n) = ({len(examples)}, n), got shape "
+                         f"{rewards.shape}")
+    n = rewards.shape[1]
+    if len(texts) != rewards.size:
+        raise ValueError(f"{len(texts)} completions for {len(examples)} prompts x {n} samples")
+    if num_prompts < 0 or per_prompt < 0:
+        raise ValueError(f"num_prompts and per_prompt must be >= 0, got {num_prompts}, "
+                         f"{per_prompt}")
+    out = []
+    for i in range(min(num_prompts, len(examples))):
+        ex = examples[i]
+        for j in range(min(per_prompt, n)):
+            rec: dict[str, Any] = {"step": int(step), "prompt_id": ex.get("id"),
+                                   "prompt": ex["prompt"], "completion": texts[i * n + j],
+                                   "reward": float(rewards[i, j])}
+            if success is not None:
+                rec["success"] = bool(np.asarray(success)[i, j])
+            if columns:
+                rec["rewards"] = {name: _number(np.asarray(col)[i, j])
+                                  for name, col in columns.items()}
+            out.append(rec)
+    return out
+
+
+def append_samples(path: str | os.PathLike, records: Sequence[Mapping[str, Any]]) -> None:
+    """Append ``records`` to the JSON-lines file ``path`` (created if missing), one line each,
+    flushed and fsync'ed (a crash leaves at most a torn last line)."""
+    if not records:
+        return
+    text = "".join(json.dumps(dict(r), ensure_ascii=False) + "\n" for r in records)
+    with Path(path).open("a", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def table_columns_rows(records: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    """``(columns, rows)`` of ``records``: step, prompt id, prompt, completion, reward, then
+    success and each reward function's value when the records have them."""
+    names: list[str] = []
+    for r in records:
+        names.extend(k for k in r.get("rewards", {}) if k not in names)
+    columns = ["step", "prompt_id", "prompt", "completion", "reward"]
+    has_success = any("success" in r for r in records)
+    if has_success:
+        columns.append("success")
+    columns.extend(f"reward/{k}" for k in names)
+    rows = []
+    for r in records:
+        row = [r["step"], r.get("prompt_id"), r["prompt"], r["completion"], r["reward"]]
+        if has_success:
+            row.append(r.get("success"))
+        row.extend(r.get("rewards", {}).get(k) for k in names)
+        rows.append(row)
+    return columns, rows
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    text = "" if value is None else str(value)
+    return text.replace("|", "\\|").replace("\n", "⏎")
+
+
+def samples_table(records: Sequence[Mapping[str, Any]]) -> str:
+    """A Markdown table of ``records`` (newlines shown as ``⏎`` and ``|`` escaped, so each
+    sample stays on one row; TensorBoard renders it as a table)."""
+    columns, rows = table_columns_rows(records)
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines.extend("| " + " | ".join(_cell(v) for v in row) + " |" for row in rows)
+    return "\n".join(lines)

@@ -1,0 +1,90 @@
+"""Sampling settings of the embedded trainer: top-k filtering and the model's own defaults.
+
+* :func:`top_k_filter` -- keep the ``k`` most likely tokens (``rollout.top_k``; 0 = off, as
+  TRL's ``top_k``). Applied after the temperature and before nucleus (top-p) filtering, the
+  order of Hugging Face's ``generate`` (temperature -> top-k -> top-p warpers).
+* :func:`resolve_sampling` -- the temperature, top-p and top-k a run samples with: the value of
+  the config when it sets one, else the model's ``generation_config`` (an instruct model ships
+  its recommended ones, e.g. Qwen2.5-Instruct's temperature 0.7, top-p 0.8, top-k 20), else
+  the plain defaults 1.0 / 1.0 / 0; :meth:`SamplingParams.describe` says which came from where
+  (for the run header).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+__all__ = ["top_k_filter", "SamplingParams", "resolve_sampling", "DEFAULTS"]
+
+#: The values used when neither the config nor the model's generation_config sets one.
+DEFAULTS: dict[str, float | int] = {"temperature": 1.0, "top_p": 1.0, "top_k": 0}
+
+
+def top_k_filter(logits: torch.Tensor, top_k: int | None) -> torch.Tensor:
+    """Set to ``-inf`` the logits below the ``top_k``-th largest of each row (ties with it are
+    kept, as Hugging Face's ``TopKLogitsWarper`` keeps them). ``top_k`` 0 or ``None``, or at
+    least the vocabulary size, returns ``logits`` itself (nothing filtered)."""
+    if not top_k or top_k >= logits.shape[-1]:
+        return logits
+    if top_k < 0:
+        raise ValueError(f"top_k must be >= 0 (0 = off), got {top_k}")
+    kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Resolved sampling settings and where each came from (``config``, ``generation_config``
+    or ``default``)."""
+
+    temperature: float
+    top_p: float
+    top_k: int
+    source: dict[str, str] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """``temperature=0.7 (generation_config) top_p=1.0 (config) top_k=0 (default)``."""
+        return " ".join(f"{k}={getattr(self, k)} ({self.source.get(k, 'config')})"
+                        for k in ("temperature", "top_p", "top_k"))
+
+
+def _check(name: str, value: Any, label: str) -> float | int:
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    if ok and name == "temperature":
+        ok = value > 0
+    elif ok and name == "top_p":
+        ok = 0 < value <= 1
+    elif ok and name == "top_k":
+        ok = float(value).is_integer() and value >= 0
+    if not ok:
+        rule = {"temperature": "> 0", "top_p": "in (0, 1]", "top_k": "an integer >= 0 (0 = off)"}
+        raise ValueError(f"{label} must be {rule[name]}, got {value!r}")
+    return int(value) if name == "top_k" else float(value)
+
+
+def resolve_sampling(temperature: float | None, top_p: float | None, top_k: int | None,
+                     generation_config: Any = None, *, where: str = "rollout") -> SamplingParams:
+    """The sampling settings of a run: each of ``temperature``, ``top_p``, ``top_k`` as given
+    when it is not ``None``, else the model's ``generation_config`` value when it sets one
+    (not ``None``), else :data:`DEFAULTS`. Values are checked (``temperature > 0``,
+    ``0 < top_p <= 1``, ``top_k`` an integer >= 0); a bad one raises ``ValueError`` naming
+    ``where`` (the config section, or ``the model's generation_config``)."""
+    given = {"temperature": temperature, "top_p": top_p, "top_k": top_k}
+    values: dict[str, Any] = {}
+    source: dict[str, str] = {}
+    for name, value in given.items():
+        if value is not None:
+            values[name] = _check(name, value, f"config key '{where}.{name}'")
+            source[name] = "config"
+            continue
+        model_value = getattr(generation_config, name, None) if generation_config else None
+        if model_value is not None:
+            values[name] = _check(name, model_value, f"the model's generation_config {name}")
+            source[name] = "generation_config"
+        else:
+            values[name], source[name] = DEFAULTS[name], "default"
+    return SamplingParams(values["temperature"], values["top_p"], values["top_k"], source)
