@@ -53,9 +53,9 @@ from rich.progress import Progress
 from bestk._atomic import atomic_path, write_text_atomic
 from bestk._optional import pyplot
 from bestk.estimators import ESTIMATORS, estimator_info
+from bestk.figures import save_figure
 from bestk.kappo.calibration import calibrate
-from bestk.lab.io import save_figure
-from bestk.lab.stats import mean_ci
+from bestk.stats import mean_ci
 from bestk.train.algorithms import ALGORITHMS
 from bestk.train.checkpoint import latest_checkpoint
 from bestk.train.config import (
@@ -95,7 +95,7 @@ CONTROL_OFFSET = 100_003
 
 def summarize(values: np.ndarray) -> tuple[float, float]:
     """Mean and the half-width of a 95% t-interval over seeds (``nan`` for one seed):
-    :func:`bestk.lab.stats.mean_ci`."""
+    :func:`bestk.stats.mean_ci`."""
     return mean_ci(values)
 
 
