@@ -82,11 +82,9 @@ from bestk.train.reference import (
 from bestk.train.report import curve_of
 from bestk.train.rundir import read_metrics
 
-__all__ = ["run_compare", "Method", "KappoAuto", "DEFAULT_OPTIONS", "summarize", "write_summary",
-           "method_slug", "sweep_score"]
+__all__ = ["run_compare", "Method", "KappoAuto", "summarize", "write_summary", "method_slug",
+           "sweep_score"]
 
-#: Options an estimator needs that the base config does not give (``pkpo`` needs ``k``).
-DEFAULT_OPTIONS: dict[str, dict[str, Any]] = {"pkpo": {"k": 4}}
 #: Seed ids of the sweep runs are ``base seed + SWEEP_SEED0 + j`` (disjoint from test seeds).
 SWEEP_SEED0 = 1000
 #: ``sampling_seed = seed + CONTROL_OFFSET`` for A/A controls.
@@ -105,7 +103,8 @@ class Method:
 
     ``overrides`` are ``key=value`` config overrides for this method's runs only (they may not
     touch the model, task or SFT sections: every method starts from the same SFT weights).
-    ``options`` are estimator options (over :data:`DEFAULT_OPTIONS`); a string value with
+    ``options`` are estimator options (over the estimator's registered ``default_options``
+    when it is not the base config's estimator); a string value with
     ``{seed}`` is formatted with the seed index. ``control_of`` makes an A/A control of that
     method: same estimator, options, overrides and learning rate, sampling noise from
     ``sampling_seed = seed + CONTROL_OFFSET``.
@@ -215,13 +214,12 @@ def _run_config(base: TrainConfig, m: Method, seed_index: int, seed_id: int, out
                          f"{', '.join(sorted(ESTIMATORS))}")
     cfg = copy.deepcopy(base)
     cfg.estimator = m.estimator
-    opts = dict(DEFAULT_OPTIONS.get(m.estimator, {})) if m.estimator != base.estimator else \
+    info = estimator_info(m.estimator)
+    opts = dict(info.default_options) if m.estimator != base.estimator else \
         dict(base.estimator_options)
     opts.update({k: v.format(seed=seed_index) if isinstance(v, str) and "{seed}" in v else v
                  for k, v in m.options.items()})
-    if "k" in opts and isinstance(opts["k"], int):
-        opts["k"] = min(opts["k"], cfg.rollout.n)
-    cfg.estimator_options = opts
+    cfg.estimator_options = info.fit_group(opts, cfg.rollout.n)
     apply_overrides(cfg, list(m.overrides))
     before, after = config_to_dict(base), config_to_dict(cfg)
     touched = [k for k in ("model", "task", "sft") if before[k] != after[k]]
@@ -381,9 +379,9 @@ def _rl_job(cfg_dict: dict[str, Any], sft_path: str | None, label: str, key: str
     # what the method learns from: the 0/1 success for estimators that see it, binary tasks
     # and binary KAPPO calibrations of apo / dpo
     binary = tr.binary_advantages or not task.graded or (
-        cfg.algorithm != "pg" and tr.kappo_kind == "binary")
+        not tr.spec.uses_estimator and tr.kappo_kind == "binary")
     run = {
-        "estimator": cfg.estimator if cfg.algorithm == "pg" else None,
+        "estimator": cfg.estimator if tr.spec.uses_estimator else None,
         "options": {k: (v if not hasattr(v, "kind") else f"calibration ({v.kind})")
                     for k, v in tr.estimator_options.items()},
         "reward": "success" if binary else "graded",

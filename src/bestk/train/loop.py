@@ -600,8 +600,8 @@ class Trainer:
                       f"{cfg.max_steps}); nothing to do")
             return self.last_evaluation()
         console = Console(stderr=True, quiet=not progress)
-        what = (f"estimator={cfg.estimator}" if cfg.algorithm == "pg" else
-                 f"algorithm={cfg.algorithm} k={cfg.kappo.k} beta={cfg.kappo.beta}")
+        what = (f"estimator={cfg.estimator}" if self.spec.uses_estimator else
+                f"algorithm={cfg.algorithm} k={cfg.kappo.k} beta={cfg.kappo.beta}")
         console.print(
             f"[bold]bestk train[/] task={self.task.name} {what} "
             f"params={count_parameters(self.model):,}"

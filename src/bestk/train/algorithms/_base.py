@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["AlgorithmSpec", "refuse_pg_options", "minibatches", "mean_metrics", "rollout_metrics"]
+__all__ = ["AlgorithmSpec", "rollout_batch_text", "refuse_pg_options", "minibatches",
+           "mean_metrics", "rollout_metrics"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,12 @@ class AlgorithmSpec:
         bank's).
     check: ``check(cfg)`` raises ``ValueError`` for settings the algorithm does not support
         (on a config whose defaults are resolved).
+    uses_estimator: whether its updates come from ``bestk.advantages`` of ``cfg.estimator``
+        (with ``estimator_options``): the progress line, the report and ``bestk compare``
+        name the estimator of such a run, and its KAPPO kind otherwise.
+    batch_text: ``batch_text(cfg)`` of a run's config dict (``config.yaml``): the report's
+        description of one step's batch.
+    pool_note: what the report adds to "RL drew these prompts only" of a calibrated run.
     """
 
     name: str
@@ -47,6 +54,9 @@ class AlgorithmSpec:
     binary_only: bool = False
     online: bool = True
     check: Callable[[Any], None] = lambda cfg: None
+    uses_estimator: bool = False
+    batch_text: Callable[[dict[str, Any]], str] = lambda cfg: rollout_batch_text(cfg)
+    pool_note: str = ""
 
     def samples_bank(self, cfg: Any) -> bool:
         """Whether a run of ``cfg`` samples a reference bank of its own: it calibrates from
@@ -54,6 +64,12 @@ class AlgorithmSpec:
         completions (@k-DPO's pairs come from a bank even with a calibration file)."""
         return bool(self.calibrated(cfg) and (cfg.kappo.calibration is None
                                               or self.bank_completions))
+
+
+def rollout_batch_text(cfg: dict[str, Any]) -> str:
+    """A step's batch of an algorithm sampling ``rollout.n`` completions per prompt."""
+    roll = cfg.get("rollout", {})
+    return f"rollout {roll.get('prompts_per_step')} prompts x {roll.get('n')} samples"
 
 
 def refuse_pg_options(cfg: Any) -> None:

@@ -204,6 +204,13 @@ class DPO:
                 f"margin={m['reward_margin']:.3f}")
 
 
+def _batch_text(cfg: dict[str, Any]) -> str:
+    """The report's description of a step's batch: pairs of the bank, not rollouts."""
+    roll, kp = cfg.get("rollout", {}), cfg.get("kappo", {})
+    return (f"{roll.get('prompts_per_step')} bank prompts x {kp.get('dpo_pairs')} "
+            f"(success, failure) pair(s), {kp.get('dpo_labels')} labels")
+
+
 def _check(cfg: Any) -> None:
     refuse_pg_options(cfg)
     if cfg.rollout.n != 1:
@@ -225,4 +232,6 @@ SPEC = AlgorithmSpec(
     binary_only=True,
     online=False,
     check=_check,
+    batch_text=_batch_text,
+    pool_note=" (the pairs: those with both a success and a failure among their M samples)",
 )
