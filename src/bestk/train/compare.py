@@ -92,7 +92,6 @@ __all__ = ["run_compare", "Method", "KappoAuto", "summarize", "write_summary", "
            "sweep_score"]
 
 
-
 def summarize(values: np.ndarray) -> tuple[float, float]:
     """Mean and the half-width of a 95% t-interval over seeds (``nan`` for one seed):
     :func:`bestk.stats.mean_ci`."""

@@ -199,6 +199,10 @@ class Trainer:
         else:
             if self.cfg.kappo.bank is not None and self._samples_bank:
                 self._given_bank = self.plan.given_bank()  # refused before any work
+            if self.warm_start is not None:  # the policy after an SFT made elsewhere
+                ws = self.warm_start
+                self.model.load_state_dict(ws if isinstance(ws, Mapping) else torch.load(ws))
+                self.sft_done = True
             self._start_dir()
         self.reporters = Reporters(
             resolve_report_to(cfg.report_to), self.out, config=config_to_dict(cfg),
@@ -207,10 +211,6 @@ class Trainer:
         )
         if not self.complete:
             self.reporters.open()  # a W&B login problem shows now, not after the SFT
-        if self.warm_start is not None and self.state.kind not in ("resume", "complete"):
-            ws = self.warm_start
-            self.model.load_state_dict(ws if isinstance(ws, Mapping) else torch.load(ws))
-            self.sft_done = True
 
     def close(self) -> None:
         """Close the live reporters and release the run directory's lock (done by :meth:`run`
