@@ -21,7 +21,8 @@ from pathlib import Path
 import torch
 
 from bestk.train.config import TrainConfig, apply_overrides
-from bestk.train.loop import Trainer, read_metrics
+from bestk.train.loop import Trainer
+from bestk.train.rundir import read_metrics
 
 #: The task, RL and KAPPO settings of the ``language-permute-kappo`` testbed (make_results).
 BASE = ["task.name=permute",
@@ -35,10 +36,7 @@ def _run(out: Path, overrides: list[str], sft: dict | None) -> tuple[Trainer, fl
     cfg = TrainConfig()
     apply_overrides(cfg, [*overrides, f"out={out}"])
     t0 = time.perf_counter()
-    tr = Trainer(cfg, resume="new")
-    if sft is not None:
-        tr.model.load_state_dict(sft)
-        tr.sft_done = True
+    tr = Trainer(cfg, resume="new", warm_start=sft)
     tr.run(progress=False)
     return tr, time.perf_counter() - t0
 

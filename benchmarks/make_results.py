@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bestk.figures import save_figure
 from bestk.lab import bandit as lab_bandit
 from bestk.lab import digits as lab_digits
 from bestk.lab import kappo as lab_kappo
@@ -47,11 +48,10 @@ from bestk.lab.io import (
     markdown_table,
     metric_key,
     pyplot,
-    save_figure,
     write_json_atomic,
     write_text_atomic,
 )
-from bestk.lab.stats import mean_ci
+from bestk.stats import mean_ci
 from bestk.train.compare import KappoAuto, Method, method_slug, run_compare
 
 ROOT = Path(__file__).resolve().parents[1]

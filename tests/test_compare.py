@@ -9,9 +9,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from bestk._seeds import CONTROL_SAMPLING
 from bestk.cli import app
 from bestk.train import compare as cmp
-from bestk.train.compare import CONTROL_OFFSET, KappoAuto, Method, run_compare
+from bestk.train.compare import KappoAuto, Method, run_compare
 from bestk.train.config import TrainConfig, apply_overrides
 from bestk.train.loop import Trainer
 from bestk.train.rundir import read_metrics
@@ -44,6 +45,20 @@ def test_sampling_seed_changes_only_the_sampling_noise(tmp_path):
     assert a != c  # different sampled completions
 
 
+def test_estimator_options_come_from_the_registry(tmp_path):
+    """An estimator that is not the base config's takes its registered ``default_options``
+    (``pkpo``: k = 4), and a ``group_bounded`` option is clamped to the group size."""
+    base = TrainConfig()
+    apply_overrides(base, [*TINY, "rollout.n=2"])
+    cfg = cmp._run_config(base, Method("pkpo", "pkpo"), 0, 0, tmp_path / "a")
+    assert cfg.estimator_options == {"k": 2}  # default 4, at most rollout.n = 2
+    apply_overrides(base, ["rollout.n=8"])
+    cfg = cmp._run_config(base, Method("pkpo", "pkpo"), 0, 0, tmp_path / "b")
+    assert cfg.estimator_options == {"k": 4}
+    cfg = cmp._run_config(base, Method("p3", "pkpo", {"k": 3}), 0, 0, tmp_path / "c")
+    assert cfg.estimator_options == {"k": 3}
+
+
 def test_controls_overrides_and_matched_configs(tmp_path):
     run_compare([Method("grpo", "grpo"),
                  Method("grpo (success)", "grpo", overrides=("advantage_reward=success",)),
@@ -59,12 +74,12 @@ def test_controls_overrides_and_matched_configs(tmp_path):
         assert len({r["prompts"] for r in runs.values()}) == 1  # same prompt set
         assert len({r["rollouts"] for r in runs.values()}) == 1  # same budget
         assert runs["grpo (A/A)"]["seed"] == runs["grpo"]["seed"]
-        assert runs["grpo (A/A)"]["sampling_seed"] == runs["grpo"]["seed"] + CONTROL_OFFSET
+        assert runs["grpo (A/A)"]["sampling_seed"] == CONTROL_SAMPLING.seed(runs["grpo"]["seed"])
         assert res["grpo (A/A)"][s]["end"] != res["grpo"][s]["end"]  # not bit-identical
         # every non-control method starts RL from the same weights: same step-0 evaluation
         assert res["maxrl"][s]["start"] == res["grpo"][s]["start"]
     cfg = yaml.safe_load((tmp_path / "cmp" / "grpo_A_A" / "seed1" / "config.yaml").read_text())
-    assert cfg["sampling_seed"] == 1 + CONTROL_OFFSET and cfg["seed"] == 1
+    assert cfg["sampling_seed"] == 1 + 100_003 and cfg["seed"] == 1  # the committed offset
     with pytest.raises(ValueError, match="may not change"):
         run_compare([Method("x", "grpo", overrides=("model.hidden_size=64",))], seeds=1,
                     out=tmp_path / "bad", max_steps=1, overrides=TINY, progress=False)

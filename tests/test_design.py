@@ -3,8 +3,9 @@
 * Its "Adding an estimator" example, executed as written, registers an estimator that the
   embedded trainer, the verl plugin (through verl's own ``compute_advantage``) and the TRL
   adapter (through TRL's ``GRPOTrainer``) run by its registry properties alone.
-* No module outside ``bestk.estimators`` and ``bestk.kappo`` compares estimator names (the
-  claims and the KAPPO testbed's method ids name the methods they compare).
+* No module outside ``bestk.estimators`` and ``bestk.kappo`` compares estimator names, and
+  none outside ``bestk.train.algorithms`` compares algorithm names (the claims and the KAPPO
+  testbed's method ids name the methods they compare).
 * The repository cites no file it does not contain (the design notes and the papers are cited
   through ``docs/references.md``).
 """
@@ -153,7 +154,8 @@ def test_the_example_trains_in_trl(scaled_rloo, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# no estimator-name comparisons outside the estimators
+# no estimator-name comparisons outside the estimators, no algorithm-name comparisons outside
+# the algorithms
 
 #: Modules that name the methods they compare (and so may compare names).
 NAMES_ALLOWED = {
@@ -184,6 +186,42 @@ def test_name_comparison_finder_finds_them():
     src = ('if cfg.estimator == "maxrl":\n    pass\nok = name in ("rloo", "x")\n'
            'fine = {"grpo": 1}.get(name)\n')
     assert [line for line, _ in name_comparisons(src, {"maxrl", "rloo", "grpo"})] == [1, 3]
+
+
+#: Modules that still compare algorithm names, each with the change that removes it.
+ALGORITHM_NAMES_PENDING = {
+    "bestk/train/config.py": "the config schema rewrite moves these checks onto AlgorithmSpec",
+}
+
+
+def algorithm_names() -> set[str]:
+    """The algorithm names: every key of ``ALGORITHMS`` and the built-in ones."""
+    from bestk.train.algorithms import ALGORITHMS
+
+    return set(ALGORITHMS) | {"pg", "apo", "dpo"}
+
+
+def test_no_algorithm_name_comparisons_outside_the_algorithms():
+    """The trainer, the config checks, the report and ``bestk compare`` read the algorithm's
+    :class:`~bestk.train.algorithms.AlgorithmSpec`, never its name."""
+    names = algorithm_names()
+    bad = []
+    for path in sorted((ROOT / "src" / "bestk").rglob("*.py")):
+        rel = path.relative_to(ROOT / "src").as_posix()
+        if rel.startswith("bestk/train/algorithms/") or rel in NAMES_ALLOWED or \
+                rel in ALGORITHM_NAMES_PENDING:
+            continue
+        bad += [f"{rel}:{line}: {text}" for line, text in name_comparisons(path.read_text(), names)]
+    assert not bad, "algorithm properties belong on its AlgorithmSpec:\n" + "\n".join(bad)
+
+
+def test_the_algorithm_name_guard_sees_the_trainer():
+    """Not vacuous: the names are the registered ones, and the finder flags a comparison of
+    ``cfg.algorithm`` with one of them."""
+    names = algorithm_names()
+    assert {"pg", "apo", "dpo"} <= names
+    src = 'what = cfg.estimator if cfg.algorithm == "pg" else cfg.kappo.k\n'
+    assert [line for line, _ in name_comparisons(src, names)] == [1]
 
 
 def test_no_estimator_name_comparisons_outside_the_estimators():

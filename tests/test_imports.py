@@ -1,4 +1,4 @@
-"""The module graph of ``src/bestk``: acyclic, internal imports at the top of modules.
+"""The module graph of ``src/bestk``: acyclic, layered, internal imports at the top of modules.
 
 The graph is built from the source with :mod:`ast` (nothing is imported): one node per module
 (a package is its ``__init__``), one edge per import, at module level *and* inside functions.
@@ -15,6 +15,9 @@ How imports become edges (``docs/design.md``, "Imports"):
 * ``importlib.import_module("bestk....")`` with a literal name is an import like the others.
 * Imports under ``if TYPE_CHECKING:`` are not run and are left out.
 
+The layers (``docs/design.md``, "Layers", :data:`LAYERS`): every module belongs to one, and no
+import -- module-level or inside a function -- points to a higher layer.
+
 The rule for where imports go: internal (``bestk``) and standard-library imports at the top of
 the module; an import inside a function only for a heavy optional dependency (a module of
 :data:`bestk._optional.OPTIONAL`, or one of :data:`LAZY_ALLOWED`) -- or anything in the command
@@ -25,6 +28,7 @@ torch, numpy and bestk's own heavy modules only inside the command bodies.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +48,49 @@ LAZY_ALLOWED = {
     "torch.utils.tensorboard": "needs the optional tensorboard package",
     "hydra": "ships with verl; composes verl's own config in the preflight check",
 }
+
+
+#: The layers of docs/design.md, lowest first: ``(layer, module prefixes)``. A module belongs to
+#: the layer of its longest matching prefix (a prefix matches itself and its submodules; the
+#: root package ``bestk`` matches only itself: its ``__init__`` imports nothing until used).
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("helpers", ("bestk", "bestk._atomic", "bestk._optional", "bestk._lazy", "bestk._typer",
+                 "bestk._options", "bestk._seeds", "bestk.figures")),
+    ("batch primitives", ("bestk.groups", "bestk._inputs")),
+    ("metrics, theory, statistics", ("bestk.metrics", "bestk.theory", "bestk.stats")),
+    ("KAPPO core", ("bestk.kappo",)),
+    ("estimators", ("bestk.estimators",)),
+    ("losses", ("bestk.losses",)),
+    ("tasks", ("bestk.tasks",)),
+    ("trainer", ("bestk.train",)),
+    ("lab", ("bestk.lab",)),
+    ("adapters", ("bestk.integrations",)),
+    ("command line", ("bestk.cli", "bestk.__main__", "bestk.lab.commands", "bestk.kappo.commands",
+                      "bestk.train.commands")),
+]
+
+
+def layer_of(module: str, layers: list[tuple[str, tuple[str, ...]]] = LAYERS) -> int | None:
+    """The index in ``layers`` of ``module``'s layer (``None`` if no prefix matches)."""
+    best: tuple[int, int] | None = None
+    for i, (_, prefixes) in enumerate(layers):
+        for p in prefixes:
+            if module == p or (p != "bestk" and module.startswith(p + ".")):
+                if best is None or len(p) > best[1]:
+                    best = (i, len(p))
+    return None if best is None else best[0]
+
+
+def upward_imports(imports: list[Import], layers: list[tuple[str, tuple[str, ...]]] = LAYERS
+                   ) -> list[str]:
+    """Each import (module-level or lazy) of a module from a higher layer, as a message."""
+    bad = set()
+    for imp in imports:
+        a, b = layer_of(imp.importer, layers), layer_of(imp.target, layers)
+        if a is not None and b is not None and b > a:
+            bad.add(f"{imp.importer}:{imp.line} ({layers[a][0]}) imports {imp.target} "
+                    f"({layers[b][0]})" + (" inside a function" if imp.lazy else ""))
+    return sorted(bad)
 
 
 @dataclass(frozen=True)
@@ -310,3 +357,45 @@ def test_imports_inside_functions_are_only_heavy_optional_ones(graph):
             continue
         bad.append(f"{imp.importer}:{imp.line} imports {imp.what} inside a function")
     assert not sorted(set(bad)), "\n".join(sorted(set(bad)))
+
+
+def test_every_module_has_a_layer(graph):
+    missing = [m for m in graph.modules if layer_of(m) is None]
+    assert not missing, "modules outside the layer table of docs/design.md: " + ", ".join(missing)
+
+
+def test_the_layer_table_matches_the_design_doc():
+    """Each layer's modules are the ones docs/design.md's table lists (a prefix listed there as
+    ``bestk.x.*`` or ``bestk.x`` or inside ``bestk.{a,b}.commands``)."""
+    doc = (SRC.parent / "docs" / "design.md").read_text()
+    table = doc[doc.index("## Layers"):doc.index("## Data flow")]
+    rows = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0] not in ("layer", "---"):
+            names = set()
+            for code in re.findall(r"`([^`]+)`", cells[1]):
+                m = re.fullmatch(r"(bestk(?:\.\w+)*)\.\{([\w,]+)\}\.(\w+)", code)
+                if m:
+                    names |= {f"{m.group(1)}.{x}.{m.group(3)}" for x in m.group(2).split(",")}
+                elif code.startswith("bestk"):
+                    names.add(code.split(" ")[0].removesuffix(".*"))
+            rows[cells[0]] = names
+    assert list(rows) == [name for name, _ in LAYERS]
+    for name, prefixes in LAYERS:
+        assert rows[name] == set(prefixes) - {"bestk", "bestk.__main__"}, name
+
+
+def test_the_layer_check_finds_upward_imports():
+    layers = [("low", ("bestk.a",)), ("high", ("bestk.b",))]
+    imports = [Import("bestk.a.x", "bestk.b", 3, True, "bestk.b"),
+               Import("bestk.b", "bestk.a.x", 1, False, "bestk.a.x")]
+    assert upward_imports(imports, layers) == [
+        "bestk.a.x:3 (low) imports bestk.b (high) inside a function"]
+    assert layer_of("bestk", [("h", ("bestk",))]) == 0
+    assert layer_of("bestk.c", [("h", ("bestk",))]) is None
+
+
+def test_no_module_imports_from_a_higher_layer(graph):
+    bad = upward_imports(graph.imports)
+    assert not bad, "imports against the layer order of docs/design.md:\n" + "\n".join(bad)

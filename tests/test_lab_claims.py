@@ -16,7 +16,7 @@ from bestk.lab.claims import (
     verdict,
 )
 from bestk.lab.digits import BIN_LABELS
-from bestk.lab.stats import holm
+from bestk.stats import holm
 
 BASELINES = {"grpo", "grpo (success)", "grpo (A/A)"}
 #: The reference arms of the KAPPO testbed (k = 1, and PKPO for the Fig. 3 claim).

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from bestk.lab.claims import CLAIMS, TESTBEDS, VERDICTS, arm_id, evaluate_claims
-from bestk.lab.stats import paired_test
+from bestk.stats import paired_test
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 CLAIMS_JSON = DOCS / "results" / "claims.json"

@@ -400,7 +400,7 @@ def test_maxrl_on_a_graded_task_uses_success_indicators(tmp_path):
 def test_ctrl_c_finishes_the_step_checkpoints_and_stops(tmp_path):
     def press_ctrl_c(step, metrics):
         if step == 1:
-            tr._stop_requested = True  # what the SIGINT handler does on the first Ctrl-C
+            tr.stop.requested = True  # what the SIGINT handler does on the first Ctrl-C
 
     tr = Trainer(tiny_config(tmp_path / "c", "max_steps=5", "checkpoint_every=4"),
                  on_step=press_ctrl_c)
@@ -443,3 +443,56 @@ def test_sigint_saves_and_exits_130(tmp_path):
     assert "--resume" in err
     last = max(r["step"] for r in read_metrics(out / "metrics.jsonl") if r["phase"] == "train")
     assert latest_checkpoint(out / "checkpoints").name == f"step_{last:07d}.safetensors"
+
+
+# ---------------------------------------------------------------------------------------------
+# the Trainer is run state; the algorithms use it only through RunContext
+
+ALGORITHM_MODULES = Path(__file__).resolve().parents[1] / "src" / "bestk" / "train" / "algorithms"
+
+
+def _run_members_used(source: str) -> set[str]:
+    """The attributes an algorithm module reads from its run: ``run.x`` / ``self.run.x``."""
+    import ast
+
+    used = set()
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Attribute):
+            continue
+        v = node.value
+        if (isinstance(v, ast.Name) and v.id == "run") or (
+                isinstance(v, ast.Attribute) and v.attr == "run"
+                and isinstance(v.value, ast.Name) and v.value.id == "self"):
+            used.add(node.attr)
+    return used
+
+
+def test_the_algorithms_use_exactly_the_run_context(tmp_path):
+    """``RunContext`` names what the algorithms use of the run, no more and no less, and the
+    Trainer is one."""
+    from bestk.train.algorithms._base import RunContext
+
+    members = {n for n in vars(RunContext) if not n.startswith("_")} | set(
+        RunContext.__annotations__)
+    used = set().union(*(_run_members_used(p.read_text())
+                         for p in ALGORITHM_MODULES.glob("*.py")))
+    assert used == members, (used - members, members - used)
+    assert _run_members_used("def f(self):\n    x = self.run.cfg.rollout\n    run.say('a')\n") \
+        == {"cfg", "say"}
+    tr = Trainer(tiny_config(tmp_path / "r", "max_steps=1"))
+    try:
+        assert isinstance(tr, RunContext)
+    finally:
+        tr.close()
+
+
+def test_the_trainer_class_stays_small():
+    """The Trainer holds run state (config, policy, optimizer, checkpoints, evaluation,
+    logging); SFT, calibration planning, set-up and the console live in their own modules."""
+    import ast
+
+    import bestk.train.loop as loop
+
+    tree = ast.parse(Path(loop.__file__).read_text())
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Trainer"]
+    assert cls.end_lineno - cls.lineno + 1 <= 350

@@ -132,3 +132,17 @@ STREAMS: tuple[Stream, ...] = (
     LAB_KAPPO_BINARY, LAB_KAPPO_WINRATE,
     EVAL_BANK_SAMPLING,
 )
+
+# --- bestk compare (offset: the committed comparisons reproduce bit for bit) ----------------
+#: the ``j``-th test seed of a comparison: ``COMPARE_SEEDS.seed(seed + j)`` (``seed + j``).
+COMPARE_SEEDS = Stream("compare.seeds", 0, rule="offset")
+#: the ``j``-th seed of the learning-rate sweep, disjoint from the test seeds:
+#: ``SWEEP_SEEDS.seed(seed + j)`` (``seed + 1000 + j``).
+SWEEP_SEEDS = Stream("compare.sweep_seeds", 1000, rule="offset")
+#: an A/A control's ``sampling_seed`` (``seed + 100_003``): same weights and prompts as its
+#: method, independent sampling noise.
+CONTROL_SAMPLING = Stream("compare.control_sampling", 100_003, rule="offset")
+#: the sampling of the ``KappoAuto`` calibration bank of a seed's SFT policy (``seed``).
+KAPPO_AUTO_BANK = Stream("compare.kappo_auto_bank", 77_001, rule="offset")
+
+STREAMS = STREAMS + (COMPARE_SEEDS, SWEEP_SEEDS, CONTROL_SAMPLING, KAPPO_AUTO_BANK)

@@ -85,6 +85,10 @@ class EstimatorInfo:
     prompt_weight: for an estimator without an objective, the closed-form prompt weight
         ``prompt_weight(p, n, **options)`` of its expected update on 0/1 rewards
         (``E[(1/N) sum_i A_i S_i] = omega(p) grad p``), if one is known.
+    default_options: values of required options for a run that gives none (``bestk
+        compare`` of several estimators under one config: ``pkpo``'s ``k``).
+    group_bounded: integer options that may not exceed the group size ``N`` (``pkpo``'s
+        ``k``: max@k of ``N`` samples); :meth:`fit_group` clamps them.
     """
 
     name: str
@@ -94,6 +98,16 @@ class EstimatorInfo:
     needs_prompt_ids: bool = False
     path_options: Mapping[str, Callable[[Any], Any]] = field(default_factory=dict)
     prompt_weight: Callable[..., float] | None = None
+    default_options: Mapping[str, Any] = field(default_factory=dict)
+    group_bounded: tuple[str, ...] = ()
+
+    def fit_group(self, options: Mapping[str, Any], n: int) -> dict[str, Any]:
+        """``options`` with each integer :attr:`group_bounded` option at most ``n``."""
+        out = dict(options)
+        for key in self.group_bounded:
+            if isinstance(out.get(key), int):
+                out[key] = min(out[key], n)
+        return out
 
     @property
     def options(self) -> dict[str, Any]:
@@ -199,6 +213,8 @@ def register_estimator(
     needs_prompt_ids: bool = False,
     path_options: Mapping[str, Callable[[Any], Any]] | None = None,
     prompt_weight: Callable[..., float] | None = None,
+    default_options: Mapping[str, Any] | None = None,
+    group_bounded: Sequence[str] = (),
     overwrite: bool = False,
 ) -> Callable[[EstimatorFn], EstimatorFn]:
     """Decorator registering ``fn(rewards, groups, *, options...)`` under ``name`` with its
@@ -241,7 +257,7 @@ def register_estimator(
                 "keyword-only parameters"
             )
         keywords = {p.name for p in params if p.kind == p.KEYWORD_ONLY}
-        named = set(path_options or {}) | (
+        named = set(path_options or {}) | set(default_options or {}) | set(group_bounded) | (
             {objective.option} if isinstance(objective, ByOption) else set()) | (
             {objective.k} if isinstance(objective, Objective) and isinstance(objective.k, str)
             else set())
@@ -256,7 +272,7 @@ def register_estimator(
             )
         info = EstimatorInfo(
             name, fn, objective, reward_domain, needs_prompt_ids, dict(path_options or {}),
-            prompt_weight,
+            prompt_weight, dict(default_options or {}), tuple(group_bounded),
         )
         ESTIMATORS.info[name] = info
         for callback in _LISTENERS:

@@ -62,7 +62,12 @@ def _check_k(k, groups: Groups, variant: str) -> int:
     return k
 
 
-@register_estimator("pkpo", objective=best_at("k"))
+@register_estimator(
+    "pkpo",
+    objective=best_at("k"),
+    default_options={"k": 4},  # what `bestk compare` uses when no option gives k
+    group_bounded=("k",),  # max@k of the N samples of a group: k <= N
+)
 def pkpo(
     rewards: torch.Tensor, groups: Groups, *, k: int, variant: str = "sloo_minus_one"
 ) -> torch.Tensor:

@@ -8,8 +8,8 @@
   likelihood and by each estimator at equal rollouts (the classification engine: slots of
   learner x learning rate x seed trained as one batch, validation sweep, A/A control).
 * :mod:`bestk.lab.sparse` — SoftmaxGRPO section 6.1 (ImageNet) small: 1000-class composites.
-* :mod:`bestk.lab.stats` — Student-t intervals, the paired t-test, Holm's correction.
-* :mod:`bestk.lab.io` — atomic outputs, markdown tables, per-seed metric keys.
+* :mod:`bestk.lab.io` — atomic outputs, markdown tables, per-seed metric keys (statistics:
+  :mod:`bestk.stats`; figures: :mod:`bestk.figures`, shared with ``bestk compare``).
 * :mod:`bestk.lab.claims` — the claims declared as data and the verdict rule.
 * :mod:`bestk.lab.commands` — ``bestk lab bandit`` / ``digits`` / ``sparse`` / ``kappo``.
 

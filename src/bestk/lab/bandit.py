@@ -50,17 +50,17 @@ from bestk._optional import pyplot
 from bestk._seeds import LAB_BANDIT_CURVES, LAB_BANDIT_SWEEP
 from bestk.estimators import EstimatorInfo, advantages, estimator_info
 from bestk.estimators.objectives import Objective, best_at, joint
+from bestk.figures import save_figure
 from bestk.lab._optim import SlotAdam, torch_threads
 from bestk.lab.exact import best_at_k_exact
 from bestk.lab.io import (
     fmt,
     markdown_table,
-    mean_ci,
     metric_key,
-    save_figure,
     write_json_atomic,
     write_text_atomic,
 )
+from bestk.stats import mean_ci
 
 __all__ = [
     "Bandit",

@@ -16,7 +16,7 @@ Rule (:func:`verdict`)
 ----------------------
 For one arm (claim x testbed), with the per-seed values of ``a`` and ``b`` paired by seed:
 
-* primary: two-sided paired t-test of ``a - b`` (:func:`bestk.lab.stats.paired_test`);
+* primary: two-sided paired t-test of ``a - b`` (:func:`bestk.stats.paired_test`);
   its p-value is Holm-adjusted across the *family* = the primary tests of every evaluated
   trained arm in the claims file (A/A controls included, pending arms excluded);
 * secondaries: the same test per secondary metric, Holm-adjusted within the arm;
@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from bestk.lab.io import fmt, markdown_table, metric_key
-from bestk.lab.stats import holm, paired_test
+from bestk.stats import holm, paired_test
 
 __all__ = [
     "ALPHA",

@@ -60,6 +60,7 @@ from bestk._seeds import (
     LAB_DIGITS_VALIDATION_SPLIT,
 )
 from bestk.estimators import ESTIMATORS, EstimatorInfo, advantages, estimator_info
+from bestk.figures import save_figure
 from bestk.kappo.calibration import BINARY, WINRATE, CalibrationKind, calibrate
 from bestk.lab._optim import SlotAdam, torch_threads
 from bestk.lab.exact import best_at_k_exact
@@ -67,13 +68,12 @@ from bestk.lab.io import (
     alloc_key,
     fmt,
     markdown_table,
-    mean_ci,
     metric_key,
-    save_figure,
     write_json_atomic,
     write_text_atomic,
 )
 from bestk.metrics import PASS_RATE_BINS
+from bestk.stats import mean_ci
 
 __all__ = [
     "DigitsConfig",

@@ -1,6 +1,7 @@
-"""What the lab experiments (and ``benchmarks/make_results.py``) write: atomic text / JSON /
-PNG files, markdown tables, number formats, the keys of per-seed metrics (and
-:func:`bestk.lab.stats.mean_ci`, re-exported for the lab modules)."""
+"""What the lab experiments (and ``benchmarks/make_results.py``) write: atomic text / JSON
+files, markdown tables, number formats, the keys of per-seed metrics. (Figures are saved by
+:func:`bestk.figures.save_figure`, statistics are :mod:`bestk.stats`: both are shared with
+``bestk compare``, a layer below the lab.)"""
 
 from __future__ import annotations
 
@@ -10,27 +11,16 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from bestk._atomic import atomic_path, write_text_atomic
+from bestk._atomic import write_text_atomic
 from bestk._optional import pyplot
-from bestk.lab.stats import mean_ci
 
-__all__ = ["write_text_atomic", "write_json_atomic", "save_figure", "mean_ci", "markdown_table",
-           "fmt", "metric_key", "alloc_key", "pyplot"]
+__all__ = ["write_text_atomic", "write_json_atomic", "markdown_table", "fmt", "metric_key",
+           "alloc_key", "pyplot"]
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
     """JSON-dump ``obj`` (indent 1) atomically."""
     write_text_atomic(path, json.dumps(obj, indent=1, sort_keys=False) + "\n")
-
-
-def save_figure(fig: Any, path: str | os.PathLike, dpi: int = 110) -> None:
-    """Save a matplotlib figure as PNG atomically (:func:`bestk._atomic.atomic_path`) and
-    close it."""
-    plt = pyplot(extra="lab")
-
-    with atomic_path(path, suffix=".png") as tmp:
-        fig.savefig(tmp, dpi=dpi, format="png")
-    plt.close(fig)
 
 
 def fmt(x: float, digits: int = 3) -> str:

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from bestk._optional import pyplot
+from bestk.figures import save_figure
 from bestk.lab._optim import torch_threads
 from bestk.lab.digits import (
     LEARNERS,
@@ -41,7 +42,7 @@ from bestk.lab.digits import (
     validate_common,
     write_outputs,
 )
-from bestk.lab.io import markdown_table, save_figure, write_text_atomic
+from bestk.lab.io import markdown_table, write_text_atomic
 
 __all__ = ["SparseConfig", "run_sparse", "testbed_data"]
 

@@ -4,7 +4,9 @@
 (dataclasses, YAML, ``--set``), ``policy`` (model + tokenizer), ``hf`` (chat templates, LoRA,
 autocast for Hugging Face models), ``rollout`` (KV-cache sampling), ``loop`` (the trainer: run
 state), ``algorithms`` (``pg``, ``apo`` = @k-A*PO, ``dpo`` = @k-DPO: one module each),
-``reference`` (in-run KAPPO calibration and its files), ``checkpoint`` (atomic safetensors),
+``reference`` (in-run KAPPO calibration and its files), ``reference_plan`` (a run's
+calibration, planned before any work), ``setup`` (a run's task, device and policy), ``sft``
+(the SFT warm-up), ``console`` (progress bar, Ctrl-C), ``checkpoint`` (atomic safetensors),
 ``rundir`` (lock, resume policy), ``evaluate`` (pass@k / best@k curves), ``reporters``
 (TensorBoard / W&B), ``report`` (report.md + plots), ``compare`` (matched runs), ``commands``
 (CLI).

@@ -7,8 +7,9 @@ prompts; only the advantage computation differs — plus what a method declares 
 
 * a :class:`Method` has a label, an estimator, its options and config overrides of its own
   (``advantage_reward=success`` for GRPO on 0/1 success, ``optim.lr=1e-4``, ...);
-* an A/A control (``--control grpo``) is the same method again with ``sampling_seed = seed +
-  offset``: same weights and prompts, independent sampling noise;
+* an A/A control (``--control grpo``) is the same method again with its ``sampling_seed``
+  from the ``CONTROL_SAMPLING`` stream (:mod:`bestk._seeds`): same weights and prompts,
+  independent sampling noise;
 * ``lr_sweep`` picks each method's learning rate on a *validation split* (the last
   ``val_prompts`` training prompts, held out from training by the ``validation`` task wrapper;
   the test prompts are never used) by the mean over k = 1, 2, 4, ... of validation pass@k,
@@ -52,10 +53,11 @@ from rich.progress import Progress
 
 from bestk._atomic import atomic_path, write_text_atomic
 from bestk._optional import pyplot
+from bestk._seeds import COMPARE_SEEDS, CONTROL_SAMPLING, KAPPO_AUTO_BANK, SWEEP_SEEDS
 from bestk.estimators import ESTIMATORS, estimator_info
+from bestk.figures import save_figure
 from bestk.kappo.calibration import calibrate, calibration_kind
-from bestk.lab.io import save_figure
-from bestk.lab.stats import mean_ci
+from bestk.stats import mean_ci
 from bestk.train.algorithms import ALGORITHMS
 from bestk.train.checkpoint import latest_checkpoint
 from bestk.train.config import (
@@ -67,6 +69,7 @@ from bestk.train.config import (
     config_from_dict,
     config_to_dict,
     load_config,
+    resolve_defaults,
     validate,
 )
 from bestk.train.evaluate import evaluate
@@ -79,23 +82,19 @@ from bestk.train.reference import (
     calibration_values,
     save_reference,
 )
+from bestk.train.reference_plan import plan_reference
 from bestk.train.report import curve_of
 from bestk.train.rundir import read_metrics
+from bestk.train.setup import load_run_policy, load_run_task, max_new_tokens
+from bestk.train.sft import sft_weights
 
-__all__ = ["run_compare", "Method", "KappoAuto", "DEFAULT_OPTIONS", "summarize", "write_summary",
-           "method_slug", "sweep_score"]
-
-#: Options an estimator needs that the base config does not give (``pkpo`` needs ``k``).
-DEFAULT_OPTIONS: dict[str, dict[str, Any]] = {"pkpo": {"k": 4}}
-#: Seed ids of the sweep runs are ``base seed + SWEEP_SEED0 + j`` (disjoint from test seeds).
-SWEEP_SEED0 = 1000
-#: ``sampling_seed = seed + CONTROL_OFFSET`` for A/A controls.
-CONTROL_OFFSET = 100_003
+__all__ = ["run_compare", "Method", "KappoAuto", "summarize", "write_summary", "method_slug",
+           "sweep_score"]
 
 
 def summarize(values: np.ndarray) -> tuple[float, float]:
     """Mean and the half-width of a 95% t-interval over seeds (``nan`` for one seed):
-    :func:`bestk.lab.stats.mean_ci`."""
+    :func:`bestk.stats.mean_ci`."""
     return mean_ci(values)
 
 
@@ -105,10 +104,11 @@ class Method:
 
     ``overrides`` are ``key=value`` config overrides for this method's runs only (they may not
     touch the model, task or SFT sections: every method starts from the same SFT weights).
-    ``options`` are estimator options (over :data:`DEFAULT_OPTIONS`); a string value with
+    ``options`` are estimator options (over the estimator's registered ``default_options``
+    when it is not the base config's estimator); a string value with
     ``{seed}`` is formatted with the seed index. ``control_of`` makes an A/A control of that
     method: same estimator, options, overrides and learning rate, sampling noise from
-    ``sampling_seed = seed + CONTROL_OFFSET``.
+    ``sampling_seed = CONTROL_SAMPLING.seed(seed)`` (:mod:`bestk._seeds`).
     """
 
     label: str
@@ -215,13 +215,12 @@ def _run_config(base: TrainConfig, m: Method, seed_index: int, seed_id: int, out
                          f"{', '.join(sorted(ESTIMATORS))}")
     cfg = copy.deepcopy(base)
     cfg.estimator = m.estimator
-    opts = dict(DEFAULT_OPTIONS.get(m.estimator, {})) if m.estimator != base.estimator else \
+    info = estimator_info(m.estimator)
+    opts = dict(info.default_options) if m.estimator != base.estimator else \
         dict(base.estimator_options)
     opts.update({k: v.format(seed=seed_index) if isinstance(v, str) and "{seed}" in v else v
                  for k, v in m.options.items()})
-    if "k" in opts and isinstance(opts["k"], int):
-        opts["k"] = min(opts["k"], cfg.rollout.n)
-    cfg.estimator_options = opts
+    cfg.estimator_options = info.fit_group(opts, cfg.rollout.n)
     apply_overrides(cfg, list(m.overrides))
     before, after = config_to_dict(base), config_to_dict(cfg)
     touched = [k for k in ("model", "task", "sft") if before[k] != after[k]]
@@ -230,7 +229,7 @@ def _run_config(base: TrainConfig, m: Method, seed_index: int, seed_id: int, out
                          "starts from the same SFT weights on the same task)")
     cfg.seed = seed_id
     if m.control_of is not None:
-        cfg.sampling_seed = seed_id + CONTROL_OFFSET
+        cfg.sampling_seed = CONTROL_SAMPLING.seed(seed_id)
     if lr is not None:
         cfg.optim.lr = float(lr)
     cfg.out = str(out)
@@ -256,13 +255,10 @@ def _sft_job(cfg_dict: dict[str, Any], path: str, kappo: dict[str, Any] | None,
     key = _sft_key(cfg)
     meta = Path(path + ".json")
     if not (Path(path).exists() and meta.exists() and json.loads(meta.read_text()) == key):
-        shutil.rmtree(cfg.out, ignore_errors=True)
-        tr = Trainer(cfg)
-        tr.sft()
+        weights = sft_weights(cfg)
         with atomic_path(path) as tmp:
-            torch.save({k: v.detach().clone() for k, v in tr.model.state_dict().items()}, tmp)
+            torch.save(weights, tmp)
         write_text_atomic(meta, json.dumps(key))
-        shutil.rmtree(cfg.out, ignore_errors=True)
     if kappo is not None and cal_path is not None and not Path(cal_path).exists():
         _calibrate(cfg, path, KappoAuto(**kappo), Path(cal_path))
     return path
@@ -270,19 +266,16 @@ def _sft_job(cfg_dict: dict[str, Any], path: str, kappo: dict[str, Any] | None,
 
 def _calibrate(cfg: TrainConfig, sft_path: str, kp: KappoAuto, cal_path: Path) -> None:
     """A bank of ``bank_n`` samples of the SFT policy on every training prompt -> calibration."""
-    cfg = copy.deepcopy(cfg)
-    cfg.estimator, cfg.estimator_options = "grpo", {}
-    shutil.rmtree(cfg.out, ignore_errors=True)
-    tr = Trainer(cfg)
-    tr.model.load_state_dict(torch.load(sft_path))
-    exs = tr.task.train
-    res = evaluate(tr.model, tr.tokenizer, tr.task, exs, n=kp.bank_n,
+    task, device = load_run_task(cfg)
+    model, tokenizer = load_run_policy(cfg, task, device)
+    model.load_state_dict(torch.load(sft_path))
+    exs = task.train
+    res = evaluate(model, tokenizer, task, exs, n=kp.bank_n,
                    temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                   max_new_tokens=tr.max_new_tokens, seed=cfg.seed + 77_001)
-    vals = calibration_values(tr.task, kp.kind, res.rewards)
+                   max_new_tokens=max_new_tokens(cfg, task), seed=KAPPO_AUTO_BANK.seed(cfg.seed))
+    vals = calibration_values(task, kp.kind, res.rewards)
     bank = {int(ex["id"]): row.tolist() for ex, row in zip(exs, vals, strict=True)}
     calibrate(bank, k=kp.k, beta=kp.beta, kind=kp.kind).save(cal_path)
-    shutil.rmtree(cfg.out, ignore_errors=True)
 
 
 def _bank_key(cfg: TrainConfig) -> str:
@@ -306,7 +299,7 @@ def _samples_bank(cfg: TrainConfig) -> tuple[bool, bool]:
 def _bank_job(cfg_dict: dict[str, Any], sft_path: str | None, bank_dir: str, key: str,
               completions: bool) -> str:
     """Sample the reference bank of ``cfg``'s run from the seed's SFT weights once, with the
-    trainer's own code (:meth:`bestk.train.loop.Trainer.reference_bank` of a fresh run), into
+    trainer's own code (the run's :class:`~bestk.train.reference_plan.ReferencePlan`), into
     ``bank_dir`` (``bank.jsonl``, ``bank_tokens.safetensors`` when the run keeps completions,
     then ``calibration.json`` of ``cfg``'s k and beta -- its presence marks a complete bank --
     and ``bank.key``)."""
@@ -321,15 +314,17 @@ def _bank_job(cfg_dict: dict[str, Any], sft_path: str | None, bank_dir: str, key
     for d in (out, work):
         shutil.rmtree(d, ignore_errors=True)
     cfg.out, cfg.kappo.bank = str(work), None
-    tr = Trainer(cfg, resume="new")
-    try:
-        if sft_path is not None:
-            tr.model.load_state_dict(torch.load(sft_path))
-        bank = tr.reference_bank()
-        k = cfg.kappo
-        save_reference(work, calibrate_bank(bank, tr.task, tr.kappo_kind, k.k, k.beta), bank)
-    finally:
-        tr.close()
+    validate(cfg)
+    cfg = resolve_defaults(cfg)
+    task, device = load_run_task(cfg)
+    plan = plan_reference(cfg, ALGORITHMS[cfg.algorithm], task)
+    model, tokenizer = load_run_policy(cfg, task, device)
+    if sft_path is not None:
+        model.load_state_dict(torch.load(sft_path))
+    bank = plan.reference_bank(model, tokenizer, task, max_new_tokens(cfg, task))
+    k = cfg.kappo
+    work.mkdir(parents=True)
+    save_reference(work, calibrate_bank(bank, task, plan.kind, k.k, k.beta), bank)
     out.mkdir(parents=True)
     for name in (BANK_FILE, TOKENS_FILE, CALIBRATION_FILE):  # calibration.json last
         if (work / name).exists():
@@ -367,11 +362,8 @@ def _rl_job(cfg_dict: dict[str, Any], sft_path: str | None, label: str, key: str
         tr = Trainer.resume(run_dir)
     else:
         shutil.rmtree(run_dir, ignore_errors=True)
-        tr = Trainer(cfg)
+        tr = Trainer(cfg, warm_start=sft_path)
         write_text_atomic(run_dir / "run.key", key)
-        if sft_path is not None:
-            tr.model.load_state_dict(torch.load(sft_path))
-            tr.sft_done = True
     tr.run(progress=False)
     if tr.interrupted:
         raise KeyboardInterrupt
@@ -381,10 +373,10 @@ def _rl_job(cfg_dict: dict[str, Any], sft_path: str | None, label: str, key: str
     # what the method learns from: the 0/1 success for estimators that see it, binary tasks
     # and binary KAPPO calibrations of apo / dpo
     binary = tr.binary_advantages or not task.graded or (
-        cfg.algorithm != "pg" and tr.kappo_kind is not None
+        not tr.spec.uses_estimator and tr.kappo_kind is not None
         and calibration_kind(tr.kappo_kind).binary)
     run = {
-        "estimator": cfg.estimator if cfg.algorithm == "pg" else None,
+        "estimator": cfg.estimator if tr.spec.uses_estimator else None,
         "options": {k: (v if not hasattr(v, "kind") else f"calibration ({v.kind})")
                     for k, v in tr.estimator_options.items()},
         "reward": "success" if binary else "graded",
@@ -554,7 +546,7 @@ def run_compare(
     methods = _methods(estimators, estimator_options, controls)
     out = Path(out)
     base = _base_config(config, max_steps, list(overrides or []))
-    test_seeds = [base.seed + s for s in range(seeds)]
+    test_seeds = [COMPARE_SEEDS.seed(base.seed + s) for s in range(seeds)]
     # validate every run configuration before any work starts
     for i, sid in enumerate(test_seeds):
         for m in methods:
@@ -594,7 +586,7 @@ def _sweep(methods: list[Method], base: TrainConfig, out: Path, grid: list[float
     sdir = out / "sweep"
     if not resume:
         shutil.rmtree(sdir, ignore_errors=True)
-    seeds = [base.seed + SWEEP_SEED0 + j for j in range(sweep_seeds)]
+    seeds = [SWEEP_SEEDS.seed(base.seed + j) for j in range(sweep_seeds)]
     scores: dict[str, list[dict[str, float]]] = {m.label: [] for m in tuned}
     for lr in grid:
         res = _grid(tuned, val, seeds, sdir / f"lr{lr:g}", {m.label: lr for m in tuned}, kappo,

@@ -16,6 +16,7 @@ from bestk._atomic import write_text_atomic
 from bestk._optional import pyplot
 from bestk.kappo.calibration import Calibration
 from bestk.train.algorithms import ALGORITHMS
+from bestk.train.algorithms._base import rollout_batch_text
 from bestk.train.config import config_to_dict
 from bestk.train.reference import BANK_FILE, CALIBRATION_FILE
 from bestk.train.rundir import read_metrics, read_run_config
@@ -123,24 +124,22 @@ def write_report(out: str | Path) -> Path:
     sft = [r for r in rows if r.get("phase") == "sft"]
     lines = [f"# bestk training report: `{out}`", ""]
     algorithm = cfg.get("algorithm", "pg")
-    roll, kp = cfg.get("rollout", {}), cfg.get("kappo", {})
-    if algorithm == "dpo":
-        batch = (f"{roll.get('prompts_per_step')} bank prompts x {kp.get('dpo_pairs')} "
-                 f"(success, failure) pair(s), {kp.get('dpo_labels')} labels")
-    else:
-        batch = f"rollout {roll.get('prompts_per_step')} prompts x {roll.get('n')} samples"
+    spec = ALGORITHMS.get(algorithm)
+    kp = cfg.get("kappo", {})
+    batch = (spec.batch_text if spec is not None else rollout_batch_text)(cfg)
     lines += [
         f"- task: `{cfg.get('task', {}).get('name')}` "
         f"{cfg.get('task', {}).get('options') or '(default options)'}",
-        f"- algorithm: `{algorithm}` ({_title(algorithm)})"
+        f"- algorithm: `{algorithm}` ({spec.title if spec is not None else 'unknown algorithm'})"
         + (f"; estimator: `{cfg.get('estimator')}` "
-           f"{cfg.get('estimator_options') or '(default options)'}" if algorithm == "pg" else ""),
+           f"{cfg.get('estimator_options') or '(default options)'}"
+           if spec is not None and spec.uses_estimator else ""),
         f"- model: `{model.get('path') or 'tiny ' + str(model.get('arch'))}`",
         f"- RL steps: {train[-1]['step'] if train else 0} of {cfg.get('max_steps')}; {batch}",
         f"- SFT warm-up: {sft[-1]['sft_step'] if sft else cfg.get('sft', {}).get('steps', 0)} "
         "steps" + (f" (final loss {sft[-1]['loss']:.3f})" if sft else ""),
     ]
-    lines += [*_kappo_lines(out, algorithm, kp), ""]
+    lines += [*_kappo_lines(out, spec.pool_note if spec is not None else "", kp), ""]
     if len(evals) >= 1:
         start, end = evals[0], evals[-1]
         n = int(end.get("n", 1))
@@ -197,12 +196,7 @@ def write_report(out: str | Path) -> Path:
     return path
 
 
-def _title(algorithm: str) -> str:
-    spec = ALGORITHMS.get(algorithm)
-    return spec.title if spec is not None else "unknown algorithm"
-
-
-def _kappo_lines(out: Path, algorithm: str, kp: dict[str, Any]) -> list[str]:
+def _kappo_lines(out: Path, pool_note: str, kp: dict[str, Any]) -> list[str]:
     """The report's description of a KAPPO run's calibration (none without one)."""
     path = out / CALIBRATION_FILE
     if not path.is_file():
@@ -213,9 +207,7 @@ def _kappo_lines(out: Path, algorithm: str, kp: dict[str, Any]) -> list[str]:
         return [f"- KAPPO calibration: `{CALIBRATION_FILE}` is unreadable"]
     source = (f"from the file `{kp.get('calibration')}`" if kp.get("calibration") else
               "in-run: the frozen reference (after SFT) sampled the bank")
-    pool = "these prompts only"
-    if algorithm == "dpo":
-        pool += " (the pairs: those with both a success and a failure among their M samples)"
+    pool = "these prompts only" + pool_note
     lines = [
         f"- KAPPO calibration ({cal.kind}, {source}): k = {cal.k}, beta = {cal.beta}, "
         f"M = {cal.M}, {cal.num_prompts} prompts; RL drew {pool} "

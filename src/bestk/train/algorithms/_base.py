@@ -1,15 +1,74 @@
 """What the algorithms share: their properties (:class:`AlgorithmSpec`, what the trainer and
-the config checks ask), the passes over a batch and the mean of their metrics."""
+the config checks ask), what they may use of the run (:class:`RunContext`), the passes over a
+batch and the mean of their metrics."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+import torch
 
-__all__ = ["AlgorithmSpec", "refuse_pg_options", "minibatches", "mean_metrics", "rollout_metrics"]
+from bestk.tasks import Task
+from bestk.train.rollout import Rollout
+
+__all__ = ["AlgorithmSpec", "RunContext", "rollout_batch_text", "refuse_pg_options", "minibatches",
+           "mean_metrics", "rollout_metrics"]
+
+
+@runtime_checkable
+class RunContext(Protocol):
+    """What an algorithm may use of the run (the :class:`~bestk.train.loop.Trainer` is one):
+    exactly these attributes and methods (``tests/test_train.py`` checks the algorithms use
+    no other).
+
+    Attributes: ``cfg`` (the resolved ``TrainConfig``), ``task``, ``device``, ``model`` (the
+    policy being trained), ``tokenizer``, ``ref_model`` (the frozen reference, ``None`` unless
+    the spec's ``keeps_reference``), ``rl_prompts`` (the training prompts RL draws from) and
+    ``kappo_kind`` (the planned KAPPO calibration kind, ``None`` without one).
+    """
+
+    cfg: Any
+    task: Task
+    device: torch.device
+    model: Any
+    tokenizer: Any
+    ref_model: Any
+    rl_prompts: list[dict[str, Any]]
+
+    @property
+    def kappo_kind(self) -> str | None: ...
+
+    def prompt_rng(self, step: int) -> np.random.Generator:
+        """The generator of step ``step``'s prompt draws (a function of ``(seed, step)``)."""
+        ...
+
+    def draw_prompts(self, step: int) -> list[dict[str, Any]]:
+        """``rollout.prompts_per_step`` distinct prompts of ``rl_prompts`` for ``step``."""
+        ...
+
+    def sample_completions(self, examples: list[dict[str, Any]], step: int, n: int) -> Rollout:
+        """``n`` completions of the current policy per example (noise of ``(seed, step)``)."""
+        ...
+
+    def score_rollout(self, examples: list[dict[str, Any]], ro: Rollout, n: int
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """``(rewards, prompt ids)`` of ``ro``'s completions, ``n`` per example."""
+        ...
+
+    def optimize(self, loss: torch.Tensor) -> tuple[float, float]:
+        """One optimizer step on ``loss``; ``(gradient norm, learning rate)``."""
+        ...
+
+    def restrict_prompts(self, ids: set[Any], source: str) -> None:
+        """Let RL draw only the training prompts whose id is in ``ids`` (a calibration's)."""
+        ...
+
+    def say(self, level: str, msg: str) -> None:
+        """A one-line ``note`` / ``warning`` to the user."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -20,7 +79,7 @@ class AlgorithmSpec:
     ----------
     name: the ``algorithm`` config value.
     title: what the report calls it.
-    make: ``make(trainer) -> algorithm object`` with ``step(step) -> metrics``,
+    make: ``make(run: RunContext) -> algorithm object`` with ``step(step) -> metrics``,
         ``prepare(calibration, bank)`` and ``describe(metrics) -> str``.
     default_n: ``rollout.n`` when the config leaves it ``null``.
     calibrated: ``calibrated(cfg)``: whether the run needs a KAPPO calibration from the
@@ -35,11 +94,17 @@ class AlgorithmSpec:
         bank's).
     check: ``check(cfg)`` raises ``ValueError`` for settings the algorithm does not support
         (on a config whose defaults are resolved).
+    uses_estimator: whether its updates come from ``bestk.advantages`` of ``cfg.estimator``
+        (with ``estimator_options``): the progress line, the report and ``bestk compare``
+        name the estimator of such a run, and its KAPPO kind otherwise.
+    batch_text: ``batch_text(cfg)`` of a run's config dict (``config.yaml``): the report's
+        description of one step's batch.
+    pool_note: what the report adds to "RL drew these prompts only" of a calibrated run.
     """
 
     name: str
     title: str
-    make: Callable[[Any], Any]
+    make: Callable[[RunContext], Any]
     default_n: int
     calibrated: Callable[[Any], bool]
     keeps_reference: Callable[[Any], bool]
@@ -47,6 +112,9 @@ class AlgorithmSpec:
     binary_only: bool = False
     online: bool = True
     check: Callable[[Any], None] = lambda cfg: None
+    uses_estimator: bool = False
+    batch_text: Callable[[dict[str, Any]], str] = lambda cfg: rollout_batch_text(cfg)
+    pool_note: str = ""
 
     def samples_bank(self, cfg: Any) -> bool:
         """Whether a run of ``cfg`` samples a reference bank of its own: it calibrates from
@@ -54,6 +122,12 @@ class AlgorithmSpec:
         completions (@k-DPO's pairs come from a bank even with a calibration file)."""
         return bool(self.calibrated(cfg) and (cfg.kappo.calibration is None
                                               or self.bank_completions))
+
+
+def rollout_batch_text(cfg: dict[str, Any]) -> str:
+    """A step's batch of an algorithm sampling ``rollout.n`` completions per prompt."""
+    roll = cfg.get("rollout", {})
+    return f"rollout {roll.get('prompts_per_step')} prompts x {roll.get('n')} samples"
 
 
 def refuse_pg_options(cfg: Any) -> None:

@@ -40,6 +40,7 @@ import torch
 from bestk.kappo import kappo_apo_loss
 from bestk.train.algorithms._base import (
     AlgorithmSpec,
+    RunContext,
     mean_metrics,
     minibatches,
     refuse_pg_options,
@@ -65,9 +66,9 @@ class APOBatch:
 
 
 class APO:
-    """@k-A*PO (module docstring). ``run`` is the Trainer."""
+    """@k-A*PO (module docstring). ``run`` is the run (the Trainer)."""
 
-    def __init__(self, run: Any):
+    def __init__(self, run: RunContext):
         self.run = run
         self.calibration: Any = None
 

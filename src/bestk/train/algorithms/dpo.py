@@ -44,6 +44,7 @@ import torch
 from bestk.kappo import kappo_dpo_loss
 from bestk.train.algorithms._base import (
     AlgorithmSpec,
+    RunContext,
     mean_metrics,
     minibatches,
     refuse_pg_options,
@@ -91,9 +92,9 @@ class DPOBatch:
 
 
 class DPO:
-    """@k-DPO (module docstring). ``run`` is the Trainer."""
+    """@k-DPO (module docstring). ``run`` is the run (the Trainer)."""
 
-    def __init__(self, run: Any):
+    def __init__(self, run: RunContext):
         self.run = run
         self.calibration: Any = None
 
@@ -112,7 +113,7 @@ class DPO:
                 "kappo.bank_size or kappo.bank_prompts, or train the reference longer)"
             )
         if self.pool.size < run.cfg.rollout.prompts_per_step:
-            run._say("warning", f"only {self.pool.size} of the {bank.num_prompts} bank prompts "
+            run.say("warning", f"only {self.pool.size} of the {bank.num_prompts} bank prompts "
                      "have both a success and a failure; @k-DPO steps use "
                      f"{self.pool.size} prompts, not rollout.prompts_per_step = "
                      f"{run.cfg.rollout.prompts_per_step}")
@@ -204,6 +205,13 @@ class DPO:
                 f"margin={m['reward_margin']:.3f}")
 
 
+def _batch_text(cfg: dict[str, Any]) -> str:
+    """The report's description of a step's batch: pairs of the bank, not rollouts."""
+    roll, kp = cfg.get("rollout", {}), cfg.get("kappo", {})
+    return (f"{roll.get('prompts_per_step')} bank prompts x {kp.get('dpo_pairs')} "
+            f"(success, failure) pair(s), {kp.get('dpo_labels')} labels")
+
+
 def _check(cfg: Any) -> None:
     refuse_pg_options(cfg)
     if cfg.rollout.n != 1:
@@ -225,4 +233,6 @@ SPEC = AlgorithmSpec(
     binary_only=True,
     online=False,
     check=_check,
+    batch_text=_batch_text,
+    pool_note=" (the pairs: those with both a success and a failure among their M samples)",
 )

@@ -33,6 +33,7 @@ from bestk.estimators import EstimatorInfo, advantages, estimator_info, resolve_
 from bestk.losses import aggregate, kl_penalty, ppo_clip_loss
 from bestk.train.algorithms._base import (
     AlgorithmSpec,
+    RunContext,
     mean_metrics,
     minibatches,
     rollout_metrics,
@@ -45,9 +46,9 @@ __all__ = ["PolicyGradient", "SPEC"]
 
 
 class PolicyGradient:
-    """PPO-clip with ``bestk.advantages`` (module docstring). ``run`` is the Trainer."""
+    """PPO-clip with ``bestk.advantages`` (module docstring). ``run`` is the run (the Trainer)."""
 
-    def __init__(self, run: Any):
+    def __init__(self, run: RunContext):
         self.run = run
         cfg = run.cfg
         self.info = estimator_info(cfg.estimator)
@@ -171,4 +172,5 @@ SPEC = AlgorithmSpec(
     default_n=8,
     calibrated=_calibrated,
     keeps_reference=lambda cfg: cfg.loss.kl_coef > 0,
+    uses_estimator=True,
 )

@@ -1,4 +1,4 @@
-"""bestk.lab.stats against independent computations (closed forms, brute force)."""
+"""bestk.stats against independent computations (closed forms, brute force)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import special
 
-from bestk.lab.stats import holm, mean_ci, paired_test, t_quantile
+from bestk.stats import holm, mean_ci, paired_test, t_quantile
 
 
 def test_t_quantile_matches_tables_and_the_normal_limit():

@@ -1,0 +1,96 @@
+"""The SFT warm-up: cross-entropy on the task's reference answers before RL.
+
+:func:`sft_warmup` trains a policy in place on ``prompt + answer + EOS`` (loss on the answer
+tokens only) for ``sft.steps`` steps of ``sft.batch_size`` training examples drawn with the
+``SFT_ORDER`` stream, AdamW with a linear warm-up over the first tenth of the steps and a
+cosine decay, global-norm clipping at ``optim.grad_clip``. The
+:class:`~bestk.train.loop.Trainer` runs it first; :func:`sft_weights` runs it without a run
+directory (``bestk compare`` shares one warm-up between the methods of a seed).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from bestk._seeds import SFT_ORDER
+from bestk.tasks import Task
+from bestk.train.config import TrainConfig, resolve_defaults, validate
+from bestk.train.setup import load_run_policy, load_run_task
+
+__all__ = ["sft_warmup", "make_optimizer", "sft_weights"]
+
+
+def make_optimizer(model: Any, cfg: TrainConfig, lr: float) -> torch.optim.Optimizer:
+    """AdamW over the trainable parameters (LoRA: the adapters) with ``optim``'s betas and
+    weight decay."""
+    o = cfg.optim
+    return torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad],
+        lr=lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay,
+    )
+
+
+def sft_warmup(model: Any, tokenizer: Any, task: Task, cfg: TrainConfig, device: torch.device,
+               log: Callable[[dict[str, Any]], None], progress: Any = None) -> None:
+    """Cross-entropy warm-up of ``model`` on ``prompt + answer + EOS`` (loss on answer tokens;
+    module docstring); every 10th step and the last are ``log``-ged as ``phase: sft``."""
+    s = cfg.sft
+    tok = tokenizer
+    opt = make_optimizer(model, cfg, s.lr)
+    rng = np.random.default_rng(SFT_ORDER.seed(cfg.seed))
+    warm = max(1, s.steps // 10)
+    eos = tok.eos_token_id
+    pad = tok.pad_token_id
+    model.train()
+    task_id = progress.add_task("SFT warm-up", total=s.steps) if progress else None
+    for i in range(s.steps):
+        lr = s.lr * min(1.0, (i + 1) / warm)
+        if i >= warm:
+            lr = s.lr * 0.5 * (1 + math.cos(math.pi * (i - warm) / max(1, s.steps - warm)))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        idx = rng.integers(0, len(task.train), size=s.batch_size)
+        exs = [task.train[j] for j in idx]
+        p_ids = tok([e["prompt"] for e in exs], add_special_tokens=False)["input_ids"]
+        a_ids = tok([e["answer"] for e in exs], add_special_tokens=False)["input_ids"]
+        seqs = [p + a + [eos] for p, a in zip(p_ids, a_ids, strict=True)]
+        L = max(len(x) for x in seqs)
+        ids = torch.full((len(seqs), L), pad, dtype=torch.long)
+        labels = torch.full((len(seqs), L), -100, dtype=torch.long)
+        mask = torch.zeros((len(seqs), L), dtype=torch.long)
+        for r, (x, p) in enumerate(zip(seqs, p_ids, strict=True)):
+            ids[r, : len(x)] = torch.tensor(x)
+            mask[r, : len(x)] = 1
+            labels[r, len(p) : len(x)] = torch.tensor(x[len(p) :])
+        ids, labels, mask = ids.to(device), labels.to(device), mask.to(device)
+        logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+        loss = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100
+        )
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.optim.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+        opt.step()
+        if (i + 1) % 10 == 0 or i + 1 == s.steps:
+            log({"phase": "sft", "sft_step": i + 1, "loss": loss.item(), "lr": lr})
+        if progress:
+            progress.update(task_id, advance=1, description=f"SFT warm-up loss={loss.item():.3f}")
+
+
+def sft_weights(cfg: TrainConfig) -> dict[str, torch.Tensor]:
+    """The policy's weights after ``cfg``'s SFT warm-up, with no run directory: the run's task
+    and fresh policy (:func:`~bestk.train.setup.load_run_task`,
+    :func:`~bestk.train.setup.load_run_policy`), :func:`sft_warmup` (its log dropped), then
+    a detached copy of the state dict."""
+    validate(cfg)
+    cfg = resolve_defaults(cfg)
+    task, device = load_run_task(cfg)
+    model, tokenizer = load_run_policy(cfg, task, device)
+    sft_warmup(model, tokenizer, task, cfg, device, log=lambda record: None)
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
