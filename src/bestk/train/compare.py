@@ -61,13 +61,9 @@ from bestk.train.checkpoint import latest_checkpoint
 from bestk.train.config import (
     TrainConfig,
     apply_overrides,
-    check_device,
-    check_names,
-    check_values,
     config_from_dict,
     config_to_dict,
     load_config,
-    validate,
 )
 from bestk.train.evaluate import evaluate
 from bestk.train.loop import Trainer
@@ -81,6 +77,13 @@ from bestk.train.reference import (
 )
 from bestk.train.report import curve_of
 from bestk.train.rundir import read_metrics
+from bestk.train.validation import (
+    check_device,
+    check_names,
+    check_values,
+    resolve_defaults,
+    validate,
+)
 
 __all__ = ["run_compare", "Method", "KappoAuto", "DEFAULT_OPTIONS", "summarize", "write_summary",
            "method_slug", "sweep_score"]
@@ -166,7 +169,8 @@ def _non_default(value: Any, default: Any) -> Any:
 
 
 def _config_key(cfg: TrainConfig, sections: Sequence[str] | None = None) -> Any:
-    d, base = config_to_dict(cfg), config_to_dict(TrainConfig())
+    d = config_to_dict(resolve_defaults(cfg))
+    base = config_to_dict(resolve_defaults(TrainConfig()))
     if sections is not None:
         d, base = {k: d[k] for k in sections}, {k: base[k] for k in sections}
     return _non_default(d, base)
@@ -220,7 +224,7 @@ def _run_config(base: TrainConfig, m: Method, seed_index: int, seed_id: int, out
     opts.update({k: v.format(seed=seed_index) if isinstance(v, str) and "{seed}" in v else v
                  for k, v in m.options.items()})
     if "k" in opts and isinstance(opts["k"], int):
-        opts["k"] = min(opts["k"], cfg.rollout.n)
+        opts["k"] = min(opts["k"], resolve_defaults(cfg).rollout.n)
     cfg.estimator_options = opts
     apply_overrides(cfg, list(m.overrides))
     before, after = config_to_dict(base), config_to_dict(cfg)
@@ -242,7 +246,7 @@ def _run_config(base: TrainConfig, m: Method, seed_index: int, seed_id: int, out
         check_device(cfg.device)
     else:
         validate(cfg)
-    return cfg
+    return resolve_defaults(cfg)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -63,9 +63,6 @@ from bestk.train.config import (
     apply_overrides,
     config_from_dict,
     config_to_dict,
-    load_kappo_file,
-    resolve_defaults,
-    validate,
 )
 from bestk.train.evaluate import evaluate
 from bestk.train.hf import autocast, reference_policy, render_task_prompts, save_model
@@ -99,6 +96,7 @@ from bestk.train.rundir import (
     set_aside,
     write_run_config,
 )
+from bestk.train.validation import load_kappo_file, resolve_defaults, validate
 
 __all__ = ["Trainer", "train"]
 
@@ -112,7 +110,7 @@ class Trainer:
     then :meth:`run`. ``on_step`` (if given) is called after each finished RL step with
     ``(step, train_metrics)`` — tests use it to simulate a crash. ``cfg`` is validated and
     copied with its ``None`` = "the algorithm's default" fields filled in
-    (:func:`~bestk.train.config.resolve_defaults`); :attr:`cfg` is that copy.
+    (:func:`~bestk.train.validation.resolve_defaults`); :attr:`cfg` is that copy.
 
     The algorithm object (:attr:`algo`, from :data:`bestk.train.algorithms.ALGORITHMS`) does
     the RL steps through :meth:`draw_prompts` / :meth:`prompt_rng`,

@@ -35,6 +35,10 @@ class AlgorithmSpec:
         bank's).
     check: ``check(cfg)`` raises ``ValueError`` for settings the algorithm does not support
         (on a config whose defaults are resolved).
+    uses_estimator: whether the run computes advantages with ``estimator`` (so the
+        estimator's option names and values are checked against ``estimator_options``).
+    out_suffix: appended to ``runs/bestk`` for the default run directory when the config
+        leaves ``out`` ``null`` (so the default runs of two algorithms do not meet).
     """
 
     name: str
@@ -47,6 +51,8 @@ class AlgorithmSpec:
     binary_only: bool = False
     online: bool = True
     check: Callable[[Any], None] = lambda cfg: None
+    uses_estimator: bool = False
+    out_suffix: str = ""
 
     def samples_bank(self, cfg: Any) -> bool:
         """Whether a run of ``cfg`` samples a reference bank of its own: it calibrates from

@@ -225,4 +225,5 @@ SPEC = AlgorithmSpec(
     binary_only=True,
     online=False,
     check=_check,
+    out_suffix="-dpo",
 )

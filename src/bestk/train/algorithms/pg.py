@@ -171,4 +171,5 @@ SPEC = AlgorithmSpec(
     default_n=8,
     calibrated=_calibrated,
     keeps_reference=lambda cfg: cfg.loss.kl_coef > 0,
+    uses_estimator=True,
 )
