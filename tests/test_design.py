@@ -189,9 +189,7 @@ def test_name_comparison_finder_finds_them():
 
 
 #: Modules that still compare algorithm names, each with the change that removes it.
-ALGORITHM_NAMES_PENDING = {
-    "bestk/train/config.py": "the config schema rewrite moves these checks onto AlgorithmSpec",
-}
+ALGORITHM_NAMES_PENDING: dict[str, str] = {}
 
 
 def algorithm_names() -> set[str]:

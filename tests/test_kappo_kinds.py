@@ -172,12 +172,7 @@ NOT_A_KIND = {
 
 #: Kind comparisons left in modules another change rewrites; remove an entry once its module
 #: asks the kind object (``calibration_kind(cfg.kappo.kind).binary``, ``cal.kind_spec.binary``).
-PENDING = {
-    "bestk/train/config.py": {
-        "cfg.kappo.kind": "check of kappo.kind=winrate against a binary-only algorithm",
-        "cal.kind": "check of a kappo.calibration file against a binary-only algorithm",
-    },
-}
+PENDING: dict[str, dict[str, str]] = {}
 
 
 def kind_comparisons(source: str) -> list[tuple[int, str, list[str]]]:

@@ -297,15 +297,11 @@ def test_lora_errors_and_the_reference_of_a_plain_model(tiny_hf_model):
     plain = _base(tiny_hf_model)
     ref = reference_policy(plain)
     assert ref is not plain and all(not p.requires_grad for p in ref.parameters())
-    cfg = TrainConfig()
-    apply_overrides(cfg, ["model.lora.r=-1"])
-    from bestk.train.config import check_values
-
+    cfg = TrainConfig()  # the schema refuses the values as they are read
     with pytest.raises(ValueError, match="'model.lora.r' must be an integer >= 0"):
-        check_values(cfg)
-    apply_overrides(cfg, ["model.lora.r=4", "model.lora.target_modules=[]"])
+        apply_overrides(cfg, ["model.lora.r=-1"])
     with pytest.raises(ValueError, match="'model.lora.target_modules' must be a list of module"):
-        check_values(cfg)
+        apply_overrides(cfg, ["model.lora.r=4", "model.lora.target_modules=[]"])
 
 
 def test_autocast_is_bf16_on_cuda_only(monkeypatch):
@@ -323,12 +319,10 @@ def test_autocast_is_bf16_on_cuda_only(monkeypatch):
         ctx = autocast("cuda:0", "auto")  # built here; torch warns that CUDA is absent
     assert isinstance(ctx, torch.autocast)
     assert ctx.device == "cuda" and ctx.fast_dtype == torch.bfloat16
-    cfg = TrainConfig()
-    apply_overrides(cfg, ["model.autocast=bf16"])
-    from bestk.train.config import check_values
-
+    cfg = TrainConfig()  # the schema's rule between model.autocast and device
     with pytest.raises(ValueError, match="'model.autocast' is bf16, which needs a CUDA device"):
-        check_values(cfg)
+        apply_overrides(cfg, ["model.autocast=bf16"])
+    assert apply_overrides(cfg, ["model.autocast=bf16", "device=cuda"]).model.autocast == "bf16"
 
 
 def test_the_real_model_recipe_is_a_valid_config():
@@ -336,7 +330,8 @@ def test_the_real_model_recipe_is_a_valid_config():
     check that needs neither the GPU nor the downloaded files."""
     from pathlib import Path
 
-    from bestk.train.config import check_names, check_values, load_config
+    from bestk.train.config import load_config
+    from bestk.train.validation import check_names, check_values
 
     path = Path(__file__).resolve().parents[1] / "examples/train/qwen2.5-0.5b-gsm8k-lora.yaml"
     cfg = load_config(path)

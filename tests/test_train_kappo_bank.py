@@ -10,8 +10,8 @@ import shutil
 import pytest
 
 from bestk.kappo import Calibration
-from bestk.train.config import validate
 from bestk.train.loop import Trainer
+from bestk.train.validation import validate
 from tests.conftest import kappo_config
 from tests.test_train import Crash, assert_same_run
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from bestk.kappo import Calibration, calibrate
-from bestk.train.config import TrainConfig, apply_overrides, resolve_defaults
+from bestk.train.config import TrainConfig, apply_overrides
 from bestk.train.loop import Trainer
 from bestk.train.reference import (
     ReferenceBank,
@@ -22,6 +22,7 @@ from bestk.train.reference import (
     save_reference,
 )
 from bestk.train.rundir import read_metrics
+from bestk.train.validation import resolve_defaults
 from tests.conftest import KAPPO_TINY, kappo_config
 from tests.test_train_rundir import invoke, one_line_error
 
@@ -48,28 +49,32 @@ def test_resolve_kind(kind, binary_only, graded, expected):
 
 
 def test_rollout_n_and_out_follow_the_algorithm_until_set():
+    """``None`` = the algorithm's default, resolved once when the run starts
+    (:func:`resolve_defaults`, from the algorithm's spec); a value set is kept."""
+    def resolved(cfg):
+        r = resolve_defaults(cfg)
+        return r.rollout.n, r.out
+
     for algorithm, n, out in (("pg", 8, "runs/bestk"), ("apo", 1, "runs/bestk-apo"),
                               ("dpo", 1, "runs/bestk-dpo")):
-        assert (TrainConfig(algorithm=algorithm).rollout.n,
-                TrainConfig(algorithm=algorithm).out) == (n, out)
-        cfg = apply_overrides(TrainConfig(), [f"algorithm={algorithm}"])
-        assert (cfg.rollout.n, cfg.out) == (n, out)
+        assert resolved(TrainConfig(algorithm=algorithm)) == (n, out)
+        assert resolved(apply_overrides(TrainConfig(), [f"algorithm={algorithm}"])) == (n, out)
     cfg = apply_overrides(TrainConfig(), ["rollout.n=8", "out=x", "algorithm=apo"])
-    assert (cfg.rollout.n, cfg.out) == (8, "x")  # explicit values stay
+    assert resolved(cfg) == (8, "x")  # explicit values stay
     cfg = apply_overrides(TrainConfig(), ["rollout={top_p: 0.9}", "algorithm=apo"])
-    assert cfg.rollout.n == 1  # a section mapping without n leaves n to the algorithm
+    assert resolved(cfg)[0] == 1  # a section mapping without n leaves n to the algorithm
     cfg = apply_overrides(TrainConfig(), ["rollout={n: 8}", "algorithm=apo", "algorithm=pg"])
-    assert cfg.rollout.n == 8
+    assert resolved(cfg)[0] == 8
     cfg = apply_overrides(TrainConfig(), ["rollout.n=3", "rollout.n=null", "algorithm=apo"])
-    assert cfg.rollout.n == 1  # null: the algorithm's default again
+    assert resolved(cfg)[0] == 1  # null: the algorithm's default again
     cfg = TrainConfig()
-    cfg.algorithm = "apo"  # assigned as an attribute: resolve_defaults catches up
-    assert cfg.rollout.n == 8 and resolve_defaults(cfg).rollout.n == 1
+    cfg.algorithm = "apo"  # assigned as an attribute: the same
+    assert cfg.rollout.n is None and resolved(cfg)[0] == 1
     cfg.rollout.n = 4
-    assert resolve_defaults(cfg).rollout.n == 4
+    assert resolved(cfg)[0] == 4
     from bestk.train.config import config_from_dict, config_to_dict
 
-    stored = config_to_dict(TrainConfig(algorithm="apo"))
+    stored = config_to_dict(resolve_defaults(TrainConfig(algorithm="apo")))  # config.yaml
     assert stored["rollout"]["n"] == 1 and stored["out"] == "runs/bestk-apo"
     assert config_to_dict(config_from_dict(stored)) == stored
 

@@ -64,7 +64,7 @@ def test_config_accepts_trl_style_values_and_refuses_others():
     assert cfg.report_to == ["tensorboard", "wandb"] and cfg.run_name == "exp1"
     apply_overrides(cfg, ["report_to=tensorboard"])
     assert cfg.report_to == "tensorboard"
-    from bestk.train.config import check_values
+    from bestk.train.validation import check_values
 
     apply_overrides(cfg, ["report_to=neptune"])
     with pytest.raises(ValueError, match="'neptune'"):

@@ -44,9 +44,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from pydantic import Field, field_validator
 from rich.progress import Progress
 
 from bestk._optional import pyplot
+from bestk._schema import Int, schema_dataclass
 from bestk._seeds import LAB_BANDIT_CURVES, LAB_BANDIT_SWEEP
 from bestk.estimators import EstimatorInfo, advantages, estimator_info
 from bestk.estimators.objectives import Objective, best_at, joint
@@ -453,7 +455,7 @@ def sweep_learning_rates(bandit: Bandit, specs: Sequence[EstimatorSpec], config:
 # the command
 
 
-@dataclass
+@schema_dataclass
 class BanditConfig:
     """Knobs of ``bestk lab bandit``.
 
@@ -474,33 +476,47 @@ class BanditConfig:
     """
 
     bandits: tuple[str, ...] = ("binary", "graded", "negative")
-    ns: tuple[int, ...] = (4, 8)
-    curve_n: int = 8
-    steps: int = 300
-    seeds: int = 32
+    ns: tuple[Int, ...] = (4, 8)
+    curve_n: Int = Field(8, ge=1)
+    steps: Int = Field(300, ge=1)
+    seeds: Int = Field(32, ge=1)
     lr_grid: tuple[float, ...] = (0.003, 0.01, 0.03)
-    sweep_seeds: int = 8
-    ks: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
-    eval_every: int = 10
-    seed: int = 0
-    threads: int = 1
+    sweep_seeds: Int = Field(8, ge=2)
+    ks: tuple[Int, ...] = (1, 2, 4, 8, 16, 32)
+    eval_every: Int = Field(10, ge=1)
+    seed: Int = 0
+    threads: Int = 1
 
-    def validate(self) -> None:
-        unknown = [b for b in self.bandits if b not in BANDITS]
+    @field_validator("bandits")
+    @classmethod
+    def _known_bandits(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [b for b in v if b not in BANDITS]
         if unknown:
             raise ValueError(f"unknown bandit(s) {unknown}; valid: {', '.join(BANDITS)}")
-        for name in ("curve_n", "steps", "seeds", "eval_every"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not self.ns or min(self.ns) < 2:
-            raise ValueError(f"ns must be group sizes >= 2, got {self.ns}")
-        if not self.ks or min(self.ks) < 1:
-            raise ValueError(f"ks must be positive, got {self.ks}")
-        if not self.lr_grid or not all(float(v) > 0 and math.isfinite(float(v))
-                                       for v in self.lr_grid):
-            raise ValueError(f"lr_grid must be positive numbers, got {self.lr_grid}")
-        if int(self.sweep_seeds) < 2:
-            raise ValueError(f"sweep_seeds must be >= 2, got {self.sweep_seeds}")
+        return v
+
+    @field_validator("ns")
+    @classmethod
+    def _group_sizes(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if not v or min(v) < 2:
+            raise ValueError(f"ns must be group sizes >= 2, got {v}")
+        return v
+
+    @field_validator("ks")
+    @classmethod
+    def _positive_ks(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if not v or min(v) < 1:
+            raise ValueError(f"ks must be positive, got {v}")
+        return v
+
+    @field_validator("lr_grid", mode="before")
+    @classmethod
+    def _positive_lrs(cls, v: Any) -> Any:
+        if not isinstance(v, (list, tuple)) or not v or not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
+                and math.isfinite(x) for x in v):
+            raise ValueError(f"lr_grid must be positive numbers, got {v}")
+        return v
 
     @classmethod
     def fast(cls) -> BanditConfig:

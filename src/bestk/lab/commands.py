@@ -48,13 +48,13 @@ def bandit_cmd(
     _needs("scipy", "matplotlib")
     from bestk.lab.bandit import BanditConfig, run_bandit
 
-    cfg = BanditConfig.fast() if fast else BanditConfig()
-    if ns is not None:
-        cfg.ns = number_list(ns, "--ns", int)
-    for name, val in (("steps", steps), ("seeds", seeds), ("seed", seed)):
-        if val is not None:
-            setattr(cfg, name, val)
-    with cli_errors():
+    with cli_errors():  # a bad setting is refused as it is assigned (the config's schema)
+        cfg = BanditConfig.fast() if fast else BanditConfig()
+        if ns is not None:
+            cfg.ns = number_list(ns, "--ns", int)
+        for name, val in (("steps", steps), ("seeds", seeds), ("seed", seed)):
+            if val is not None:
+                setattr(cfg, name, val)
         out_directory(out, "--out/-o")
         run_bandit(cfg, out, progress=not quiet)
     typer.echo(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'curves.png'}")
@@ -85,17 +85,17 @@ def digits_cmd(
     _needs("sklearn", "scipy", "matplotlib")
     from bestk.lab.digits import DigitsConfig, run_digits
 
-    cfg = DigitsConfig.fast() if fast else DigitsConfig()
-    if rewards is not None:
-        cfg.rewards = tuple(x.strip() for x in rewards.split(",") if x.strip())
-    if learners is not None:
-        cfg.learners = tuple(x.strip() for x in learners.split(",") if x.strip())
-    if lr_grid is not None:
-        cfg.lr_grid = number_list(lr_grid, "--lr-grid")
-    for name, val in (("n", n), ("steps", steps), ("seeds", seeds), ("seed", seed)):
-        if val is not None:
-            setattr(cfg, name, val)
-    with cli_errors():
+    with cli_errors():  # a bad setting is refused as it is assigned (the config's schema)
+        cfg = DigitsConfig.fast() if fast else DigitsConfig()
+        if rewards is not None:
+            cfg.rewards = tuple(x.strip() for x in rewards.split(",") if x.strip())
+        if learners is not None:
+            cfg.learners = tuple(x.strip() for x in learners.split(",") if x.strip())
+        if lr_grid is not None:
+            cfg.lr_grid = number_list(lr_grid, "--lr-grid")
+        for name, val in (("n", n), ("steps", steps), ("seeds", seeds), ("seed", seed)):
+            if val is not None:
+                setattr(cfg, name, val)
         out_directory(out, "--out/-o")
         run_digits(cfg, out, progress=not quiet, resume=resume)
     typer.echo(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'digits.png'}")
@@ -120,13 +120,13 @@ def kappo_cmd(
     """
     from bestk.lab.kappo import KappoLabConfig, rich_table, run_kappo
 
-    cfg = KappoLabConfig.fast() if fast else KappoLabConfig()
-    if ks is not None:
-        cfg.ks = number_list(ks, "--ks", int)
-    for name, val in (("methods", methods), ("kinds", kinds)):
-        if val is not None:
-            setattr(cfg, name, tuple(x.strip() for x in val.split(",") if x.strip()))
-    with cli_errors():
+    with cli_errors():  # a bad setting is refused as it is assigned (the config's schema)
+        cfg = KappoLabConfig.fast() if fast else KappoLabConfig()
+        if ks is not None:
+            cfg.ks = number_list(ks, "--ks", int)
+        for name, val in (("methods", methods), ("kinds", kinds)):
+            if val is not None:
+                setattr(cfg, name, tuple(x.strip() for x in val.split(",") if x.strip()))
         out_directory(out, "--out/-o")
         result = run_kappo(cfg, out, progress=not quiet)
     if not quiet:
@@ -161,15 +161,15 @@ def sparse_cmd(
     _needs("sklearn", "scipy", "matplotlib")
     from bestk.lab.sparse import SparseConfig, run_sparse
 
-    cfg = SparseConfig.fast() if fast else SparseConfig()
-    if ns is not None:
-        cfg.ns = number_list(ns, "--ns", int)
-    if learners is not None:
-        cfg.learners = tuple(x.strip() for x in learners.split(",") if x.strip())
-    for name, val in (("steps", steps), ("seeds", seeds), ("seed", seed)):
-        if val is not None:
-            setattr(cfg, name, val)
-    with cli_errors():
+    with cli_errors():  # a bad setting is refused as it is assigned (the config's schema)
+        cfg = SparseConfig.fast() if fast else SparseConfig()
+        if ns is not None:
+            cfg.ns = number_list(ns, "--ns", int)
+        if learners is not None:
+            cfg.learners = tuple(x.strip() for x in learners.split(",") if x.strip())
+        for name, val in (("steps", steps), ("seeds", seeds), ("seed", seed)):
+            if val is not None:
+                setattr(cfg, name, val)
         out_directory(out, "--out/-o")
         run_sparse(cfg, out, progress=not quiet, resume=resume)
     typer.echo(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'sparse.png'}")

@@ -48,9 +48,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from pydantic import Field, field_validator
 from rich.progress import Progress
 
 from bestk._optional import pyplot, require
+from bestk._schema import Float, Int, schema_dataclass
 from bestk._seeds import (
     LAB_DIGITS_BATCHES,
     LAB_DIGITS_EVAL_COMPOSITES,
@@ -87,6 +89,9 @@ __all__ = [
     "sweep_and_test",
     "run_digits",
     "testbed_data",
+    "known_learners",
+    "learning_rates",
+    "positive_ks",
 ]
 
 N_CLASSES = 10
@@ -164,7 +169,35 @@ LEARNERS: dict[str, Learner] = {
 }
 
 
-@dataclass
+def known_learners(cls: Any, learners: tuple[str, ...]) -> tuple[str, ...]:
+    """The ``learners`` rule of the classification configs: labels from :data:`LEARNERS`,
+    each A/A control with its learner."""
+    unknown = [x for x in learners if x not in LEARNERS]
+    if unknown:
+        raise ValueError(f"unknown learner(s) {unknown}; valid: {', '.join(LEARNERS)}")
+    orphans = [x for x in learners
+               if LEARNERS[x].control_of and LEARNERS[x].control_of not in learners]
+    if orphans:
+        raise ValueError(f"A/A control(s) {orphans} need their learner in learners too")
+    return learners
+
+
+def learning_rates(cls: Any, grid: Any) -> Any:
+    """The ``lr_grid`` rule: a non-empty sequence of positive finite numbers."""
+    if not isinstance(grid, (list, tuple)) or any(isinstance(v, bool) for v in grid):
+        raise ValueError(f"lr_grid must be a list of positive numbers, got {grid!r}")
+    _check_lrs(grid)
+    return grid
+
+
+def positive_ks(cls: Any, ks: tuple[int, ...]) -> tuple[int, ...]:
+    """The ``ks`` rule: a non-empty sequence of integers >= 1."""
+    if not ks or min(ks) < 1:
+        raise ValueError(f"ks must be positive integers, got {ks}")
+    return ks
+
+
+@schema_dataclass
 class DigitsConfig:
     """Knobs of ``bestk lab digits`` (all have defaults).
 
@@ -189,37 +222,36 @@ class DigitsConfig:
     threads: torch CPU threads (0 keeps torch's default; 1 is fastest for these tiny MLPs).
     """
 
-    n: int = 8
+    n: Int = Field(8, ge=2, json_schema_extra={"want": "a rollout count >= 2"})
     rewards: tuple[str, ...] = REWARDS
     learners: tuple[str, ...] = tuple(LEARNERS)
-    seeds: int = 10
-    hidden: int = 64
-    steps: int = 300
-    batch_size: int = 64
+    seeds: Int = Field(10, ge=1)
+    hidden: Int = Field(64, ge=1)
+    steps: Int = Field(300, ge=1)
+    batch_size: Int = Field(64, ge=1)
     lr_grid: tuple[float, ...] = (1e-3, 3e-3, 1e-2)
-    sweep_seeds: int = 3
-    val_fraction: float = 0.2
-    test_fraction: float = 0.3
-    ks: tuple[int, ...] = (1, 2, 4, 8, 16)
-    eval_every: int = 25
-    kappo_beta: float = 1e-3
-    kappo_winrate_beta: float = 1e-3
-    kappo_bank: int = 30
-    seed: int = 0
-    threads: int = 1
+    sweep_seeds: Int = Field(3, ge=1)
+    val_fraction: Float = Field(0.2, ge=0.05, le=0.5)
+    test_fraction: Float = Field(0.3, ge=0.05, le=0.9)
+    ks: tuple[Int, ...] = (1, 2, 4, 8, 16)
+    eval_every: Int = Field(25, ge=1)
+    kappo_beta: Float = Field(1e-3, gt=0)
+    kappo_winrate_beta: Float = Field(1e-3, gt=0)
+    kappo_bank: Int = Field(30, ge=1)
+    seed: Int = 0
+    threads: Int = 1
 
-    def validate(self) -> None:
-        validate_common(self, ("seeds", "hidden", "steps", "batch_size", "eval_every",
-                               "kappo_bank", "sweep_seeds"))
-        bad = [r for r in self.rewards if r not in REWARDS]
-        if bad or not self.rewards:
+    @field_validator("rewards")
+    @classmethod
+    def _known_rewards(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [r for r in v if r not in REWARDS]
+        if bad or not v:
             raise ValueError(f"unknown reward variant(s) {bad}; valid: {', '.join(REWARDS)}")
-        if int(self.n) < 2:
-            raise ValueError(f"n must be a rollout count >= 2, got {self.n}")
-        for name in ("kappo_beta", "kappo_winrate_beta"):
-            v = float(getattr(self, name))
-            if not (v > 0 and math.isfinite(v)):
-                raise ValueError(f"{name} must be a positive number, got {v}")
+        return v
+
+    _learners = field_validator("learners")(known_learners)
+    _lrs = field_validator("lr_grid", mode="before")(learning_rates)
+    _ks = field_validator("ks")(positive_ks)
 
     @classmethod
     def fast(cls) -> DigitsConfig:
@@ -237,28 +269,6 @@ def config_key(cfg: Any) -> str:
     d = asdict(cfg)
     d.pop("threads", None)
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def validate_common(cfg: Any, counts: Sequence[str]) -> None:
-    """Checks every classification config shares: known learners (A/A controls with their
-    learner), the ``counts`` fields >= 1, the split fractions, the learning rates and ks."""
-    unknown = [x for x in cfg.learners if x not in LEARNERS]
-    if unknown:
-        raise ValueError(f"unknown learner(s) {unknown}; valid: {', '.join(LEARNERS)}")
-    orphans = [x for x in cfg.learners
-               if LEARNERS[x].control_of and LEARNERS[x].control_of not in cfg.learners]
-    if orphans:
-        raise ValueError(f"A/A control(s) {orphans} need their learner in learners too")
-    for name in counts:
-        if int(getattr(cfg, name)) < 1:
-            raise ValueError(f"{name} must be >= 1, got {getattr(cfg, name)}")
-    if not (0.05 <= cfg.test_fraction <= 0.9):
-        raise ValueError(f"test_fraction must lie in [0.05, 0.9], got {cfg.test_fraction}")
-    if not (0.05 <= cfg.val_fraction <= 0.5):
-        raise ValueError(f"val_fraction must lie in [0.05, 0.5], got {cfg.val_fraction}")
-    _check_lrs(cfg.lr_grid)
-    if not cfg.ks or min(cfg.ks) < 1:
-        raise ValueError(f"ks must be positive integers, got {cfg.ks}")
 
 
 def _check_lrs(grid: Sequence[float]) -> None:

@@ -114,10 +114,12 @@ from typing import Any
 
 import numpy as np
 import torch
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from rich.progress import Progress
 from rich.table import Table
 
 from bestk._atomic import write_text_atomic
+from bestk._schema import Float, Int, schema_dataclass
 from bestk._seeds import LAB_KAPPO_BINARY, LAB_KAPPO_WINRATE
 from bestk.estimators import advantages
 from bestk.kappo import (
@@ -175,72 +177,71 @@ def _is_run(kind: str, method: str) -> bool:
 _GRPO_EPS = 1e-6  # kappo_grpo's epsilon in (S - mean) / (std + eps)
 
 
-@dataclass
+@schema_dataclass
 class KappoLabConfig:
     """Settings of ``bestk lab kappo`` (defaults: the full run; :meth:`fast` for tests)."""
 
     #: Objective parameters k.
-    ks: tuple[int, ...] = (1, 2, 4)
+    ks: tuple[Int, ...] = (1, 2, 4)
     #: Methods to train (see the module docstring).
     methods: tuple[str, ...] = METHODS
     #: Reward kinds.
     kinds: tuple[str, ...] = KINDS
     #: KL strength of the binary bandits.
-    beta_binary: float = 0.1
+    beta_binary: Float = Field(0.1, gt=0)
     #: KL strength of the win-rate bandit.
-    beta_winrate: float = 0.25
+    beta_winrate: Float = Field(0.25, gt=0)
     #: Reference bank size M of the binary prompts (their pass rates are N / M exactly).
-    bank_size: int = 20
+    bank_size: Int = Field(20, ge=2)
     #: Reference successes N of each binary prompt (0 < N < M).
-    successes: tuple[int, ...] = (1, 5, 12, 18)
+    successes: tuple[Int, ...] = (1, 5, 12, 18)
     #: Success / failure arms of each binary prompt.
-    success_arms: int = 2
-    failure_arms: int = 3
+    success_arms: Int = Field(2, ge=2)
+    failure_arms: Int = Field(3, ge=2)
     #: Arms of the win-rate bandit (its reference quantile grid).
-    winrate_arms: int = 8192
+    winrate_arms: Int = Field(8192, ge=2)
     #: Group size n of the GRPO-family estimators.
-    group_size: int = 8
+    group_size: Int = Field(8, ge=2)
     #: Natural-gradient step: the damping of centred updates, the first step of losses.
-    step_size: float = 0.5
+    step_size: Float = Field(0.5, gt=0)
     #: Converged when sum_a |g_a| < tol (per prompt).
-    tol: float = 1e-9
+    tol: Float = Field(1e-9, gt=0)
     #: Step budget per case.
-    max_steps: int = 5000
+    max_steps: Int = Field(5000, ge=1)
     #: Seed of the reference policies (within-class probabilities, win-rate rewards).
-    seed: int = 0
+    seed: Int = 0
+
+    @field_validator("ks")
+    @classmethod
+    def _positive_ks(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if not v or min(v) < 1:
+            raise ValueError(f"ks must be integers >= 1, got {v!r}")
+        return v
+
+    @field_validator("methods", "kinds")
+    @classmethod
+    def _known(cls, v: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        allowed = METHODS if info.field_name == "methods" else KINDS
+        bad = [x for x in v if x not in allowed]
+        if not v or bad:
+            raise ValueError(f"unknown {info.field_name} {bad or v!r}; valid: {', '.join(allowed)}")
+        return v
+
+    @model_validator(mode="after")
+    def _successes_inside_the_bank(self) -> KappoLabConfig:
+        m = self.bank_size
+        if not self.successes or any(not 0 < n < m for n in self.successes):
+            raise ValueError(
+                f"successes must be integers strictly between 0 and bank_size={m}, got "
+                f"{self.successes!r}"
+            )
+        return self
 
     @classmethod
     def fast(cls) -> KappoLabConfig:
         """Seconds-long settings for tests: fewer prompts, a coarser win-rate grid."""
         return cls(successes=(2, 13), winrate_arms=2048)
 
-    def validate(self) -> None:
-        ks = tuple(self.ks)
-        if not ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in ks):
-            raise ValueError(f"ks must be integers >= 1, got {self.ks!r}")
-        for name, allowed in (("methods", METHODS), ("kinds", KINDS)):
-            vals = tuple(getattr(self, name))
-            bad = [v for v in vals if v not in allowed]
-            if not vals or bad:
-                raise ValueError(
-                    f"unknown {name} {bad or vals!r}; valid: {', '.join(allowed)}"
-                )
-        for name in ("beta_binary", "beta_winrate", "step_size", "tol"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
-        m = self.bank_size
-        if not isinstance(m, int) or m < 2:
-            raise ValueError(f"bank_size must be an integer >= 2, got {m!r}")
-        if not self.successes or any(not 0 < n < m for n in self.successes):
-            raise ValueError(
-                f"successes must be integers strictly between 0 and bank_size={m}, got "
-                f"{self.successes!r}"
-            )
-        for name in ("success_arms", "failure_arms", "winrate_arms", "group_size", "max_steps"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < (2 if name != "max_steps" else 1):
-                raise ValueError(f"{name} must be an integer >= 2, got {v!r}")
 
 
 @dataclass

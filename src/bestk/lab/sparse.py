@@ -20,13 +20,14 @@ the x axis of the paper's figure, and every ``N`` in ``ns`` is its own testbed
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import Field, field_validator
 
 from bestk._optional import pyplot
+from bestk._schema import Float, Int, schema_dataclass
 from bestk.figures import save_figure
 from bestk.lab._optim import torch_threads
 from bestk.lab.digits import (
@@ -34,12 +35,14 @@ from bestk.lab.digits import (
     RunSpec,
     Ticker,
     config_key,
+    known_learners,
     learner_data,
+    learning_rates,
     make_problem,
+    positive_ks,
     render_testbed,
     run_settings,
     sweep_and_test,
-    validate_common,
     write_outputs,
 )
 from bestk.lab.io import markdown_table, write_text_atomic
@@ -50,7 +53,7 @@ SPARSE_LEARNERS = ("ml", "reinforce", "rloo", "grpo", "grpo (A/A)", "softmax_grp
                    "maxrl")
 
 
-@dataclass
+@schema_dataclass
 class SparseConfig:
     """Knobs of ``bestk lab sparse``.
 
@@ -72,30 +75,33 @@ class SparseConfig:
     threads: torch CPU threads.
     """
 
-    ns: tuple[int, ...] = (16, 64)
-    parts: int = 3
+    ns: tuple[Int, ...] = (16, 64)
+    parts: Int = Field(3, ge=2, le=4, json_schema_extra={"want": "2, 3 or 4"})
     learners: tuple[str, ...] = SPARSE_LEARNERS
-    seeds: int = 10
-    hidden: int = 128
-    steps: int = 1500
-    batch_size: int = 64
+    seeds: Int = Field(10, ge=1)
+    hidden: Int = Field(128, ge=1)
+    steps: Int = Field(1500, ge=1)
+    batch_size: Int = Field(64, ge=1)
     lr_grid: tuple[float, ...] = (1e-3, 3e-3, 1e-2)
-    sweep_seeds: int = 2
-    val_fraction: float = 0.2
-    test_fraction: float = 0.3
-    num_eval: int = 2000
-    ks: tuple[int, ...] = (1, 4, 16, 64)
-    eval_every: int = 100
-    seed: int = 0
-    threads: int = 1
+    sweep_seeds: Int = Field(2, ge=1)
+    val_fraction: Float = Field(0.2, ge=0.05, le=0.5)
+    test_fraction: Float = Field(0.3, ge=0.05, le=0.9)
+    num_eval: Int = Field(2000, ge=1)
+    ks: tuple[Int, ...] = (1, 4, 16, 64)
+    eval_every: Int = Field(100, ge=1)
+    seed: Int = 0
+    threads: Int = 1
 
-    def validate(self) -> None:
-        validate_common(self, ("seeds", "hidden", "steps", "batch_size", "eval_every",
-                               "sweep_seeds", "num_eval"))
-        if not self.ns or min(self.ns) < 2:
-            raise ValueError(f"ns must be rollout counts >= 2, got {self.ns}")
-        if not 2 <= int(self.parts) <= 4:
-            raise ValueError(f"parts must be 2, 3 or 4, got {self.parts}")
+    @field_validator("ns")
+    @classmethod
+    def _rollout_counts(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if not v or min(v) < 2:
+            raise ValueError(f"ns must be rollout counts >= 2, got {v}")
+        return v
+
+    _learners = field_validator("learners")(known_learners)
+    _lrs = field_validator("lr_grid", mode="before")(learning_rates)
+    _ks = field_validator("ks")(positive_ks)
 
     @classmethod
     def fast(cls) -> SparseConfig:

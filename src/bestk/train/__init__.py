@@ -1,10 +1,11 @@
 """The embedded trainer: SFT warm-up + @k-aware RL of a (tiny or local) HF causal LM.
 
-``bestk train`` drives :class:`Trainer`; see ``docs/training.md``. Submodules: ``config``
-(dataclasses, YAML, ``--set``), ``policy`` (model + tokenizer), ``hf`` (chat templates, LoRA,
-autocast for Hugging Face models), ``rollout`` (KV-cache sampling), ``loop`` (the trainer: run
-state), ``algorithms`` (``pg``, ``apo`` = @k-A*PO, ``dpo`` = @k-DPO: one module each),
-``reference`` (in-run KAPPO calibration and its files), ``reference_plan`` (a run's
+``bestk train`` drives :class:`Trainer`; see ``docs/training.md``. Submodules: ``config`` (the
+pydantic schema, YAML, ``--set``), ``validation`` (the checks against the registries and the
+device; the algorithm's defaults), ``policy`` (model + tokenizer), ``hf`` (chat templates,
+LoRA, autocast for Hugging Face models), ``rollout`` (KV-cache sampling), ``loop`` (the
+trainer: run state), ``algorithms`` (``pg``, ``apo`` = @k-A*PO, ``dpo`` = @k-DPO: one module
+each), ``reference`` (in-run KAPPO calibration and its files), ``reference_plan`` (a run's
 calibration, planned before any work), ``setup`` (a run's task, device and policy), ``sft``
 (the SFT warm-up), ``console`` (progress bar, Ctrl-C), ``checkpoint`` (atomic safetensors),
 ``rundir`` (lock, resume policy), ``evaluate`` (pass@k / best@k curves), ``reporters``
@@ -25,7 +26,7 @@ _LAZY: dict[str, str] = {
     "TrainConfig": "bestk.train.config",
     "apply_overrides": "bestk.train.config",
     "load_config": "bestk.train.config",
-    "validate": "bestk.train.config",
+    "validate": "bestk.train.validation",
     "Trainer": "bestk.train.loop",
     "train": "bestk.train.loop",
 }
@@ -33,8 +34,9 @@ _LAZY: dict[str, str] = {
 __all__ = ["TrainConfig", "Trainer", "train", "apply_overrides", "load_config", "validate"]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from bestk.train.config import TrainConfig, apply_overrides, load_config, validate
+    from bestk.train.config import TrainConfig, apply_overrides, load_config
     from bestk.train.loop import Trainer, train
+    from bestk.train.validation import validate
 
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, __all__)

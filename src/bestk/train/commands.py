@@ -222,10 +222,11 @@ def _eval(
     from bestk._atomic import write_text_atomic
     from bestk._seeds import EVAL_BANK_SAMPLING
     from bestk.tasks import load_task
-    from bestk.train.config import TrainConfig, apply_overrides, validate
+    from bestk.train.config import TrainConfig, apply_overrides
     from bestk.train.evaluate import evaluate
     from bestk.train.hf import autocast, render_task_prompts
     from bestk.train.policy import load_policy
+    from bestk.train.validation import validate
 
     if bank_prompts < 1:
         raise ValueError(f"--bank-prompts must be an integer >= 1, got {bank_prompts}")

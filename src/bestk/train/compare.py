@@ -63,14 +63,9 @@ from bestk.train.checkpoint import latest_checkpoint
 from bestk.train.config import (
     TrainConfig,
     apply_overrides,
-    check_device,
-    check_names,
-    check_values,
     config_from_dict,
     config_to_dict,
     load_config,
-    resolve_defaults,
-    validate,
 )
 from bestk.train.evaluate import evaluate
 from bestk.train.loop import Trainer
@@ -87,6 +82,13 @@ from bestk.train.report import curve_of
 from bestk.train.rundir import read_metrics
 from bestk.train.setup import load_run_policy, load_run_task, max_new_tokens
 from bestk.train.sft import sft_weights
+from bestk.train.validation import (
+    check_device,
+    check_names,
+    check_values,
+    resolve_defaults,
+    validate,
+)
 
 __all__ = ["run_compare", "Method", "KappoAuto", "summarize", "write_summary", "method_slug",
            "sweep_score"]
@@ -166,7 +168,8 @@ def _non_default(value: Any, default: Any) -> Any:
 
 
 def _config_key(cfg: TrainConfig, sections: Sequence[str] | None = None) -> Any:
-    d, base = config_to_dict(cfg), config_to_dict(TrainConfig())
+    d = config_to_dict(resolve_defaults(cfg))
+    base = config_to_dict(resolve_defaults(TrainConfig()))
     if sections is not None:
         d, base = {k: d[k] for k in sections}, {k: base[k] for k in sections}
     return _non_default(d, base)
@@ -220,7 +223,7 @@ def _run_config(base: TrainConfig, m: Method, seed_index: int, seed_id: int, out
         dict(base.estimator_options)
     opts.update({k: v.format(seed=seed_index) if isinstance(v, str) and "{seed}" in v else v
                  for k, v in m.options.items()})
-    cfg.estimator_options = info.fit_group(opts, cfg.rollout.n)
+    cfg.estimator_options = info.fit_group(opts, resolve_defaults(cfg).rollout.n)
     apply_overrides(cfg, list(m.overrides))
     before, after = config_to_dict(base), config_to_dict(cfg)
     touched = [k for k in ("model", "task", "sft") if before[k] != after[k]]
@@ -241,7 +244,7 @@ def _run_config(base: TrainConfig, m: Method, seed_index: int, seed_id: int, out
         check_device(cfg.device)
     else:
         validate(cfg)
-    return cfg
+    return resolve_defaults(cfg)
 
 
 # ---------------------------------------------------------------------------------------------

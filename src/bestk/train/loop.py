@@ -53,8 +53,6 @@ from bestk.train.config import (
     apply_overrides,
     config_from_dict,
     config_to_dict,
-    resolve_defaults,
-    validate,
 )
 from bestk.train.console import StopRequest, progress_bar, transformers_progress
 from bestk.train.evaluate import evaluate
@@ -79,6 +77,7 @@ from bestk.train.rundir import (
 )
 from bestk.train.setup import load_run_policy, load_run_task, max_new_tokens
 from bestk.train.sft import make_optimizer, sft_warmup
+from bestk.train.validation import load_kappo_file, resolve_defaults, validate
 
 __all__ = ["Trainer", "train", "save_final", "append_record"]
 
@@ -94,7 +93,7 @@ class Trainer:
     dict, or a file of one) is the policy after an SFT warm-up made elsewhere: a new run
     starts from it and skips its own SFT (``bestk compare`` shares one per seed). ``cfg`` is
     validated and copied with its ``None`` = "the algorithm's default" fields filled in
-    (:func:`~bestk.train.config.resolve_defaults`); :attr:`cfg` is that copy.
+    (:func:`~bestk.train.validation.resolve_defaults`); :attr:`cfg` is that copy.
 
     The algorithm object (:attr:`algo`, from :data:`bestk.train.algorithms.ALGORITHMS`) does
     the RL steps through this run's :class:`~bestk.train.algorithms.RunContext` members; RL

@@ -100,6 +100,8 @@ class AlgorithmSpec:
     batch_text: ``batch_text(cfg)`` of a run's config dict (``config.yaml``): the report's
         description of one step's batch.
     pool_note: what the report adds to "RL drew these prompts only" of a calibrated run.
+    out_suffix: appended to ``runs/bestk`` for the default run directory when the config
+        leaves ``out`` ``null`` (so the default runs of two algorithms do not meet).
     """
 
     name: str
@@ -115,6 +117,7 @@ class AlgorithmSpec:
     uses_estimator: bool = False
     batch_text: Callable[[dict[str, Any]], str] = lambda cfg: rollout_batch_text(cfg)
     pool_note: str = ""
+    out_suffix: str = ""
 
     def samples_bank(self, cfg: Any) -> bool:
         """Whether a run of ``cfg`` samples a reference bank of its own: it calibrates from

@@ -152,4 +152,5 @@ SPEC = AlgorithmSpec(
     calibrated=lambda cfg: True,
     keeps_reference=lambda cfg: True,
     check=refuse_pg_options,
+    out_suffix="-apo",
 )

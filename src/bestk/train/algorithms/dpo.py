@@ -235,4 +235,5 @@ SPEC = AlgorithmSpec(
     check=_check,
     batch_text=_batch_text,
     pool_note=" (the pairs: those with both a success and a failure among their M samples)",
+    out_suffix="-dpo",
 )

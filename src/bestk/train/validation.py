@@ -1,0 +1,281 @@
+"""The checks of a run's config that need more than the schema, and its resolution.
+
+:mod:`bestk.train.config` is the schema: types, ranges and the rules between fields, checked
+by pydantic whenever a config is built, read or assigned to. What needs the registries and
+the machine is here: the algorithm (``ALGORITHMS``) and estimator (``ESTIMATORS``) names, the
+estimator's and the task's option names, what the algorithm accepts (its spec's ``check``),
+the ``kappo`` section's use and calibration file, ``report_to`` (``bestk.train.reporters``),
+the device, the optional packages, a local model directory, and a dry run of the estimator on
+a dummy batch (:func:`validate` runs them all). :func:`resolve_defaults` fills in the fields a
+config leaves to the algorithm (``rollout.n``, ``out``) from its :class:`~bestk.train.
+algorithms.AlgorithmSpec`, once, when a run starts.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import torch
+
+from bestk._optional import require
+from bestk._options import check_option_names
+from bestk.estimators import (
+    ESTIMATORS,
+    advantages,
+    check_estimator_options,
+    estimator_info,
+    resolve_options,
+)
+from bestk.kappo.calibration import calibrate, calibration_kind, load_calibration
+from bestk.tasks import task_options
+from bestk.train.algorithms import ALGORITHMS
+from bestk.train.config import DEFAULT_OUT, TrainConfig, check_model_dir, check_schema
+from bestk.train.reference import calibration_prompt_ids
+from bestk.train.reporters import INTEGRATIONS, resolve_report_to
+
+__all__ = [
+    "validate",
+    "resolve_defaults",
+    "check_names",
+    "check_values",
+    "check_algorithm",
+    "check_device",
+    "check_dependencies",
+    "check_kappo_file",
+    "load_kappo_file",
+    "check_estimator_runs",
+]
+
+
+def resolve_defaults(cfg: TrainConfig) -> TrainConfig:
+    """A copy of ``cfg`` with the fields it leaves ``None`` for the algorithm filled in from
+    the algorithm's spec: ``rollout.n`` (``default_n``: 8 for ``pg``, 1 for ``apo`` and
+    ``dpo``) and ``out`` (``runs/bestk`` + ``out_suffix``: ``runs/bestk``,
+    ``runs/bestk-apo``, ``runs/bestk-dpo``). A value set explicitly is kept, whatever the
+    order it was set in. An unknown algorithm is left for :func:`check_names`."""
+    out = cfg.model_copy(deep=True)
+    spec = ALGORITHMS.get(out.algorithm)
+    if spec is None:
+        return out
+    if out.rollout.n is None:
+        out.rollout.n = spec.default_n
+    if out.out is None:
+        out.out = DEFAULT_OUT + spec.out_suffix
+    return out
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Check every value before any work; raise ``ValueError`` naming the offending key.
+
+    In order: names (algorithm, estimator, its option names, task option names), the schema
+    and ``report_to`` (:func:`check_values`) of the config with its ``None`` = "the
+    algorithm's default" fields filled in (:func:`resolve_defaults`; ``cfg`` itself is not
+    changed), what the algorithm accepts (:func:`check_algorithm`), the device
+    (:func:`check_device`), the optional packages the config needs
+    (:func:`check_dependencies`), a local model directory
+    (:func:`bestk.train.config.check_model_dir`), a KAPPO calibration file
+    (:func:`check_kappo_file`), and, for an algorithm that uses the estimator, the estimator
+    options' *values*, by running the estimator on a dummy batch shaped like a training batch
+    (:func:`check_estimator_runs`; a ``calibration`` path is loaded). Nothing here trains,
+    builds a model or writes a file.
+    """
+    check_names(cfg)
+    cfg = resolve_defaults(cfg)
+    check_values(cfg)
+    check_algorithm(cfg)
+    check_device(cfg.device)
+    check_dependencies(cfg)
+    if cfg.model.path is not None:
+        check_model_dir(cfg.model.path)
+    check_kappo_file(cfg)
+    if ALGORITHMS[cfg.algorithm].uses_estimator:
+        check_estimator_runs(cfg)
+
+
+def check_names(cfg: TrainConfig) -> None:
+    """The algorithm and estimator are registered; task option names and, for an algorithm
+    that uses the estimator, the estimator's option names are known (a ``calibration`` the
+    ``kappo`` section supplies counts as given)."""
+    if cfg.algorithm not in ALGORITHMS:
+        raise ValueError(
+            f"unknown algorithm {cfg.algorithm!r}; valid: {', '.join(ALGORITHMS)}"
+        )
+    if cfg.estimator not in ESTIMATORS:
+        raise ValueError(
+            f"unknown estimator {cfg.estimator!r}; valid: {', '.join(sorted(ESTIMATORS))}"
+        )
+    if ALGORITHMS[cfg.algorithm].uses_estimator:  # the others refuse estimator_options
+        given = dict(cfg.estimator_options)
+        if estimator_info(cfg.estimator).calibrated:
+            given.setdefault("calibration", "kappo section")  # calibrated from the kappo section
+        check_estimator_options(cfg.estimator, given)
+    check_option_names("task", cfg.task.name, cfg.task.options, task_options(cfg.task.name))
+
+
+def check_values(cfg: TrainConfig) -> None:
+    """The schema's rules on the whole config (:func:`bestk.train.config.check_schema`) and
+    the ``report_to`` integrations' names."""
+    check_schema(cfg)
+    resolve_report_to(cfg.report_to)
+
+
+def check_algorithm(cfg: TrainConfig) -> None:
+    """What the algorithm accepts (its own ``check``), and the ``kappo`` section's use: a
+    ``kappo.calibration`` file for a run that calibrates nothing, or next to an
+    ``estimator_options.calibration``, is refused."""
+    spec = ALGORITHMS[cfg.algorithm]
+    spec.check(cfg)
+    if cfg.kappo.calibration is not None:
+        if "calibration" in cfg.estimator_options:
+            raise ValueError(
+                "give the calibration once: estimator_options.calibration or kappo.calibration"
+            )
+        if not spec.calibrated(cfg):
+            raise ValueError(
+                f"config key 'kappo.calibration' is set, but algorithm {cfg.algorithm!r} with "
+                f"estimator {cfg.estimator!r} uses no calibration (apo, dpo, or pg with an "
+                "estimator that needs one, such as kappo_grpo)"
+            )
+    if cfg.kappo.bank is not None and not spec.samples_bank(cfg):
+        raise ValueError(
+            "config key 'kappo.bank' is set, but the run samples no reference bank (it needs a "
+            "calibration from the kappo section, or @k-DPO's pairs)"
+        )
+    if (spec.calibrated(cfg) and spec.binary_only and cfg.kappo.kind != "auto"
+            and not calibration_kind(cfg.kappo.kind).binary):
+        raise ValueError(
+            f"algorithm {cfg.algorithm!r} needs a binary calibration (pairs of a success and a "
+            "failure); config key 'kappo.kind' is 'winrate'"
+        )
+
+
+def check_kappo_file(cfg: TrainConfig) -> None:
+    """A ``kappo.calibration`` file loads, and its k, beta and kind match the ``kappo``
+    section (its prompt ids are checked against the task when the trainer loads it)."""
+    if cfg.kappo.calibration is None:
+        return
+    load_kappo_file(cfg)
+
+
+def load_kappo_file(cfg: TrainConfig) -> Any:
+    """The :class:`~bestk.kappo.Calibration` of ``kappo.calibration``, checked against the
+    ``kappo`` section (``ValueError`` naming the mismatch)."""
+    path = cfg.kappo.calibration
+    try:
+        cal = load_calibration(path)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"cannot load kappo.calibration {str(path)!r}: {e}") from None
+    k, beta, kind = cfg.kappo.k, cfg.kappo.beta, cfg.kappo.kind
+    if cal.k != k or not math.isclose(cal.beta, beta, rel_tol=1e-12, abs_tol=0.0):
+        raise ValueError(
+            f"kappo.calibration {str(path)!r} was made for k={cal.k}, beta={cal.beta}, but the "
+            f"run has kappo.k={k}, kappo.beta={beta}; set them to the file's values or "
+            "recalibrate (`bestk calibrate BANK --k K --beta B`)"
+        )
+    if kind != "auto" and cal.kind != kind:
+        raise ValueError(
+            f"kappo.calibration {str(path)!r} is a {cal.kind} calibration, but kappo.kind is "
+            f"{kind!r}"
+        )
+    if ALGORITHMS[cfg.algorithm].binary_only and not cal.kind_spec.binary:
+        raise ValueError(
+            f"algorithm {cfg.algorithm!r} needs a binary calibration; kappo.calibration "
+            f"{str(path)!r} is a {cal.kind} one"
+        )
+    return cal
+
+
+def check_device(device: str) -> None:
+    """``device`` parses as a torch device and that device is available here."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(
+            f"config key 'device' must be a torch device such as cpu, cuda, cuda:1 or mps, "
+            f"got {device!r}"
+        ) from None
+    if dev.type == "cpu":
+        return
+    backend = torch.backends.mps if dev.type == "mps" else getattr(torch, dev.type, None)
+    available = getattr(backend, "is_available", None)
+    if available is None:
+        raise ValueError(
+            f"config key 'device' is {device!r}, which is not a compute device; use cpu, cuda, "
+            "cuda:N or mps"
+        )
+    if not available():
+        raise ValueError(
+            f"config key 'device' is {device!r}, but no {dev.type} device is available to this "
+            f"torch ({torch.__version__})"
+        )
+    count = getattr(getattr(torch, dev.type, None), "device_count", None)
+    if dev.index is not None and count is not None and dev.index >= count():
+        raise ValueError(
+            f"config key 'device' is {device!r}, but only {count()} {dev.type} device(s) are "
+            "visible"
+        )
+
+
+def check_dependencies(cfg: TrainConfig) -> None:
+    """The optional packages this config needs are installed (else
+    :class:`bestk._optional.MissingDependency`, an ``ImportError`` naming the extra): the
+    ``train`` extra's transformers, tokenizers, safetensors and matplotlib, PEFT for
+    ``model.lora``, and each integration of ``report_to``. A task checks its own (the
+    ``dataset`` task needs ``datasets``, a reward its scorer) when it loads."""
+    for module in ("transformers", "tokenizers", "safetensors", "matplotlib"):
+        require(module, extra="train")
+    if cfg.model.lora.r > 0:
+        require("peft", extra="train")
+    for name in resolve_report_to(cfg.report_to):
+        module, extra = INTEGRATIONS[name]
+        require(module, extra=extra)
+
+
+@contextmanager
+def _global_rng_preserved() -> Iterator[None]:
+    """Leave the python, numpy and torch (CPU) global RNG states as they were."""
+    py, npy = random.getstate(), np.random.get_state()  # noqa: NPY002
+    with torch.random.fork_rng(devices=[]):
+        try:
+            yield
+        finally:
+            random.setstate(py)
+            np.random.set_state(npy)  # noqa: NPY002
+
+
+def check_estimator_runs(cfg: TrainConfig, options: dict[str, Any] | None = None) -> None:
+    """Run ``bestk.advantages`` on a dummy batch of 2 groups of ``rollout.n`` 0/1 rewards with
+    the configured options (path-valued ones loaded, :func:`bestk.estimators.resolve_options`,
+    unless given), so that the estimator's own checks reject bad option values before any
+    work. An estimator the ``kappo`` section calibrates gets a dummy calibration of the
+    configured k, beta and kind. The global RNG states are left untouched."""
+    cfg = resolve_defaults(cfg)
+    opts = resolve_options(cfg.estimator, cfg.estimator_options) if options is None else options
+    labels: list[Any] = [0, 1]
+    if "calibration" not in opts and estimator_info(cfg.estimator).calibrated:
+        kind = {"auto": "binary"}.get(cfg.kappo.kind, cfg.kappo.kind)  # auto: a binary dummy
+        opts = {**opts, "calibration": calibrate(
+            {0: [0.0, 1.0], 1: [0.0, 1.0]}, k=cfg.kappo.k, beta=cfg.kappo.beta, kind=kind)}
+    cal = opts.get("calibration")
+    if hasattr(cal, "prompt_ids"):
+        known = calibration_prompt_ids(cal)
+        labels = [known[0], known[min(1, len(known) - 1)]]
+    n = cfg.rollout.n
+    assert n is not None  # resolved above
+    rewards = torch.tensor([float((i + g) % 2) for g in range(2) for i in range(n)],
+                           dtype=torch.float64)
+    group = [labels[g] for g in range(2) for _ in range(n)]
+    with _global_rng_preserved():
+        try:
+            advantages(cfg.estimator, rewards, group=group, **opts)
+        except (TypeError, ValueError) as e:
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise ValueError(
+                f"estimator_options of {cfg.estimator!r} {cfg.estimator_options!r} rejected by "
+                f"the estimator: {first}"
+            ) from None
