@@ -77,7 +77,7 @@ from bestk.train.rundir import (
 )
 from bestk.train.setup import load_run_policy, load_run_task, max_new_tokens
 from bestk.train.sft import make_optimizer, sft_warmup
-from bestk.train.validation import load_kappo_file, resolve_defaults, validate
+from bestk.train.validation import resolve_defaults, validate
 
 __all__ = ["Trainer", "train", "save_final", "append_record"]
 

@@ -28,7 +28,7 @@ from typing import Any
 from bestk._seeds import BANK_PROMPTS, BANK_SAMPLING
 from bestk.kappo import Calibration
 from bestk.tasks import Task
-from bestk.train.config import TrainConfig, load_kappo_file
+from bestk.train.config import TrainConfig
 from bestk.train.reference import (
     CALIBRATION_FILE,
     ReferenceBank,
@@ -41,6 +41,7 @@ from bestk.train.reference import (
     resolve_kind,
     sample_bank,
 )
+from bestk.train.validation import load_kappo_file
 
 __all__ = ["ReferencePlan", "plan_reference", "restrict_prompts"]
 

@@ -19,8 +19,9 @@ import torch
 
 from bestk._seeds import SFT_ORDER
 from bestk.tasks import Task
-from bestk.train.config import TrainConfig, resolve_defaults, validate
+from bestk.train.config import TrainConfig
 from bestk.train.setup import load_run_policy, load_run_task
+from bestk.train.validation import resolve_defaults, validate
 
 __all__ = ["sft_warmup", "make_optimizer", "sft_weights"]
 
