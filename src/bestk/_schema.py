@@ -22,6 +22,7 @@ from pydantic import BeforeValidator, ConfigDict, ValidationError
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
+from typing_extensions import dataclass_transform
 
 __all__ = [
     "Int",
@@ -33,6 +34,7 @@ __all__ = [
     "choices",
     "TYPE_ERRORS",
     "schema_dataclass",
+    "SchemaChecks",
 ]
 
 
@@ -157,10 +159,23 @@ def _field_message(e: ValidationError, fields: dict[str, FieldInfo]) -> str:
 T = TypeVar("T")
 
 
+class SchemaChecks:
+    """Base of a :func:`schema_dataclass`: :meth:`validate` checks every field and rule again
+    (construction and assignment already do; a caller that was handed a config states that
+    it is valid)."""
+
+    def validate(self) -> None:
+        """Check every field and rule again (``ValueError`` naming the field)."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        type(self)(**values)
+
+
+@dataclass_transform()
 def schema_dataclass(cls: type[T]) -> type[T]:
-    """``cls`` as a pydantic dataclass validated on construction and on assignment
-    (:data:`SCHEMA_CONFIG`), whose errors are one-line ``ValueError`` s naming the field; a
-    plain dataclass for everything else (``dataclasses.asdict``, ``fields``)."""
+    """``cls`` (a :class:`SchemaChecks`) as a pydantic dataclass validated on construction and
+    on assignment (:data:`SCHEMA_CONFIG`), whose errors are one-line ``ValueError`` s naming
+    the field; a plain dataclass for everything else (``dataclasses.asdict``, ``fields``).
+    Type checkers see a dataclass (``dataclass_transform``)."""
     model: Any = pydantic_dataclass(config=SCHEMA_CONFIG)(cls)
     init: Callable[..., None] = model.__init__
     setattr_: Callable[..., None] = model.__setattr__
@@ -180,12 +195,7 @@ def schema_dataclass(cls: type[T]) -> type[T]:
         except ValidationError as e:
             raise ValueError(_field_message(e, fields())) from None
 
-    def validate(self: Any) -> None:
-        """Check every field and rule again (construction and assignment already do)."""
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        type(self)(**values)
-
     model.__init__ = __init__
     model.__setattr__ = __setattr__
-    model.validate = validate
-    return model  # type: ignore[no-any-return]
+    typed: type[T] = model
+    return typed

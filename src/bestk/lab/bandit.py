@@ -48,7 +48,7 @@ from pydantic import Field, field_validator
 from rich.progress import Progress
 
 from bestk._optional import pyplot
-from bestk._schema import Int, schema_dataclass
+from bestk._schema import Int, SchemaChecks, schema_dataclass
 from bestk._seeds import LAB_BANDIT_CURVES, LAB_BANDIT_SWEEP
 from bestk.estimators import EstimatorInfo, advantages, estimator_info
 from bestk.estimators.objectives import Objective, best_at, joint
@@ -456,7 +456,7 @@ def sweep_learning_rates(bandit: Bandit, specs: Sequence[EstimatorSpec], config:
 
 
 @schema_dataclass
-class BanditConfig:
+class BanditConfig(SchemaChecks):
     """Knobs of ``bestk lab bandit``.
 
     Attributes

@@ -52,7 +52,7 @@ from pydantic import Field, field_validator
 from rich.progress import Progress
 
 from bestk._optional import pyplot, require
-from bestk._schema import Float, Int, schema_dataclass
+from bestk._schema import Float, Int, SchemaChecks, schema_dataclass
 from bestk._seeds import (
     LAB_DIGITS_BATCHES,
     LAB_DIGITS_EVAL_COMPOSITES,
@@ -198,7 +198,7 @@ def positive_ks(cls: Any, ks: tuple[int, ...]) -> tuple[int, ...]:
 
 
 @schema_dataclass
-class DigitsConfig:
+class DigitsConfig(SchemaChecks):
     """Knobs of ``bestk lab digits`` (all have defaults).
 
     Attributes

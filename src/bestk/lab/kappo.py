@@ -119,7 +119,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from bestk._atomic import write_text_atomic
-from bestk._schema import Float, Int, schema_dataclass
+from bestk._schema import Float, Int, SchemaChecks, schema_dataclass
 from bestk._seeds import LAB_KAPPO_BINARY, LAB_KAPPO_WINRATE
 from bestk.estimators import advantages
 from bestk.kappo import (
@@ -178,7 +178,7 @@ _GRPO_EPS = 1e-6  # kappo_grpo's epsilon in (S - mean) / (std + eps)
 
 
 @schema_dataclass
-class KappoLabConfig:
+class KappoLabConfig(SchemaChecks):
     """Settings of ``bestk lab kappo`` (defaults: the full run; :meth:`fast` for tests)."""
 
     #: Objective parameters k.

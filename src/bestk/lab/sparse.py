@@ -27,7 +27,7 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from bestk._optional import pyplot
-from bestk._schema import Float, Int, schema_dataclass
+from bestk._schema import Float, Int, SchemaChecks, schema_dataclass
 from bestk.figures import save_figure
 from bestk.lab._optim import torch_threads
 from bestk.lab.digits import (
@@ -54,7 +54,7 @@ SPARSE_LEARNERS = ("ml", "reinforce", "rloo", "grpo", "grpo (A/A)", "softmax_grp
 
 
 @schema_dataclass
-class SparseConfig:
+class SparseConfig(SchemaChecks):
     """Knobs of ``bestk lab sparse``.
 
     Attributes

@@ -223,7 +223,9 @@ def _run_config(base: TrainConfig, m: Method, seed_index: int, seed_id: int, out
         dict(base.estimator_options)
     opts.update({k: v.format(seed=seed_index) if isinstance(v, str) and "{seed}" in v else v
                  for k, v in m.options.items()})
-    cfg.estimator_options = info.fit_group(opts, resolve_defaults(cfg).rollout.n)
+    n = resolve_defaults(cfg).rollout.n
+    assert n is not None  # resolve_defaults fills rollout.n
+    cfg.estimator_options = info.fit_group(opts, n)
     apply_overrides(cfg, list(m.overrides))
     before, after = config_to_dict(base), config_to_dict(cfg)
     touched = [k for k in ("model", "task", "sft") if before[k] != after[k]]
@@ -326,6 +328,8 @@ def _bank_job(cfg_dict: dict[str, Any], sft_path: str | None, bank_dir: str, key
         model.load_state_dict(torch.load(sft_path))
     bank = plan.reference_bank(model, tokenizer, task, max_new_tokens(cfg, task))
     k = cfg.kappo
+    if bank is None:
+        raise ValueError(f"the bank job of {key} samples no reference bank")
     work.mkdir(parents=True)
     save_reference(work, calibrate_bank(bank, task, plan.kind, k.k, k.beta), bank)
     out.mkdir(parents=True)
@@ -353,6 +357,7 @@ def _rl_job(cfg_dict: dict[str, Any], sft_path: str | None, label: str, key: str
     except ImportError:  # pragma: no cover
         pass
     cfg = config_from_dict(copy.deepcopy(cfg_dict))
+    assert cfg.out is not None  # _run_config gives every run its directory
     run_dir = Path(cfg.out)
     result_path = run_dir / "result.json"
     if result_path.exists():
@@ -387,7 +392,7 @@ def _rl_job(cfg_dict: dict[str, Any], sft_path: str | None, label: str, key: str
         "algorithm": cfg.algorithm,
         # on-policy completions sampled during RL, plus the reference bank of a calibration
         # made in the run (an offline algorithm such as dpo samples none during RL)
-        "rollouts": (cfg.max_steps * cfg.rollout.prompts_per_step * cfg.rollout.n
+        "rollouts": (cfg.max_steps * cfg.rollout.prompts_per_step * (cfg.rollout.n or 0)
                      if tr.spec.online else 0),
         "bank": tr.bank_samples,
         "bank_shared": cfg.kappo.bank is not None,
@@ -472,9 +477,9 @@ def _grid(methods: list[Method], base: TrainConfig, seeds: Sequence[int], out: P
                     if p:
                         Path(p).unlink(missing_ok=True)
             sft_jobs.append((_sft_job, config_to_dict(probe), sft_path,
-                             None if not needs_cal else {"k": kappo.k, "beta": kappo.beta,
-                                                         "bank_n": kappo.bank_n,
-                                                         "kind": kappo.kind}, cal_path))
+                             None if kappo is None or not needs_cal else {
+                                 "k": kappo.k, "beta": kappo.beta, "bank_n": kappo.bank_n,
+                                 "kind": kappo.kind}, cal_path))
             if base.sft.steps == 0:
                 sft_path = None
         for m in methods:
@@ -497,7 +502,7 @@ def _grid(methods: list[Method], base: TrainConfig, seeds: Sequence[int], out: P
                 cfg = copy.deepcopy(cfg)
                 cfg.kappo.bank = bdir
             key = _fingerprint({"config": _config_key(cfg), "sft": _sft_key(cfg)})
-            if not resume:
+            if not resume and cfg.out is not None:
                 shutil.rmtree(cfg.out, ignore_errors=True)
             runs.append((i, m.label, cfg, sft_path, key))
     _execute(sft_jobs, workers, progress, f"{what}: SFT")
@@ -626,11 +631,11 @@ def write_summary(out: Path, results: dict[str, dict[str, Any]], n: int) -> str:
         mean, half = summarize(np.array(vals))
         return f"{mean:+.3f} ± {half:.3f}" if signed else f"{mean:.3f} ± {half:.3f}"
 
-    start_row = None
+    start_row = ""
     for name, runs in results.items():
         cells = [cell([r["end"][c] for r in runs.values()]) for c in cols]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-        if start_row is None:
+        if not start_row:
             cells = [cell([r["start"][c] for r in runs.values()]) for c in cols]
             start_row = "| (start of RL) | " + " | ".join(cells) + " |"
     lines.append(start_row)

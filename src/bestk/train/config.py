@@ -39,6 +39,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.config import JsonDict
 from pydantic.fields import FieldInfo
 
 from bestk._schema import SCHEMA_CONFIG, TYPE_ERRORS, Float, Int, Str, names_input, want
@@ -84,13 +85,13 @@ def _mapping_input(value: Any) -> Any:
 Options = Annotated[dict[str, Any], BeforeValidator(_mapping_input)]
 
 
-def _want(text: str) -> dict[str, str]:
+def _want(text: str) -> JsonDict:
     """Field metadata: what a valid value is, for messages (when the type and the bounds do
     not say it well)."""
     return {"want": text}
 
 
-def _null(meaning: str) -> dict[str, str]:
+def _null(meaning: str) -> JsonDict:
     """Field metadata: what ``null`` means for an optional field, for messages."""
     return {"null": meaning}
 

@@ -85,6 +85,7 @@ class ReferencePlan:
         """The ``kappo.bank`` bank, checked to cover exactly the run's bank prompts (in
         order) with ``kappo.bank_size`` samples each."""
         k = self.cfg.kappo
+        assert k.bank is not None, "given_bank: the run has no kappo.bank"
         bank = load_bank(k.bank, completions=self.bank_completions)
         want = [int(e["id"]) for e in self.bank_examples or []]
         if bank.prompt_ids.tolist() != want or bank.size != k.bank_size:
@@ -120,6 +121,8 @@ class ReferencePlan:
         (:func:`~bestk.train.reference.calibrate_bank` with the run's kind, k and beta)."""
         if self.file_calibration is not None:
             return self.file_calibration
+        if bank is None:
+            raise ValueError("a run without a kappo.calibration file needs a reference bank")
         k = self.cfg.kappo
         return calibrate_bank(bank, task, self.kind, k.k, k.beta)
 
