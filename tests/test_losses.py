@@ -9,6 +9,7 @@ import torch
 
 from bestk.losses import (
     aggregate,
+    chunked_token_logprobs,
     entropy_from_logits,
     kl_penalty,
     ppo_clip_loss,
@@ -140,3 +141,90 @@ def test_entropy_rejects_rows_without_a_distribution(row, msg):
     logits = torch.tensor([[0.0, 1.0, 2.0], row])
     with pytest.raises(ValueError, match=msg):
         entropy_from_logits(logits)
+
+
+# -- chunked token log-probs and entropies ---------------------------------------------------
+def _naive(logits, tokens, temperature):
+    z = logits.float() / temperature
+    return token_logprobs(z, tokens), entropy_from_logits(z)
+
+
+@pytest.mark.parametrize("chunk_tokens", [1, 3, 5, 7, 64])
+@pytest.mark.parametrize("with_entropy", [False, True])
+def test_chunked_logprobs_equal_the_naive_float32_values_and_gradients(chunk_tokens,
+                                                                       with_entropy):
+    """float32 logits: values and gradients of any chunking (whole rows, pieces of a row, one
+    position at a time) equal the naive float32 computation to float32 rounding (<= 1e-6)."""
+    g = torch.Generator().manual_seed(0)
+    B, T, V, tau = 3, 5, 40, 0.7
+    logits = (torch.randn(B, T, V, generator=g) * 4).requires_grad_(True)
+    tokens = torch.randint(0, V, (B, T), generator=g)
+    w_lp, w_ent = torch.randn(B, T, generator=g), torch.randn(B, T, generator=g)
+    lp, ent = chunked_token_logprobs(logits, tokens, temperature=tau, with_entropy=with_entropy,
+                                     chunk_tokens=chunk_tokens)
+    assert (ent is None) == (not with_entropy)
+    (lp * w_lp + (ent * w_ent if with_entropy else 0)).sum().backward()
+    grad = logits.grad.clone()
+    logits.grad = None
+    lp0, ent0 = _naive(logits, tokens, tau)
+    (lp0 * w_lp + (ent0 * w_ent if with_entropy else 0)).sum().backward()
+    assert lp.dtype == torch.float32
+    torch.testing.assert_close(lp, lp0, rtol=1e-6, atol=1e-6)
+    if with_entropy:
+        torch.testing.assert_close(ent, ent0, rtol=1e-6, atol=1e-6)
+    assert float((grad - logits.grad).norm() / logits.grad.norm()) <= 1e-6
+
+
+def test_chunked_logprobs_of_bfloat16_logits_and_the_stated_bound():
+    """bfloat16 logits: equal to the naive float32 computation of the same logits (<= 1e-6),
+    and within ``2 u max|z|`` (u = 2^-8) of the log-probs of the float32 logits they round;
+    the gradient has the logits' dtype."""
+    g = torch.Generator().manual_seed(1)
+    B, T, V = 4, 6, 300
+    z32 = torch.randn(B, T, V, generator=g) * 6
+    tokens = torch.randint(0, V, (B, T), generator=g)
+    z16 = z32.to(torch.bfloat16).requires_grad_(True)
+    lp, ent = chunked_token_logprobs(z16, tokens, with_entropy=True, chunk_tokens=4)
+    lp0, ent0 = _naive(z16.detach(), tokens, 1.0)
+    torch.testing.assert_close(lp, lp0, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(ent, ent0, rtol=1e-6, atol=1e-6)
+    bound = 2 * 2.0**-8 * float(z32.abs().max())
+    err = float((lp.detach() - token_logprobs(z32, tokens)).abs().max())
+    assert 0 < err <= bound
+    (lp.sum() + ent.sum()).backward()
+    assert z16.grad.dtype == torch.bfloat16 and bool(torch.isfinite(z16.grad).all())
+
+
+def test_chunked_logprobs_with_masked_vocabulary_and_float64():
+    """-inf logits (a filtered vocabulary) add nothing to the entropy or its gradient, as in
+    :func:`entropy_from_logits`; float64 logits are computed in float64 (gradcheck)."""
+    g = torch.Generator().manual_seed(2)
+    z = torch.randn(2, 3, 6, generator=g, dtype=torch.float64)
+    z[..., 4:] = float("-inf")
+    tokens = torch.randint(0, 4, (2, 3), generator=g)
+    z.requires_grad_(True)
+    lp, ent = chunked_token_logprobs(z, tokens, with_entropy=True, chunk_tokens=2)
+    assert lp.dtype == torch.float64
+    lp0, ent0 = token_logprobs(z, tokens), entropy_from_logits(z)
+    torch.testing.assert_close(lp, lp0)
+    torch.testing.assert_close(ent, ent0)
+    (lp.sum() + ent.sum()).backward()
+    assert bool(torch.isfinite(z.grad).all()) and bool((z.grad[..., 4:] == 0).all())
+
+    zf = torch.randn(2, 3, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    tf = torch.randint(0, 5, (2, 3), generator=g)
+    assert torch.autograd.gradcheck(
+        lambda x: chunked_token_logprobs(x, tf, temperature=1.3, with_entropy=True,
+                                         chunk_tokens=4), (zf,))
+
+
+def test_chunked_logprobs_errors():
+    z, t = torch.zeros(2, 3, 4), torch.zeros(2, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match="must be .B, T, V."):
+        chunked_token_logprobs(z, t[:, :2])
+    with pytest.raises(ValueError, match="temperature"):
+        chunked_token_logprobs(z, t, temperature=0.0)
+    with pytest.raises(ValueError, match="chunk_tokens"):
+        chunked_token_logprobs(z, t, chunk_tokens=0)
+    with pytest.raises(ValueError, match="floating point"):
+        chunked_token_logprobs(t[..., None].expand(2, 3, 4), t)
