@@ -61,25 +61,46 @@ def _check_same_shape(**tensors: torch.Tensor) -> None:
         raise ValueError(f"shape mismatch: {shapes}")
 
 
-def aggregate(loss: torch.Tensor, mask: torch.Tensor, mode: str = "token-mean") -> torch.Tensor:
+def aggregate(
+    loss: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str = "token-mean",
+    *,
+    num_tokens: int | None = None,
+    num_seqs: int | None = None,
+) -> torch.Tensor:
     """Reduce a ``(B, T)`` token loss to a scalar over the tokens where ``mask`` is 1.
 
     ``mode`` is one of :data:`AGG_MODES` (formulas in the module docstring). Rows with no
     response token contribute 0 to the sequence modes (and count in the batch mean); an
     all-zero mask gives 0.
+
+    **Micro-batches.** ``num_tokens`` / ``num_seqs`` replace the batch's own denominators
+    (``sum m``, and ``B`` of the sequence modes) by those of the whole minibatch the rows are
+    a micro-batch of. The losses of a minibatch's micro-batches, each aggregated with the
+    minibatch's counts, then sum to the loss of the minibatch in one pass (and so do their
+    gradients): ``token-mean`` divides every micro-batch by the minibatch's token count, the
+    sequence modes by its number of sequences.
     """
     if mode not in AGG_MODES:
         raise ValueError(f"unknown loss aggregation {mode!r}; valid: {', '.join(AGG_MODES)}")
     _check_same_shape(loss=loss, mask=mask)
     if loss.ndim != 2:
         raise ValueError(f"loss must be 2-D (B, T), got shape {tuple(loss.shape)}")
+    for name, v in (("num_tokens", num_tokens), ("num_seqs", num_seqs)):
+        if v is not None and not (isinstance(v, int) and v >= 0):
+            raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
     m = mask.to(loss.dtype)
     masked = loss * m
     if mode == "token-mean":
+        if num_tokens is not None:
+            return masked.sum() / max(float(num_tokens), 1.0)
         return masked.sum() / m.sum().clamp_min(1.0)
     per_seq = masked.sum(-1)
     if mode == "seq-mean-token-mean":
         per_seq = per_seq / m.sum(-1).clamp_min(1.0)
+    if num_seqs is not None:
+        return per_seq.sum() / max(float(num_seqs), 1.0)
     return per_seq.mean()
 
 
@@ -92,6 +113,8 @@ def ppo_clip_loss(
     clip_low: float = 0.2,
     clip_high: float = 0.2,
     agg: str = "token-mean",
+    num_tokens: int | None = None,
+    num_seqs: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO-clip surrogate loss with separate lower/upper clip ranges.
 
@@ -110,6 +133,10 @@ def ppo_clip_loss(
         ``(B, T)`` 1 on response tokens.
     clip_low, clip_high:
         ``>= 0``; the ratio is clipped to ``[1 - clip_low, 1 + clip_high]``.
+    num_tokens, num_seqs:
+        the token count and number of sequences of the whole minibatch when these rows are
+        one micro-batch of it (:func:`aggregate`); the stats are then also divided by
+        ``num_tokens``, so that the micro-batches' losses and stats sum to the minibatch's.
 
     Returns
     -------
@@ -130,10 +157,10 @@ def ppo_clip_loss(
     unclipped = -adv * ratio
     clipped = -adv * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
     token_loss = torch.maximum(unclipped, clipped)
-    loss = aggregate(token_loss, mask, agg)
+    loss = aggregate(token_loss, mask, agg, num_tokens=num_tokens, num_seqs=num_seqs)
     with torch.no_grad():
         m = mask.to(logp.dtype)
-        denom = m.sum().clamp_min(1.0)
+        denom = m.sum().clamp_min(1.0) if num_tokens is None else max(float(num_tokens), 1.0)
         clipfrac = float(((clipped > unclipped).to(logp.dtype) * m).sum() / denom)
         approx_kl = float((-log_ratio * m).sum() / denom)
     return loss, {"clipfrac": clipfrac, "approx_kl": approx_kl}
