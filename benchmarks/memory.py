@@ -112,13 +112,12 @@ def _trl_step(model: Any, tok: Any, a: argparse.Namespace, device: Any, out: Pat
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from bestk._optional import require
-
     prompts = [f"Write a story about the number {i}." for i in range(a.batch // a.n)]
     ds = Dataset.from_list([{"prompt": p} for p in prompts])
     peft_config = None
     if a.lora:
-        peft = require("peft", extra="train")
+        import peft
+
         peft_config = peft.LoraConfig(r=a.lora, lora_alpha=2 * a.lora, task_type="CAUSAL_LM",
                                       target_modules="all-linear")
     args = GRPOConfig(
