@@ -10,8 +10,11 @@ process loads the model (``--model``: a Hugging Face directory or a ``.gguf`` fi
   ``--batch`` completions of exactly ``--tokens`` tokens after ``--prompt-tokens`` prompt
   tokens (seeded random ids: the update's memory does not depend on the text), forward with
   gradients, PPO-clip loss (token-mean), backward, AdamW step; ``--logprobs naive`` is
-  today's :func:`bestk.train.rollout.sequence_logprobs` (float32 ``(B, T, V)`` logits),
-  ``chunked`` the same forward with :func:`bestk.losses.chunked_token_logprobs`;
+  today's :func:`bestk.train.rollout.sequence_logprobs` (float32 ``(B, T, V)`` logits; each
+  prompt encoded once for its ``--n`` completions), ``naive-unshared`` the same with one
+  forward over prompt + completion per row, ``chunked`` that one-pass forward with
+  :func:`bestk.losses.chunked_token_logprobs` (compare it with ``naive-unshared``: the same
+  forward, only the log-prob computation differs);
   ``--micro-batch M`` accumulates the gradient over micro-batches of ``M`` completions;
   ``--gradient-checkpointing`` (:func:`bestk.train.hf.enable_gradient_checkpointing`).
 * ``trl`` - one ``GRPOTrainer`` step (generation of ``--batch`` completions forced to
@@ -39,6 +42,7 @@ from typing import Any
 #: The variants measured by default: name -> options of the child process.
 VARIANTS: dict[str, dict[str, Any]] = {
     "bestk-naive": {"trainer": "bestk", "logprobs": "naive"},
+    "bestk-naive-unshared": {"trainer": "bestk", "logprobs": "naive-unshared"},
     "bestk-chunked": {"trainer": "bestk", "logprobs": "chunked"},
     "bestk-chunked-micro4": {"trainer": "bestk", "logprobs": "chunked", "micro_batch": 4},
     "bestk-chunked-ckpt": {"trainer": "bestk", "logprobs": "chunked", "checkpointing": True},
@@ -87,9 +91,10 @@ def _bestk_step(model: Any, a: argparse.Namespace, device: Any) -> dict[str, Any
     total = 0.0
     for start in range(0, B, micro):
         sl = slice(start, min(B, start + micro))
-        if a.logprobs == "naive":
+        if a.logprobs.startswith("naive"):
+            shared = a.n if a.logprobs == "naive" else 1
             logp, _ = sequence_logprobs(model, prompt[sl], pmask[sl], completion[sl],
-                                        cmask[sl], group_size=a.n)
+                                        cmask[sl], group_size=shared)
         else:
             ids = torch.cat([prompt[sl], completion[sl]], 1)
             logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
@@ -204,7 +209,8 @@ def main() -> None:
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--trainer", default="bestk", choices=["bestk", "trl"],
                     help=argparse.SUPPRESS)
-    ap.add_argument("--logprobs", default="naive", choices=["naive", "chunked"],
+    ap.add_argument("--logprobs", default="naive",
+                    choices=["naive", "naive-unshared", "chunked"],
                     help=argparse.SUPPRESS)
     ap.add_argument("--micro-batch", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--gradient-checkpointing", dest="checkpointing", action="store_true",
