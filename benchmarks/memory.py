@@ -99,7 +99,7 @@ def _bestk_step(model: Any, a: argparse.Namespace, device: Any) -> dict[str, Any
             ids = torch.cat([prompt[sl], completion[sl]], 1)
             logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
             logp, _ = chunked_token_logprobs(logits[:, P - 1:-1], completion[sl],
-                                             chunk_tokens=a.chunk_tokens)
+                                             chunk_tokens=a.chunk_tokens or None)
             del logits
         loss, _ = ppo_clip_loss(logp, logp.detach(), adv[sl], cmask[sl],
                                 num_tokens=B * T, num_seqs=B)
@@ -202,7 +202,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--lora", type=int, default=0, help="LoRA rank (0: full fine-tune)")
-    ap.add_argument("--chunk-tokens", type=int, default=1024)
+    ap.add_argument("--chunk-tokens", type=int, default=0,
+                    help="positions per chunk of the chunked log-probs (0: its default)")
     ap.add_argument("--only", default=None, help="comma-separated variants: " +
                     ", ".join(VARIANTS))
     ap.add_argument("--json", action="store_true", help="print one JSON object")

@@ -222,6 +222,10 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     picked = torch.gather(z, -1, tokens.unsqueeze(-1)).squeeze(-1)
     return picked - torch.logsumexp(z, -1)
 
+#: Default size of a chunk of :func:`chunked_token_logprobs`, in logits (positions x V).
+CHUNK_ELEMENTS = 1 << 22
+
+
 def _blocks(B: int, T: int, chunk_tokens: int):
     """``(batch slice, time slice)`` blocks covering ``(B, T)`` with at most ``chunk_tokens``
     positions each: whole rows when a row fits, else pieces of one row."""
@@ -294,12 +298,13 @@ def chunked_token_logprobs(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
-    chunk_tokens: int = 1024,
+    chunk_tokens: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(logp, entropy)``: :func:`token_logprobs` and :func:`entropy_from_logits` of
     ``logits / temperature`` (``(B, T, V)``, any float dtype; ``(B, T)`` ids -> ``(B, T)`` in
     float32, float64 for float64 logits; ``entropy`` is ``None`` unless ``with_entropy``),
-    both differentiable, computed ``chunk_tokens`` positions at a time.
+    both differentiable, computed ``chunk_tokens`` positions at a time (default
+    :data:`CHUNK_ELEMENTS` ``// V``: 16 MiB float32 buffers whatever the vocabulary).
 
     Memory: besides the logits and their gradient (in the logits' dtype), at most a few float32
     ``(chunk_tokens, V)`` buffers exist at once, in the forward and in the backward pass
@@ -324,6 +329,8 @@ def chunked_token_logprobs(
         raise ValueError(f"logits must be floating point, got {logits.dtype}")
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature!r}")
+    if chunk_tokens is None:
+        chunk_tokens = max(1, CHUNK_ELEMENTS // max(logits.shape[-1], 1))
     if chunk_tokens < 1:
         raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
     logp, ent = _ChunkedLogprobs.apply(
