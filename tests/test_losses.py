@@ -9,6 +9,7 @@ import torch
 
 from bestk.losses import (
     aggregate,
+    chunked_token_logprobs,
     entropy_from_logits,
     kl_penalty,
     ppo_clip_loss,
@@ -140,3 +141,191 @@ def test_entropy_rejects_rows_without_a_distribution(row, msg):
     logits = torch.tensor([[0.0, 1.0, 2.0], row])
     with pytest.raises(ValueError, match=msg):
         entropy_from_logits(logits)
+
+
+# -- chunked token log-probs and entropies ---------------------------------------------------
+def _naive(logits, tokens, temperature):
+    z = logits.float() / temperature
+    return token_logprobs(z, tokens), entropy_from_logits(z)
+
+
+@pytest.mark.parametrize("chunk_tokens", [1, 3, 5, 7, 64])
+@pytest.mark.parametrize("with_entropy", [False, True])
+def test_chunked_logprobs_equal_the_naive_float32_values_and_gradients(chunk_tokens,
+                                                                       with_entropy):
+    """float32 logits: values and gradients of any chunking (whole rows, pieces of a row, one
+    position at a time) equal the naive float32 computation to float32 rounding (<= 1e-6)."""
+    g = torch.Generator().manual_seed(0)
+    B, T, V, tau = 3, 5, 40, 0.7
+    logits = (torch.randn(B, T, V, generator=g) * 4).requires_grad_(True)
+    tokens = torch.randint(0, V, (B, T), generator=g)
+    w_lp, w_ent = torch.randn(B, T, generator=g), torch.randn(B, T, generator=g)
+    lp, ent = chunked_token_logprobs(logits, tokens, temperature=tau, with_entropy=with_entropy,
+                                     chunk_tokens=chunk_tokens)
+    assert (ent is None) == (not with_entropy)
+    (lp * w_lp + (ent * w_ent if with_entropy else 0)).sum().backward()
+    grad = logits.grad.clone()
+    logits.grad = None
+    lp0, ent0 = _naive(logits, tokens, tau)
+    (lp0 * w_lp + (ent0 * w_ent if with_entropy else 0)).sum().backward()
+    assert lp.dtype == torch.float32
+    torch.testing.assert_close(lp, lp0, rtol=1e-6, atol=1e-6)
+    if with_entropy:
+        torch.testing.assert_close(ent, ent0, rtol=1e-6, atol=1e-6)
+    assert float((grad - logits.grad).norm() / logits.grad.norm()) <= 1e-6
+
+
+def test_chunked_logprobs_of_bfloat16_logits_and_the_stated_bound():
+    """bfloat16 logits: equal to the naive float32 computation of the same logits (<= 1e-6),
+    and within ``2 u max|z|`` (u = 2^-8) of the log-probs of the float32 logits they round;
+    the gradient has the logits' dtype."""
+    g = torch.Generator().manual_seed(1)
+    B, T, V = 4, 6, 300
+    z32 = torch.randn(B, T, V, generator=g) * 6
+    tokens = torch.randint(0, V, (B, T), generator=g)
+    z16 = z32.to(torch.bfloat16).requires_grad_(True)
+    lp, ent = chunked_token_logprobs(z16, tokens, with_entropy=True, chunk_tokens=4)
+    lp0, ent0 = _naive(z16.detach(), tokens, 1.0)
+    torch.testing.assert_close(lp, lp0, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(ent, ent0, rtol=1e-6, atol=1e-6)
+    bound = 2 * 2.0**-8 * float(z32.abs().max())
+    err = float((lp.detach() - token_logprobs(z32, tokens)).abs().max())
+    assert 0 < err <= bound
+    (lp.sum() + ent.sum()).backward()
+    assert z16.grad.dtype == torch.bfloat16 and bool(torch.isfinite(z16.grad).all())
+
+
+def test_chunked_logprobs_with_masked_vocabulary_and_float64():
+    """-inf logits (a filtered vocabulary) add nothing to the entropy or its gradient, as in
+    :func:`entropy_from_logits`; float64 logits are computed in float64 (gradcheck)."""
+    g = torch.Generator().manual_seed(2)
+    z = torch.randn(2, 3, 6, generator=g, dtype=torch.float64)
+    z[..., 4:] = float("-inf")
+    tokens = torch.randint(0, 4, (2, 3), generator=g)
+    z.requires_grad_(True)
+    lp, ent = chunked_token_logprobs(z, tokens, with_entropy=True, chunk_tokens=2)
+    assert lp.dtype == torch.float64
+    lp0, ent0 = token_logprobs(z, tokens), entropy_from_logits(z)
+    torch.testing.assert_close(lp, lp0)
+    torch.testing.assert_close(ent, ent0)
+    (lp.sum() + ent.sum()).backward()
+    assert bool(torch.isfinite(z.grad).all()) and bool((z.grad[..., 4:] == 0).all())
+
+    zf = torch.randn(2, 3, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    tf = torch.randint(0, 5, (2, 3), generator=g)
+    assert torch.autograd.gradcheck(
+        lambda x: chunked_token_logprobs(x, tf, temperature=1.3, with_entropy=True,
+                                         chunk_tokens=4), (zf,))
+
+
+def test_chunked_logprobs_errors():
+    z, t = torch.zeros(2, 3, 4), torch.zeros(2, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match="must be .B, T, V."):
+        chunked_token_logprobs(z, t[:, :2])
+    with pytest.raises(ValueError, match="temperature"):
+        chunked_token_logprobs(z, t, temperature=0.0)
+    with pytest.raises(ValueError, match="chunk_tokens"):
+        chunked_token_logprobs(z, t, chunk_tokens=0)
+    with pytest.raises(ValueError, match="floating point"):
+        chunked_token_logprobs(t[..., None].expand(2, 3, 4), t)
+
+
+# -- micro-batches: the losses of a minibatch's micro-batches sum to its one-pass loss ---------
+def _toy_policy(seed=0, B=6, T=5, V=7, H=4):
+    """A differentiable ``(B, T)`` log-prob of sampled tokens: logits = X W (X fixed)."""
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(B, T, H, generator=g)
+    W = torch.randn(H, V, generator=g, requires_grad=True)
+    tokens = torch.randint(0, V, (B, T), generator=g)
+    mask = (torch.rand(B, T, generator=g) < 0.8).long()
+    mask[0] = 0  # a row without a response token
+    mask[1, :] = 1
+
+    def logp_ent(rows):
+        lp, ent = chunked_token_logprobs(X[rows] @ W, tokens[rows], with_entropy=True)
+        return lp, ent
+
+    return W, mask, logp_ent, g
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+def test_micro_batched_pg_loss_and_gradient_equal_one_pass(agg):
+    """PPO-clip + k3 KL + entropy: micro-batches of 1, 2 and 4 rows, each aggregated with the
+    minibatch's token count / number of sequences, give the one-pass loss, stats and gradient
+    (relative error <= 1e-5)."""
+    W, mask, logp_ent, g = _toy_policy()
+    B = mask.shape[0]
+    adv = torch.randn(B, generator=g)
+    with torch.no_grad():
+        old = logp_ent(slice(None))[0] + 0.3 * torch.randn(mask.shape, generator=g)
+        ref = old + 0.2 * torch.randn(mask.shape, generator=g)
+
+    def loss_of(rows, **counts):
+        lp, ent = logp_ent(rows)
+        m = mask[rows]
+        loss, st = ppo_clip_loss(lp, old[rows], adv[rows], m, clip_low=0.2, clip_high=0.28,
+                                 agg=agg, **counts)
+        loss = loss + 0.1 * aggregate(kl_penalty(lp, ref[rows], "k3"), m, agg, **counts)
+        return loss - 0.01 * aggregate(ent, m, agg, **counts), st
+
+    one, st_one = loss_of(slice(None))
+    one.backward()
+    grad_one, W.grad = W.grad.clone(), None
+    counts = {"num_tokens": int(mask.sum()), "num_seqs": B}
+    for size in (1, 2, 4):
+        total, stats = 0.0, {"clipfrac": 0.0, "approx_kl": 0.0}
+        for start in range(0, B, size):
+            part, st = loss_of(slice(start, start + size), **counts)
+            part.backward()  # gradients accumulate over the micro-batches
+            total += part.item()
+            stats = {k: stats[k] + st[k] for k in stats}
+        assert total == pytest.approx(one.item(), rel=1e-5)
+        assert stats == pytest.approx(st_one, rel=1e-5, abs=1e-7)
+        assert float((W.grad - grad_one).norm() / grad_one.norm()) <= 1e-5
+        W.grad = None
+
+
+def test_micro_batched_apo_and_dpo_losses_equal_one_pass():
+    """@k-A*PO (Eq. 14) and @k-DPO (Eq. 13) average over rows / pairs: a micro-batch's
+    ``reduction="sum"`` divided by the minibatch's number of rows / pairs sums to the one-pass
+    mean, gradients included (a DPO micro-batch keeps its pairs whole)."""
+    from bestk.kappo.losses import kappo_apo_loss, kappo_dpo_loss
+
+    W, mask, logp_ent, g = _toy_policy(seed=1, B=8)
+    B = mask.shape[0]
+
+    def seq_logp(rows):
+        return (logp_ent(rows)[0] * mask[rows]).sum(-1)
+
+    ref = seq_logp(slice(None)).detach() + torch.randn(B, generator=g)
+    target = torch.randn(B, generator=g)
+    beta_eff = torch.rand(B // 2, generator=g) + 0.5
+
+    def apo(rows, reduction="mean"):
+        return kappo_apo_loss(seq_logp(rows), ref[rows], target[rows], 0.1, reduction=reduction)
+
+    def dpo(pairs, reduction="mean"):
+        lp = seq_logp(slice(2 * pairs.start, 2 * pairs.stop))
+        r = ref[2 * pairs.start: 2 * pairs.stop]
+        return kappo_dpo_loss(lp[0::2], lp[1::2], r[0::2], r[1::2], beta_eff[pairs],
+                              reduction=reduction)
+
+    for loss_fn, n in ((apo, B), (dpo, B // 2)):
+        one = loss_fn(slice(0, n))
+        one.backward()
+        grad_one, W.grad = W.grad.clone(), None
+        total = 0.0
+        for start in range(0, n, 3):  # micro-batches of 3 rows / pairs, the last one shorter
+            part = loss_fn(slice(start, min(n, start + 3)), reduction="sum") / n
+            part.backward()
+            total += part.item()
+        assert total == pytest.approx(one.item(), rel=1e-5)
+        assert float((W.grad - grad_one).norm() / grad_one.norm()) <= 1e-5
+        W.grad = None
+
+
+def test_aggregate_counts_errors():
+    with pytest.raises(ValueError, match="num_tokens must be an integer"):
+        aggregate(torch.zeros(1, 2), torch.ones(1, 2), num_tokens=-1)
+    with pytest.raises(ValueError, match="num_seqs must be an integer"):
+        aggregate(torch.zeros(1, 2), torch.ones(1, 2), "seq-mean-token-sum", num_seqs=1.5)

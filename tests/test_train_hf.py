@@ -340,3 +340,84 @@ def test_the_real_model_recipe_is_a_valid_config():
     assert cfg.model.lora.r == 16 and cfg.model.lora.target_modules == "all-linear"
     assert (cfg.task.name, cfg.device, cfg.model.chat_template) == ("dataset", "cuda", "auto")
     assert cfg.report_to == ["tensorboard"] and cfg.loss.kl_coef > 0
+
+
+# -- stop ids and gradient checkpointing ----------------------------------------------------------
+def test_stop_token_ids_are_the_tokenizers_eos_and_every_generation_config_eos(tiny_hf_model):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from bestk.train.hf import stop_token_ids
+
+    tok = AutoTokenizer.from_pretrained(tiny_hf_model)
+    model = AutoModelForCausalLM.from_pretrained(tiny_hf_model)
+    eos, start, pad = (tok.convert_tokens_to_ids(t)
+                       for t in ("<|im_end|>", "<|im_start|>", "<|endoftext|>"))
+    assert stop_token_ids(model, tok) == [eos]
+    model.generation_config.eos_token_id = [pad, eos, start]  # a list, as Llama 3 ships
+    assert stop_token_ids(model, tok) == [eos, pad, start]
+    lora = add_lora(model, LoRAConfig(r=2))
+    assert stop_token_ids(lora, tok) == [eos, pad, start]
+    model.generation_config.eos_token_id = None
+    assert stop_token_ids(model, tok) == [eos]
+
+
+def _grads_of_a_pg_loss(model, ids, mask, mlp_calls: list[int]):
+    """Gradients of a policy-gradient loss with an entropy bonus; ``mlp_calls`` counts the
+    runs of the first layer's MLP (its ``forward``: the recomputation runs no module hooks)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    mlp = base.model.layers[0].mlp
+    forward = mlp.forward
+
+    def counted(*args, **kwargs):
+        mlp_calls.append(1)
+        return forward(*args, **kwargs)
+
+    mlp.forward = counted
+    try:
+        model.train()
+        model.zero_grad(set_to_none=True)
+        logp, ent = sequence_logprobs(model, ids[:, :3], mask[:, :3], ids[:, 3:], mask[:, 3:],
+                                      with_entropy=True)
+        adv = torch.linspace(-1, 1, ids.shape[0])[:, None]
+        (-(adv * logp).mean() - 0.01 * ent.mean()).backward()
+    finally:
+        mlp.forward = forward
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_gradient_checkpointing_gives_the_same_gradients(tiny_hf_model, lora):
+    """The gradients of a policy-gradient loss with and without gradient checkpointing agree
+    (relative error <= 1e-5 per parameter), with and without LoRA; the layers really run
+    again in the backward pass."""
+    from transformers import AutoModelForCausalLM
+
+    from bestk.train.hf import enable_gradient_checkpointing
+
+    def build():
+        m = AutoModelForCausalLM.from_pretrained(tiny_hf_model)
+        return add_lora(m, LoRAConfig(r=4, target_modules="all-linear")) if lora else m
+
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 300, (4, 9), generator=g)
+    mask = torch.ones_like(ids)
+    mask[0, :2] = 0  # a left-padded prompt
+    calls_plain: list[int] = []
+    plain = _grads_of_a_pg_loss(build(), ids, mask, calls_plain)
+    calls_ckpt: list[int] = []
+    model = enable_gradient_checkpointing(build())
+    ckpt = _grads_of_a_pg_loss(model, ids, mask, calls_ckpt)
+    assert len(calls_plain) == 1 and len(calls_ckpt) == 2  # recomputed in the backward pass
+    assert plain.keys() == ckpt.keys() and plain
+    if lora:
+        assert all("lora_" in n for n in plain)
+    for name, grad in plain.items():
+        err = float((ckpt[name] - grad).norm() / grad.norm().clamp_min(1e-30))
+        assert err <= 1e-5, (name, err)
+
+
+def test_gradient_checkpointing_of_a_model_without_support():
+    from bestk.train.hf import enable_gradient_checkpointing
+
+    with pytest.raises(ValueError, match="does not support"):
+        enable_gradient_checkpointing(torch.nn.Linear(2, 2))

@@ -10,6 +10,10 @@ reference policy, mixed precision and saving ``final/``.
   adapters disabled (:class:`AdaptersDisabled`, PEFT's ``disable_adapter()``), never a second
   copy of the weights (:func:`reference_policy`).
 * **Mixed precision** (``model.autocast``): :func:`autocast` is bfloat16 autocast on CUDA.
+* **Stopping** (:func:`stop_token_ids`): sampling ends at the tokenizer's EOS and at every
+  end-of-turn id of the model's ``generation_config`` (whose ``eos_token_id`` may be a list).
+* **Gradient checkpointing** (:func:`enable_gradient_checkpointing`): recompute activations
+  in the backward pass, through transformers (and through PEFT with LoRA).
 * **final/**: :func:`save_model` writes a plain Hugging Face model (a LoRA policy is saved
   with its adapters merged, plus the adapters alone in ``final/adapter/``).
 """
@@ -33,6 +37,7 @@ __all__ = [
     "autocast",
     "chat_prompt",
     "chat_messages",
+    "enable_gradient_checkpointing",
     "has_chat_template",
     "is_peft_model",
     "merged_state_dict",
@@ -40,6 +45,7 @@ __all__ = [
     "render_messages",
     "render_task_prompts",
     "save_model",
+    "stop_token_ids",
 ]
 
 
@@ -263,3 +269,54 @@ def save_model(model: Any, path: str | Path) -> None:
     plain.save_pretrained(path)
     model.save_pretrained(path / "adapter")
 
+
+
+# -- stopping and gradient checkpointing ----------------------------------------------------------
+def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    """The token ids that end a completion: the tokenizer's EOS, then every id of the model's
+    ``generation_config.eos_token_id`` (an int or a list: instruct models often list several
+    end-of-turn ids, e.g. Llama 3's ``<|eot_id|>`` and ``<|end_of_text|>``), without
+    repeats, in that order. ``model`` may be a PEFT model (its base model's config is used).
+    Raises ``ValueError`` when there is none.
+    """
+    ids: list[int] = []
+
+    def add(value: Any) -> None:
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if v is not None and int(v) not in ids:
+                ids.append(int(v))
+
+    add(getattr(tokenizer, "eos_token_id", None))
+    if is_peft_model(model):
+        model = model.get_base_model()
+    gen = getattr(model, "generation_config", None)
+    if gen is not None:
+        add(getattr(gen, "eos_token_id", None))
+    if not ids:
+        raise ValueError("neither the tokenizer nor the model's generation_config has an EOS id")
+    return ids
+
+
+def enable_gradient_checkpointing(model: Any) -> Any:
+    """Turn on gradient checkpointing (``model.gradient_checkpointing``) and return ``model``.
+
+    Each decoder layer's activations are recomputed in the backward pass instead of being
+    kept: memory of the update falls from O(layers x tokens x width) to about one layer's,
+    for about one extra forward pass of time. Gradients are those without it (same
+    operations, recomputed). Uses transformers' ``gradient_checkpointing_enable`` with
+    ``use_reentrant=False`` (non-reentrant ``torch.utils.checkpoint``: correct when the
+    layers' inputs do not require grad, as with frozen embeddings under LoRA, and with
+    keyword arguments). A PEFT model enables it on its base model and also calls
+    ``enable_input_require_grads`` (the embeddings' output requires grad), as PEFT's own
+    ``prepare_model_for_kbit_training`` does. Raises ``ValueError`` for a model that does not
+    support it.
+    """
+    base = model.get_base_model() if is_peft_model(model) else model
+    if not getattr(base, "supports_gradient_checkpointing", False):
+        raise ValueError(
+            f"model.gradient_checkpointing: {type(base).__name__} does not support it"
+        )
+    base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if is_peft_model(model):
+        base.enable_input_require_grads()
+    return model

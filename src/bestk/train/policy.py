@@ -4,6 +4,10 @@ Nothing is downloaded. The default policy is a small model of a standard transfo
 architecture (Qwen2 or Llama) with a character-level tokenizer built with ``tokenizers`` for
 the task's alphabet; it saves and loads as a plain HF directory (``AutoModelForCausalLM`` /
 ``AutoTokenizer``).
+
+``model.path`` may also name a GGUF file (:mod:`bestk.train.model_source`): transformers
+dequantises its weights to ``model.dtype`` and rebuilds its tokenizer and chat template, and
+the policy then saves as an ordinary Hugging Face directory (safetensors + tokenizer).
 """
 
 from __future__ import annotations
@@ -15,10 +19,17 @@ from typing import Any
 import torch
 
 from bestk._optional import require
-from bestk.train.config import ModelConfig, check_model_dir
+from bestk.train.config import ModelConfig
 from bestk.train.hf import add_lora
+from bestk.train.model_source import GGUF_MODULES, check_model_source, is_gguf
 
-__all__ = ["build_char_tokenizer", "build_tiny_model", "load_policy", "count_parameters"]
+__all__ = [
+    "build_char_tokenizer",
+    "build_tiny_model",
+    "count_parameters",
+    "load_policy",
+    "repair_gguf_special_tokens",
+]
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 
@@ -106,21 +117,59 @@ def _load_base(cfg: ModelConfig, alphabet: str | None, seed: int) -> tuple[Any, 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = Path(cfg.path)
-    check_model_dir(path)
+    check_model_source(path)
+    gguf = is_gguf(path)
+    if gguf:  # one line naming the extra, before transformers' own multi-line ImportError
+        for module in GGUF_MODULES:
+            require(module, extra="gguf", who="loading a GGUF model")
+        where, kw = path.parent, {"gguf_file": path.name}
+    else:
+        where, kw = path, {}
     try:
-        tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        tok = AutoTokenizer.from_pretrained(where, local_files_only=True, **kw)
         model = AutoModelForCausalLM.from_pretrained(
-            path, local_files_only=True, dtype=_dtype(cfg.dtype)
+            where, local_files_only=True, dtype=_dtype(cfg.dtype), **kw
         )
     except Exception as e:  # OSError, ValueError, SafetensorError (damaged weights), ...
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ValueError(f"cannot load a causal LM from {cfg.path!r}: {first}") from None
+    if gguf:
+        repair_gguf_special_tokens(model, tok)
     if tok.eos_token_id is None:
         raise ValueError(f"the tokenizer in {cfg.path!r} has no EOS token")
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
     return model, tok
+
+
+def repair_gguf_special_tokens(model: Any, tokenizer: Any) -> None:
+    """Give a tokenizer rebuilt from a GGUF file the EOS and pad tokens the file declares.
+
+    The file's ``tokenizer.ggml.eos_token_id`` / ``padding_token_id`` reach the model's config
+    (transformers maps them), but transformers' GGUF tokenizer conversion may label another
+    token EOS (transformers 5.10 makes SmolLM2's ``<|im_start|>`` both BOS and EOS, while the
+    file says EOS = ``<|im_end|>``, the end of an assistant turn) and leave pad unset. The
+    model's ids win: an EOS of the wrong token would end sampling at the start of the next
+    turn and save a wrong ``tokenizer_config.json`` into ``final/``.
+    """
+    def first_id(value: Any) -> int | None:
+        if isinstance(value, (list, tuple)):
+            value = value[0] if value else None
+        return None if value is None else int(value)
+
+    gen = getattr(model, "generation_config", None)
+    eos = first_id(getattr(model.config, "eos_token_id", None))
+    if eos is None and gen is not None:
+        eos = first_id(gen.eos_token_id)
+    pad = first_id(getattr(model.config, "pad_token_id", None))
+    if pad is None and gen is not None:
+        pad = first_id(gen.pad_token_id)
+    vocab = len(tokenizer)
+    if eos is not None and 0 <= eos < vocab and tokenizer.eos_token_id != eos:
+        tokenizer.eos_token = tokenizer.convert_ids_to_tokens(eos)
+    if pad is not None and 0 <= pad < vocab and tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.convert_ids_to_tokens(pad)
 
 
 def count_parameters(model: torch.nn.Module, *, trainable: bool = False) -> int:
