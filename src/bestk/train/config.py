@@ -152,8 +152,10 @@ class ModelConfig(_Section):
     key: ClassVar[str] = "model"
 
     path: Str | None = None
-    """Local Hugging Face causal-LM directory (model + tokenizer). ``None``: build the tiny
-    default model below with a character tokenizer for the task's alphabet."""
+    """Local Hugging Face causal-LM directory (model + tokenizer), or a ``.gguf`` file (read
+    by transformers, dequantised; needs the ``gguf`` extra; :mod:`bestk.train.model_source`).
+    ``None``: build the tiny default model below with a character tokenizer for the task's
+    alphabet."""
     arch: Literal["qwen2", "llama"] = "qwen2"
     """Architecture of the tiny default model: ``qwen2`` or ``llama``."""
     hidden_size: Int = Field(128, ge=1)
@@ -177,6 +179,10 @@ class ModelConfig(_Section):
     supports it, none elsewhere; ``bf16`` (CUDA only: checked against ``device``); ``none``."""
     lora: LoRAConfig = Field(default_factory=LoRAConfig)
     """Low-rank adapters instead of a full fine-tune."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward pass (transformers'
+    non-reentrant checkpointing; through PEFT with LoRA): less memory, about one extra forward
+    pass; gradients unchanged."""
 
     @model_validator(mode="after")
     def _heads_divide_width(self) -> ModelConfig:
@@ -261,6 +267,10 @@ class LossConfig(_Section):
     minibatches: Int = Field(1, ge=1)
     """Optimizer steps per pass (the rollout batch is split in this many minibatches of whole
     groups; must divide ``rollout.prompts_per_step``)."""
+    micro_batch_size: Int | None = Field(None, ge=1, json_schema_extra=_null("whole minibatch"))
+    """Completions per forward/backward; gradients accumulate into the minibatch's one
+    optimizer step; null = the whole minibatch. With ``dpo``, even (pairs stay whole). Setting
+    it also computes log-probs chunk by chunk (``bestk.losses.chunked_token_logprobs``)."""
 
 
 class OptimConfig(_Section):

@@ -36,7 +36,7 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,7 @@ from rich.console import Console
 
 from bestk._atomic import respect_umask, write_text_atomic
 from bestk._seeds import EVAL_SAMPLING, PROMPTS, SAMPLING
+from bestk.train.accumulate import backward
 from bestk.train.algorithms import ALGORITHMS
 from bestk.train.checkpoint import as_os_error, latest_checkpoint, load_checkpoint, save_checkpoint
 from bestk.train.config import (
@@ -351,7 +352,7 @@ class Trainer:
         rewards = self.task.score(flat, ro.texts)
         return rewards, np.asarray([e["id"] for e in flat], dtype=np.int64)
 
-    def optimize(self, loss: torch.Tensor) -> tuple[float, float]:
+    def optimize(self, loss: torch.Tensor | Iterable[torch.Tensor]) -> tuple[float, float]:
         """One AdamW step on ``loss`` (learning-rate warm-up, global-norm gradient clipping);
         returns ``(gradient norm before clipping, learning rate)``."""
         w = self.cfg.optim.warmup_steps
@@ -359,7 +360,7 @@ class Trainer:
         for g in self.optimizer.param_groups:
             g["lr"] = lr
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss = backward(loss)  # a tensor, or micro-batch losses (bestk.train.accumulate)
         clip = self.cfg.optim.grad_clip if self.cfg.optim.grad_clip > 0 else float("inf")
         gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
         self.optimizer.step()

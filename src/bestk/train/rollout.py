@@ -2,7 +2,8 @@
 
 :func:`sample` left-pads the prompts, repeats each ``n`` times, runs one prefill forward, then
 one single-token forward per new token reusing the model's KV cache (temperature, nucleus
-top-p, stop at EOS, a length cap). It is a loop over *tokens* only; everything per token is
+top-p, stop at any of the model's stop ids, :func:`bestk.train.hf.stop_token_ids`, a length
+cap). It is a loop over *tokens* only; everything per token is
 one batched forward. :func:`sequence_logprobs` recomputes the log-probabilities (and token
 entropies) of the sampled completions in one forward pass, which the PPO update
 differentiates.
@@ -27,7 +28,8 @@ from typing import Any
 
 import torch
 
-from bestk.losses import entropy_from_logits, token_logprobs
+from bestk.losses import chunked_token_logprobs, entropy_from_logits, token_logprobs
+from bestk.train.hf import stop_token_ids
 
 __all__ = ["Rollout", "sample", "sequence_logprobs", "completion_logprobs", "top_p_filter"]
 
@@ -114,8 +116,8 @@ def sample(
     prompt_ids = uniq_ids.repeat_interleave(n, 0)
     prompt_mask = uniq_mask.repeat_interleave(n, 0)
     B = prompt_ids.shape[0]
-    eos = tokenizer.eos_token_id
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    stop = torch.tensor(stop_token_ids(model, tokenizer), device=device)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else int(stop[0])
 
     was_training = model.training
     model.eval()
@@ -151,7 +153,7 @@ def sample(
         toks.append(tok)
         lps.append(logp_full.gather(-1, tok[:, None]).squeeze(-1))
         masks.append(~done)
-        done = done | (tok == eos)
+        done = done | torch.isin(tok, stop)
         if bool(done.all()) or t == max_new_tokens - 1:
             break
         attn = torch.cat([attn, torch.ones(B, 1, dtype=attn.dtype, device=device)], 1)
@@ -191,6 +193,7 @@ def sequence_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     group_size: int = 1,
+    chunked: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(B, T)`` log-probs of ``completion_ids`` given the prompts (temperature-scaled), and
     optionally the ``(B, T)`` token entropies (differentiable).
@@ -199,6 +202,10 @@ def sequence_logprobs(
     :func:`sample`), each distinct prompt is encoded once and its KV cache shared by its ``n``
     completions (gradients flow back through the shared prompt encoding); otherwise one
     forward pass over ``prompt + completion``. Both give the same values.
+
+    ``chunked``: compute them with :func:`bestk.losses.chunked_token_logprobs` (no float32
+    copy of the whole ``(B, T, V)`` logits; equal up to float32 rounding), as runs with
+    ``loss.micro_batch_size`` set do.
     """
     P = prompt_ids.shape[1]
     B, T = completion_ids.shape
@@ -234,6 +241,9 @@ def sequence_logprobs(
         ids = torch.cat([prompt_ids, completion_ids], 1)
         out = model(input_ids=ids, attention_mask=mask, position_ids=pos)
         logits = out.logits[:, P - 1 : -1, :]
+    if chunked:
+        return chunked_token_logprobs(logits, completion_ids, temperature=temperature,
+                                      with_entropy=with_entropy)
     logits = logits.float() / temperature
     logp = token_logprobs(logits, completion_ids)
     ent = entropy_from_logits(logits) if with_entropy else None
@@ -249,12 +259,13 @@ def completion_logprobs(
     *,
     temperature: float = 1.0,
     group_size: int = 1,
+    chunked: bool = False,
 ) -> torch.Tensor:
     """``(B,)`` sequence log-probabilities :math:`\\log\\pi(y|x) = \\sum_t \\log\\pi(y_t|x,
     y_{<t})` of the completions (tokens where ``completion_mask`` is 1; temperature-scaled):
     :func:`sequence_logprobs` summed over the completion (differentiable)."""
     logp, _ = sequence_logprobs(
         model, prompt_ids, prompt_mask, completion_ids, completion_mask,
-        temperature=temperature, group_size=group_size,
+        temperature=temperature, group_size=group_size, chunked=chunked,
     )
     return (logp * completion_mask.to(logp.dtype)).sum(-1)

@@ -13,7 +13,7 @@ import torch
 
 from bestk.tasks import Task, load_task
 from bestk.train.config import TrainConfig
-from bestk.train.hf import render_task_prompts
+from bestk.train.hf import enable_gradient_checkpointing, render_task_prompts
 from bestk.train.policy import load_policy
 
 __all__ = ["load_run_task", "load_run_policy", "max_new_tokens"]
@@ -34,6 +34,8 @@ def load_run_policy(cfg: TrainConfig, task: Task, device: torch.device) -> tuple
     """``(model, tokenizer)``: the policy of ``model`` (initialised from ``seed``) on
     ``device``, with the task's prompts rendered by its chat template."""
     model, tokenizer = load_policy(cfg.model, task.alphabet, seed=cfg.seed)
+    if cfg.model.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
     render_task_prompts(task, tokenizer, cfg.model.chat_template)
     model.to(device)
     return model, tokenizer

@@ -34,7 +34,8 @@ from bestk.estimators import (
 from bestk.kappo.calibration import calibrate, calibration_kind, load_calibration
 from bestk.tasks import task_options
 from bestk.train.algorithms import ALGORITHMS
-from bestk.train.config import DEFAULT_OUT, TrainConfig, check_model_dir, check_schema
+from bestk.train.config import DEFAULT_OUT, TrainConfig, check_schema
+from bestk.train.model_source import GGUF_MODULES, check_model_source, is_gguf
 from bestk.train.reference import calibration_prompt_ids
 from bestk.train.reporters import INTEGRATIONS, resolve_report_to
 
@@ -78,7 +79,7 @@ def validate(cfg: TrainConfig) -> None:
     changed), what the algorithm accepts (:func:`check_algorithm`), the device
     (:func:`check_device`), the optional packages the config needs
     (:func:`check_dependencies`), a local model directory
-    (:func:`bestk.train.config.check_model_dir`), a KAPPO calibration file
+    (:func:`bestk.train.model_source.check_model_source`), a KAPPO calibration file
     (:func:`check_kappo_file`), and, for an algorithm that uses the estimator, the estimator
     options' *values*, by running the estimator on a dummy batch shaped like a training batch
     (:func:`check_estimator_runs`; a ``calibration`` path is loaded). Nothing here trains,
@@ -91,7 +92,7 @@ def validate(cfg: TrainConfig) -> None:
     check_device(cfg.device)
     check_dependencies(cfg)
     if cfg.model.path is not None:
-        check_model_dir(cfg.model.path)
+        check_model_source(cfg.model.path)
     check_kappo_file(cfg)
     if ALGORITHMS[cfg.algorithm].uses_estimator:
         check_estimator_runs(cfg)
@@ -225,12 +226,16 @@ def check_dependencies(cfg: TrainConfig) -> None:
     """The optional packages this config needs are installed (else
     :class:`bestk._optional.MissingDependency`, an ``ImportError`` naming the extra): the
     ``train`` extra's transformers, tokenizers, safetensors and matplotlib, PEFT for
-    ``model.lora``, and each integration of ``report_to``. A task checks its own (the
-    ``dataset`` task needs ``datasets``, a reward its scorer) when it loads."""
+    ``model.lora``, the ``gguf`` extra (gguf, accelerate) for a ``.gguf`` ``model.path``, and
+    each integration of ``report_to``. A task checks its own (the ``dataset`` task needs
+    ``datasets``, a reward its scorer) when it loads."""
     for module in ("transformers", "tokenizers", "safetensors", "matplotlib"):
         require(module, extra="train")
     if cfg.model.lora.r > 0:
         require("peft", extra="train")
+    if is_gguf(cfg.model.path):
+        for module in GGUF_MODULES:
+            require(module, extra="gguf", who="bestk train")
     for name in resolve_report_to(cfg.report_to):
         module, extra = INTEGRATIONS[name]
         require(module, extra=extra)

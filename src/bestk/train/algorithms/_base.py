@@ -4,7 +4,7 @@ batch and the mean of their metrics."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -58,8 +58,10 @@ class RunContext(Protocol):
         """``(rewards, prompt ids)`` of ``ro``'s completions, ``n`` per example."""
         ...
 
-    def optimize(self, loss: torch.Tensor) -> tuple[float, float]:
-        """One optimizer step on ``loss``; ``(gradient norm, learning rate)``."""
+    def optimize(self, loss: torch.Tensor | Iterable[torch.Tensor]) -> tuple[float, float]:
+        """One optimizer step on ``loss``, or on the sum of micro-batch losses, each
+        backpropagated as it is yielded (:func:`bestk.train.accumulate.backward`);
+        ``(gradient norm, learning rate)``."""
         ...
 
     def restrict_prompts(self, ids: set[Any], source: str) -> None:

@@ -24,6 +24,7 @@ calibrated one with a binary calibration, sees the 0/1 success (``advantage_rewa
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,7 @@ import torch
 
 from bestk.estimators import EstimatorInfo, advantages, estimator_info, resolve_options
 from bestk.losses import aggregate, kl_penalty, ppo_clip_loss
+from bestk.train.accumulate import micro_slices
 from bestk.train.algorithms._base import (
     AlgorithmSpec,
     RunContext,
@@ -100,49 +102,89 @@ class PolicyGradient:
         }
 
     def update(self, ro: Any, adv: torch.Tensor) -> dict[str, float]:
-        """Minimise PPO-clip (+ KL, - entropy) over the batch; mean metrics of the passes."""
-        run, cfg, lc = self.run, self.run.cfg, self.run.cfg.loss
-        T, n = cfg.rollout.temperature, cfg.rollout.n
+        """Minimise PPO-clip (+ KL, - entropy) over the batch; mean metrics of the passes.
+
+        With ``loss.micro_batch_size`` each minibatch's loss is the sum of its micro-batches'
+        shares (aggregated with the minibatch's token and sequence counts), backpropagated one
+        micro-batch at a time into the minibatch's one optimizer step."""
+        run, lc = self.run, self.run.cfg.loss
         B = adv.shape[0]
         on_policy = lc.ppo_epochs == 1 and lc.minibatches == 1
         old_logp = ro.logprobs
         if not on_policy:
-            with torch.no_grad():
-                old_logp, _ = sequence_logprobs(
-                    run.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
-                    ro.completion_mask, temperature=T, group_size=n,
-                )
+            old_logp = self._frozen_logprobs(run.model, ro, B)
         ref_logp = None
         if lc.kl_coef > 0:
-            with torch.no_grad():
-                ref_logp, _ = sequence_logprobs(
-                    run.ref_model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
-                    ro.completion_mask, temperature=T, group_size=n,
-                )
+            ref_logp = self._frozen_logprobs(run.ref_model, ro, B)
         run.model.train()
         steps = []
         for sl in minibatches(B, lc.ppo_epochs, lc.minibatches):
-            mask = ro.completion_mask[sl]
-            logp, ent = sequence_logprobs(
-                run.model, ro.prompt_ids[sl], ro.prompt_mask[sl], ro.completion_ids[sl],
-                mask, temperature=T, with_entropy=lc.entropy_coef > 0, group_size=n,
-            )
-            old = logp.detach() if on_policy else old_logp[sl]
-            loss, st = ppo_clip_loss(
-                logp, old, adv[sl], mask, clip_low=lc.clip_low, clip_high=lc.clip_high,
-                agg=lc.agg,
-            )
-            pg = loss.item()
-            if ref_logp is not None:
-                kl = aggregate(kl_penalty(logp, ref_logp[sl], lc.kl_estimator), mask, lc.agg)
-                loss = loss + lc.kl_coef * kl
-                st["kl_ref"] = kl.item()
-            if ent is not None:
-                loss = loss - lc.entropy_coef * aggregate(ent, mask, lc.agg)
-            gnorm, lr = run.optimize(loss)
-            st.update(loss=loss.item(), pg_loss=pg, grad_norm=gnorm, lr=lr)
+            if lc.micro_batch_size is None:
+                st, loss = self._loss(ro, adv, sl, old_logp, ref_logp, None, None)
+                gnorm, lr = run.optimize(loss)
+            else:
+                counts = (int(ro.completion_mask[sl].sum()), len(range(B)[sl]))
+                parts: list[dict[str, float]] = []
+                gnorm, lr = run.optimize(self._micro_losses(ro, adv, sl, old_logp, ref_logp,
+                                                            counts, parts))
+                st = {k: sum(p[k] for p in parts) for k in parts[0]}
+            st.update(grad_norm=gnorm, lr=lr)
             steps.append(st)
         return mean_metrics(steps)
+
+    def _frozen_logprobs(self, model: Any, ro: Any, B: int) -> torch.Tensor:
+        """``(B, T)`` log-probs of the completions under ``model`` without gradients, in
+        micro-batches of ``loss.micro_batch_size`` rows when it is set."""
+        cfg = self.run.cfg
+        mb = cfg.loss.micro_batch_size
+        with torch.no_grad():
+            out = [sequence_logprobs(
+                model, ro.prompt_ids[sl], ro.prompt_mask[sl], ro.completion_ids[sl],
+                ro.completion_mask[sl], temperature=cfg.rollout.temperature,
+                group_size=cfg.rollout.n, chunked=mb is not None,
+            )[0] for sl in micro_slices(slice(0, B), mb, B)]
+        return out[0] if len(out) == 1 else torch.cat(out)
+
+    def _micro_losses(self, ro: Any, adv: torch.Tensor, sl: slice, old_logp: Any,
+                      ref_logp: Any, counts: tuple[int, int],
+                      parts: list[dict[str, float]]) -> Iterator[torch.Tensor]:
+        """The micro-batches' loss shares of minibatch ``sl`` (``counts``: its token and
+        sequence counts), computed as asked; each one's metrics are appended to ``parts``."""
+        for mic in micro_slices(sl, self.run.cfg.loss.micro_batch_size, adv.shape[0]):
+            st, loss = self._loss(ro, adv, mic, old_logp, ref_logp, *counts)
+            parts.append(st)
+            yield loss
+
+    def _loss(self, ro: Any, adv: torch.Tensor, sl: slice, old_logp: Any, ref_logp: Any,
+              num_tokens: int | None, num_seqs: int | None
+              ) -> tuple[dict[str, float], torch.Tensor]:
+        """``(metrics, loss)`` of rows ``sl``: PPO-clip + KL - entropy, aggregated over ``sl``
+        itself or, given them, with a minibatch's ``num_tokens`` / ``num_seqs`` (a
+        micro-batch's share)."""
+        cfg, lc = self.run.cfg, self.run.cfg.loss
+        on_policy = lc.ppo_epochs == 1 and lc.minibatches == 1
+        mask = ro.completion_mask[sl]
+        logp, ent = sequence_logprobs(
+            self.run.model, ro.prompt_ids[sl], ro.prompt_mask[sl], ro.completion_ids[sl],
+            mask, temperature=cfg.rollout.temperature, with_entropy=lc.entropy_coef > 0,
+            group_size=cfg.rollout.n, chunked=lc.micro_batch_size is not None,
+        )
+        counts = {"num_tokens": num_tokens, "num_seqs": num_seqs}
+        old = logp.detach() if on_policy else old_logp[sl]
+        loss, st = ppo_clip_loss(
+            logp, old, adv[sl], mask, clip_low=lc.clip_low, clip_high=lc.clip_high,
+            agg=lc.agg, **counts,
+        )
+        pg = loss.item()
+        if ref_logp is not None:
+            kl = aggregate(kl_penalty(logp, ref_logp[sl], lc.kl_estimator), mask, lc.agg,
+                           **counts)
+            loss = loss + lc.kl_coef * kl
+            st["kl_ref"] = kl.item()
+        if ent is not None:
+            loss = loss - lc.entropy_coef * aggregate(ent, mask, lc.agg, **counts)
+        st.update(loss=loss.item(), pg_loss=pg)
+        return st, loss
 
     @staticmethod
     def describe(m: dict[str, Any]) -> str:
