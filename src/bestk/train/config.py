@@ -269,8 +269,11 @@ class LossConfig(_Section):
     groups; must divide ``rollout.prompts_per_step``)."""
     micro_batch_size: Int | None = Field(None, ge=1, json_schema_extra=_null("whole minibatch"))
     """Completions per forward/backward; gradients accumulate into the minibatch's one
-    optimizer step; null = the whole minibatch. With ``dpo``, even (pairs stay whole). Setting
-    it also computes log-probs chunk by chunk (``bestk.losses.chunked_token_logprobs``)."""
+    optimizer step; null = the whole minibatch. With ``dpo``, even (pairs stay whole)."""
+    chunked_logprobs: bool = False
+    """Compute the update's token log-probs (and entropies) chunk by chunk
+    (``bestk.losses.chunked_token_logprobs``): no float32 copy of the whole ``(B, T, V)``
+    logits, the same values up to float32 rounding."""
 
 
 class OptimConfig(_Section):

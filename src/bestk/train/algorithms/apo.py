@@ -31,6 +31,7 @@ minimiser is :math:`\pi_{ref}e^{t/\beta}` (see ``bestk lab kappo``).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,7 @@ import numpy as np
 import torch
 
 from bestk.kappo import kappo_apo_loss
+from bestk.train.accumulate import micro_slices
 from bestk.train.algorithms._base import (
     AlgorithmSpec,
     RunContext,
@@ -92,28 +94,60 @@ class APO:
         return APOBatch(ro, ids, rewards, run.task.success(rewards), targets.to(run.device), ref)
 
     def update(self, b: APOBatch) -> dict[str, float]:
-        """Minimise Eq. 14 over the batch; mean metrics of the optimizer steps."""
-        run, cfg = self.run, self.run.cfg
-        beta, lc, ro = self.calibration.beta, cfg.loss, b.rollout
+        """Minimise Eq. 14 over the batch; mean metrics of the optimizer steps. With
+        ``loss.micro_batch_size`` each micro-batch's share is its summed squared residuals over
+        the minibatch's row count, backpropagated one micro-batch at a time."""
+        run, lc = self.run, self.run.cfg.loss
+        B = b.targets.shape[0]
         run.model.train()
         steps = []
-        for sl in minibatches(b.targets.shape[0], lc.ppo_epochs, lc.minibatches):
-            logp = completion_logprobs(                                 # log pi_theta(y|x)
-                run.model, ro.prompt_ids[sl], ro.prompt_mask[sl], ro.completion_ids[sl],
-                ro.completion_mask[sl], temperature=cfg.rollout.temperature,
-                group_size=cfg.rollout.n,
-            )
-            loss = kappo_apo_loss(logp, b.ref_logps[sl], b.targets[sl], beta)   # Eq. 14
-            with torch.no_grad():
-                log_ratio = logp.detach() - b.ref_logps[sl]
-                resid = b.targets[sl].to(log_ratio) - beta * log_ratio
-            gnorm, lr = run.optimize(loss)
-            steps.append({
-                "loss": loss.item(), "residual_mean": float(resid.mean()),
-                "residual_abs_mean": float(resid.abs().mean()),
-                "log_ratio_mean": float(log_ratio.mean()), "grad_norm": gnorm, "lr": lr,
-            })
+        for sl in minibatches(B, lc.ppo_epochs, lc.minibatches):
+            if lc.micro_batch_size is None:
+                st, loss = self._loss(b, sl, None)
+                gnorm, lr = run.optimize(loss)
+            else:
+                rows = len(range(B)[sl])
+                parts: list[dict[str, float]] = []
+                gnorm, lr = run.optimize(self._micro_losses(b, sl, rows, parts))
+                st = {k: sum(p[k] for p in parts) for k in parts[0]}
+            st.update(grad_norm=gnorm, lr=lr)
+            steps.append(st)
         return mean_metrics(steps)
+
+    def _micro_losses(self, b: APOBatch, sl: slice, rows: int,
+                      parts: list[dict[str, float]]) -> Iterator[torch.Tensor]:
+        """The micro-batches' loss shares of minibatch ``sl`` (``rows`` rows), computed as
+        asked; each one's metrics (shares of the minibatch's means) are appended to ``parts``."""
+        for mic in micro_slices(sl, self.run.cfg.loss.micro_batch_size, b.targets.shape[0]):
+            st, loss = self._loss(b, mic, rows)
+            parts.append(st)
+            yield loss
+
+    def _loss(self, b: APOBatch, sl: slice, rows: int | None
+              ) -> tuple[dict[str, float], torch.Tensor]:
+        """``(metrics, loss)`` of rows ``sl``: Eq. 14's mean over ``sl``, or, given ``rows``
+        (a minibatch's row count), the sum over ``sl`` divided by ``rows`` (a share)."""
+        cfg, beta, ro = self.run.cfg, self.calibration.beta, b.rollout
+        logp = completion_logprobs(                                     # log pi_theta(y|x)
+            self.run.model, ro.prompt_ids[sl], ro.prompt_mask[sl], ro.completion_ids[sl],
+            ro.completion_mask[sl], temperature=cfg.rollout.temperature,
+            group_size=cfg.rollout.n, chunked=cfg.loss.chunked_logprobs,
+        )
+        if rows is None:
+            loss = kappo_apo_loss(logp, b.ref_logps[sl], b.targets[sl], beta)   # Eq. 14
+        else:
+            loss = kappo_apo_loss(logp, b.ref_logps[sl], b.targets[sl], beta,
+                                  reduction="sum") / rows
+        with torch.no_grad():
+            log_ratio = logp.detach() - b.ref_logps[sl]
+            resid = b.targets[sl].to(log_ratio) - beta * log_ratio
+        def mean(x: torch.Tensor) -> float:  # over sl, or its share of the minibatch's
+            return float(x.mean()) if rows is None else float(x.sum()) / rows
+
+        return {
+            "loss": loss.item(), "residual_mean": mean(resid),
+            "residual_abs_mean": mean(resid.abs()), "log_ratio_mean": mean(log_ratio),
+        }, loss
 
     def step(self, step: int) -> dict[str, Any]:
         """One @k-A*PO step; returns its logged metrics."""

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,7 @@ import numpy as np
 import torch
 
 from bestk.kappo import kappo_dpo_loss
+from bestk.train.accumulate import micro_slices
 from bestk.train.algorithms._base import (
     AlgorithmSpec,
     RunContext,
@@ -146,41 +148,78 @@ class DPO:
         )
 
     def loss(self, chosen: torch.Tensor, rejected: torch.Tensor, b: DPOBatch,
-             sl: slice) -> torch.Tensor:
-        """Eq. 13 on pairs ``sl`` with the configured labels (module docstring)."""
+             sl: slice, reduction: str = "mean") -> torch.Tensor:
+        """Eq. 13 on pairs ``sl`` with the configured labels (module docstring), their mean
+        (or ``reduction="sum"``)."""
         args = (b.ref_chosen[sl], b.ref_rejected[sl])
-        hard = kappo_dpo_loss(chosen, rejected, *args, b.beta_eff[sl])
+        hard = kappo_dpo_loss(chosen, rejected, *args, b.beta_eff[sl], reduction=reduction)
         if self.run.cfg.kappo.dpo_labels == "hard":
             return hard
-        flipped = kappo_dpo_loss(rejected, chosen, *args[::-1], b.beta_eff[sl])
+        flipped = kappo_dpo_loss(rejected, chosen, *args[::-1], b.beta_eff[sl],
+                                 reduction=reduction)
         return P_SUCCESS_WINS * hard + (1.0 - P_SUCCESS_WINS) * flipped
 
     def update(self, b: DPOBatch) -> dict[str, float]:
-        """Minimise Eq. 13 over the pairs; mean metrics of the optimizer steps."""
-        run, cfg = self.run, self.run.cfg
-        lc = cfg.loss
+        """Minimise Eq. 13 over the pairs; mean metrics of the optimizer steps. With
+        ``loss.micro_batch_size`` (even) each micro-batch of ``micro_batch_size / 2`` pairs
+        contributes its summed loss over the minibatch's pair count, backpropagated one
+        micro-batch at a time."""
+        run, lc = self.run, self.run.cfg.loss
+        P = b.beta_eff.shape[0]
         run.model.train()
         steps = []
-        for sl in minibatches(b.beta_eff.shape[0], lc.ppo_epochs, lc.minibatches):
-            seq = slice(2 * sl.start, 2 * sl.stop)  # pair j is rows 2j (y_w) and 2j + 1 (y_l)
-            logp = completion_logprobs(                                 # log pi_theta(y_w), (y_l)
-                run.model, b.input_ids[seq], b.input_mask[seq], b.completion_ids[seq],
-                b.completion_mask[seq], temperature=cfg.rollout.temperature, group_size=2,
-            )
-            chosen, rejected = logp[0::2], logp[1::2]
-            loss = self.loss(chosen, rejected, b, sl)                   # Eq. 13
-            with torch.no_grad():
-                be = b.beta_eff[sl].to(logp.dtype)
-                r_w = be * (chosen - b.ref_chosen[sl].to(logp.dtype))
-                r_l = be * (rejected - b.ref_rejected[sl].to(logp.dtype))
-            gnorm, lr = run.optimize(loss)
-            steps.append({
-                "loss": loss.item(), "reward_chosen": float(r_w.mean()),
-                "reward_rejected": float(r_l.mean()), "reward_margin": float((r_w - r_l).mean()),
-                "reward_accuracy": float((r_w > r_l).double().mean()),
-                "grad_norm": gnorm, "lr": lr,
-            })
+        for sl in minibatches(P, lc.ppo_epochs, lc.minibatches):
+            if lc.micro_batch_size is None:
+                st, loss = self._loss(b, sl, None)
+                gnorm, lr = run.optimize(loss)
+            else:
+                pairs = len(range(P)[sl])
+                parts: list[dict[str, float]] = []
+                gnorm, lr = run.optimize(self._micro_losses(b, sl, pairs, parts))
+                st = {k: sum(p[k] for p in parts) for k in parts[0]}
+            st.update(grad_norm=gnorm, lr=lr)
+            steps.append(st)
         return mean_metrics(steps)
+
+    def _micro_losses(self, b: DPOBatch, sl: slice, pairs: int,
+                      parts: list[dict[str, float]]) -> Iterator[torch.Tensor]:
+        """The micro-batches' loss shares of the minibatch of pairs ``sl`` (``pairs`` pairs),
+        computed as asked; each one's metrics (shares of the minibatch's means) are appended to
+        ``parts``."""
+        size = self.run.cfg.loss.micro_batch_size // 2
+        for mic in micro_slices(sl, size, b.beta_eff.shape[0]):
+            st, loss = self._loss(b, mic, pairs)
+            parts.append(st)
+            yield loss
+
+    def _loss(self, b: DPOBatch, sl: slice, pairs: int | None
+              ) -> tuple[dict[str, float], torch.Tensor]:
+        """``(metrics, loss)`` of pairs ``sl``: Eq. 13's mean over ``sl``, or, given ``pairs``
+        (a minibatch's pair count), the sum over ``sl`` divided by ``pairs`` (a share)."""
+        cfg = self.run.cfg
+        seq = slice(2 * sl.start, 2 * sl.stop)  # pair j is rows 2j (y_w) and 2j + 1 (y_l)
+        logp = completion_logprobs(                                     # log pi_theta(y_w), (y_l)
+            self.run.model, b.input_ids[seq], b.input_mask[seq], b.completion_ids[seq],
+            b.completion_mask[seq], temperature=cfg.rollout.temperature, group_size=2,
+            chunked=cfg.loss.chunked_logprobs,
+        )
+        chosen, rejected = logp[0::2], logp[1::2]
+        if pairs is None:
+            loss = self.loss(chosen, rejected, b, sl)                   # Eq. 13
+        else:
+            loss = self.loss(chosen, rejected, b, sl, reduction="sum") / pairs
+        with torch.no_grad():
+            be = b.beta_eff[sl].to(logp.dtype)
+            r_w = be * (chosen - b.ref_chosen[sl].to(logp.dtype))
+            r_l = be * (rejected - b.ref_rejected[sl].to(logp.dtype))
+
+        def mean(x: torch.Tensor) -> float:  # over sl, or its share of the minibatch's
+            return float(x.mean()) if pairs is None else float(x.sum()) / pairs
+
+        return {
+            "loss": loss.item(), "reward_chosen": mean(r_w), "reward_rejected": mean(r_l),
+            "reward_margin": mean(r_w - r_l), "reward_accuracy": mean((r_w > r_l).double()),
+        }, loss
 
     def step(self, step: int) -> dict[str, Any]:
         """One @k-DPO step; returns its logged metrics."""
@@ -214,6 +253,12 @@ def _batch_text(cfg: dict[str, Any]) -> str:
 
 def _check(cfg: Any) -> None:
     refuse_pg_options(cfg)
+    mb = cfg.loss.micro_batch_size
+    if mb is not None and mb % 2:
+        raise ValueError(
+            f"config key 'loss.micro_batch_size' ({mb}) must be even with algorithm 'dpo': "
+            "its micro-batches hold whole (success, failure) pairs"
+        )
     if cfg.rollout.n != 1:
         raise ValueError(
             f"config key 'rollout.n' ({cfg.rollout.n}) is not used by algorithm 'dpo': it samples "

@@ -141,7 +141,7 @@ class PolicyGradient:
             out = [sequence_logprobs(
                 model, ro.prompt_ids[sl], ro.prompt_mask[sl], ro.completion_ids[sl],
                 ro.completion_mask[sl], temperature=cfg.rollout.temperature,
-                group_size=cfg.rollout.n, chunked=mb is not None,
+                group_size=cfg.rollout.n, chunked=cfg.loss.chunked_logprobs,
             )[0] for sl in micro_slices(slice(0, B), mb, B)]
         return out[0] if len(out) == 1 else torch.cat(out)
 
@@ -167,7 +167,7 @@ class PolicyGradient:
         logp, ent = sequence_logprobs(
             self.run.model, ro.prompt_ids[sl], ro.prompt_mask[sl], ro.completion_ids[sl],
             mask, temperature=cfg.rollout.temperature, with_entropy=lc.entropy_coef > 0,
-            group_size=cfg.rollout.n, chunked=lc.micro_batch_size is not None,
+            group_size=cfg.rollout.n, chunked=lc.chunked_logprobs,
         )
         counts = {"num_tokens": num_tokens, "num_seqs": num_seqs}
         old = logp.detach() if on_policy else old_logp[sl]
