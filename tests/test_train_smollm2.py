@@ -1,0 +1,49 @@
+"""Issue 19 end to end: ``bestk train`` on a real model, SmolLM2-135M-Instruct from its GGUF
+file (the ``smollm2_gguf`` fixture), with LoRA, micro-batches of one completion and gradient
+checkpointing, on CPU."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.usefixtures("restore_torch_threads")
+
+
+def test_smollm2_gguf_trains_with_lora_micro_batches_and_checkpointing(
+        smollm2_gguf, tmp_path, hide_modules):
+    from bestk.train.config import TrainConfig, apply_overrides
+    from bestk.train.loop import Trainer
+
+    out = tmp_path / "run"
+    cfg = apply_overrides(TrainConfig(), [
+        f"out={out}", f"model.path={smollm2_gguf}", "threads=2",
+        "model.lora.r=2", "model.lora.target_modules=[q_proj]",
+        "model.gradient_checkpointing=true", "loss.micro_batch_size=1",
+        "task.name=arithmetic", "task.options={digits: 1, num_eval: 2}",
+        "sft.steps=0", "max_steps=2", "rollout.prompts_per_step=1", "rollout.n=2",
+        "rollout.max_new_tokens=8", "eval.n=2", "eval.num_prompts=2", "eval.every=2",
+        "checkpoint_every=2",
+    ])
+    tr = Trainer(cfg)
+    base = tr.model.get_base_model()
+    assert base.is_gradient_checkpointing  # model.gradient_checkpointing reached the model
+    prompt = tr.rl_prompts[0]["prompt"]
+    assert prompt.startswith("<|im_start|>") and prompt.endswith("<|im_start|>assistant\n")
+    tr.run(progress=False)
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in records if r["phase"] == "eval"]
+    assert [r["step"] for r in evals] == [0, 2]  # pass@k before and after RL
+    assert all(0 <= r[f"pass@{k}"] <= 1 for r in evals for k in (1, 2))
+    train = [r for r in records if r["phase"] == "train"]
+    assert len(train) == 2 and all(r["grad_norm"] > 0 for r in train)
+
+    hide_modules("gguf")  # final/ is an ordinary Hugging Face directory
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(out / "final")
+    tok = AutoTokenizer.from_pretrained(out / "final")
+    assert model.config.vocab_size == 49152 and tok.eos_token == "<|im_end|>"
+    assert "<|im_start|>" in tok.apply_chat_template(
+        [{"role": "user", "content": "1+1="}], tokenize=False, add_generation_prompt=True)
