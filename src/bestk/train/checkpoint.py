@@ -93,7 +93,7 @@ def save_checkpoint(
             t = value if isinstance(value, torch.Tensor) else torch.tensor(value)
             tensors[f"optim.{idx}.{name}"] = t.detach().to("cpu").clone().contiguous()
     tensors["rng.torch"] = torch.get_rng_state().clone()
-    np_state = np.random.get_state()  # noqa: NPY002  (global state used by user rewards)
+    np_state: Any = np.random.get_state()  # noqa: NPY002  (global state used by user rewards)
     meta_state = dict(state)
     meta_state.update(
         step=int(step),
@@ -220,7 +220,7 @@ def list_checkpoints(directory: str | Path) -> list[Path]:
     if not directory.is_dir():
         return []
     found = [p for p in directory.iterdir() if _NAME.match(p.name)]
-    return sorted(found, key=lambda p: int(_NAME.match(p.name).group(1)))
+    return sorted(found, key=lambda p: int(p.name[5:12]))  # step_XXXXXXX.safetensors
 
 
 def latest_checkpoint(directory: str | Path) -> Path | None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, TypeGuard, get_args, get_origin
 
 import yaml
 from omegaconf import OmegaConf
@@ -430,7 +430,7 @@ class TrainConfig(_Section):
 
 # -- messages: pydantic's errors as one line naming the key --------------------------------------
 
-def _is_section(tp: Any) -> bool:
+def _is_section(tp: Any) -> TypeGuard[type[_Section]]:
     return isinstance(tp, type) and issubclass(tp, _Section)
 
 
@@ -507,7 +507,9 @@ def _value_at(data: Any, path: list[str], default: Any) -> Any:
 def _section_class(key: str) -> type[_Section]:
     cls: type[_Section] = TrainConfig
     for part in key.split("."):
-        cls = cls.model_fields[part].annotation
+        annotation = cls.model_fields[part].annotation
+        assert _is_section(annotation), f"{key!r} is not a section"
+        cls = annotation
     return cls
 
 
@@ -663,7 +665,7 @@ def _dotlist_value(item: str) -> tuple[str, Any]:
     except OmegaConfBaseException:
         raise ValueError(f"--set {item!r}: {key!r} is not a valid dotted key") from None
     for part in key.split("."):  # down the nested mapping the dotlist made
-        value = value[part]  # type: ignore[index]
+        value = value[part]  # type: ignore[index,call-overload]  # a nested dict here
     return key, value
 
 

@@ -117,7 +117,7 @@ class Trainer:
         validate(cfg)  # every value, before the directory is touched or anything is built
         cfg = resolve_defaults(cfg)
         self.cfg, self.on_step, self.warm_start = cfg, on_step, warm_start
-        self.out = Path(cfg.out)
+        self.out = Path(str(cfg.out))  # resolve_defaults filled it
         self.ckpt_dir = self.out / "checkpoints"
         self.sampling_seed = cfg.seed if cfg.sampling_seed is None else cfg.sampling_seed
         self.notes: list[str] = []
@@ -187,7 +187,7 @@ class Trainer:
     def _build(self) -> None:
         cfg = self.cfg
         self.model, self.tokenizer = load_run_policy(cfg, self.task, self.device)
-        self.ref_model = None
+        self.ref_model: torch.nn.Module | None = None
         self.optimizer = make_optimizer(self.model, cfg, cfg.optim.lr)
         self.step = 0
         self.opt_steps = 0
@@ -196,7 +196,7 @@ class Trainer:
         if self.state.kind in ("resume", "complete"):
             self._resume()
         else:
-            if self.cfg.kappo.bank is not None and self._samples_bank:
+            if self.plan is not None and self.cfg.kappo.bank is not None and self._samples_bank:
                 self._given_bank = self.plan.given_bank()  # refused before any work
             if self.warm_start is not None:  # the policy after an SFT made elsewhere
                 ws = self.warm_start
@@ -375,12 +375,14 @@ class Trainer:
         """The run's reference bank and calibration, as :attr:`plan` says, from the current
         policy (the frozen reference: called after SFT, before RL), saved to the run
         directory."""
-        bank = self.plan.reference_bank(self.model, self.tokenizer, self.task,
-                                        self.max_new_tokens, progress, given=self._given_bank)
-        cal = self.plan.calibrate(bank, self.task)
+        plan = self.plan
+        assert plan is not None, "calibrate: a run without a KAPPO reference plan"
+        bank = plan.reference_bank(self.model, self.tokenizer, self.task, self.max_new_tokens,
+                                   progress, given=self._given_bank)
+        cal = plan.calibrate(bank, self.task)
         save_reference(self.out, cal, bank)
         self._use_reference(cal, bank)
-        self.say("note", self.plan.note(cal, self.out))
+        self.say("note", plan.note(cal, self.out))
 
     def _use_reference(self, cal: Any, bank: Any) -> None:
         self.calibration, self.bank = cal, bank

@@ -239,7 +239,8 @@ def save_reference(out: str | Path, calibration: Calibration, bank: ReferenceBan
                 row["texts"] = bank.texts[i]
             rows.append(json.dumps(row) + "\n")
         write_text_atomic(out / BANK_FILE, "".join(rows))
-        if bank.completion_ids is not None:
+        if (bank.completion_ids is not None and bank.completion_mask is not None
+                and bank.ref_logps is not None):
             from safetensors.torch import save_file
 
             tensors = {

@@ -273,7 +273,7 @@ class Reporters:
             return
         self.open()
         axis, step, values = scalars(record)
-        for backend in self._backends:
+        for backend in self._backends or []:
             backend.log(axis, step, values)
 
     def close(self) -> None:

@@ -20,6 +20,7 @@ import errno
 import json
 import os
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,7 +124,7 @@ class RunLock:
         if self._fd is not None:
             return self
         while True:
-            found = _names(self.directory)
+            found: set[str] | None = _names(self.directory)
             try:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
             except FileExistsError:
@@ -184,7 +185,7 @@ class RunLock:
             pass
 
 
-try:  # POSIX
+if sys.platform != "win32":  # POSIX
     import fcntl
 
     def _lock_fd(fd: int) -> None:
@@ -193,7 +194,7 @@ try:  # POSIX
     def _unlock_fd(fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_UN)
 
-except ImportError:  # pragma: no cover - Windows
+else:  # pragma: no cover - Windows
     import msvcrt
 
     _WIN_LOCK_OFFSET = 1 << 20  # lock a byte past the pid so others can still read it
@@ -521,6 +522,8 @@ def inspect_run(cfg: TrainConfig, mode: str = "auto", stored: TrainConfig | None
     ``ValueError`` when the directory holds a different run (:func:`check_resume`), a run
     without a usable config, log or checkpoint. Reads only; call it holding the lock.
     """
+    if cfg.out is None:
+        raise ValueError("inspect_run needs a resolved config (out is null)")
     out = Path(cfg.out)
     where = str(out)
     if not (out / "config.yaml").exists():
