@@ -240,15 +240,15 @@ class RolloutConfig(_Section):
     one on-policy completion per prompt); ``dpo`` samples no completions while training (it
     must be 1)."""
     temperature: Float | None = Field(1.0, gt=0, json_schema_extra=_null(
-        "the model's generation_config value, else 1.0"))
+        "the model's generation_config"))
     """Sampling temperature (log-probs and entropy use the same temperature); ``None`` = the
     model's ``generation_config`` value when it sets one, else 1.0."""
     top_p: Float | None = Field(1.0, gt=0, le=1, json_schema_extra=_null(
-        "the model's generation_config value, else 1.0"))
+        "the model's generation_config"))
     """Nucleus sampling threshold in (0, 1]; ``None`` = the model's ``generation_config``
     value when it sets one, else 1.0."""
-    top_k: Int | None = Field(None, ge=0, json_schema_extra=_null(
-        "the model's generation_config value, else 0 (off)"))
+    top_k: Int | None = Field(0, ge=0, json_schema_extra=_null(
+        "the model's generation_config"))
     """Keep the ``top_k`` most likely tokens (after the temperature, before top-p; 0 = off);
     ``None`` = the model's ``generation_config`` value when it sets one, else 0."""
     max_prompt_length: Int | None = Field(None, ge=1, json_schema_extra=_null("no limit"))
@@ -319,14 +319,14 @@ class EvalConfig(_Section):
     num_prompts: Int | None = Field(None, ge=1, json_schema_extra=_null("all"))
     """Held-out prompts used (``None`` = all of the task's)."""
     temperature: Float | None = Field(1.0, gt=0, json_schema_extra=_null(
-        "the model's generation_config value, else 1.0"))
+        "the model's generation_config"))
     """Sampling temperature of evaluation (``None``: the model's ``generation_config``, else
     1.0)."""
     top_p: Float | None = Field(1.0, gt=0, le=1, json_schema_extra=_null(
-        "the model's generation_config value, else 1.0"))
+        "the model's generation_config"))
     """Nucleus threshold of evaluation (``None``: the model's ``generation_config``, else 1.0)."""
-    top_k: Int | None = Field(None, ge=0, json_schema_extra=_null(
-        "the model's generation_config value, else 0 (off)"))
+    top_k: Int | None = Field(0, ge=0, json_schema_extra=_null(
+        "the model's generation_config"))
     """Top-k of evaluation (0 = off; ``None``: the model's ``generation_config``, else 0)."""
 
 
