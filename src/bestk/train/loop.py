@@ -218,6 +218,8 @@ class Trainer:
         )
         if not self.complete:
             self.reporters.open()  # a W&B login problem shows now, not after the SFT
+            if self.state.kind == "resume":  # the allowed changes, once all is validated
+                write_run_config(self.out, self.cfg)
 
     def close(self) -> None:
         """Close the live reporters and release the run directory's lock (done by :meth:`run`
@@ -304,8 +306,6 @@ class Trainer:
             self.out / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows)
         )
         drop_samples_after(self.out / SAMPLES_FILE, self.step)
-        # Record the allowed changes (a larger max_steps...) in config.yaml.
-        write_run_config(self.out, self.cfg)
 
     # -- logging / checkpoints ---------------------------------------------------------------
     def log(self, record: dict[str, Any]) -> None:
