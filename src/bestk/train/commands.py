@@ -71,7 +71,7 @@ def quiet_libraries() -> None:
 
         hf_logging.disable_progress_bar()
     if importlib.util.find_spec("datasets") is not None:
-        import datasets
+        import datasets  # type: ignore[import-untyped]
 
         datasets.disable_progress_bars()
     if importlib.util.find_spec("huggingface_hub") is not None:
@@ -266,7 +266,7 @@ def eval_config(model: Path | None, task: str | None, n: int | None, overrides: 
         cfg = TrainConfig()
         cfg.task.name = task or "strings"
     if adapter is None:
-        cfg.model.path = str(model if model is not None else run / "final")
+        cfg.model.path = str(model) if model is not None else str(Path(str(run)) / "final")
         cfg.model.lora.r = 0  # final/ holds the adapters merged
     elif stored_at is None:
         base = json.loads((adapter / "adapter_config.json").read_text()).get(

@@ -231,7 +231,8 @@ class _Wandb:
         import wandb
 
         columns, rows = table_columns_rows(records)
-        self.run.log({"eval/samples": wandb.Table(columns=columns, data=rows),
+        names: list[Any] = list(columns)
+        self.run.log({"eval/samples": wandb.Table(columns=names, data=rows),
                       "train/global_step": step})
 
     def close(self) -> None:
@@ -293,7 +294,7 @@ class Reporters:
         if not self.names or not records:
             return
         self.open()
-        for backend in self._backends:
+        for backend in self._backends or []:
             backend.log_samples(step, list(records))
 
     def close(self) -> None:
