@@ -797,8 +797,10 @@ def test_eval_bank_prompts_is_checked_before_any_model_loads(tmp_path, value):
 def test_eval_refuses_train_only_keys(tmp_path):
     line = one_line_error(invoke("eval", "--model", tmp_path, "--set", "optim.lr=1e-3",
                                  "--set", "eval.n=4", "--set", "eval.temperature=0.5"))
-    assert line.startswith("error: bestk eval does not use --set optim.lr, eval.n (use -n for "
-                           "eval.n); it reads task.*, model.*, eval.num_prompts")
+    assert line.startswith("error: bestk eval does not use --set optim.lr (training-only); it "
+                           "reads task.*, model.*, eval.n, eval.num_prompts")
+    line = one_line_error(invoke("eval", "--model", tmp_path, "--set", "seed=3"))
+    assert line.startswith("error: bestk eval does not use --set seed (use --seed for seed)")
 
 
 def test_eval_warns_about_prompt_characters_the_tokenizer_does_not_know(run):

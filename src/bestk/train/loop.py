@@ -75,7 +75,15 @@ from bestk.train.rundir import (
     set_aside,
     write_run_config,
 )
-from bestk.train.setup import load_run_policy, load_run_task, max_new_tokens
+from bestk.train.samples import SAMPLES_FILE, append_samples, drop_samples_after, eval_samples
+from bestk.train.setup import (
+    load_run_policy,
+    load_run_task,
+    max_new_tokens,
+    run_header,
+    sampling_options,
+    score_batch,
+)
 from bestk.train.sft import make_optimizer, sft_warmup
 from bestk.train.validation import resolve_defaults, validate
 
@@ -210,6 +218,8 @@ class Trainer:
         )
         if not self.complete:
             self.reporters.open()  # a W&B login problem shows now, not after the SFT
+            if self.state.kind == "resume":  # the allowed changes, once all is validated
+                write_run_config(self.out, self.cfg)
 
     def close(self) -> None:
         """Close the live reporters and release the run directory's lock (done by :meth:`run`
@@ -295,8 +305,7 @@ class Trainer:
         write_text_atomic(
             self.out / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows)
         )
-        # Record the allowed changes (a larger max_steps...) in config.yaml.
-        write_run_config(self.out, self.cfg)
+        drop_samples_after(self.out / SAMPLES_FILE, self.step)
 
     # -- logging / checkpoints ---------------------------------------------------------------
     def log(self, record: dict[str, Any]) -> None:
@@ -333,13 +342,11 @@ class Trainer:
 
     def sample_completions(self, examples: list[dict[str, Any]], step: int, n: int) -> Rollout:
         """``n`` completions of the current policy per example (noise of ``(seed, step)``)."""
-        r = self.cfg.rollout
         gen = torch.Generator(device=self.device).manual_seed(
             SAMPLING.seed(self.sampling_seed, step))
         return sample(
             self.model, self.tokenizer, [e["prompt"] for e in examples], n=n,
-            temperature=r.temperature, top_p=r.top_p, max_new_tokens=self.max_new_tokens,
-            generator=gen,
+            max_new_tokens=self.max_new_tokens, generator=gen, **sampling_options(self.cfg),
         )
 
     def score_rollout(
@@ -348,7 +355,7 @@ class Trainer:
         """``(rewards, prompt ids)`` of ``ro``'s completions, ``n`` per example in order: the
         task's reward :math:`R(y, x)` (float64) and the example's id (int64), both ``(B,)``."""
         flat = [e for e in examples for _ in range(n)]
-        rewards = self.task.score(flat, ro.texts)
+        rewards = score_batch(self.task, flat, ro.texts, ro.metrics)
         return rewards, np.asarray([e["id"] for e in flat], dtype=np.int64)
 
     def optimize(self, loss: torch.Tensor) -> tuple[float, float]:
@@ -393,11 +400,14 @@ class Trainer:
         e = self.cfg.eval
         res = evaluate(
             self.model, self.tokenizer, self.task, self.eval_examples, n=e.n,
-            temperature=e.temperature, top_p=e.top_p, max_new_tokens=self.max_new_tokens,
-            seed=EVAL_SAMPLING.seed(self.sampling_seed, step),
+            max_new_tokens=self.max_new_tokens, seed=EVAL_SAMPLING.seed(self.sampling_seed, step),
+            **sampling_options(self.cfg, "eval"),
         )
         rec = {"phase": "eval", "step": step, **res.metrics}
         self.log(rec)
+        samples = eval_samples(step, res, self.task)  # what the model saw: DIR/samples.jsonl
+        append_samples(self.out / SAMPLES_FILE, samples)
+        self.reporters.log_samples(step, samples)
         return rec
 
     # -- driver ----------------------------------------------------------------------------
@@ -439,6 +449,7 @@ def _drive(tr: Trainer, progress: bool) -> dict[str, Any]:
         return tr.last_evaluation()
     console = Console(stderr=True, quiet=not progress)
     console.print(_start_line(tr))
+    console.print(run_header(cfg, tr.task, tr.tokenizer), markup=False)
     last_eval: dict[str, Any] = {}
     with stop:
         with progress_bar(console, progress) as bar, autocast(tr.device, cfg.model.autocast):

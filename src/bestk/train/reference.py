@@ -143,9 +143,13 @@ def sample_bank(
     seed: int,
     completions: bool = False,
     progress: Any = None,
+    top_k: int = 0,
+    max_prompt_length: int | None = None,
+    prompt_truncation: str = "left",
 ) -> ReferenceBank:
     """Sample and score ``size`` completions of ``model`` for each example (one generator
-    seeded with ``seed``, batches of about 512 sequences; a ``rich`` progress bar if given).
+    seeded with ``seed``, batches of about 512 sequences; a ``rich`` progress bar if given;
+    ``top_k`` and the prompt length limit as in :func:`~bestk.train.rollout.sample`).
 
     With ``completions`` the token ids, texts and reference sequence log-probabilities
     (:func:`~bestk.train.rollout.completion_logprobs` at ``temperature``) are kept too.
@@ -166,7 +170,8 @@ def sample_bank(
             chunk = list(examples[start : start + per_batch])
             ro = sample(
                 model, tokenizer, [e["prompt"] for e in chunk], n=size, temperature=temperature,
-                top_p=top_p, max_new_tokens=max_new_tokens, generator=gen,
+                top_p=top_p, max_new_tokens=max_new_tokens, generator=gen, top_k=top_k,
+                max_prompt_length=max_prompt_length, prompt_truncation=prompt_truncation,
             )
             rewards.append(task.score([e for e in chunk for _ in range(size)], ro.texts))
             if completions:

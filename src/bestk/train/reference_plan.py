@@ -113,7 +113,9 @@ class ReferencePlan:
             model, tokenizer, task, self.bank_examples, size=k.bank_size,
             temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
             max_new_tokens=max_new_tokens, seed=BANK_SAMPLING.seed(cfg.seed),
-            completions=self.bank_completions, progress=progress,
+            completions=self.bank_completions, progress=progress, top_k=cfg.rollout.top_k or 0,
+            max_prompt_length=cfg.rollout.max_prompt_length,
+            prompt_truncation=cfg.rollout.prompt_truncation,
         )
 
     def calibrate(self, bank: ReferenceBank | None, task: Task) -> Calibration:

@@ -37,6 +37,7 @@ from bestk.train.algorithms import ALGORITHMS
 from bestk.train.config import DEFAULT_OUT, TrainConfig, check_model_dir, check_schema
 from bestk.train.reference import calibration_prompt_ids
 from bestk.train.reporters import INTEGRATIONS, resolve_report_to
+from bestk.train.sampling import fill_sampling
 
 __all__ = [
     "validate",
@@ -56,8 +57,10 @@ def resolve_defaults(cfg: TrainConfig) -> TrainConfig:
     """A copy of ``cfg`` with the fields it leaves ``None`` for the algorithm filled in from
     the algorithm's spec: ``rollout.n`` (``default_n``: 8 for ``pg``, 1 for ``apo`` and
     ``dpo``) and ``out`` (``runs/bestk`` + ``out_suffix``: ``runs/bestk``,
-    ``runs/bestk-apo``, ``runs/bestk-dpo``). A value set explicitly is kept, whatever the
-    order it was set in. An unknown algorithm is left for :func:`check_names`."""
+    ``runs/bestk-apo``, ``runs/bestk-dpo``); and the ``null`` sampling keys from the model's
+    ``generation_config`` (:func:`bestk.train.sampling.fill_sampling`). A value set
+    explicitly is kept, whatever the order it was set in. An unknown algorithm is left for
+    :func:`check_names`."""
     out = cfg.model_copy(deep=True)
     spec = ALGORITHMS.get(out.algorithm)
     if spec is None:
@@ -66,6 +69,7 @@ def resolve_defaults(cfg: TrainConfig) -> TrainConfig:
         out.rollout.n = spec.default_n
     if out.out is None:
         out.out = DEFAULT_OUT + spec.out_suffix
+    fill_sampling(out)  # null sampling keys: the model's generation_config, else 1.0 / 1.0 / 0
     return out
 
 
