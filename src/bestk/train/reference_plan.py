@@ -41,6 +41,7 @@ from bestk.train.reference import (
     resolve_kind,
     sample_bank,
 )
+from bestk.train.setup import sampling_options
 from bestk.train.validation import load_kappo_file
 
 __all__ = ["ReferencePlan", "plan_reference", "restrict_prompts"]
@@ -111,11 +112,8 @@ class ReferencePlan:
             return given if given is not None else self.given_bank()
         return sample_bank(
             model, tokenizer, task, self.bank_examples, size=k.bank_size,
-            temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
             max_new_tokens=max_new_tokens, seed=BANK_SAMPLING.seed(cfg.seed),
-            completions=self.bank_completions, progress=progress, top_k=cfg.rollout.top_k or 0,
-            max_prompt_length=cfg.rollout.max_prompt_length,
-            prompt_truncation=cfg.rollout.prompt_truncation,
+            completions=self.bank_completions, progress=progress, **sampling_options(cfg),
         )
 
     def calibrate(self, bank: ReferenceBank | None, task: Task) -> Calibration:
