@@ -485,6 +485,52 @@ def test_rerunning_a_finished_run_says_it_is_complete(run):
     assert after == before  # nothing rewritten
 
 
+def _files(d: Path) -> dict[Path, bytes]:
+    return {p.relative_to(d): p.read_bytes() for p in d.rglob("*")
+            if p.is_file() and p.name != ".lock"}
+
+
+def test_a_finished_run_without_checkpoints_is_complete_and_nothing_is_retrained(run):
+    """Issue 22.1: ``rm -rf RUN/checkpoints`` (to save disk), then the same command: final/
+    and the completion marker make the run complete; nothing is retrained or rewritten."""
+    shutil.rmtree(run / "checkpoints")
+    before = _files(run)
+    r = invoke(*cli_args(run))
+    assert r.exit_code == 0, r.output
+    assert "is already complete (step 4 of 4); nothing to do" in r.output
+    assert "starting it over" not in r.output and "SFT" not in r.output
+    assert "done: held-out pass@1=" in r.output
+    assert _files(run) == before  # metrics.jsonl, final/, report.md untouched
+    line = one_line_error(invoke(*cli_args(run, max_steps=6)))  # cannot continue: refused
+    assert "finished at step 4 and its checkpoints are gone" in line
+    assert _files(run) == before
+
+
+def test_checkpoints_as_a_plain_file_is_refused_before_any_work(run):
+    shutil.rmtree(run / "checkpoints")
+    (run / "checkpoints").write_text("not a directory")
+    before = _files(run)
+    line = one_line_error(invoke(*cli_args(run)))
+    assert "checkpoints' is a file, not the run's checkpoint directory" in line
+    assert _files(run) == before
+
+
+def test_starting_over_keeps_the_previous_attempt(run):
+    """A run with no checkpoint and no completion marker starts over, but the files of the
+    attempt it replaces (log, final/, report) move to previous-attempt/, not truncated."""
+    shutil.rmtree(run / "checkpoints")
+    (run / ".finished").unlink()
+    old = _files(run)
+    r = invoke(*cli_args(run))
+    assert r.exit_code == 0, r.output
+    assert "starting it over" in r.output
+    assert "the files of the attempt started over are kept in" in r.output
+    kept = _files(run / "previous-attempt")
+    assert kept == {p: b for p, b in old.items() if p.name != "config.yaml"}
+    assert len(read_metrics(run / "metrics.jsonl")) == len(read_metrics(
+        run / "previous-attempt" / "metrics.jsonl"))  # the same run again, in full
+
+
 def test_a_different_config_is_refused_naming_the_keys(run):
     config = (run / "config.yaml").read_bytes()
     line = one_line_error(invoke(*cli_args(run, "seed=7", "rollout.n=2", "optim.lr=1e-3")))

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import shutil
 import sys
@@ -58,7 +59,7 @@ from bestk.train.console import StopRequest, progress_bar, transformers_progress
 from bestk.train.evaluate import evaluate
 from bestk.train.hf import autocast, reference_policy, save_model
 from bestk.train.policy import count_parameters
-from bestk.train.reference import BANK_FILE, CALIBRATION_FILE, TOKENS_FILE, save_reference
+from bestk.train.reference import save_reference
 from bestk.train.reference_plan import ReferencePlan, plan_reference, restrict_prompts
 from bestk.train.report import write_report
 from bestk.train.reporters import Reporters, resolve_report_to
@@ -67,7 +68,9 @@ from bestk.train.rundir import (
     RunLock,
     RunState,
     clean_temporaries,
+    drop_metrics_after,
     inspect_run,
+    keep_previous_attempt,
     mark_finished,
     prepare_directory,
     read_metrics,
@@ -193,7 +196,9 @@ class Trainer:
         self.opt_steps = 0
         self.sft_done = cfg.sft.steps == 0
         self.complete = self.state.kind == "complete"
-        if self.state.kind in ("resume", "complete"):
+        if self.complete and self.state.checkpoint is None:
+            self.step = self.state.step  # final/ and its marker, no checkpoint: report only
+        elif self.state.kind in ("resume", "complete"):
             self._resume()
         else:
             if self.cfg.kappo.bank is not None and self._samples_bank:
@@ -266,8 +271,9 @@ class Trainer:
         return bool(getattr(self.algo, "binary", False))
 
     def _start_dir(self) -> None:
-        for name in (CALIBRATION_FILE, BANK_FILE, TOKENS_FILE):  # of a run started over
-            (self.out / name).unlink(missing_ok=True)
+        kept = keep_previous_attempt(self.out) if self.state.kind == "restart" else None
+        if kept is not None:  # starting over never truncates what the last attempt wrote
+            self.say("note", f"the files of the attempt started over are kept in {kept}")
         write_run_config(self.out, self.cfg)
         write_text_atomic(self.out / "metrics.jsonl", "")
 
@@ -287,14 +293,7 @@ class Trainer:
             return
         if self.plan is not None:
             self._use_reference(*self.plan.stored(self.out, lambda m: self.say("warning", m)))
-        # Drop log lines of steps past the checkpoint: they are redone.
-        rows = [
-            r for r in read_metrics(self.out / "metrics.jsonl")
-            if r["phase"] == "sft" or r["step"] <= self.step
-        ]
-        write_text_atomic(
-            self.out / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows)
-        )
+        drop_metrics_after(self.out / "metrics.jsonl", self.step)  # those steps are redone
         # Record the allowed changes (a larger max_steps...) in config.yaml.
         write_run_config(self.out, self.cfg)
 
@@ -493,10 +492,14 @@ def _rl_steps(tr: Trainer, bar: Any, last_eval: dict[str, Any]) -> dict[str, Any
 
 def append_record(path: Path, record: dict[str, Any]) -> None:
     """Append ``record`` as one JSON line to ``path``, flushed and fsync'ed (an ``OSError``
-    names the file)."""
+    names the file). The line is strict JSON: a value that is not a finite number (``nan``,
+    ``inf``) is written as ``null``, never as the bare ``NaN`` / ``Infinity`` strict readers
+    reject."""
+    line = json.dumps({k: None if isinstance(v, float) and not math.isfinite(v) else v
+                       for k, v in record.items()}, allow_nan=False)
     try:
         with open(path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+            f.write(line + "\n")
             f.flush()
             os.fsync(f.fileno())
     except OSError as e:

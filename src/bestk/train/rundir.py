@@ -49,6 +49,7 @@ __all__ = [
     "RESUME_ENVIRONMENT",
     "read_run_config",
     "read_metrics",
+    "drop_metrics_after",
     "check_history",
     "config_changes",
     "check_resume",
@@ -326,6 +327,13 @@ def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
         _check_record(row, f"{p} line {len(lines) + 1}")
         rows.append(row)
     return rows
+
+
+def drop_metrics_after(path: str | os.PathLike, step: int) -> None:
+    """Rewrite ``metrics.jsonl`` without the records of the RL steps after ``step`` (a run
+    resumed from the checkpoint of ``step`` redoes them), atomically."""
+    rows = [r for r in read_metrics(path) if r["phase"] == "sft" or r["step"] <= step]
+    write_text_atomic(Path(path), "".join(json.dumps(r, allow_nan=False) + "\n" for r in rows))
 
 
 def check_history(rows: list[dict[str, Any]], step: int, path: str | os.PathLike) -> None:
