@@ -57,6 +57,7 @@ from bestk.train.config import (
 )
 from bestk.train.console import StopRequest, progress_bar, transformers_progress
 from bestk.train.evaluate import evaluate
+from bestk.train.guards import check_update
 from bestk.train.hf import autocast, reference_policy, save_model
 from bestk.train.policy import count_parameters
 from bestk.train.reference import save_reference
@@ -126,6 +127,7 @@ class Trainer:
         self.notes: list[str] = []
         self.stop = StopRequest()  # Ctrl-C while running
         self.interrupted = False
+        self.step_rewards: Any = None  # the rewards of the RL step in progress
         self._load_task()  # task options and sizes are checked here, still before any write
         created = not self.out.exists()
         self._lock = RunLock(prepare_directory(self.out))
@@ -348,11 +350,13 @@ class Trainer:
         task's reward :math:`R(y, x)` (float64) and the example's id (int64), both ``(B,)``."""
         flat = [e for e in examples for _ in range(n)]
         rewards = self.task.score(flat, ro.texts)
+        self.step_rewards = rewards  # named by check_update if the step's update blows up
         return rewards, np.asarray([e["id"] for e in flat], dtype=np.int64)
 
     def optimize(self, loss: torch.Tensor) -> tuple[float, float]:
         """One AdamW step on ``loss`` (learning-rate warm-up, global-norm gradient clipping);
-        returns ``(gradient norm before clipping, learning rate)``."""
+        returns ``(gradient norm before clipping, learning rate)``. A non-finite loss or
+        norm stops the run before the update (:func:`bestk.train.guards.check_update`)."""
         w = self.cfg.optim.warmup_steps
         lr = self.cfg.optim.lr * (min(1.0, (self.opt_steps + 1) / w) if w > 0 else 1.0)
         for g in self.optimizer.param_groups:
@@ -361,6 +365,7 @@ class Trainer:
         loss.backward()
         clip = self.cfg.optim.grad_clip if self.cfg.optim.grad_clip > 0 else float("inf")
         gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+        check_update(self.step + 1, loss, gnorm, self.step_rewards)  # nan / inf: stop first
         self.optimizer.step()
         self.opt_steps += 1
         return float(gnorm), lr

@@ -20,6 +20,7 @@ import torch
 from bestk._seeds import SFT_ORDER
 from bestk.tasks import Task
 from bestk.train.config import TrainConfig
+from bestk.train.guards import check_sft_update
 from bestk.train.setup import load_run_policy, load_run_task
 from bestk.train.validation import resolve_defaults, validate
 
@@ -75,8 +76,10 @@ def sft_warmup(model: Any, tokenizer: Any, task: Task, cfg: TrainConfig, device:
         )
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        gnorm = None
         if cfg.optim.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+            gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+        check_sft_update(i + 1, s.steps, loss, gnorm)  # nan / inf: stop before the update
         opt.step()
         if (i + 1) % 10 == 0 or i + 1 == s.steps:
             log({"phase": "sft", "sft_step": i + 1, "loss": loss.item(), "lr": lr})
