@@ -8,7 +8,7 @@ Both are averaged over prompts with bootstrap CIs over prompts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +17,7 @@ import torch
 
 from bestk.metrics import best_at_k_curve, pass_at_k_curve
 from bestk.tasks import Task
+from bestk.train.console import Stopped
 from bestk.train.rollout import sample
 
 __all__ = ["EvalResult", "evaluate"]
@@ -51,14 +52,19 @@ def evaluate(
     max_new_tokens: int = 16,
     batch_prompts: int = 64,
     seed: int = 0,
+    should_stop: Callable[[], bool] | None = None,
 ) -> EvalResult:
-    """Sample ``n`` completions for each example, score them, compute the curves (k = 1..n)."""
+    """Sample ``n`` completions for each example, score them, compute the curves (k = 1..n).
+    ``should_stop`` (Ctrl-C, SIGTERM) is asked before each batch of prompts: when it says
+    so, :class:`~bestk.train.console.Stopped` is raised."""
     if not examples:
         raise ValueError("evaluate: no held-out prompts")
     device = next(model.parameters()).device
     gen = torch.Generator(device=device).manual_seed(int(seed))
     rewards, texts, entropy, lengths = [], [], [], []
     for start in range(0, len(examples), batch_prompts):
+        if should_stop is not None and should_stop():
+            raise Stopped(f"an evaluation ({start} of {len(examples)} prompts)")
         chunk = list(examples[start : start + batch_prompts])
         ro = sample(
             model, tokenizer, [ex["prompt"] for ex in chunk], n=n, temperature=temperature,

@@ -55,7 +55,7 @@ from bestk.train.config import (
     config_from_dict,
     config_to_dict,
 )
-from bestk.train.console import StopRequest, progress_bar, transformers_progress
+from bestk.train.console import Stopped, StopRequest, progress_bar, transformers_progress
 from bestk.train.evaluate import evaluate
 from bestk.train.guards import check_update
 from bestk.train.hf import autocast, reference_policy, save_model
@@ -66,6 +66,7 @@ from bestk.train.report import write_report
 from bestk.train.reporters import Reporters, resolve_report_to
 from bestk.train.rollout import Rollout, sample
 from bestk.train.rundir import (
+    PREVIOUS_ATTEMPT,
     RunLock,
     RunState,
     clean_temporaries,
@@ -317,7 +318,7 @@ class Trainer:
     def sft(self, progress: Any = None) -> None:
         """The SFT warm-up (:func:`bestk.train.sft.sft_warmup`), logged to ``metrics.jsonl``."""
         sft_warmup(self.model, self.tokenizer, self.task, self.cfg, self.device, self.log,
-                   progress)
+                   progress, should_stop=self.stop.should_stop)
         self.sft_done = True
 
     # -- RL (the RunContext of the algorithms) -----------------------------------------------
@@ -380,7 +381,8 @@ class Trainer:
         policy (the frozen reference: called after SFT, before RL), saved to the run
         directory."""
         bank = self.plan.reference_bank(self.model, self.tokenizer, self.task,
-                                        self.max_new_tokens, progress, given=self._given_bank)
+                                        self.max_new_tokens, progress, given=self._given_bank,
+                                        should_stop=self.stop.should_stop)
         cal = self.plan.calibrate(bank, self.task)
         save_reference(self.out, cal, bank)
         self._use_reference(cal, bank)
@@ -391,12 +393,14 @@ class Trainer:
         self.algo.prepare(cal, bank)
 
     def evaluate(self, step: int) -> dict[str, Any]:
-        """Held-out evaluation at ``step`` (logged as a ``phase: eval`` line)."""
+        """Held-out evaluation at ``step`` (logged as a ``phase: eval`` line); the step-0
+        one, before the first checkpoint, stops at its next batch on Ctrl-C / SIGTERM."""
         e = self.cfg.eval
         res = evaluate(
             self.model, self.tokenizer, self.task, self.eval_examples, n=e.n,
             temperature=e.temperature, top_p=e.top_p, max_new_tokens=self.max_new_tokens,
             seed=EVAL_SAMPLING.seed(self.sampling_seed, step),
+            should_stop=self.stop.should_stop if step == 0 else None,
         )
         rec = {"phase": "eval", "step": step, **res.metrics}
         self.log(rec)
@@ -406,8 +410,9 @@ class Trainer:
     def run(self, *, progress: bool = True) -> dict[str, Any]:
         """Run (or continue) to ``max_steps``; returns the last evaluation record.
 
-        Ctrl-C finishes the current step, writes a checkpoint and returns with
-        ``self.interrupted = True`` (a second Ctrl-C aborts at once); ``--resume`` continues.
+        Ctrl-C or SIGTERM finishes the current step (RL step; SFT step, bank batch or step-0
+        evaluation batch), writes a checkpoint (once there is one to continue) and returns with
+        ``self.interrupted = True`` (a second one aborts at once); ``--resume`` continues.
         A Ctrl-C during the final save lets the save finish (the run is then complete).
         A complete run (:attr:`complete`) returns its last evaluation at once. The run
         directory's lock is released when this returns or raises.
@@ -434,7 +439,7 @@ def _drive(tr: Trainer, progress: bool) -> dict[str, Any]:
     """:meth:`Trainer.run`: SFT, calibration, step-0 evaluation and checkpoint, the RL steps,
     ``final/`` and the report, or a checkpoint and a note after a Ctrl-C."""
     cfg, stop = tr.cfg, tr.stop
-    tr.interrupted = False
+    tr.interrupted, where = False, ""
     if tr.complete:
         tr.say("note", f"run {str(tr.out)!r} is already complete (step {tr.step} of "
                f"{cfg.max_steps}); nothing to do")
@@ -443,25 +448,24 @@ def _drive(tr: Trainer, progress: bool) -> dict[str, Any]:
     console.print(_start_line(tr))
     last_eval: dict[str, Any] = {}
     with stop:
-        with progress_bar(console, progress) as bar, autocast(tr.device, cfg.model.autocast):
-            if tr.step == 0 and not tr.sft_done:
-                tr.sft(bar)
-            if tr.step == 0 and latest_checkpoint(tr.ckpt_dir) is None:
-                if tr.uses_kappo:
-                    tr.calibrate(bar)
-                last_eval = tr.evaluate(0)
-                if tr.spec.keeps_reference(cfg):
-                    tr.ref_model = reference_policy(tr.model)
-                tr.checkpoint()
-            last_eval = _rl_steps(tr, bar, last_eval)
-        if stop.requested and tr.step < cfg.max_steps:
+        try:
+            with progress_bar(console, progress) as bar, autocast(tr.device,
+                                                                  cfg.model.autocast):
+                if tr.step == 0 and not tr.sft_done:
+                    tr.sft(bar)
+                if tr.step == 0 and latest_checkpoint(tr.ckpt_dir) is None:
+                    if tr.uses_kappo:
+                        tr.calibrate(bar)
+                    last_eval = tr.evaluate(0)
+                    if tr.spec.keeps_reference(cfg):
+                        tr.ref_model = reference_policy(tr.model)
+                    tr.checkpoint()
+                last_eval = _rl_steps(tr, bar, last_eval)
+        except Stopped as e:  # before the first checkpoint: in SFT, the bank or evaluation 0
+            where = str(e)
+        if stop.requested and (tr.step < cfg.max_steps or where):
             tr.interrupted = True
-            if tr.sft_done and latest_checkpoint(tr.ckpt_dir) is not None:
-                tr.checkpoint()
-            Console(stderr=True).print(
-                f"interrupted after step {tr.step}; checkpoint saved. Continue with "
-                f"`bestk train --resume {tr.out}`"
-            )
+            print(_interrupted_line(tr, where), file=sys.stderr, flush=True)
             return last_eval
         stop_before_save = stop.requested
         tr.finish(progress=progress)
@@ -493,6 +497,18 @@ def _rl_steps(tr: Trainer, bar: Any, last_eval: dict[str, Any]) -> dict[str, Any
         if tr.on_step is not None:
             tr.on_step(step, m)
     return last_eval
+
+
+def _interrupted_line(tr: Trainer, where: str) -> str:
+    """Checkpoint a run stopped by Ctrl-C / SIGTERM (once it has one to continue) and say
+    how it continues."""
+    if where or latest_checkpoint(tr.ckpt_dir) is None:
+        return (f"interrupted during {where or 'start-up'}, before the run's first checkpoint: "
+                f"nothing to continue from; the same command starts the run over (keeping this "
+                f"attempt's files in {tr.out / PREVIOUS_ATTEMPT})")
+    tr.checkpoint()
+    return (f"interrupted after step {tr.step}; checkpoint saved. Continue with "
+            f"`bestk train --resume {tr.out}`")
 
 
 def append_record(path: Path, record: dict[str, Any]) -> None:
