@@ -391,11 +391,12 @@ def test_maxrl_on_a_graded_task_uses_success_indicators(tmp_path):
     from bestk.tasks import register_reward
 
     register_reward("half_for_test", graded=True)(lambda prompt, completion, **ex: 0.5)
-    raw = Trainer(tiny_config(tmp_path / "r", "max_steps=1", "estimator=maxrl",
-                              "advantage_reward=raw", "task.reward=half_for_test"))
-    assert not raw.binary_advantages
-    with pytest.raises(ValueError, match="maxrl needs binary 0/1 rewards"):
-        raw.run(progress=False)
+    # raw graded rewards to maxrl: refused when the task loads, before any work (issue 22.4)
+    with pytest.raises(ValueError, match="estimator 'maxrl' needs 0/1 rewards, but task "
+                       ".* is graded and advantage_reward is 'raw'"):
+        Trainer(tiny_config(tmp_path / "r", "max_steps=1", "estimator=maxrl",
+                            "advantage_reward=raw", "task.reward=half_for_test"))
+    assert not (tmp_path / "r").exists()
 
 
 def test_ctrl_c_finishes_the_step_checkpoints_and_stops(tmp_path):

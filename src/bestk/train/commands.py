@@ -97,6 +97,8 @@ def train_command(
 
     try:
         with cli_errors(describe):
+            config = config.expanduser() if config is not None else None
+            resume = resume.expanduser() if resume is not None else None
             if config is not None and config.is_dir():
                 fail(f"--config {str(config)!r} is a directory; give a YAML config file")
             set_out = _set_value(set_, "out")

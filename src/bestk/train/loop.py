@@ -82,7 +82,7 @@ from bestk.train.rundir import (
 )
 from bestk.train.setup import load_run_policy, load_run_task, max_new_tokens
 from bestk.train.sft import make_optimizer, sft_warmup
-from bestk.train.validation import resolve_defaults, validate
+from bestk.train.validation import check_reward_domain, resolve_defaults, validate
 
 __all__ = ["Trainer", "train", "save_final", "append_record"]
 
@@ -167,6 +167,8 @@ class Trainer:
         self.bank: Any = None
         self._given_bank: Any = None  # kappo.bank, loaded when a new run starts
         self.algo = self.spec.make(self)  # pg loads an estimator_options calibration here
+        check_reward_domain(cfg, self.task, getattr(
+            self.estimator_options.get("calibration"), "kind", self.kappo_kind))
         if len(self.rl_prompts) < cfg.rollout.prompts_per_step and not self.spec.bank_completions:
             where = (f"the {len(self.rl_prompts)} calibrated prompts" if
                      len(self.rl_prompts) < len(self.task.train) else
