@@ -122,6 +122,8 @@ def train_command(
 
     try:
         with cli_errors(describe):
+            config = config.expanduser() if config is not None else None
+            resume = resume.expanduser() if resume is not None else None
             if config is not None and config.is_dir():
                 fail(f"--config {str(config)!r} is a directory; give a YAML config file")
             set_out = _set_value(set_, "out")
@@ -153,9 +155,9 @@ def train_command(
             f"interrupted; the last checkpoint in {where} is intact: run the same command (or "
             f"`bestk train --resume {where}`) to continue", err=True,
         )
-        raise typer.Exit(130) from None
-    if trainer.interrupted:
-        raise typer.Exit(130)
+        raise typer.Exit(trainer.stop.exit_status if trainer is not None else 130) from None
+    if trainer.interrupted:  # 130 after Ctrl-C, 143 after SIGTERM (a preemption)
+        raise typer.Exit(trainer.stop.exit_status)
     n = trainer.cfg.eval.n
     if last:
         typer.echo(

@@ -8,7 +8,7 @@ Both are averaged over prompts with bootstrap CIs over prompts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +17,7 @@ import torch
 
 from bestk.metrics import best_at_k_curve, pass_at_k_curve
 from bestk.tasks import Task
+from bestk.train.console import Stopped
 from bestk.train.rollout import sample
 
 __all__ = ["EvalResult", "evaluate"]
@@ -57,10 +58,12 @@ def evaluate(
     top_k: int = 0,
     max_prompt_length: int | None = None,
     prompt_truncation: str = "left",
+    should_stop: Callable[[], bool] | None = None,
 ) -> EvalResult:
     """Sample ``n`` completions for each example, score them, compute the curves (k = 1..n).
     ``top_k``, ``max_prompt_length`` and ``prompt_truncation`` as in
-    :func:`bestk.train.rollout.sample`."""
+    :func:`bestk.train.rollout.sample`. ``should_stop`` (Ctrl-C, SIGTERM) is asked before
+    each batch of prompts: when it says so, :class:`~bestk.train.console.Stopped` is raised."""
     if not examples:
         raise ValueError("evaluate: no held-out prompts")
     device = next(model.parameters()).device
@@ -69,6 +72,8 @@ def evaluate(
     rewards, texts, entropy, lengths = [], [], [], []
     parts: dict[str, list[np.ndarray]] = {}
     for start in range(0, len(examples), batch_prompts):
+        if should_stop is not None and should_stop():
+            raise Stopped(f"an evaluation ({start} of {len(examples)} prompts)")
         chunk = list(examples[start : start + batch_prompts])
         ro = sample(
             model, tokenizer, [ex["prompt"] for ex in chunk], n=n, temperature=temperature,

@@ -99,8 +99,8 @@ class ReferencePlan:
         return bank
 
     def reference_bank(self, model: Any, tokenizer: Any, task: Task, max_new_tokens: int,
-                       progress: Any = None, given: ReferenceBank | None = None
-                       ) -> ReferenceBank | None:
+                       progress: Any = None, given: ReferenceBank | None = None,
+                       should_stop: Callable[[], bool] | None = None) -> ReferenceBank | None:
         """The run's reference bank (``None`` when it needs none): ``kappo.bank``'s (``given``
         when already loaded), or ``kappo.bank_size`` samples of ``model`` (the reference:
         after SFT) for each bank prompt, with the completions when the algorithm keeps them.
@@ -113,7 +113,8 @@ class ReferencePlan:
         return sample_bank(
             model, tokenizer, task, self.bank_examples, size=k.bank_size,
             max_new_tokens=max_new_tokens, seed=BANK_SAMPLING.seed(cfg.seed),
-            completions=self.bank_completions, progress=progress, **sampling_options(cfg),
+            completions=self.bank_completions, progress=progress, should_stop=should_stop,
+            **sampling_options(cfg),
         )
 
     def calibrate(self, bank: ReferenceBank | None, task: Task) -> Calibration:
