@@ -5,6 +5,7 @@ errors, and the CLI."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from bestk.train.config import TrainConfig, apply_overrides, load_config
 from bestk.train.loop import Trainer
 from bestk.train.rundir import read_metrics
 from bestk.train.validation import validate
-from tests.conftest import KAPPO_TINY, TINY, tiny_config
+from tests.conftest import KAPPO_TINY, TINY, kappo_config, tiny_config
 
 pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 
@@ -390,11 +391,12 @@ def test_maxrl_on_a_graded_task_uses_success_indicators(tmp_path):
     from bestk.tasks import register_reward
 
     register_reward("half_for_test", graded=True)(lambda prompt, completion, **ex: 0.5)
-    raw = Trainer(tiny_config(tmp_path / "r", "max_steps=1", "estimator=maxrl",
-                              "advantage_reward=raw", "task.reward=half_for_test"))
-    assert not raw.binary_advantages
-    with pytest.raises(ValueError, match="maxrl needs binary 0/1 rewards"):
-        raw.run(progress=False)
+    # raw graded rewards to maxrl: refused when the task loads, before any work (issue 22.4)
+    with pytest.raises(ValueError, match="estimator 'maxrl' needs 0/1 rewards, but task "
+                       ".* is graded and advantage_reward is 'raw'"):
+        Trainer(tiny_config(tmp_path / "r", "max_steps=1", "estimator=maxrl",
+                            "advantage_reward=raw", "task.reward=half_for_test"))
+    assert not (tmp_path / "r").exists()
 
 
 def test_ctrl_c_finishes_the_step_checkpoints_and_stops(tmp_path):
@@ -443,6 +445,112 @@ def test_sigint_saves_and_exits_130(tmp_path):
     assert "--resume" in err
     last = max(r["step"] for r in read_metrics(out / "metrics.jsonl") if r["phase"] == "train")
     assert latest_checkpoint(out / "checkpoints").name == f"step_{last:07d}.safetensors"
+
+
+def _signal_run(args: list[str], sig: int, ready: Callable[[Path], bool], out: Path
+                ) -> tuple[int, str, float]:
+    """Start ``bestk ARGS``, send ``sig`` once ``ready(out)``; ``(exit status, stderr,
+    seconds from the signal to the exit)``."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "bestk", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None and not ready(out):
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.stderr.read().decode()
+        sent = time.time()
+        os.kill(proc.pid, sig)
+        rc = proc.wait(timeout=60)
+        took = time.time() - sent
+    finally:
+        proc.kill()
+        proc.wait()
+    return rc, proc.stderr.read().decode(), took
+
+
+def _sft_logged(out: Path) -> bool:
+    return any(r["phase"] == "sft" for r in read_metrics(out / "metrics.jsonl"))
+
+
+@pytest.mark.parametrize("signame, status", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_signal_during_sft_is_acknowledged_and_stops_at_the_next_sft_step(
+        tmp_path, signame, status):
+    """Issue 22.3: Ctrl-C (or SIGTERM) at SFT step 10 of 3000 is acknowledged at once and
+    stops the run at the next SFT step: no more SFT, no step-0 evaluation, no checkpoint."""
+    import signal
+
+    out = tmp_path / "s"
+    args = ["train", "--out", str(out), "--quiet", "--max-steps", "3"]
+    for s in [*TINY, "sft.steps=3000", "eval.every=1000"]:
+        args += ["--set", s]
+    rc, err, took = _signal_run(args, getattr(signal, signame), _sft_logged, out)
+    assert rc == status, err
+    name = "Ctrl-C" if signame == "SIGINT" else "SIGTERM"
+    assert f"note: {name}: stopping at the next SFT step" in err
+    assert "interrupted during SFT step" in err and "starts the run over" in err
+    assert "Traceback" not in err and took < 30
+    rows = read_metrics(out / "metrics.jsonl")
+    assert {r["phase"] for r in rows} == {"sft"} and len(rows) < 300  # far from 3000 steps
+    assert not list_checkpoints(out / "checkpoints")
+
+
+def test_sigterm_during_rl_checkpoints_exits_143_and_the_same_command_continues(tmp_path):
+    """SIGTERM (a preemption) is Ctrl-C's twin: finish the step, checkpoint, exit 143; the same
+    command then continues from that checkpoint."""
+    import signal
+
+    out = tmp_path / "t"
+
+    def args(max_steps: int) -> list[str]:
+        a = ["train", "--out", str(out), "--quiet", "--max-steps", str(max_steps)]
+        for s in [*TINY, "checkpoint_every=1000", "eval.every=1000"]:
+            a += ["--set", s]
+        return a
+
+    def trained(o: Path) -> bool:
+        return any(r["phase"] == "train" for r in read_metrics(o / "metrics.jsonl"))
+
+    rc, err, _ = _signal_run(args(400), signal.SIGTERM, trained, out)
+    assert rc == 143, err
+    assert "note: SIGTERM: stopping" in err and "checkpoint saved" in err
+    last = max(r["step"] for r in read_metrics(out / "metrics.jsonl") if r["phase"] == "train")
+    assert latest_checkpoint(out / "checkpoints").name == f"step_{last:07d}.safetensors"
+    tr = Trainer.resume(out, overrides={"max_steps": last + 1})
+    tr.run(progress=False)
+    assert tr.step == last + 1 and not tr.interrupted
+
+
+@pytest.mark.parametrize("kappo, where", [
+    (False, "an evaluation (0 of 4 prompts)"),
+    (True, "the KAPPO reference bank (0 of 16 prompts)"),
+])
+def test_a_stop_after_sft_stops_the_bank_or_the_step_0_evaluation(tmp_path, capsys, kappo,
+                                                                   where):
+    """A stop requested during the last SFT step is honoured at the first batch of what comes
+    next (the KAPPO reference bank, else the step-0 evaluation): nothing after it runs."""
+    cfg = (kappo_config(tmp_path / "k", "algorithm=apo", "kappo.k=2", "sft.steps=10")
+           if kappo else tiny_config(tmp_path / "p", "sft.steps=10"))
+    tr = Trainer(cfg)
+    log = tr.log
+
+    def log_then_press(record):
+        log(record)
+        if record.get("sft_step") == 10:
+            tr.stop.requested = True  # what the first Ctrl-C / SIGTERM does
+
+    tr.log = log_then_press
+    tr.run(progress=False)
+    assert tr.interrupted and tr.step == 0
+    assert f"interrupted during {where}, before the run's first checkpoint" in \
+        capsys.readouterr().err
+    assert [r["phase"] for r in read_metrics(tr.out / "metrics.jsonl")] == ["sft"]
+    assert not list_checkpoints(tr.out / "checkpoints")
+    assert not (tr.out / "calibration.json").exists()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -88,7 +88,8 @@ def test_interpolations_resolve():
         # the range rules beside the fields
         ("rollout.n=0", "config key 'rollout.n' must be an integer >= 1 or null "
                         "\\(the algorithm's default\\), got 0"),
-        ("rollout.top_p=2", "config key 'rollout.top_p' must be a number in \\(0, 1\\], got 2"),
+        ("rollout.top_p=2", "config key 'rollout.top_p' must be a number in \\(0, 1\\] or null "
+         "\\(the model's generation_config\\), got 2"),
         ("loss.clip_low=1", "config key 'loss.clip_low' must be a number in \\[0, 1\\), got 1"),
         ("optim.lr=0", "config key 'optim.lr' must be a number > 0, got 0"),
         ("optim.lr=.inf", "config key 'optim.lr' must be a finite number, got inf"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 
+import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -421,3 +422,136 @@ def test_gradient_checkpointing_of_a_model_without_support():
 
     with pytest.raises(ValueError, match="does not support"):
         enable_gradient_checkpointing(torch.nn.Linear(2, 2))
+
+
+REWARDS_PY = '''
+def fmt(prompt, completion, **_):
+    """1 when the completion writes a GSM8K-style final answer line."""
+    return float("####" in completion)
+
+
+def length(prompt, completion, **_):
+    """Share of 10 characters written; does not apply to an empty completion."""
+    return None if not completion else min(len(completion), 10) / 10
+'''
+
+
+def _chat_dataset(tmp_path, tok):
+    """A ``save_to_disk`` DatasetDict (train / test) with TRL's conversational prompt column:
+    even rows carry their own long system message, odd rows only the user message (they get
+    ``task.system_prompt``). Returns its directory and the shortest rendered prompt length."""
+    import datasets
+
+    from tests.conftest import gsm8k_rows
+
+    def rows(n, offset):
+        out = []
+        for i, r in enumerate(gsm8k_rows(n, offset)):
+            msgs = [{"role": "user", "content": r["question"]}]
+            if i % 2 == 0:
+                msgs.insert(0, {"role": "system", "content": "You are a careful tutor who "
+                                "explains every step of the computation to the student."})
+            out.append({"prompt": msgs, "answer": r["answer"]})
+        return out
+
+    saved = tmp_path / "saved"
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(rows(12, 0)),
+                          "test": datasets.Dataset.from_list(rows(4, 500))}
+                         ).save_to_disk(str(saved))
+    user_only = [{"role": "system", "content": "Be brief."},
+                 {"role": "user", "content": gsm8k_rows(1)[0]["question"]}]
+    text = tok.apply_chat_template(user_only, tokenize=False, add_generation_prompt=True)
+    shortest = len(tok(text, add_special_tokens=False)["input_ids"])
+    return saved, shortest
+
+
+def test_real_data_rewards_samples_and_eval_of_the_run(tiny_hf_model, tmp_path, capsys,
+                                                        monkeypatch):
+    """Issue 20 end to end: a chat-format ``save_to_disk`` dataset with a system prompt, two
+    reward functions from a file path with weights, a prompt length limit cutting the long
+    prompts from the left, top-k, LoRA with adapter-only checkpoints, the evaluation samples,
+    and ``bestk eval --run`` evaluating on exactly the training run's prompts."""
+    import json
+
+    from safetensors import safe_open
+    from transformers import AutoTokenizer
+
+    import bestk.train.evaluate as evaluate_module
+    from bestk.train.checkpoint import list_checkpoints
+
+    tok = AutoTokenizer.from_pretrained(tiny_hf_model)
+    saved, shortest = _chat_dataset(tmp_path, tok)
+    (tmp_path / "my_rewards.py").write_text(REWARDS_PY)
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "run"
+    cfg = TrainConfig()
+    apply_overrides(cfg, [
+        f"out={out}", f"model.path={tiny_hf_model}", "threads=1", "task.name=dataset",
+        f"task.options={{path: {saved}, eval_path: {saved}, prompt_field: prompt}}",
+        "task.system_prompt=Be brief.", "task.reward=[my_rewards.py:fmt, my_rewards.py:length]",
+        "task.reward_weights=[1.0, 0.5]", f"rollout.max_prompt_length={shortest}",
+        "rollout.top_k=5", "sft.steps=1", "sft.batch_size=4", "rollout.prompts_per_step=2",
+        "rollout.n=2", "rollout.max_new_tokens=6", "eval.n=2", "eval.num_prompts=3",
+        "eval.every=2", "optim.lr=0.05", "estimator=grpo", "max_steps=2", *LORA[:3],
+    ])
+    trainer = Trainer(cfg)
+    trainer.run(progress=True)  # the header is shown with the progress bar
+    err = capsys.readouterr().err
+
+    # The model saw the chat template's rendering, the system prompt where a row had none.
+    prompts = [ex["prompt"] for ex in trainer.task.train]
+    assert sum(p.startswith("<|im_start|>system\nBe brief.<|im_end|>") for p in prompts) == 6
+    assert sum("careful tutor" in p for p in prompts) == 6
+    # The long prompts are cut from the left, counted in the header and in each step.
+    assert "sampling: temperature=1.0 (config) top_p=1.0 (config) top_k=5 (config)" in err
+    assert f"prompts: 8 of 16 longer than rollout.max_prompt_length={shortest}" in err
+    records = read_metrics(out / "metrics.jsonl")
+    train = [r for r in records if r["phase"] == "train"]
+    assert all(0 <= r["prompts_truncated"] <= 2 for r in train)
+    # Each function's mean under its own name; the estimator saw the weighted sum.
+    for r in [*train, *(r for r in records if r["phase"] == "eval")]:
+        assert {"rewards/fmt/mean", "rewards/length/mean"} <= set(r)
+    ro = _rollout(trainer)
+    exs = [e for e in trainer.task.eval[:2] for _ in range(2)]
+    scores = trainer.task.score_detailed(exs, ro.texts)
+    np_total = scores.columns["fmt"] + 0.5 * np.nan_to_num(scores.columns["length"])
+    assert np.allclose(trainer.task.score(exs, ro.texts), np_total)
+
+    # samples.jsonl: each evaluation's first prompts as the model saw them, with the rewards.
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert sorted({s["step"] for s in samples}) == [0, 2]
+    first = samples[0]
+    assert first["prompt"] == trainer.eval_examples[0]["prompt"]
+    assert set(first["rewards"]) == {"fmt", "length"} and "success" in first
+
+    # Adapter-only checkpoints: the adapters and their optimizer state, not the base model.
+    ckpt = list_checkpoints(out / "checkpoints")[-1]
+    with safe_open(str(ckpt), "pt") as f:
+        keys = [k for k in f.keys() if k.startswith("model.")]
+        assert keys and all(".lora_" in k for k in keys)
+        assert json.loads(f.metadata()["state"])["weights"] == "adapters"
+    assert ckpt.stat().st_size < (tiny_hf_model / "model.safetensors").stat().st_size
+
+    # bestk eval --run: the run's task, template, system prompt, rewards and eval settings.
+    seen: list[list[str]] = []
+    real = evaluate_module.evaluate
+
+    def spy(model, tokenizer, task, examples, **kw):
+        seen.append([ex["prompt"] for ex in examples])
+        return real(model, tokenizer, task, examples, **kw)
+
+    monkeypatch.setattr(evaluate_module, "evaluate", spy)
+    res = CliRunner().invoke(app, ["eval", "--run", str(out), "--set", "eval.n=3",
+                                   "--json", str(tmp_path / "m.json")])
+    assert res.exit_code == 0, res.output
+    assert seen == [[ex["prompt"] for ex in trainer.eval_examples]]  # byte-equal prompts
+    m = json.loads((tmp_path / "m.json").read_text())
+    assert m["n"] == 3 and m["num_prompts"] == 3 and "rewards/length/mean" in m
+    bad = CliRunner().invoke(app, ["eval", "--run", str(out), "-n", "2", "--set", "eval.n=3"])
+    assert bad.exit_code == 2 and "-n 2 and --set eval.n=3 disagree" in bad.output
+    # ... and a LoRA run's final/adapter, loaded onto the run's base model.
+    seen.clear()
+    res = CliRunner().invoke(app, ["eval", "--model", str(out / "final" / "adapter"),
+                                   "--run", str(out)])
+    assert res.exit_code == 0, res.output
+    assert seen == [[ex["prompt"] for ex in trainer.eval_examples]]

@@ -235,3 +235,23 @@ def test_a_wandb_that_cannot_start_is_one_line(tmp_path, monkeypatch):
         reporters.open()
     assert "\n" not in str(info.value)
     reporters.close()
+
+
+def test_samples_go_to_tensorboard_as_a_text_table(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from bestk.train.reporters import Reporters
+
+    records = [{"step": 3, "prompt_id": 7, "prompt": "rev:12=", "completion": "21",
+                "reward": 1.0, "success": True, "rewards": {"fmt": 1.0, "len": None}}]
+    rep = Reporters(["tensorboard"], tmp_path)
+    rep.log_samples(3, records)
+    rep.log_samples(4, [])  # nothing to show: no event
+    rep.close()
+    acc = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"tensors": 0})
+    acc.Reload()
+    events = acc.Tensors("eval/samples/text_summary")
+    assert [e.step for e in events] == [3]
+    text = events[0].tensor_proto.string_val[0].decode()
+    assert "| step | prompt_id | prompt | completion | reward | success | reward/fmt | " \
+           "reward/len |" in text and "| 3 | 7 | rev:12= | 21 | 1 | True | 1 |  |" in text

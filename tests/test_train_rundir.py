@@ -298,6 +298,18 @@ def test_checkpoints_carry_a_sha256sum_compatible_checksum(tmp_path):
          "prompts_per_step \\(64\\) exceeds the 8 calibrated prompts .*kappo.bank_prompts"),
         (["--estimator", "kappo_grpo", "--set", "kappo.k=1.5"],
          "config key 'kappo.k' must be an integer"),
+        # issue 22.4: each of these used to fail only after SFT (or crash)
+        (["--estimator", "maxrl", "--set", "advantage_reward=raw"],
+         "estimator 'maxrl' needs 0/1 rewards, but task 'strings/reverse' is graded"),
+        (["--set", "task.reward=os:system"],
+         "reward function 'os:system' has the signature \\(command\\), but a reward is "
+         "called as fn\\(prompt, completion, \\*\\*fields\\)"),
+        (["--set", "threads=100000"],
+         "config key 'threads' is 100000, more than this machine's \\d+ CPUs"),
+        (["--set", "model.hidden_size=65536", "--set", "model.num_layers=64",
+          "--set", "model.intermediate_size=262144"],
+         "has about 4.4e\\+12 parameters: training it needs at least 64.0 TiB, more than the "
+         ".* of memory of device 'cpu'; make it smaller"),
     ],
 )
 def test_bad_values_stop_before_any_work(tmp_path, extra, match):
@@ -305,6 +317,38 @@ def test_bad_values_stop_before_any_work(tmp_path, extra, match):
     line = one_line_error(invoke("train", "--out", out, "--quiet", *extra))
     assert __import__("re").search(match, line), line
     assert not out.exists()  # nothing written, no model built, no SFT step taken
+
+
+@pytest.mark.parametrize("name, why", [
+    ("", "is empty"),
+    (os.fsdecode(b"run-\xff\xfe"), "holds bytes that are not UTF-8 \\(b'.*run-\\\\xff"),
+    ("r" * 300, "has a name of 300 bytes, over this system's limit of \\d+ \\(NAME_MAX\\)"),
+    ("/".join(["d" * 200] * 25), "exceeds this system's limit of \\d+ \\(PATH_MAX\\)"),
+])
+def test_an_out_that_cannot_be_written_or_recorded_is_refused_before_any_work(
+        tmp_path, monkeypatch, name, why):
+    monkeypatch.chdir(tmp_path)
+    line = one_line_error(invoke("train", "--out", name, "--quiet", "--set", "threads=1"))
+    assert __import__("re").search(f"--out .* {why}.*; choose another path", line), line
+    assert list(tmp_path.iterdir()) == []  # nothing written (an empty --out is not the cwd)
+
+
+def test_a_tilde_in_out_and_config_is_the_home_directory(tmp_path, monkeypatch):
+    from bestk.train.config import TrainConfig, apply_overrides
+    from bestk.train.validation import resolve_defaults
+
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    (home / "c.yaml").write_text("max_steps: 1\nsft:\n  steps: 0\n")
+    r = invoke(*cli_args("~/run")[:-2], "--config", "~/c.yaml", "--max-steps", "1",
+               "--set", "sft.steps=0")
+    assert r.exit_code == 0, r.output
+    assert (home / "run" / "final" / "config.json").is_file() and list(work.iterdir()) == []
+    cfg = resolve_defaults(apply_overrides(TrainConfig(), ["model.path=~/m", "out=~/x"]))
+    assert cfg.model.path == str(home / "m") and cfg.out == str(home / "x")
 
 
 def test_a_model_that_fails_to_load_leaves_no_run_directory(tmp_path):
@@ -483,6 +527,52 @@ def test_rerunning_a_finished_run_says_it_is_complete(run):
     assert "done: held-out pass@1=" in r.output
     after = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
     assert after == before  # nothing rewritten
+
+
+def _files(d: Path) -> dict[Path, bytes]:
+    return {p.relative_to(d): p.read_bytes() for p in d.rglob("*")
+            if p.is_file() and p.name != ".lock"}
+
+
+def test_a_finished_run_without_checkpoints_is_complete_and_nothing_is_retrained(run):
+    """Issue 22.1: ``rm -rf RUN/checkpoints`` (to save disk), then the same command: final/
+    and the completion marker make the run complete; nothing is retrained or rewritten."""
+    shutil.rmtree(run / "checkpoints")
+    before = _files(run)
+    r = invoke(*cli_args(run))
+    assert r.exit_code == 0, r.output
+    assert "is already complete (step 4 of 4); nothing to do" in r.output
+    assert "starting it over" not in r.output and "SFT" not in r.output
+    assert "done: held-out pass@1=" in r.output
+    assert _files(run) == before  # metrics.jsonl, final/, report.md untouched
+    line = one_line_error(invoke(*cli_args(run, max_steps=6)))  # cannot continue: refused
+    assert "finished at step 4 and its checkpoints are gone" in line
+    assert _files(run) == before
+
+
+def test_checkpoints_as_a_plain_file_is_refused_before_any_work(run):
+    shutil.rmtree(run / "checkpoints")
+    (run / "checkpoints").write_text("not a directory")
+    before = _files(run)
+    line = one_line_error(invoke(*cli_args(run)))
+    assert "checkpoints' is a file, not the run's checkpoint directory" in line
+    assert _files(run) == before
+
+
+def test_starting_over_keeps_the_previous_attempt(run):
+    """A run with no checkpoint and no completion marker starts over, but the files of the
+    attempt it replaces (log, final/, report) move to previous-attempt/, not truncated."""
+    shutil.rmtree(run / "checkpoints")
+    (run / ".finished").unlink()
+    old = _files(run)
+    r = invoke(*cli_args(run))
+    assert r.exit_code == 0, r.output
+    assert "starting it over" in r.output
+    assert "the files of the attempt started over are kept in" in r.output
+    kept = _files(run / "previous-attempt")
+    assert kept == {p: b for p, b in old.items() if p.name != "config.yaml"}
+    assert len(read_metrics(run / "metrics.jsonl")) == len(read_metrics(
+        run / "previous-attempt" / "metrics.jsonl"))  # the same run again, in full
 
 
 def test_a_different_config_is_refused_naming_the_keys(run):
@@ -797,8 +887,10 @@ def test_eval_bank_prompts_is_checked_before_any_model_loads(tmp_path, value):
 def test_eval_refuses_train_only_keys(tmp_path):
     line = one_line_error(invoke("eval", "--model", tmp_path, "--set", "optim.lr=1e-3",
                                  "--set", "eval.n=4", "--set", "eval.temperature=0.5"))
-    assert line.startswith("error: bestk eval does not use --set optim.lr, eval.n (use -n for "
-                           "eval.n); it reads task.*, model.*, eval.num_prompts")
+    assert line.startswith("error: bestk eval does not use --set optim.lr (training-only); it "
+                           "reads task.*, model.*, eval.n, eval.num_prompts")
+    line = one_line_error(invoke("eval", "--model", tmp_path, "--set", "seed=3"))
+    assert line.startswith("error: bestk eval does not use --set seed (use --seed for seed)")
 
 
 def test_eval_warns_about_prompt_characters_the_tokenizer_does_not_know(run):

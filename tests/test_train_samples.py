@@ -61,3 +61,34 @@ def test_shapes_are_checked():
         sample_records(0, examples, texts[:-1], rewards)
     with pytest.raises(ValueError, match=">= 0"):
         sample_records(0, examples, texts, rewards, per_prompt=-1)
+
+
+def test_drop_samples_after_keeps_the_steps_a_resume_does_not_redo(tmp_path):
+    import json
+
+    from bestk.train.samples import drop_samples_after
+
+    path = tmp_path / "samples.jsonl"
+    drop_samples_after(path, 3)  # no file: nothing happens
+    assert not path.exists()
+    lines = [json.dumps({"step": s, "prompt": "p"}) for s in (0, 2, 4)]
+    path.write_text("\n".join(lines) + '\n{"step": 6, "pro')  # a line torn by a crash
+    drop_samples_after(path, 2)
+    assert path.read_text() == lines[0] + "\n" + lines[1] + "\n"
+
+
+def test_eval_samples_of_an_evaluation_result():
+    from types import SimpleNamespace
+
+    from bestk.tasks import load_task
+    from bestk.train.samples import eval_samples
+
+    task = load_task("strings", {"num_train": 8, "num_eval": 4})
+    exs = task.eval[:2]
+    res = SimpleNamespace(examples=exs, texts=[exs[0]["answer"], "x", "y", exs[1]["answer"]],
+                          rewards=np.array([[1.0, 0.0], [0.0, 1.0]]), columns={})
+    recs = eval_samples(5, res, task, num_prompts=2, per_prompt=2)
+    assert [(r["step"], r["prompt"], r["success"]) for r in recs] == [
+        (5, exs[0]["prompt"], True), (5, exs[0]["prompt"], False),
+        (5, exs[1]["prompt"], False), (5, exs[1]["prompt"], True)]
+    assert all("rewards" not in r for r in recs)

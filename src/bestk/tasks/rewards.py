@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import inspect
 import math
 import os
 import re
@@ -225,6 +226,30 @@ def _is_file_target(target: str) -> bool:
     return target.endswith(".py") or "/" in target or os.sep in target
 
 
+def _check_signature(fn: Callable[..., Any], name: str) -> None:
+    """A reward is called ``fn(prompt, completion, **fields)`` (every field of the example:
+    ``answer``, ``id``, ...): ``ValueError`` naming ``fn``'s signature when it cannot take that
+    (two positional arguments and any keywords), so a wrong function (``os:system``) is refused
+    when the task loads rather than after the SFT. A function without an inspectable
+    signature is taken as it is."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        sig.bind_partial("prompt", "completion")
+        ok = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+    except TypeError:
+        ok = False
+    if not ok:
+        shown = str(sig) if len(str(sig)) <= 60 else str(sig)[:57] + "..."
+        raise ValueError(
+            f"reward function {name!r} has the signature {shown}, but a reward is called as "
+            "fn(prompt, completion, **fields) with every field of the example (answer, id, "
+            "...); define it as def f(prompt, completion, **fields)"
+        )
+
+
 def get_reward(name: str) -> RewardSpec:
     """A reward function by its name: a registered reward (``exact``), ``module:function``
     (importable, or ``module.py`` in the working directory) or ``path/to/file.py:function``
@@ -252,6 +277,7 @@ def get_reward(name: str) -> RewardSpec:
                              f"{attr!r}") from None
         if not callable(fn):
             raise ValueError(f"reward {name!r} is not callable")
+        _check_signature(fn, name)
         return RewardSpec(fn, True, (), str(getattr(fn, "__name__", attr)))
     raise ValueError(f"unknown reward {name!r}; valid: {_forms()}")
 

@@ -2,7 +2,10 @@
 
 One checkpoint is one file ``DIR/checkpoints/step_XXXXXXX.safetensors`` holding
 
-* ``model.<name>``: the policy's parameters and buffers,
+* ``model.<name>``: the policy's parameters and buffers -- or, for a LoRA policy (a PEFT
+  model), only its trainable (adapter) parameters: the frozen base weights are those of
+  ``model.path`` (or the seeded tiny model), rebuilt when the run resumes, so they are not
+  stored again (state ``"weights": "adapters"``),
 * ``ref.<name>``: the frozen reference policy (only when a KL penalty is used),
 * ``optim.<param index>.<state name>``: AdamW moments and step counts,
 * ``rng.torch``: the global torch CPU RNG state,
@@ -50,6 +53,7 @@ __all__ = [
     "file_sha256",
     "safetensors_layout_problem",
     "as_os_error",
+    "adapters_only",
 ]
 
 _NAME = re.compile(r"^step_(\d{7})\.safetensors$")
@@ -62,6 +66,19 @@ def _tensors_of(module: torch.nn.Module, prefix: str) -> dict[str, torch.Tensor]
     return {
         f"{prefix}{k}": v.detach().to("cpu").clone().contiguous()
         for k, v in module.state_dict().items()
+    }
+
+
+def adapters_only(model: torch.nn.Module) -> bool:
+    """Whether a checkpoint of ``model`` holds only its trainable parameters: a PEFT model
+    (LoRA), whose frozen base is rebuilt from its source on resume."""
+    return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
+
+
+def _trainable_of(module: torch.nn.Module, prefix: str) -> dict[str, torch.Tensor]:
+    return {
+        f"{prefix}{k}": p.detach().to("cpu").clone().contiguous()
+        for k, p in module.named_parameters() if p.requires_grad
     }
 
 
@@ -84,7 +101,8 @@ def save_checkpoint(
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    tensors = _tensors_of(model, "model.")
+    adapters = adapters_only(model)
+    tensors = _trainable_of(model, "model.") if adapters else _tensors_of(model, "model.")
     if ref_model is not None:
         tensors.update(_tensors_of(ref_model, "ref."))
     opt = optimizer.state_dict()
@@ -93,8 +111,10 @@ def save_checkpoint(
             t = value if isinstance(value, torch.Tensor) else torch.tensor(value)
             tensors[f"optim.{idx}.{name}"] = t.detach().to("cpu").clone().contiguous()
     tensors["rng.torch"] = torch.get_rng_state().clone()
-    np_state = np.random.get_state()  # noqa: NPY002  (global state used by user rewards)
+    np_state: Any = np.random.get_state()  # noqa: NPY002  (global state used by user rewards)
     meta_state = dict(state)
+    if adapters:
+        meta_state["weights"] = "adapters"
     meta_state.update(
         step=int(step),
         optimizer_param_groups=opt["param_groups"],
@@ -209,6 +229,16 @@ def latest_valid_checkpoint(directory: str | Path) -> tuple[Path | None, list[tu
     return None, skipped
 
 
+def _load_adapters(model: torch.nn.Module, tensors: dict[str, torch.Tensor], path: Path) -> None:
+    """Load an adapters-only checkpoint: exactly the model's trainable parameters."""
+    trainable = {k for k, p in model.named_parameters() if p.requires_grad}
+    if set(tensors) != trainable:
+        extra = sorted(set(tensors) - trainable) or sorted(trainable - set(tensors))
+        raise ValueError(f"checkpoint {str(path)!r} does not fit the model's adapters (another "
+                         f"model.lora config?): e.g. {extra[0]!r}")
+    model.load_state_dict(tensors, strict=False)
+
+
 def _py_state_to_json(st: tuple) -> list:
     version, internal, gauss = st
     return [version, list(internal), gauss]
@@ -220,7 +250,7 @@ def list_checkpoints(directory: str | Path) -> list[Path]:
     if not directory.is_dir():
         return []
     found = [p for p in directory.iterdir() if _NAME.match(p.name)]
-    return sorted(found, key=lambda p: int(_NAME.match(p.name).group(1)))
+    return sorted(found, key=lambda p: int(p.name[5:12]))  # step_XXXXXXX.safetensors
 
 
 def latest_checkpoint(directory: str | Path) -> Path | None:
@@ -266,7 +296,10 @@ def load_checkpoint(
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ValueError(f"checkpoint {str(path)!r} is unreadable: {first}") from None
     try:
-        model.load_state_dict(groups["model."])
+        if meta.get("weights") == "adapters":
+            _load_adapters(model, groups["model."], path)
+        else:
+            model.load_state_dict(groups["model."])
         if ref_model is not None:  # a reference without weights of its own needs none
             if not groups["ref."] and ref_model.state_dict():
                 raise ValueError(f"checkpoint {str(path)!r} has no reference model")

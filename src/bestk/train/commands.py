@@ -7,6 +7,8 @@ offending key / estimator / option and the valid choices.
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -57,6 +59,27 @@ def _set_value(overrides: list[str], key: str) -> str | None:
     return found
 
 
+def quiet_libraries() -> None:
+    """Turn off the progress bars of transformers, datasets and huggingface_hub (model loading,
+    dataset preparation) for the rest of the process: ``bestk train --quiet``."""
+    import importlib.util
+
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    os.environ["TQDM_DISABLE"] = "1"
+    if importlib.util.find_spec("transformers") is not None:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    if importlib.util.find_spec("datasets") is not None:
+        import datasets  # type: ignore[import-untyped]
+
+        datasets.disable_progress_bars()
+    if importlib.util.find_spec("huggingface_hub") is not None:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+
+
 def train_command(
     config: Path | None = typer.Option(None, "--config", help="YAML config file."),
     out: str | None = typer.Option(
@@ -86,6 +109,8 @@ def train_command(
     from bestk.train.config import TrainConfig, apply_overrides, load_config
     from bestk.train.loop import Trainer
 
+    if quiet:
+        quiet_libraries()
     flags = [f"{key}={value}" for key, value in (("estimator", estimator),
                                                  ("max_steps", max_steps)) if value is not None]
     trainer = None
@@ -97,6 +122,8 @@ def train_command(
 
     try:
         with cli_errors(describe):
+            config = config.expanduser() if config is not None else None
+            resume = resume.expanduser() if resume is not None else None
             if config is not None and config.is_dir():
                 fail(f"--config {str(config)!r} is a directory; give a YAML config file")
             set_out = _set_value(set_, "out")
@@ -128,9 +155,9 @@ def train_command(
             f"interrupted; the last checkpoint in {where} is intact: run the same command (or "
             f"`bestk train --resume {where}`) to continue", err=True,
         )
-        raise typer.Exit(130) from None
-    if trainer.interrupted:
-        raise typer.Exit(130)
+        raise typer.Exit(trainer.stop.exit_status if trainer is not None else 130) from None
+    if trainer.interrupted:  # 130 after Ctrl-C, 143 after SIGTERM (a preemption)
+        raise typer.Exit(trainer.stop.exit_status)
     n = trainer.cfg.eval.n
     if last:
         typer.echo(
@@ -140,9 +167,17 @@ def train_command(
 
 
 def eval_command(
-    model: Path = typer.Option(..., "--model", help="HF model directory (e.g. RUN/final)."),
-    task: str = typer.Option("strings", "--task", help="Task name (default: the train default)."),
-    n: int = typer.Option(8, "-n", "--samples", help="Samples per held-out prompt."),
+    model: Path | None = typer.Option(
+        None, "--model", help="HF model directory (e.g. RUN/final), or a LoRA run's "
+        "RUN/final/adapter."),
+    run: Path | None = typer.Option(
+        None, "--run", help="A finished run directory: reuse its task, template, system "
+        "prompt, reward(s) and eval settings, and its final/ model."),
+    task: str | None = typer.Option(
+        None, "--task", help="Task name (default: the run's with --run, else strings)."),
+    n: int | None = typer.Option(
+        None, "-n", "--samples", help="Samples per held-out prompt (= --set eval.n; default "
+        "the run's eval.n with --run, else 8)."),
     set_: list[str] = typer.Option(
         [], "--set", help="Task / eval overrides: --set task.options.digits=2, eval.temperature"
     ),
@@ -157,19 +192,23 @@ def eval_command(
 ) -> None:
     """Unbiased pass@k / best@k curves (k = 1..n) of a model on a task's held-out prompts.
 
-    --set takes the keys evaluation reads: task.*, model.*, eval.num_prompts,
-    eval.temperature, eval.top_p, rollout.max_new_tokens, device.
+    --run DIR evaluates a finished run's final/ model on exactly the prompts its evaluations
+    used (task, template, system prompt, reward, eval settings from DIR/config.yaml).
+    --set takes the keys evaluation reads: task.*, model.*, eval.n, eval.num_prompts,
+    eval.temperature, eval.top_p, eval.top_k, rollout.max_new_tokens,
+    rollout.max_prompt_length, rollout.prompt_truncation, device.
     """
     with cli_errors():
-        _eval(model, task, n, set_, json_out, bank_out, bank_prompts, seed)
+        _eval(model, task, n, set_, json_out, bank_out, bank_prompts, seed, run)
 
 
-#: The config keys ``bestk eval`` reads (``--set``), as dotted keys or sections; ``-n`` and
-#: ``--seed`` set ``eval.n`` and ``seed``. Every other key only matters to training.
-EVAL_KEYS = ("task", "model", "eval.num_prompts", "eval.temperature", "eval.top_p",
-             "rollout.max_new_tokens", "device")
+#: The config keys ``bestk eval`` reads (``--set``), as dotted keys or sections; ``--seed``
+#: sets ``seed`` (``-n`` is ``eval.n``). Every other key only matters to training.
+EVAL_KEYS = ("task", "model", "eval.n", "eval.num_prompts", "eval.temperature", "eval.top_p",
+             "eval.top_k", "rollout.max_new_tokens", "rollout.max_prompt_length",
+             "rollout.prompt_truncation", "device")
 #: Keys ``bestk eval`` sets from its own options.
-EVAL_FLAG_KEYS = {"eval.n": "-n", "seed": "--seed"}
+EVAL_FLAG_KEYS = {"seed": "--seed"}
 
 
 def check_eval_overrides(overrides: list[str]) -> None:
@@ -188,6 +227,81 @@ def check_eval_overrides(overrides: list[str]) -> None:
             + (f" (use {', '.join(flags)})" if flags else " (training-only)")
             + f"; it reads {read}"
         )
+
+
+def eval_config(model: Path | None, task: str | None, n: int | None, overrides: list[str],
+                seed: int, run: Path | None) -> tuple[Any, Path | None, int]:
+    """The config ``bestk eval`` evaluates with, the LoRA adapter directory to load (or
+    ``None``) and the seed its base model was built with (the run's; a tiny model's base
+    weights are drawn from it).
+
+    With ``run``: the run's own ``config.yaml`` (its task, template, system prompt, rewards,
+    sampling and eval settings; ``--task`` is refused) and its ``final/`` model unless
+    ``model`` names another. A ``model`` holding ``adapter_config.json`` (a LoRA run's
+    ``final/adapter``) is loaded onto its base: the run's ``model`` (``config.yaml`` two
+    levels up) or the adapter's ``base_model_name_or_path``. ``n`` (``-n``) and ``--set
+    eval.n`` set the same key: given both with different values is an error.
+    """
+    from bestk.train.config import TrainConfig, apply_overrides
+    from bestk.train.rundir import read_run_config
+
+    if model is None and run is None:
+        raise ValueError("give --model DIR (a model directory) or --run DIR (a finished run)")
+    check_eval_overrides(overrides)
+    set_n = _set_value(overrides, "eval.n")
+    if n is not None and set_n is not None and set_n != str(n):
+        raise ValueError(f"-n {n} and --set eval.n={set_n} disagree; give one of them")
+    adapter = model if model is not None and (model / "adapter_config.json").is_file() else None
+    stored_at = run
+    if stored_at is None and adapter is not None and (adapter.parent.parent / "config.yaml"
+                                                      ).is_file():
+        stored_at = adapter.parent.parent  # RUN/final/adapter: RUN's base model
+    if run is not None:
+        if task is not None:
+            raise ValueError(f"--run reuses the run's task; drop --task {task} (or change it "
+                             "with --set task.*)")
+        if not (run / "config.yaml").is_file():
+            raise ValueError(f"--run {str(run)!r} is not a run directory (no config.yaml)")
+    if stored_at is not None:
+        cfg = read_run_config(stored_at)
+    else:
+        cfg = TrainConfig()
+        cfg.task.name = task or "strings"
+    if adapter is None:
+        cfg.model.path = str(model) if model is not None else str(Path(str(run)) / "final")
+        cfg.model.lora.r = 0  # final/ holds the adapters merged
+    elif stored_at is None:
+        base = json.loads((adapter / "adapter_config.json").read_text()).get(
+            "base_model_name_or_path")
+        if not base or not Path(base).is_dir():
+            raise ValueError(f"{str(adapter)!r} is a LoRA adapter whose base model "
+                             f"{base!r} is not a local directory; give --run RUN")
+        cfg.model.path = base
+    if run is not None and model is None and not (run / "final").is_dir():
+        raise ValueError(f"run {str(run)!r} has no final/ model (is it finished?)")
+    base_seed = cfg.seed
+    if n is not None:
+        cfg.eval.n = n
+    cfg.seed = seed
+    apply_overrides(cfg, overrides)
+    return cfg, adapter, base_seed
+
+
+def load_eval_policy(cfg: Any, adapter: Path | None, alphabet: str | None,
+                     base_seed: int = 0) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` that ``bestk eval`` evaluates: ``model.path`` as it is, or with
+    a LoRA ``adapter`` directory loaded onto it through PEFT (the base rebuilt as the run
+    built it: its ``model.path`` or the seeded tiny model)."""
+    from bestk.train.policy import load_policy
+
+    if adapter is None:
+        return load_policy(cfg.model, alphabet)
+    from peft import PeftModel
+
+    base_cfg = cfg.model.model_copy(deep=True)
+    base_cfg.lora.r = 0
+    base, tok = load_policy(base_cfg, alphabet, seed=base_seed)
+    return PeftModel.from_pretrained(base, str(adapter)).eval(), tok
 
 
 def unknown_characters(tokenizer: Any, prompts: list[str]) -> tuple[int, str, str] | None:
@@ -211,40 +325,35 @@ def unknown_characters(tokenizer: Any, prompts: list[str]) -> tuple[int, str, st
 
 
 def _eval(
-    model: Path, task: str, n: int, set_: list[str], json_out: Path | None,
-    bank_out: Path | None, bank_prompts: int, seed: int,
+    model: Path | None, task: str | None, n: int | None, set_: list[str], json_out: Path | None,
+    bank_out: Path | None, bank_prompts: int, seed: int, run: Path | None = None,
 ) -> None:
-    import json
-
     from rich.console import Console
     from rich.table import Table
 
     from bestk._atomic import write_text_atomic
     from bestk._seeds import EVAL_BANK_SAMPLING
     from bestk.tasks import load_task
-    from bestk.train.config import TrainConfig, apply_overrides
     from bestk.train.evaluate import evaluate
     from bestk.train.hf import autocast, render_task_prompts
-    from bestk.train.policy import load_policy
-    from bestk.train.validation import validate
+    from bestk.train.setup import check_run_prompts, sampling_options
+    from bestk.train.validation import resolve_defaults, validate
 
     if bank_prompts < 1:
         raise ValueError(f"--bank-prompts must be an integer >= 1, got {bank_prompts}")
     for flag, path in (("--json", json_out), ("--bank", bank_out)):
         if path is not None:
             out_file(path, flag)
-    check_eval_overrides(set_)
-    cfg = TrainConfig()
-    cfg.task.name = task
-    cfg.model.path = str(model)
-    cfg.eval.n = n
-    cfg.seed = seed
-    apply_overrides(cfg, set_)
+    cfg, adapter, base_seed = eval_config(model, task, n, set_, seed, run)
     validate(cfg)
-    t = load_task(cfg.task.name, cfg.task.options, seed=cfg.seed, reward=cfg.task.reward)
-    mdl, tok = load_policy(cfg.model, t.alphabet)
+    cfg = resolve_defaults(cfg)  # null sampling keys: the model's generation_config
+    t = load_task(cfg.task.name, cfg.task.options, seed=cfg.seed, reward=cfg.task.reward,
+                  reward_weights=cfg.task.reward_weights, system_prompt=cfg.task.system_prompt)
+    mdl, tok = load_eval_policy(cfg, adapter, t.alphabet, base_seed)
     mdl.to(cfg.device)
     render_task_prompts(t, tok, cfg.model.chat_template)
+    check_run_prompts(cfg, t, tok)
+    n = cfg.eval.n
     max_new = cfg.rollout.max_new_tokens or t.max_answer_chars + 2
     examples = t.eval[: cfg.eval.num_prompts or len(t.eval)]
     bank_ex = t.train[:bank_prompts] if bank_out is not None else []
@@ -254,13 +363,12 @@ def _eval(
         typer.echo(
             f"warning: {count} of {len(examples) + len(bank_ex)} prompts hold characters the "
             f"model's tokenizer does not know (e.g. {char!r} in {prompt!r}), which it drops or "
-            f"reads as unknown: was {str(model)!r} trained on task {t.name!r}?", err=True,
+            f"reads as unknown: was {str(cfg.model.path)!r} trained on task {t.name!r}?",
+            err=True,
         )
+    opts = sampling_options(cfg, "eval")
     with autocast(cfg.device, cfg.model.autocast):
-        res = evaluate(
-            mdl, tok, t, examples, n=n, temperature=cfg.eval.temperature, top_p=cfg.eval.top_p,
-            max_new_tokens=max_new, seed=seed,
-        )
+        res = evaluate(mdl, tok, t, examples, n=n, max_new_tokens=max_new, seed=seed, **opts)
     table = Table(title=f"{t.name}: {len(examples)} held-out prompts x {n} samples")
     table.add_column("k")
     table.add_column("pass@k [95% CI]")
@@ -281,11 +389,8 @@ def _eval(
         write_text_atomic(json_out, json.dumps(m, indent=1))
     if bank_out is not None:
         with autocast(cfg.device, cfg.model.autocast):
-            b = evaluate(
-                mdl, tok, t, bank_ex, n=n, temperature=cfg.eval.temperature,
-                top_p=cfg.eval.top_p, max_new_tokens=max_new,
-                seed=EVAL_BANK_SAMPLING.seed(seed),
-            )
+            b = evaluate(mdl, tok, t, bank_ex, n=n, max_new_tokens=max_new,
+                         seed=EVAL_BANK_SAMPLING.seed(seed), **opts)
         write_text_atomic(bank_out, "".join(
             json.dumps({"prompt_id": ex["id"], "rewards": row.tolist()}) + "\n"
             for ex, row in zip(bank_ex, b.rewards, strict=True)

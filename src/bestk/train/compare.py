@@ -80,7 +80,7 @@ from bestk.train.reference import (
 from bestk.train.reference_plan import plan_reference
 from bestk.train.report import curve_of
 from bestk.train.rundir import read_metrics
-from bestk.train.setup import load_run_policy, load_run_task, max_new_tokens
+from bestk.train.setup import load_run_policy, load_run_task, max_new_tokens, sampling_options
 from bestk.train.sft import sft_weights
 from bestk.train.validation import (
     check_device,
@@ -271,12 +271,12 @@ def _sft_job(cfg_dict: dict[str, Any], path: str, kappo: dict[str, Any] | None,
 
 def _calibrate(cfg: TrainConfig, sft_path: str, kp: KappoAuto, cal_path: Path) -> None:
     """A bank of ``bank_n`` samples of the SFT policy on every training prompt -> calibration."""
+    cfg = resolve_defaults(cfg)  # the sampling keys a config leaves null
     task, device = load_run_task(cfg)
     model, tokenizer = load_run_policy(cfg, task, device)
     model.load_state_dict(torch.load(sft_path))
     exs = task.train
-    res = evaluate(model, tokenizer, task, exs, n=kp.bank_n,
-                   temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+    res = evaluate(model, tokenizer, task, exs, n=kp.bank_n, **sampling_options(cfg),
                    max_new_tokens=max_new_tokens(cfg, task), seed=KAPPO_AUTO_BANK.seed(cfg.seed))
     vals = calibration_values(task, kp.kind, res.rewards)
     bank = {int(ex["id"]): row.tolist() for ex, row in zip(exs, vals, strict=True)}

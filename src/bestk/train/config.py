@@ -26,7 +26,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, TypeGuard, get_args, get_origin
 
 import yaml
 from omegaconf import OmegaConf
@@ -206,8 +206,18 @@ class TaskConfig(_Section):
                              json_schema_extra=_want("a mapping with string keys"))
     """Task options, e.g. ``{digits: 2}`` or ``{dataset: basic_arithmetic, config: {...}}``
     (names checked against the task's builder)."""
-    reward: Str | None = None
-    """Replace the task's reward: a registered reward name or ``module:function``."""
+    reward: Annotated[str | list[str] | None, BeforeValidator(names_input)] = Field(
+        None, json_schema_extra=_want("a reward name, module:function, path/file.py:function, "
+                                      "or a list of them"))
+    """Replace the task's reward: a registered reward name, ``module:function`` or
+    ``path/to/file.py:function``, or a list of them (TRL's ``reward_funcs``: the reward is the
+    weighted sum, each function's mean logged as ``rewards/<name>/mean``)."""
+    reward_weights: list[Float] | None = Field(
+        None, min_length=1, json_schema_extra=_null("all 1"))
+    """One weight per function of a ``reward`` list (TRL's ``reward_weights``); ``None`` = 1
+    each (the count is checked against the list when the task loads)."""
+    system_prompt: Str | None = None
+    """A system message put before every prompt that has none (needs a chat template)."""
 
 
 class SFTConfig(_Section):
@@ -236,10 +246,25 @@ class RolloutConfig(_Section):
     algorithm's default, filled in when the run starts: 8 for ``pg``, 1 for ``apo`` (A*PO's
     one on-policy completion per prompt); ``dpo`` samples no completions while training (it
     must be 1)."""
-    temperature: Float = Field(1.0, gt=0)
-    """Sampling temperature (log-probs and entropy use the same temperature)."""
-    top_p: Float = Field(1.0, gt=0, le=1)
-    """Nucleus sampling threshold in (0, 1]."""
+    temperature: Float | None = Field(1.0, gt=0, json_schema_extra=_null(
+        "the model's generation_config"))
+    """Sampling temperature (log-probs and entropy use the same temperature); ``None`` = the
+    model's ``generation_config`` value when it sets one, else 1.0."""
+    top_p: Float | None = Field(1.0, gt=0, le=1, json_schema_extra=_null(
+        "the model's generation_config"))
+    """Nucleus sampling threshold in (0, 1]; ``None`` = the model's ``generation_config``
+    value when it sets one, else 1.0."""
+    top_k: Int | None = Field(0, ge=0, json_schema_extra=_null(
+        "the model's generation_config"))
+    """Keep the ``top_k`` most likely tokens (after the temperature, before top-p; 0 = off);
+    ``None`` = the model's ``generation_config`` value when it sets one, else 0."""
+    max_prompt_length: Int | None = Field(None, ge=1, json_schema_extra=_null("no limit"))
+    """Prompts longer than this many tokens (after the chat template) are cut or refused
+    (``prompt_truncation``); ``None`` = no limit."""
+    prompt_truncation: Literal["left", "error"] = "left"
+    """A prompt longer than ``max_prompt_length``: ``left`` keeps its last
+    ``max_prompt_length`` tokens (TRL's left truncation); ``error`` refuses the task before
+    any work."""
     max_new_tokens: Int | None = Field(None, ge=1)
     """Completion length cap; ``None`` = the task's answer length bound + 2."""
 
@@ -307,10 +332,16 @@ class EvalConfig(_Section):
     """Samples per held-out prompt."""
     num_prompts: Int | None = Field(None, ge=1, json_schema_extra=_null("all"))
     """Held-out prompts used (``None`` = all of the task's)."""
-    temperature: Float = Field(1.0, gt=0)
-    """Sampling temperature of evaluation."""
-    top_p: Float = Field(1.0, gt=0, le=1)
-    """Nucleus threshold of evaluation."""
+    temperature: Float | None = Field(1.0, gt=0, json_schema_extra=_null(
+        "the model's generation_config"))
+    """Sampling temperature of evaluation (``None``: the model's ``generation_config``, else
+    1.0)."""
+    top_p: Float | None = Field(1.0, gt=0, le=1, json_schema_extra=_null(
+        "the model's generation_config"))
+    """Nucleus threshold of evaluation (``None``: the model's ``generation_config``, else 1.0)."""
+    top_k: Int | None = Field(0, ge=0, json_schema_extra=_null(
+        "the model's generation_config"))
+    """Top-k of evaluation (0 = off; ``None``: the model's ``generation_config``, else 0)."""
 
 
 class KappoConfig(_Section):
@@ -443,7 +474,7 @@ class TrainConfig(_Section):
 
 # -- messages: pydantic's errors as one line naming the key --------------------------------------
 
-def _is_section(tp: Any) -> bool:
+def _is_section(tp: Any) -> TypeGuard[type[_Section]]:
     return isinstance(tp, type) and issubclass(tp, _Section)
 
 
@@ -520,7 +551,9 @@ def _value_at(data: Any, path: list[str], default: Any) -> Any:
 def _section_class(key: str) -> type[_Section]:
     cls: type[_Section] = TrainConfig
     for part in key.split("."):
-        cls = cls.model_fields[part].annotation
+        annotation = cls.model_fields[part].annotation
+        assert _is_section(annotation), f"{key!r} is not a section"
+        cls = annotation
     return cls
 
 
@@ -676,7 +709,7 @@ def _dotlist_value(item: str) -> tuple[str, Any]:
     except OmegaConfBaseException:
         raise ValueError(f"--set {item!r}: {key!r} is not a valid dotted key") from None
     for part in key.split("."):  # down the nested mapping the dotlist made
-        value = value[part]  # type: ignore[index]
+        value = value[part]  # type: ignore[index,call-overload]  # a nested dict here
     return key, value
 
 

@@ -1,8 +1,9 @@
-"""What a run shows and how it stops: the progress bar, the start line, Ctrl-C handling and
-transformers' own progress bars."""
+"""What a run shows and how it stops: the progress bar, the start line, Ctrl-C / SIGTERM
+handling (:class:`StopRequest`, :class:`Stopped`) and transformers' own progress bars."""
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-__all__ = ["progress_bar", "StopRequest", "transformers_progress"]
+__all__ = ["progress_bar", "StopRequest", "Stopped", "STOP_SIGNALS", "transformers_progress"]
 
 
 def progress_bar(console: Console, enabled: bool) -> Progress:
@@ -30,30 +31,60 @@ def progress_bar(console: Console, enabled: bool) -> Progress:
     )
 
 
+class Stopped(Exception):  # noqa: N818 - a request honoured, not an error
+    """Raised by a phase that takes a ``should_stop`` callable (the SFT warm-up, the KAPPO
+    reference bank, the step-0 evaluation) at its next step or batch once a stop was requested;
+    the message says where (``"SFT step 20 of 100"``)."""
+
+
+#: The signals a run stops on: Ctrl-C, and SIGTERM (a cluster's preemption, ``kill``).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 class StopRequest:
-    """Ctrl-C while installed (a ``with`` block, main thread only): the first sets
-    :attr:`requested` (the run finishes its step, checkpoints and stops), the second raises
-    ``KeyboardInterrupt`` at once; the previous handler comes back on exit."""
+    """Ctrl-C (SIGINT) or SIGTERM while installed (a ``with`` block, main thread only).
+
+    The first sets :attr:`requested` and says so at once on stderr: the run stops at its next
+    safe point (the end of the RL step; the next SFT step, reference-bank batch or step-0
+    evaluation batch, which poll :meth:`should_stop`), checkpoints and exits with
+    :attr:`exit_status` (130 for SIGINT, 143 for SIGTERM). The second raises
+    ``KeyboardInterrupt`` at once. The previous handlers come back on exit."""
 
     def __init__(self) -> None:
         self.requested = False
-        self._previous: Any = None
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
 
     def _handler(self, signum: int, frame: Any) -> None:
         if self.requested:
             raise KeyboardInterrupt
-        self.requested = True
+        self.requested, self.signum = True, signum
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        again = "Ctrl-C again" if signum == signal.SIGINT else "Ctrl-C"
+        os.write(2, (f"\nnote: {name}: stopping at the next SFT step, bank or evaluation "
+                     f"batch, or RL step (with a checkpoint once the run has one); {again} "
+                     "aborts at once\n").encode())
+
+    def should_stop(self) -> bool:
+        """Whether a stop was requested (what long phases poll between steps / batches)."""
+        return self.requested
+
+    @property
+    def exit_status(self) -> int:
+        """The command's exit status after the stop: 128 + the signal (130 without one)."""
+        return 128 + (self.signum or signal.SIGINT)
 
     def __enter__(self) -> StopRequest:
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.getsignal(signal.SIGINT)
-            signal.signal(signal.SIGINT, self._handler)
+            for sig in STOP_SIGNALS:
+                self._previous[sig] = signal.getsignal(sig)
+                signal.signal(sig, self._handler)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+        self._previous = {}
 
 
 @contextmanager

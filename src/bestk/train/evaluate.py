@@ -8,8 +8,8 @@ Both are averaged over prompts with bootstrap CIs over prompts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -17,6 +17,7 @@ import torch
 
 from bestk.metrics import best_at_k_curve, pass_at_k_curve
 from bestk.tasks import Task
+from bestk.train.console import Stopped
 from bestk.train.rollout import sample
 
 __all__ = ["EvalResult", "evaluate"]
@@ -30,13 +31,16 @@ class EvalResult:
     tasks, their CI bounds as ``pass@k_lo``/``_hi``, ``reward_mean``, ``entropy``, ``distinct``
     (distinct stripped completions per prompt), ``distinct_correct`` (distinct stripped
     *successful* completions per prompt), ``response_len``); ``rewards`` is ``(P, n)``;
-    ``texts`` the completions, prompt-major.
+    ``texts`` the completions, prompt-major; ``columns`` each reward function's ``(P, n)``
+    values when the task has several (``NaN`` where one returned ``None``; their means are
+    also in ``metrics`` as ``rewards/<name>/mean``), else empty.
     """
 
     metrics: dict[str, float]
     rewards: np.ndarray
     texts: list[str]
     examples: list[dict[str, Any]]
+    columns: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def evaluate(
@@ -51,21 +55,39 @@ def evaluate(
     max_new_tokens: int = 16,
     batch_prompts: int = 64,
     seed: int = 0,
+    top_k: int = 0,
+    max_prompt_length: int | None = None,
+    prompt_truncation: str = "left",
+    should_stop: Callable[[], bool] | None = None,
 ) -> EvalResult:
-    """Sample ``n`` completions for each example, score them, compute the curves (k = 1..n)."""
+    """Sample ``n`` completions for each example, score them, compute the curves (k = 1..n).
+    ``top_k``, ``max_prompt_length`` and ``prompt_truncation`` as in
+    :func:`bestk.train.rollout.sample`. ``should_stop`` (Ctrl-C, SIGTERM) is asked before
+    each batch of prompts: when it says so, :class:`~bestk.train.console.Stopped` is raised."""
     if not examples:
         raise ValueError("evaluate: no held-out prompts")
     device = next(model.parameters()).device
     gen = torch.Generator(device=device).manual_seed(int(seed))
+    several = len(task.reward_names) > 1
     rewards, texts, entropy, lengths = [], [], [], []
+    parts: dict[str, list[np.ndarray]] = {}
     for start in range(0, len(examples), batch_prompts):
+        if should_stop is not None and should_stop():
+            raise Stopped(f"an evaluation ({start} of {len(examples)} prompts)")
         chunk = list(examples[start : start + batch_prompts])
         ro = sample(
             model, tokenizer, [ex["prompt"] for ex in chunk], n=n, temperature=temperature,
-            top_p=top_p, max_new_tokens=max_new_tokens, generator=gen,
+            top_p=top_p, max_new_tokens=max_new_tokens, generator=gen, top_k=top_k,
+            max_prompt_length=max_prompt_length, prompt_truncation=prompt_truncation,
         )
         exs = [ex for ex in chunk for _ in range(n)]
-        rewards.append(task.score(exs, ro.texts))
+        if several:
+            scores = task.score_detailed(exs, ro.texts)
+            rewards.append(scores.total)
+            for name, col in scores.columns.items():
+                parts.setdefault(name, []).append(col)
+        else:
+            rewards.append(task.score(exs, ro.texts))
         texts.extend(ro.texts)
         m = ro.completion_mask.float()
         entropy.append(float((ro.entropy * m).sum()))
@@ -95,4 +117,7 @@ def evaluate(
         num_prompts=float(len(examples)),
         n=float(n),
     )
-    return EvalResult(metrics, r, texts, list(examples))
+    columns = {k: np.concatenate(v).reshape(len(examples), n) for k, v in parts.items()}
+    metrics.update({f"rewards/{k}/mean": float(np.nanmean(c)) for k, c in columns.items()
+                    if not np.isnan(c).all()})
+    return EvalResult(metrics, r, texts, list(examples), columns)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import shutil
 import sys
@@ -55,20 +56,24 @@ from bestk.train.config import (
     config_from_dict,
     config_to_dict,
 )
-from bestk.train.console import StopRequest, progress_bar, transformers_progress
+from bestk.train.console import Stopped, StopRequest, progress_bar, transformers_progress
 from bestk.train.evaluate import evaluate
+from bestk.train.guards import check_update
 from bestk.train.hf import autocast, reference_policy, save_model
 from bestk.train.policy import count_parameters
-from bestk.train.reference import BANK_FILE, CALIBRATION_FILE, TOKENS_FILE, save_reference
+from bestk.train.reference import save_reference
 from bestk.train.reference_plan import ReferencePlan, plan_reference, restrict_prompts
 from bestk.train.report import write_report
 from bestk.train.reporters import Reporters, resolve_report_to
 from bestk.train.rollout import Rollout, sample
 from bestk.train.rundir import (
+    PREVIOUS_ATTEMPT,
     RunLock,
     RunState,
     clean_temporaries,
+    drop_metrics_after,
     inspect_run,
+    keep_previous_attempt,
     mark_finished,
     prepare_directory,
     read_metrics,
@@ -76,9 +81,17 @@ from bestk.train.rundir import (
     set_aside,
     write_run_config,
 )
-from bestk.train.setup import load_run_policy, load_run_task, max_new_tokens
+from bestk.train.samples import SAMPLES_FILE, append_samples, drop_samples_after, eval_samples
+from bestk.train.setup import (
+    load_run_policy,
+    load_run_task,
+    max_new_tokens,
+    run_header,
+    sampling_options,
+    score_batch,
+)
 from bestk.train.sft import make_optimizer, sft_warmup
-from bestk.train.validation import resolve_defaults, validate
+from bestk.train.validation import check_reward_domain, resolve_defaults, validate
 
 __all__ = ["Trainer", "train", "save_final", "append_record"]
 
@@ -118,12 +131,13 @@ class Trainer:
         validate(cfg)  # every value, before the directory is touched or anything is built
         cfg = resolve_defaults(cfg)
         self.cfg, self.on_step, self.warm_start = cfg, on_step, warm_start
-        self.out = Path(cfg.out)
+        self.out = Path(str(cfg.out))  # resolve_defaults filled it
         self.ckpt_dir = self.out / "checkpoints"
         self.sampling_seed = cfg.seed if cfg.sampling_seed is None else cfg.sampling_seed
         self.notes: list[str] = []
         self.stop = StopRequest()  # Ctrl-C while running
         self.interrupted = False
+        self.step_rewards: Any = None  # the rewards of the RL step in progress
         self._load_task()  # task options and sizes are checked here, still before any write
         created = not self.out.exists()
         self._lock = RunLock(prepare_directory(self.out))
@@ -162,6 +176,8 @@ class Trainer:
         self.bank: Any = None
         self._given_bank: Any = None  # kappo.bank, loaded when a new run starts
         self.algo = self.spec.make(self)  # pg loads an estimator_options calibration here
+        check_reward_domain(cfg, self.task, getattr(
+            self.estimator_options.get("calibration"), "kind", self.kappo_kind))
         if len(self.rl_prompts) < cfg.rollout.prompts_per_step and not self.spec.bank_completions:
             where = (f"the {len(self.rl_prompts)} calibrated prompts" if
                      len(self.rl_prompts) < len(self.task.train) else
@@ -188,16 +204,18 @@ class Trainer:
     def _build(self) -> None:
         cfg = self.cfg
         self.model, self.tokenizer = load_run_policy(cfg, self.task, self.device)
-        self.ref_model = None
+        self.ref_model: torch.nn.Module | None = None
         self.optimizer = make_optimizer(self.model, cfg, cfg.optim.lr)
         self.step = 0
         self.opt_steps = 0
         self.sft_done = cfg.sft.steps == 0
         self.complete = self.state.kind == "complete"
-        if self.state.kind in ("resume", "complete"):
+        if self.complete and self.state.checkpoint is None:
+            self.step = self.state.step  # final/ and its marker, no checkpoint: report only
+        elif self.state.kind in ("resume", "complete"):
             self._resume()
         else:
-            if self.cfg.kappo.bank is not None and self._samples_bank:
+            if self.plan is not None and self.cfg.kappo.bank is not None and self._samples_bank:
                 self._given_bank = self.plan.given_bank()  # refused before any work
             if self.warm_start is not None:  # the policy after an SFT made elsewhere
                 ws = self.warm_start
@@ -211,6 +229,8 @@ class Trainer:
         )
         if not self.complete:
             self.reporters.open()  # a W&B login problem shows now, not after the SFT
+            if self.state.kind == "resume":  # the allowed changes, once all is validated
+                write_run_config(self.out, self.cfg)
 
     def close(self) -> None:
         """Close the live reporters and release the run directory's lock (done by :meth:`run`
@@ -267,8 +287,9 @@ class Trainer:
         return bool(getattr(self.algo, "binary", False))
 
     def _start_dir(self) -> None:
-        for name in (CALIBRATION_FILE, BANK_FILE, TOKENS_FILE):  # of a run started over
-            (self.out / name).unlink(missing_ok=True)
+        kept = keep_previous_attempt(self.out) if self.state.kind == "restart" else None
+        if kept is not None:  # starting over never truncates what the last attempt wrote
+            self.say("note", f"the files of the attempt started over are kept in {kept}")
         write_run_config(self.out, self.cfg)
         write_text_atomic(self.out / "metrics.jsonl", "")
 
@@ -276,11 +297,9 @@ class Trainer:
         set_aside(self.state.damaged)
         if self.spec.keeps_reference(self.cfg):
             self.ref_model = reference_policy(self.model)
-        # verified by inspect_run under the lock a moment ago
-        meta = load_checkpoint(
-            self.state.checkpoint, self.model, self.optimizer, ref_model=self.ref_model,
-            verify=False,
-        )
+        assert self.state.checkpoint is not None  # verified by inspect_run under the lock
+        meta = load_checkpoint(self.state.checkpoint, self.model, self.optimizer,
+                               ref_model=self.ref_model, verify=False)
         self.step = int(meta["step"])
         self.opt_steps = int(meta.get("opt_steps", 0))
         self.sft_done = bool(meta.get("sft_done", True))
@@ -288,16 +307,8 @@ class Trainer:
             return
         if self.plan is not None:
             self._use_reference(*self.plan.stored(self.out, lambda m: self.say("warning", m)))
-        # Drop log lines of steps past the checkpoint: they are redone.
-        rows = [
-            r for r in read_metrics(self.out / "metrics.jsonl")
-            if r["phase"] == "sft" or r["step"] <= self.step
-        ]
-        write_text_atomic(
-            self.out / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows)
-        )
-        # Record the allowed changes (a larger max_steps...) in config.yaml.
-        write_run_config(self.out, self.cfg)
+        drop_metrics_after(self.out / "metrics.jsonl", self.step)  # those steps are redone
+        drop_samples_after(self.out / SAMPLES_FILE, self.step)
 
     # -- logging / checkpoints ---------------------------------------------------------------
     def log(self, record: dict[str, Any]) -> None:
@@ -317,7 +328,7 @@ class Trainer:
     def sft(self, progress: Any = None) -> None:
         """The SFT warm-up (:func:`bestk.train.sft.sft_warmup`), logged to ``metrics.jsonl``."""
         sft_warmup(self.model, self.tokenizer, self.task, self.cfg, self.device, self.log,
-                   progress)
+                   progress, should_stop=self.stop.should_stop)
         self.sft_done = True
 
     # -- RL (the RunContext of the algorithms) -----------------------------------------------
@@ -334,13 +345,11 @@ class Trainer:
 
     def sample_completions(self, examples: list[dict[str, Any]], step: int, n: int) -> Rollout:
         """``n`` completions of the current policy per example (noise of ``(seed, step)``)."""
-        r = self.cfg.rollout
         gen = torch.Generator(device=self.device).manual_seed(
             SAMPLING.seed(self.sampling_seed, step))
         return sample(
             self.model, self.tokenizer, [e["prompt"] for e in examples], n=n,
-            temperature=r.temperature, top_p=r.top_p, max_new_tokens=self.max_new_tokens,
-            generator=gen,
+            max_new_tokens=self.max_new_tokens, generator=gen, **sampling_options(self.cfg),
         )
 
     def score_rollout(
@@ -349,12 +358,14 @@ class Trainer:
         """``(rewards, prompt ids)`` of ``ro``'s completions, ``n`` per example in order: the
         task's reward :math:`R(y, x)` (float64) and the example's id (int64), both ``(B,)``."""
         flat = [e for e in examples for _ in range(n)]
-        rewards = self.task.score(flat, ro.texts)
+        rewards = score_batch(self.task, flat, ro.texts, ro.metrics)
+        self.step_rewards = rewards  # named by check_update if the step's update blows up
         return rewards, np.asarray([e["id"] for e in flat], dtype=np.int64)
 
     def optimize(self, loss: torch.Tensor | Iterable[torch.Tensor]) -> tuple[float, float]:
         """One AdamW step on ``loss`` (learning-rate warm-up, global-norm gradient clipping);
-        returns ``(gradient norm before clipping, learning rate)``."""
+        returns ``(gradient norm before clipping, learning rate)``. A non-finite loss or
+        norm stops the run before the update (:func:`bestk.train.guards.check_update`)."""
         w = self.cfg.optim.warmup_steps
         lr = self.cfg.optim.lr * (min(1.0, (self.opt_steps + 1) / w) if w > 0 else 1.0)
         for g in self.optimizer.param_groups:
@@ -363,6 +374,7 @@ class Trainer:
         loss = backward(loss)  # a tensor, or micro-batch losses (bestk.train.accumulate)
         clip = self.cfg.optim.grad_clip if self.cfg.optim.grad_clip > 0 else float("inf")
         gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+        check_update(self.step + 1, loss, gnorm, self.step_rewards)  # nan / inf: stop first
         self.optimizer.step()
         self.opt_steps += 1
         return float(gnorm), lr
@@ -376,35 +388,44 @@ class Trainer:
         """The run's reference bank and calibration, as :attr:`plan` says, from the current
         policy (the frozen reference: called after SFT, before RL), saved to the run
         directory."""
-        bank = self.plan.reference_bank(self.model, self.tokenizer, self.task,
-                                        self.max_new_tokens, progress, given=self._given_bank)
-        cal = self.plan.calibrate(bank, self.task)
+        plan = self.plan
+        assert plan is not None, "calibrate: a run without a KAPPO reference plan"
+        bank = plan.reference_bank(self.model, self.tokenizer, self.task, self.max_new_tokens,
+                                   progress, given=self._given_bank,
+                                   should_stop=self.stop.should_stop)
+        cal = plan.calibrate(bank, self.task)
         save_reference(self.out, cal, bank)
         self._use_reference(cal, bank)
-        self.say("note", self.plan.note(cal, self.out))
+        self.say("note", plan.note(cal, self.out))
 
     def _use_reference(self, cal: Any, bank: Any) -> None:
         self.calibration, self.bank = cal, bank
         self.algo.prepare(cal, bank)
 
     def evaluate(self, step: int) -> dict[str, Any]:
-        """Held-out evaluation at ``step`` (logged as a ``phase: eval`` line)."""
+        """Held-out evaluation at ``step`` (logged as a ``phase: eval`` line); the step-0
+        one, before the first checkpoint, stops at its next batch on Ctrl-C / SIGTERM."""
         e = self.cfg.eval
         res = evaluate(
             self.model, self.tokenizer, self.task, self.eval_examples, n=e.n,
-            temperature=e.temperature, top_p=e.top_p, max_new_tokens=self.max_new_tokens,
-            seed=EVAL_SAMPLING.seed(self.sampling_seed, step),
+            max_new_tokens=self.max_new_tokens, seed=EVAL_SAMPLING.seed(self.sampling_seed, step),
+            **sampling_options(self.cfg, "eval"),
+            should_stop=self.stop.should_stop if step == 0 else None,
         )
         rec = {"phase": "eval", "step": step, **res.metrics}
         self.log(rec)
+        samples = eval_samples(step, res, self.task)  # what the model saw: DIR/samples.jsonl
+        append_samples(self.out / SAMPLES_FILE, samples)
+        self.reporters.log_samples(step, samples)
         return rec
 
     # -- driver ----------------------------------------------------------------------------
     def run(self, *, progress: bool = True) -> dict[str, Any]:
         """Run (or continue) to ``max_steps``; returns the last evaluation record.
 
-        Ctrl-C finishes the current step, writes a checkpoint and returns with
-        ``self.interrupted = True`` (a second Ctrl-C aborts at once); ``--resume`` continues.
+        Ctrl-C or SIGTERM finishes the current step (RL step; SFT step, bank batch or step-0
+        evaluation batch), writes a checkpoint (once there is one to continue) and returns with
+        ``self.interrupted = True`` (a second one aborts at once); ``--resume`` continues.
         A Ctrl-C during the final save lets the save finish (the run is then complete).
         A complete run (:attr:`complete`) returns its last evaluation at once. The run
         directory's lock is released when this returns or raises.
@@ -431,34 +452,34 @@ def _drive(tr: Trainer, progress: bool) -> dict[str, Any]:
     """:meth:`Trainer.run`: SFT, calibration, step-0 evaluation and checkpoint, the RL steps,
     ``final/`` and the report, or a checkpoint and a note after a Ctrl-C."""
     cfg, stop = tr.cfg, tr.stop
-    tr.interrupted = False
+    tr.interrupted, where = False, ""
     if tr.complete:
         tr.say("note", f"run {str(tr.out)!r} is already complete (step {tr.step} of "
                f"{cfg.max_steps}); nothing to do")
         return tr.last_evaluation()
     console = Console(stderr=True, quiet=not progress)
     console.print(_start_line(tr))
+    console.print(run_header(cfg, tr.task, tr.tokenizer), markup=False)
     last_eval: dict[str, Any] = {}
     with stop:
-        with progress_bar(console, progress) as bar, autocast(tr.device, cfg.model.autocast):
-            if tr.step == 0 and not tr.sft_done:
-                tr.sft(bar)
-            if tr.step == 0 and latest_checkpoint(tr.ckpt_dir) is None:
-                if tr.uses_kappo:
-                    tr.calibrate(bar)
-                last_eval = tr.evaluate(0)
-                if tr.spec.keeps_reference(cfg):
-                    tr.ref_model = reference_policy(tr.model)
-                tr.checkpoint()
-            last_eval = _rl_steps(tr, bar, last_eval)
-        if stop.requested and tr.step < cfg.max_steps:
+        try:
+            with progress_bar(console, progress) as bar, autocast(tr.device,
+                                                                  cfg.model.autocast):
+                if tr.step == 0 and not tr.sft_done:
+                    tr.sft(bar)
+                if tr.step == 0 and latest_checkpoint(tr.ckpt_dir) is None:
+                    if tr.uses_kappo:
+                        tr.calibrate(bar)
+                    last_eval = tr.evaluate(0)
+                    if tr.spec.keeps_reference(cfg):
+                        tr.ref_model = reference_policy(tr.model)
+                    tr.checkpoint()
+                last_eval = _rl_steps(tr, bar, last_eval)
+        except Stopped as e:  # before the first checkpoint: in SFT, the bank or evaluation 0
+            where = str(e)
+        if stop.requested and (tr.step < cfg.max_steps or where):
             tr.interrupted = True
-            if tr.sft_done and latest_checkpoint(tr.ckpt_dir) is not None:
-                tr.checkpoint()
-            Console(stderr=True).print(
-                f"interrupted after step {tr.step}; checkpoint saved. Continue with "
-                f"`bestk train --resume {tr.out}`"
-            )
+            print(_interrupted_line(tr, where), file=sys.stderr, flush=True)
             return last_eval
         stop_before_save = stop.requested
         tr.finish(progress=progress)
@@ -492,12 +513,28 @@ def _rl_steps(tr: Trainer, bar: Any, last_eval: dict[str, Any]) -> dict[str, Any
     return last_eval
 
 
+def _interrupted_line(tr: Trainer, where: str) -> str:
+    """Checkpoint a run stopped by Ctrl-C / SIGTERM (once it has one to continue) and say
+    how it continues."""
+    if where or latest_checkpoint(tr.ckpt_dir) is None:
+        return (f"interrupted during {where or 'start-up'}, before the run's first checkpoint: "
+                f"nothing to continue from; the same command starts the run over (keeping this "
+                f"attempt's files in {tr.out / PREVIOUS_ATTEMPT})")
+    tr.checkpoint()
+    return (f"interrupted after step {tr.step}; checkpoint saved. Continue with "
+            f"`bestk train --resume {tr.out}`")
+
+
 def append_record(path: Path, record: dict[str, Any]) -> None:
     """Append ``record`` as one JSON line to ``path``, flushed and fsync'ed (an ``OSError``
-    names the file)."""
+    names the file). The line is strict JSON: a value that is not a finite number (``nan``,
+    ``inf``) is written as ``null``, never as the bare ``NaN`` / ``Infinity`` strict readers
+    reject."""
+    line = json.dumps({k: None if isinstance(v, float) and not math.isfinite(v) else v
+                       for k, v in record.items()}, allow_nan=False)
     try:
         with open(path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+            f.write(line + "\n")
             f.flush()
             os.fsync(f.fileno())
     except OSError as e:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ from bestk._atomic import atomic_path, write_text_atomic
 from bestk.kappo import BINARY, WINRATE, Calibration, calibrate, calibration_kind
 from bestk.tasks import Task
 from bestk.train.checkpoint import as_os_error
+from bestk.train.console import Stopped
 from bestk.train.rollout import completion_logprobs, sample
 
 __all__ = [
@@ -143,12 +144,19 @@ def sample_bank(
     seed: int,
     completions: bool = False,
     progress: Any = None,
+    top_k: int = 0,
+    max_prompt_length: int | None = None,
+    prompt_truncation: str = "left",
+    should_stop: Callable[[], bool] | None = None,
 ) -> ReferenceBank:
     """Sample and score ``size`` completions of ``model`` for each example (one generator
-    seeded with ``seed``, batches of about 512 sequences; a ``rich`` progress bar if given).
+    seeded with ``seed``, batches of about 512 sequences; a ``rich`` progress bar if given;
+    ``top_k`` and the prompt length limit as in :func:`~bestk.train.rollout.sample`).
 
     With ``completions`` the token ids, texts and reference sequence log-probabilities
     (:func:`~bestk.train.rollout.completion_logprobs` at ``temperature``) are kept too.
+    ``should_stop`` (Ctrl-C, SIGTERM) is asked before each batch: when it says so,
+    :class:`~bestk.train.console.Stopped` is raised.
     """
     if not examples:
         raise ValueError("the reference bank has no prompts")
@@ -163,10 +171,13 @@ def sample_bank(
     model.eval()
     try:
         for start in range(0, len(examples), per_batch):
+            if should_stop is not None and should_stop():
+                raise Stopped(f"the KAPPO reference bank ({start} of {len(examples)} prompts)")
             chunk = list(examples[start : start + per_batch])
             ro = sample(
                 model, tokenizer, [e["prompt"] for e in chunk], n=size, temperature=temperature,
-                top_p=top_p, max_new_tokens=max_new_tokens, generator=gen,
+                top_p=top_p, max_new_tokens=max_new_tokens, generator=gen, top_k=top_k,
+                max_prompt_length=max_prompt_length, prompt_truncation=prompt_truncation,
             )
             rewards.append(task.score([e for e in chunk for _ in range(size)], ro.texts))
             if completions:
@@ -239,7 +250,8 @@ def save_reference(out: str | Path, calibration: Calibration, bank: ReferenceBan
                 row["texts"] = bank.texts[i]
             rows.append(json.dumps(row) + "\n")
         write_text_atomic(out / BANK_FILE, "".join(rows))
-        if bank.completion_ids is not None:
+        if (bank.completion_ids is not None and bank.completion_mask is not None
+                and bank.ref_logps is not None):
             from safetensors.torch import save_file
 
             tensors = {

@@ -41,6 +41,7 @@ from bestk.train.reference import (
     resolve_kind,
     sample_bank,
 )
+from bestk.train.setup import sampling_options
 from bestk.train.validation import load_kappo_file
 
 __all__ = ["ReferencePlan", "plan_reference", "restrict_prompts"]
@@ -98,8 +99,8 @@ class ReferencePlan:
         return bank
 
     def reference_bank(self, model: Any, tokenizer: Any, task: Task, max_new_tokens: int,
-                       progress: Any = None, given: ReferenceBank | None = None
-                       ) -> ReferenceBank | None:
+                       progress: Any = None, given: ReferenceBank | None = None,
+                       should_stop: Callable[[], bool] | None = None) -> ReferenceBank | None:
         """The run's reference bank (``None`` when it needs none): ``kappo.bank``'s (``given``
         when already loaded), or ``kappo.bank_size`` samples of ``model`` (the reference:
         after SFT) for each bank prompt, with the completions when the algorithm keeps them.
@@ -111,9 +112,9 @@ class ReferencePlan:
             return given if given is not None else self.given_bank()
         return sample_bank(
             model, tokenizer, task, self.bank_examples, size=k.bank_size,
-            temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
             max_new_tokens=max_new_tokens, seed=BANK_SAMPLING.seed(cfg.seed),
-            completions=self.bank_completions, progress=progress,
+            completions=self.bank_completions, progress=progress, should_stop=should_stop,
+            **sampling_options(cfg),
         )
 
     def calibrate(self, bank: ReferenceBank | None, task: Task) -> Calibration:

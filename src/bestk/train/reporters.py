@@ -43,6 +43,7 @@ import yaml
 
 from bestk._atomic import write_text_atomic
 from bestk._optional import available, require
+from bestk.train.samples import samples_table, table_columns_rows
 
 __all__ = [
     "INTEGRATIONS",
@@ -185,6 +186,9 @@ class _TensorBoard:
         for tag, v in values.items():
             writer.add_scalar(tag, v, step)
 
+    def log_samples(self, step: int, records: list[dict[str, Any]]) -> None:
+        self._writer("train").add_text("eval/samples", samples_table(records), step)
+
     def close(self) -> None:
         for writer in self.writers.values():
             writer.close()
@@ -222,6 +226,14 @@ class _Wandb:
 
     def log(self, axis: str, step: int, values: dict[str, float]) -> None:
         self.run.log({**values, f"{axis}/{'global_step' if axis == 'train' else 'step'}": step})
+
+    def log_samples(self, step: int, records: list[dict[str, Any]]) -> None:
+        import wandb
+
+        columns, rows = table_columns_rows(records)
+        names: list[Any] = list(columns)
+        self.run.log({"eval/samples": wandb.Table(columns=names, data=rows),
+                      "train/global_step": step})
 
     def close(self) -> None:
         self.run.finish()
@@ -273,8 +285,17 @@ class Reporters:
             return
         self.open()
         axis, step, values = scalars(record)
-        for backend in self._backends:
+        for backend in self._backends or []:
             backend.log(axis, step, values)
+
+    def log_samples(self, step: int, records: list[dict[str, Any]]) -> None:
+        """Show an evaluation's samples (:mod:`bestk.train.samples` records): a Markdown
+        table in TensorBoard's text tab (``eval/samples``), a W&B table (``eval/samples``)."""
+        if not self.names or not records:
+            return
+        self.open()
+        for backend in self._backends or []:
+            backend.log_samples(step, list(records))
 
     def close(self) -> None:
         """Flush and close every backend (idempotent)."""

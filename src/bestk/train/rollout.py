@@ -1,10 +1,11 @@
 """Batched sampling with a KV cache, and sequence log-probabilities for the update.
 
 :func:`sample` left-pads the prompts, repeats each ``n`` times, runs one prefill forward, then
-one single-token forward per new token reusing the model's KV cache (temperature, nucleus
-top-p, stop at any of the model's stop ids, :func:`bestk.train.hf.stop_token_ids`, a length
-cap). It is a loop over *tokens* only; everything per token is
-one batched forward. :func:`sequence_logprobs` recomputes the log-probabilities (and token
+one single-token forward per new token reusing the model's KV cache (temperature, top-k, nucleus
+top-p, stop at any of the model's stop ids (:func:`bestk.train.hf.stop_token_ids`), a length
+cap; prompts longer than ``max_prompt_length`` tokens cut from the left or refused,
+:mod:`bestk.train.prompts`). It is a loop over *tokens* only; everything per token is one
+batched forward. :func:`sequence_logprobs` recomputes the log-probabilities (and token
 entropies) of the sampled completions in one forward pass, which the PPO update
 differentiates.
 
@@ -23,13 +24,15 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from bestk.losses import chunked_token_logprobs, entropy_from_logits, token_logprobs
 from bestk.train.hf import stop_token_ids
+from bestk.train.prompts import encode_prompts
+from bestk.train.sampling import top_k_filter
 
 __all__ = ["Rollout", "sample", "sequence_logprobs", "completion_logprobs", "top_p_filter"]
 
@@ -49,6 +52,9 @@ class Rollout:
         temperature-scaled distribution).
     entropy: ``(B, T)`` entropy of the temperature-scaled next-token distribution.
     finished: ``(B,)`` whether the completion ended with EOS (not cut by the length cap).
+    metrics: per-batch values logged with the step: ``prompts_truncated`` (distinct prompts
+        cut to ``max_prompt_length``, when a limit is set) and, once scored with several
+        reward functions, ``rewards/<name>/mean``.
     """
 
     prompt_ids: torch.Tensor
@@ -59,6 +65,7 @@ class Rollout:
     logprobs: torch.Tensor
     entropy: torch.Tensor
     finished: torch.Tensor
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -103,16 +110,21 @@ def sample(
     top_p: float = 1.0,
     max_new_tokens: int = 16,
     generator: torch.Generator | None = None,
+    top_k: int = 0,
+    max_prompt_length: int | None = None,
+    prompt_truncation: str = "left",
 ) -> Rollout:
-    """Sample ``n`` completions for each prompt (see the module docstring)."""
+    """Sample ``n`` completions for each prompt (see the module docstring); ``top_k`` 0 and
+    ``max_prompt_length`` ``None`` are off."""
     if not prompts:
         raise ValueError("sample: no prompts")
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     device = next(model.parameters()).device
-    enc = tokenizer(list(prompts), padding=True, return_tensors="pt", add_special_tokens=False)
-    uniq_ids = enc["input_ids"].to(device)
-    uniq_mask = enc["attention_mask"].to(device)
+    enc = encode_prompts(tokenizer, prompts, max_length=max_prompt_length,
+                         truncation=prompt_truncation)
+    uniq_ids = enc.input_ids.to(device)
+    uniq_mask = enc.attention_mask.to(device)
     prompt_ids = uniq_ids.repeat_interleave(n, 0)
     prompt_mask = uniq_mask.repeat_interleave(n, 0)
     B = prompt_ids.shape[0]
@@ -146,7 +158,7 @@ def sample(
         z = next_logits.float() / temperature
         logp_full = torch.log_softmax(z, -1)
         ents.append(entropy_from_logits(z))
-        zf = top_p_filter(z, top_p)
+        zf = top_p_filter(top_k_filter(z, top_k), top_p)
         probs = torch.softmax(zf, -1)
         tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
         tok = torch.where(done, torch.full_like(tok, pad), tok)
@@ -180,6 +192,7 @@ def sample(
         torch.stack(lps, 1) * completion_mask,
         torch.stack(ents, 1) * completion_mask,
         done,
+        {} if max_prompt_length is None else {"prompts_truncated": float(enc.cut)},
     )
 
 

@@ -20,6 +20,7 @@ import errno
 import json
 import os
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ __all__ = [
     "RESUME_ENVIRONMENT",
     "read_run_config",
     "read_metrics",
+    "drop_metrics_after",
     "check_history",
     "config_changes",
     "check_resume",
@@ -59,6 +61,8 @@ __all__ = [
     "mark_finished",
     "finished_step",
     "set_aside",
+    "keep_previous_attempt",
+    "PREVIOUS_ATTEMPT",
 ]
 
 LOCK_NAME = ".lock"
@@ -123,7 +127,7 @@ class RunLock:
         if self._fd is not None:
             return self
         while True:
-            found = _names(self.directory)
+            found: set[str] | None = _names(self.directory)
             try:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
             except FileExistsError:
@@ -184,7 +188,7 @@ class RunLock:
             pass
 
 
-try:  # POSIX
+if sys.platform != "win32":  # POSIX
     import fcntl
 
     def _lock_fd(fd: int) -> None:
@@ -193,7 +197,7 @@ try:  # POSIX
     def _unlock_fd(fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_UN)
 
-except ImportError:  # pragma: no cover - Windows
+else:  # pragma: no cover - Windows
     import msvcrt
 
     _WIN_LOCK_OFFSET = 1 << 20  # lock a byte past the pid so others can still read it
@@ -324,6 +328,13 @@ def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
         _check_record(row, f"{p} line {len(lines) + 1}")
         rows.append(row)
     return rows
+
+
+def drop_metrics_after(path: str | os.PathLike, step: int) -> None:
+    """Rewrite ``metrics.jsonl`` without the records of the RL steps after ``step`` (a run
+    resumed from the checkpoint of ``step`` redoes them), atomically."""
+    rows = [r for r in read_metrics(path) if r["phase"] == "sft" or r["step"] <= step]
+    write_text_atomic(Path(path), "".join(json.dumps(r, allow_nan=False) + "\n" for r in rows))
 
 
 def check_history(rows: list[dict[str, Any]], step: int, path: str | os.PathLike) -> None:
@@ -521,6 +532,8 @@ def inspect_run(cfg: TrainConfig, mode: str = "auto", stored: TrainConfig | None
     ``ValueError`` when the directory holds a different run (:func:`check_resume`), a run
     without a usable config, log or checkpoint. Reads only; call it holding the lock.
     """
+    if cfg.out is None:
+        raise ValueError("inspect_run needs a resolved config (out is null)")
     out = Path(cfg.out)
     where = str(out)
     if not (out / "config.yaml").exists():
@@ -541,7 +554,20 @@ def inspect_run(cfg: TrainConfig, mode: str = "auto", stored: TrainConfig | None
             "--resume) or choose another --out"
         )
     ckpt_dir = out / "checkpoints"
+    if ckpt_dir.exists() and not ckpt_dir.is_dir():
+        raise ValueError(f"{str(ckpt_dir)!r} is a file, not the run's checkpoint directory; "
+                         "move it away (or choose another --out)")
+    finished = finished_step(out)
     if not list_checkpoints(ckpt_dir):
+        if finished is not None:  # final/ and its marker: complete, whatever else is missing
+            notes = check_resume(stored, cfg, finished, where)
+            if finished >= cfg.max_steps:
+                return RunState("complete", finished, notes=notes)
+            raise ValueError(
+                f"run {where!r} finished at step {finished} and its checkpoints are gone, so "
+                f"it cannot continue to max_steps={cfg.max_steps}; start a new run with "
+                "another --out (its final/ model can be a warm start: --set model.path=...)"
+            )
         notes = check_resume(stored, cfg, 0, where)
         return RunState("restart", notes=[*notes, f"{where!r} holds a run stopped before its "
                                           "first checkpoint: starting it over"])
@@ -561,9 +587,35 @@ def inspect_run(cfg: TrainConfig, mode: str = "auto", stored: TrainConfig | None
     ]
     if damaged:
         warnings.append(f"resuming from the newest valid checkpoint, {checkpoint.name}")
-    complete = step >= cfg.max_steps and finished_step(out) == step
+    complete = step >= cfg.max_steps and finished == step
     return RunState("complete" if complete else "resume", step, checkpoint, damaged, notes,
                     warnings)
+
+
+#: where a restarted run keeps the files of the attempt it starts over (see
+#: :func:`keep_previous_attempt`)
+PREVIOUS_ATTEMPT = "previous-attempt"
+
+
+def keep_previous_attempt(directory: str | os.PathLike) -> Path | None:
+    """Move the files a run stopped before its first checkpoint left (``metrics.jsonl``,
+    ``final/``, reports, calibration, logs: everything but ``config.yaml``, the lock and this
+    folder) into ``DIR/previous-attempt/`` before the run starts over, so that starting over
+    never truncates or overwrites data: an older ``previous-attempt/`` is replaced only by a
+    newer attempt's files. Returns the folder, or ``None`` when there was nothing to keep."""
+    directory = Path(directory)
+    keep = [p for p in directory.iterdir()
+            if p.name not in ("config.yaml", ".lock", PREVIOUS_ATTEMPT, "checkpoints")
+            and not (p.name == "metrics.jsonl" and p.stat().st_size == 0)]
+    if not keep:
+        return None
+    dest = directory / PREVIOUS_ATTEMPT
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir()
+    for p in keep:
+        os.replace(p, dest / p.name)
+    return dest
 
 
 def set_aside(damaged: list[tuple[Path, str]]) -> None:

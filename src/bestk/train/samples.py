@@ -9,7 +9,11 @@ functions, each function's value -- so a user checks the template and the reward
   their first ``per_prompt`` completions; no random draw (no random stream changes);
 * :func:`append_samples` -- appends them to ``samples.jsonl`` (one JSON object per line);
 * :func:`samples_table` -- the same as a Markdown table (TensorBoard's ``add_text``) and
-  :func:`table_columns_rows` as columns and rows (a W&B ``wandb.Table``).
+  :func:`table_columns_rows` as columns and rows (a W&B ``wandb.Table``);
+* :func:`eval_samples` -- the records of an :class:`~bestk.train.evaluate.EvalResult` (what
+  the trainer writes at each evaluation: ``DIR/samples.jsonl``), and
+  :func:`drop_samples_after` -- a resumed run's ``samples.jsonl`` without the records of
+  the steps it redoes (as ``metrics.jsonl``).
 """
 
 from __future__ import annotations
@@ -23,7 +27,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["sample_records", "append_samples", "samples_table", "table_columns_rows"]
+from bestk._atomic import write_text_atomic
+
+__all__ = ["sample_records", "append_samples", "samples_table", "table_columns_rows",
+           "eval_samples", "drop_samples_after", "SAMPLES_FILE"]
+
+#: The file of a run directory holding the evaluation samples.
+SAMPLES_FILE = "samples.jsonl"
 
 
 def _number(x: Any) -> float | None:
@@ -124,3 +134,31 @@ def samples_table(records: Sequence[Mapping[str, Any]]) -> str:
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines.extend("| " + " | ".join(_cell(v) for v in row) + " |" for row in rows)
     return "\n".join(lines)
+
+
+def eval_samples(step: int, result: Any, task: Any, *, num_prompts: int = 4,
+                 per_prompt: int = 2) -> list[dict[str, Any]]:
+    """:func:`sample_records` of an evaluation result (``result.examples``, ``.texts``,
+    ``.rewards``, ``.columns``): success as ``task.success`` says, each reward function's
+    value when the task has several."""
+    return sample_records(step, result.examples, result.texts, result.rewards,
+                          success=task.success(result.rewards),
+                          columns=getattr(result, "columns", None) or None,
+                          num_prompts=num_prompts, per_prompt=per_prompt)
+
+
+def drop_samples_after(path: str | os.PathLike, step: int) -> None:
+    """Rewrite the JSON-lines file ``path`` without the records of steps after ``step`` (and
+    without a torn last line); nothing when it does not exist."""
+    path = Path(path)
+    if not path.exists():
+        return
+    keep = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue  # a line torn by a crash
+        if isinstance(rec, dict) and int(rec.get("step", 0)) <= step:
+            keep.append(line + "\n")
+    write_text_atomic(path, "".join(keep))

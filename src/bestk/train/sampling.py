@@ -7,18 +7,27 @@
   the config when it sets one, else the model's ``generation_config`` (an instruct model ships
   its recommended ones, e.g. Qwen2.5-Instruct's temperature 0.7, top-p 0.8, top-k 20), else
   the plain defaults 1.0 / 1.0 / 0; :meth:`SamplingParams.describe` says which came from where
-  (for the run header).
+  (for the run header);
+* :func:`model_generation_config` -- the sampling values a local model directory's
+  ``generation_config.json`` sets, and :func:`fill_sampling`, which fills a run config's
+  ``null`` sampling keys (``rollout.`` and ``eval.`` ``temperature`` / ``top_p`` / ``top_k``)
+  from them once, when the run starts (:func:`bestk.train.validation.resolve_defaults`), so
+  ``config.yaml`` records the values used; :func:`sampling_header` is the run header's line.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 
-__all__ = ["top_k_filter", "SamplingParams", "resolve_sampling", "DEFAULTS"]
+__all__ = ["top_k_filter", "SamplingParams", "resolve_sampling", "DEFAULTS",
+           "model_generation_config", "fill_sampling", "sampling_header"]
 
 #: The values used when neither the config nor the model's generation_config sets one.
 DEFAULTS: dict[str, float | int] = {"temperature": 1.0, "top_p": 1.0, "top_k": 0}
@@ -88,3 +97,59 @@ def resolve_sampling(temperature: float | None, top_p: float | None, top_k: int 
         else:
             values[name], source[name] = DEFAULTS[name], "default"
     return SamplingParams(values["temperature"], values["top_p"], values["top_k"], source)
+
+
+def model_generation_config(model_path: str | None) -> SimpleNamespace | None:
+    """The ``temperature`` / ``top_p`` / ``top_k`` that ``model_path/generation_config.json``
+    sets (only the keys the file itself holds, not transformers' class defaults), or ``None``
+    without a model directory or without the file. An unreadable file is a one-line
+    ``ValueError`` naming it."""
+    if not model_path:
+        return None
+    path = Path(model_path) / "generation_config.json"
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: not a readable generation config ({e})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a JSON object")
+    return SimpleNamespace(**{k: data.get(k) for k in DEFAULTS})
+
+
+def fill_sampling(cfg: Any) -> None:
+    """Fill, in place, the ``None`` sampling keys of ``cfg.rollout`` and ``cfg.eval``
+    (``temperature``, ``top_p``, ``top_k``) with the model's ``generation_config`` value when
+    it sets one (:func:`model_generation_config` of ``model.path``), else :data:`DEFAULTS`
+    (:func:`resolve_sampling`). A key set in the config is kept."""
+    sections = [cfg.rollout, cfg.eval]
+    if all(getattr(sec, name) is not None for sec in sections for name in DEFAULTS):
+        return  # nothing to fill: no file read
+    gen = model_generation_config(cfg.model.path)
+    for sec in sections:
+        got = resolve_sampling(sec.temperature, sec.top_p, sec.top_k, gen, where=sec.key)
+        for name in DEFAULTS:
+            if getattr(sec, name) is None:
+                setattr(sec, name, getattr(got, name))
+
+
+def sampling_header(cfg: Any) -> str:
+    """The run header's ``sampling:`` line of a filled config (:func:`fill_sampling`): each
+    training value, marked ``(generation_config)`` when the model's generation config sets
+    that same value, else ``(config)``; the evaluation's values when they differ."""
+    gen = model_generation_config(cfg.model.path)
+
+    def line(sec: Any) -> str:
+        parts = []
+        for name in DEFAULTS:
+            value = getattr(sec, name)
+            same = gen is not None and getattr(gen, name, None) is not None and \
+                getattr(gen, name) == value
+            parts.append(f"{name}={value} ({'generation_config' if same else 'config'})")
+        return " ".join(parts)
+
+    head = f"sampling: {line(cfg.rollout)}"
+    if any(getattr(cfg.rollout, k) != getattr(cfg.eval, k) for k in DEFAULTS):
+        head += f"; eval: {line(cfg.eval)}"
+    return head

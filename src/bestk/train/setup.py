@@ -15,8 +15,11 @@ from bestk.tasks import Task, load_task
 from bestk.train.config import TrainConfig
 from bestk.train.hf import enable_gradient_checkpointing, render_task_prompts
 from bestk.train.policy import load_policy
+from bestk.train.prompts import check_prompt_lengths
+from bestk.train.sampling import sampling_header
 
-__all__ = ["load_run_task", "load_run_policy", "max_new_tokens"]
+__all__ = ["load_run_task", "load_run_policy", "max_new_tokens", "check_run_prompts",
+           "score_batch", "sampling_options", "run_header"]
 
 
 def load_run_task(cfg: TrainConfig) -> tuple[Task, torch.device]:
@@ -26,17 +29,20 @@ def load_run_task(cfg: TrainConfig) -> tuple[Task, torch.device]:
         torch.set_num_threads(int(cfg.threads))
     torch.manual_seed(cfg.seed)
     device = torch.device(cfg.device)
-    task = load_task(cfg.task.name, cfg.task.options, seed=cfg.seed, reward=cfg.task.reward)
+    task = load_task(cfg.task.name, cfg.task.options, seed=cfg.seed, reward=cfg.task.reward,
+                     reward_weights=cfg.task.reward_weights, system_prompt=cfg.task.system_prompt)
     return task, device
 
 
 def load_run_policy(cfg: TrainConfig, task: Task, device: torch.device) -> tuple[Any, Any]:
     """``(model, tokenizer)``: the policy of ``model`` (initialised from ``seed``) on
-    ``device``, with the task's prompts rendered by its chat template."""
+    ``device``, with the task's prompts rendered by its chat template and their lengths
+    checked against ``rollout.max_prompt_length`` (:func:`check_run_prompts`)."""
     model, tokenizer = load_policy(cfg.model, task.alphabet, seed=cfg.seed)
     if cfg.model.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     render_task_prompts(task, tokenizer, cfg.model.chat_template)
+    check_run_prompts(cfg, task, tokenizer)
     model.to(device)
     return model, tokenizer
 
@@ -44,3 +50,53 @@ def load_run_policy(cfg: TrainConfig, task: Task, device: torch.device) -> tuple
 def max_new_tokens(cfg: TrainConfig, task: Task) -> int:
     """Completion length bound: ``rollout.max_new_tokens``, or the task's longest answer + 2."""
     return cfg.rollout.max_new_tokens or (task.max_answer_chars + 2)
+
+
+def check_run_prompts(cfg: TrainConfig, task: Task, tokenizer: Any) -> int:
+    """How many of the task's rendered prompts (training and held-out) are longer than
+    ``rollout.max_prompt_length`` tokens and will be cut from the left (0 without a limit);
+    with ``rollout.prompt_truncation: error`` a long prompt is a one-line ``ValueError``,
+    before any work (:func:`bestk.train.prompts.check_prompt_lengths`)."""
+    r = cfg.rollout
+    if r.max_prompt_length is None:
+        return 0
+    prompts = [ex["prompt"] for ex in [*task.train, *task.eval]]
+    return check_prompt_lengths(tokenizer, prompts, r.max_prompt_length, r.prompt_truncation)
+
+
+def sampling_options(cfg: TrainConfig, section: str = "rollout") -> dict[str, Any]:
+    """The keyword arguments of :func:`bestk.train.rollout.sample` (and
+    :func:`bestk.train.evaluate.evaluate`) for the training (``rollout``) or held-out
+    (``eval``) sampling of a resolved config: temperature, top-p, top-k and the prompt
+    length limit."""
+    sec = getattr(cfg, section)
+    return {"temperature": sec.temperature, "top_p": sec.top_p, "top_k": sec.top_k or 0,
+            "max_prompt_length": cfg.rollout.max_prompt_length,
+            "prompt_truncation": cfg.rollout.prompt_truncation}
+
+
+def score_batch(task: Task, examples: list[dict[str, Any]], texts: list[str],
+                metrics: dict[str, float] | None = None) -> Any:
+    """The task's rewards of ``texts`` (``examples[i]`` for ``texts[i]``), float64. With
+    several reward functions each one's mean over the completions it scored is added to
+    ``metrics`` as ``rewards/<name>/mean`` (TRL's name)."""
+    if len(task.reward_names) < 2:
+        return task.score(examples, texts)
+    scores = task.score_detailed(examples, texts)
+    if metrics is not None:
+        metrics.update({f"rewards/{k}/mean": v for k, v in scores.means().items()})
+    return scores.total
+
+
+def run_header(cfg: TrainConfig, task: Task, tokenizer: Any) -> str:
+    """The run header's sampling line (:func:`bestk.train.sampling.sampling_header`: the
+    values used and where from) and, with ``rollout.max_prompt_length``, how many of the
+    task's prompts are cut to it."""
+    line = sampling_header(cfg)
+    limit = cfg.rollout.max_prompt_length
+    if limit is not None:
+        cut = check_run_prompts(cfg, task, tokenizer)
+        total = len(task.train) + len(task.eval)
+        line += (f"\nprompts: {cut} of {total} longer than rollout.max_prompt_length={limit} "
+                 f"tokens, cut from the left")
+    return line

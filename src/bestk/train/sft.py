@@ -20,6 +20,8 @@ import torch
 from bestk._seeds import SFT_ORDER
 from bestk.tasks import Task
 from bestk.train.config import TrainConfig
+from bestk.train.console import Stopped
+from bestk.train.guards import check_sft_update
 from bestk.train.setup import load_run_policy, load_run_task
 from bestk.train.validation import resolve_defaults, validate
 
@@ -37,9 +39,12 @@ def make_optimizer(model: Any, cfg: TrainConfig, lr: float) -> torch.optim.Optim
 
 
 def sft_warmup(model: Any, tokenizer: Any, task: Task, cfg: TrainConfig, device: torch.device,
-               log: Callable[[dict[str, Any]], None], progress: Any = None) -> None:
+               log: Callable[[dict[str, Any]], None], progress: Any = None,
+               should_stop: Callable[[], bool] | None = None) -> None:
     """Cross-entropy warm-up of ``model`` on ``prompt + answer + EOS`` (loss on answer tokens;
-    module docstring); every 10th step and the last are ``log``-ged as ``phase: sft``."""
+    module docstring); every 10th step and the last are ``log``-ged as ``phase: sft``.
+    ``should_stop`` (Ctrl-C, SIGTERM) is asked before each step: when it says so,
+    :class:`~bestk.train.console.Stopped` is raised naming the steps done."""
     s = cfg.sft
     tok = tokenizer
     opt = make_optimizer(model, cfg, s.lr)
@@ -50,6 +55,8 @@ def sft_warmup(model: Any, tokenizer: Any, task: Task, cfg: TrainConfig, device:
     model.train()
     task_id = progress.add_task("SFT warm-up", total=s.steps) if progress else None
     for i in range(s.steps):
+        if should_stop is not None and should_stop():
+            raise Stopped(f"SFT step {i} of {s.steps}")
         lr = s.lr * min(1.0, (i + 1) / warm)
         if i >= warm:
             lr = s.lr * 0.5 * (1 + math.cos(math.pi * (i - warm) / max(1, s.steps - warm)))
@@ -75,8 +82,10 @@ def sft_warmup(model: Any, tokenizer: Any, task: Task, cfg: TrainConfig, device:
         )
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        gnorm = None
         if cfg.optim.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+            gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+        check_sft_update(i + 1, s.steps, loss, gnorm)  # nan / inf: stop before the update
         opt.step()
         if (i + 1) % 10 == 0 or i + 1 == s.steps:
             log({"phase": "sft", "sft_step": i + 1, "loss": loss.item(), "lr": lr})

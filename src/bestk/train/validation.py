@@ -14,6 +14,7 @@ algorithms.AlgorithmSpec`, once, when a run starts.
 from __future__ import annotations
 
 import math
+import os
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,6 +39,7 @@ from bestk.train.config import DEFAULT_OUT, TrainConfig, check_schema
 from bestk.train.model_source import GGUF_MODULES, check_model_source, is_gguf
 from bestk.train.reference import calibration_prompt_ids
 from bestk.train.reporters import INTEGRATIONS, resolve_report_to
+from bestk.train.sampling import fill_sampling
 
 __all__ = [
     "validate",
@@ -46,6 +48,10 @@ __all__ = [
     "check_values",
     "check_algorithm",
     "check_device",
+    "check_paths",
+    "check_machine",
+    "tiny_model_parameters",
+    "check_reward_domain",
     "check_dependencies",
     "check_kappo_file",
     "load_kappo_file",
@@ -57,8 +63,11 @@ def resolve_defaults(cfg: TrainConfig) -> TrainConfig:
     """A copy of ``cfg`` with the fields it leaves ``None`` for the algorithm filled in from
     the algorithm's spec: ``rollout.n`` (``default_n``: 8 for ``pg``, 1 for ``apo`` and
     ``dpo``) and ``out`` (``runs/bestk`` + ``out_suffix``: ``runs/bestk``,
-    ``runs/bestk-apo``, ``runs/bestk-dpo``). A value set explicitly is kept, whatever the
-    order it was set in. An unknown algorithm is left for :func:`check_names`."""
+    ``runs/bestk-apo``, ``runs/bestk-dpo``); and the ``null`` sampling keys from the model's
+    ``generation_config`` (:func:`bestk.train.sampling.fill_sampling`). A value set
+    explicitly is kept, whatever the order it was set in; a leading ``~`` of ``out`` and
+    ``model.path`` is expanded to the home directory. An unknown algorithm is left for
+    :func:`check_names`."""
     out = cfg.model_copy(deep=True)
     spec = ALGORITHMS.get(out.algorithm)
     if spec is None:
@@ -67,6 +76,11 @@ def resolve_defaults(cfg: TrainConfig) -> TrainConfig:
         out.rollout.n = spec.default_n
     if out.out is None:
         out.out = DEFAULT_OUT + spec.out_suffix
+    if out.out.startswith("~"):
+        out.out = os.path.expanduser(out.out)
+    if out.model.path is not None and out.model.path.startswith("~"):
+        out.model.path = os.path.expanduser(out.model.path)
+    fill_sampling(out)  # null sampling keys: the model's generation_config, else 1.0 / 1.0 / 0
     return out
 
 
@@ -76,10 +90,11 @@ def validate(cfg: TrainConfig) -> None:
     In order: names (algorithm, estimator, its option names, task option names), the schema
     and ``report_to`` (:func:`check_values`) of the config with its ``None`` = "the
     algorithm's default" fields filled in (:func:`resolve_defaults`; ``cfg`` itself is not
-    changed), what the algorithm accepts (:func:`check_algorithm`), the device
-    (:func:`check_device`), the optional packages the config needs
-    (:func:`check_dependencies`), a local model directory
-    (:func:`bestk.train.model_source.check_model_source`), a KAPPO calibration file
+    changed), the run directory's and model's paths (:func:`check_paths`), what the algorithm
+    accepts (:func:`check_algorithm`), the device (:func:`check_device`), what the machine
+    can hold (:func:`check_machine`: threads, the tiny model's size), the optional packages
+    the config needs (:func:`check_dependencies`), a local model directory
+    or GGUF file (:func:`bestk.train.model_source.check_model_source`), a KAPPO calibration file
     (:func:`check_kappo_file`), and, for an algorithm that uses the estimator, the estimator
     options' *values*, by running the estimator on a dummy batch shaped like a training batch
     (:func:`check_estimator_runs`; a ``calibration`` path is loaded). Nothing here trains,
@@ -88,8 +103,10 @@ def validate(cfg: TrainConfig) -> None:
     check_names(cfg)
     cfg = resolve_defaults(cfg)
     check_values(cfg)
+    check_paths(cfg)
     check_algorithm(cfg)
     check_device(cfg.device)
+    check_machine(cfg)
     check_dependencies(cfg)
     if cfg.model.path is not None:
         check_model_source(cfg.model.path)
@@ -189,6 +206,120 @@ def load_kappo_file(cfg: TrainConfig) -> Any:
             f"{str(path)!r} is a {cal.kind} one"
         )
     return cal
+
+
+#: Room the run's own files need under ``out`` (``checkpoints/.step_0000000.safetensors...``).
+_RUN_FILE_ROOM = 64
+
+
+def _path_problem(path: str) -> str | None:
+    """Why ``path`` cannot hold a run's files (or be recorded in its ``config.yaml``), or
+    ``None``: empty, bytes that are not UTF-8 (a YAML file cannot hold them, so the config
+    could never be read back), or longer than the system allows (``PATH_MAX``, ``NAME_MAX``
+    for one name)."""
+    if not path.strip():
+        return "is empty"
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return (f"holds bytes that are not UTF-8 ({os.fsencode(path)[:60]!r}); config.yaml "
+                "could not record it")
+    full = os.path.abspath(path)
+    try:
+        path_max = os.pathconf("/", "PC_PATH_MAX")
+        name_max = os.pathconf("/", "PC_NAME_MAX")
+    except (AttributeError, OSError, ValueError):  # pragma: no cover - Windows
+        path_max, name_max = 260, 255
+    if len(os.fsencode(full)) + _RUN_FILE_ROOM > path_max:
+        return (f"is {len(os.fsencode(full))} bytes long; with the run's files under it, that "
+                f"exceeds this system's limit of {path_max} (PATH_MAX)")
+    long = [n for n in full.split(os.sep) if len(os.fsencode(n)) > name_max]
+    if long:
+        return (f"has a name of {len(os.fsencode(long[0]))} bytes, over this system's limit "
+                f"of {name_max} (NAME_MAX)")
+    return None
+
+
+def check_paths(cfg: TrainConfig) -> None:
+    """``out`` and ``model.path`` can be used and recorded (:func:`_path_problem`): refused
+    in one line before anything is written or trained (``~`` is expanded by
+    :func:`resolve_defaults`)."""
+    for key, value in (("out", cfg.out), ("model.path", cfg.model.path)):
+        if value is None:
+            continue
+        why = _path_problem(value)
+        if why is not None:
+            flag = "--out" if key == "out" else f"config key {key!r}"
+            shown = value if len(value) <= 60 else value[:57] + "..."
+            raise ValueError(f"{flag} {shown!r} {why}; choose another path")
+
+
+def tiny_model_parameters(cfg: TrainConfig) -> int:
+    """A lower bound on the parameters of the tiny default model of ``cfg.model`` (no
+    ``model.path``): per layer the attention projections :math:`4h^2` (+ Qwen2's biases
+    :math:`3h`), the gated MLP :math:`3hI` and two norms :math:`2h`; plus the final norm (the
+    embedding, tied to the output, is left out: the vocabulary is the task's)."""
+    m = cfg.model
+    h, layer = m.hidden_size, 4 * m.hidden_size**2 + 3 * m.hidden_size * m.intermediate_size
+    layer += 2 * h + (3 * h if m.arch == "qwen2" else 0)
+    return m.num_layers * layer + h
+
+
+def _memory_bytes(device: str) -> int | None:
+    """The memory of ``device`` (physical memory for the CPU), or ``None`` if unknown."""
+    dev = torch.device(device)
+    try:
+        if dev.type == "cuda":
+            return int(torch.cuda.get_device_properties(dev.index or 0).total_memory)
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, OSError, ValueError, RuntimeError):  # pragma: no cover
+        return None
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:,.1f} GiB" if n < 2**40 else f"{n / 2**40:,.1f} TiB"
+
+
+def check_machine(cfg: TrainConfig) -> None:
+    """What this machine can hold: ``threads`` at most its CPUs (torch crashes on absurd
+    counts), and the tiny default model's training memory -- weights, gradients and AdamW's
+    two moments, :math:`4 \times` the parameters' bytes, at least
+    (:func:`tiny_model_parameters`) -- within the device's memory. One-line ``ValueError``s
+    naming the machine's limit."""
+    cpus = os.cpu_count()
+    if cfg.threads is not None and cpus is not None and cfg.threads > cpus:
+        raise ValueError(
+            f"config key 'threads' is {cfg.threads}, more than this machine's {cpus} CPUs; use "
+            f"at most {cpus} (or null for torch's default)"
+        )
+    if cfg.model.path is not None:
+        return
+    params = tiny_model_parameters(cfg)
+    need = params * (2 if cfg.model.dtype == "bfloat16" else 4) * 4
+    have = _memory_bytes(cfg.device)
+    if have is not None and need > have:
+        m = cfg.model
+        raise ValueError(
+            f"the model of model.hidden_size={m.hidden_size}, model.num_layers={m.num_layers}, "
+            f"model.intermediate_size={m.intermediate_size} has about {params:.3g} parameters: "
+            f"training it needs at least {_gib(need)}, more than the {_gib(have)} of memory of "
+            f"device {cfg.device!r}; make it smaller"
+        )
+
+
+def check_reward_domain(cfg: TrainConfig, task: Any, calibration_kind: str | None) -> None:
+    """An estimator that needs 0/1 rewards (``maxrl``; ``kappo_grpo`` with a binary
+    calibration of kind ``calibration_kind``) and sees the raw reward
+    (``advantage_reward: raw``) of a graded task would stop at the first graded reward, after
+    the SFT: refused when the task is loaded, before any work."""
+    if not ALGORITHMS[cfg.algorithm].uses_estimator or cfg.advantage_reward != "raw":
+        return
+    if task.graded and estimator_info(cfg.estimator).binary_rewards(calibration_kind):
+        raise ValueError(
+            f"estimator {cfg.estimator!r} needs 0/1 rewards, but task {task.name!r} is graded "
+            "and advantage_reward is 'raw'; use advantage_reward=success (or auto: the 0/1 "
+            "success), or an estimator for any reward (e.g. argmaxrl, grpo)"
+        )
 
 
 def check_device(device: str) -> None:

@@ -169,11 +169,14 @@ def minibatches(size: int, epochs: int, count: int) -> Iterator[slice]:
 
 def rollout_metrics(ro: Any) -> dict[str, float]:
     """A step's metrics of its sampled completions: ``entropy``, the mean token entropy over
-    the completion tokens, and ``response_len``, the mean completion length in tokens."""
+    the completion tokens, and ``response_len``, the mean completion length in tokens; then
+    the rollout's own ``metrics`` (``prompts_truncated`` with a prompt length limit,
+    ``rewards/<name>/mean`` with several reward functions)."""
     mask = ro.completion_mask.float()
     return {
         "entropy": float((ro.entropy * mask).sum() / mask.sum().clamp_min(1)),
         "response_len": float(mask.sum(1).mean()),
+        **getattr(ro, "metrics", {}),
     }
 
 

@@ -51,6 +51,7 @@ from bestk.train.algorithms._base import (
     minibatches,
     refuse_pg_options,
 )
+from bestk.train.prompts import encode_prompts
 from bestk.train.rollout import completion_logprobs
 
 __all__ = ["DPO", "DPOBatch", "SPEC", "P_SUCCESS_WINS", "pair_rows"]
@@ -132,15 +133,16 @@ class DPO:
         u = rng.random((2, prompts.size))
         win, lose = pair_rows(self.success, prompts, u[0], u[1])    # y_w, y_l ~ bank(x)
         rows = torch.from_numpy(np.stack([win, lose], 1).reshape(-1))
-        enc = run.tokenizer([self.prompts[p] for p in prompts for _ in range(2)],
-                            padding=True, return_tensors="pt", add_special_tokens=False)
+        enc = encode_prompts(run.tokenizer, [self.prompts[p] for p in prompts for _ in range(2)],
+                             max_length=cfg.rollout.max_prompt_length,
+                             truncation=cfg.rollout.prompt_truncation)
         mask = self.bank.completion_mask[rows]
         width = int(mask.sum(1).max())
         ref = self.bank.ref_logps[rows]                             # log pi_ref(y|x)
         dev = run.device
         return DPOBatch(
             prompt_ids=self.bank.prompt_ids[prompts],
-            input_ids=enc["input_ids"].to(dev), input_mask=enc["attention_mask"].to(dev),
+            input_ids=enc.input_ids.to(dev), input_mask=enc.attention_mask.to(dev),
             completion_ids=self.bank.completion_ids[rows][:, :width].to(dev),
             completion_mask=mask[:, :width].to(dev),
             ref_chosen=ref[0::2].to(dev), ref_rejected=ref[1::2].to(dev),

@@ -1,0 +1,104 @@
+"""``bestk train`` / ``bestk eval`` command behaviour: a failed resume leaves ``config.yaml``
+as it was, ``--quiet`` shows no progress bar (the libraries' included), and how ``bestk eval``
+builds its config (``--run``, ``-n`` versus ``--set eval.n``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from bestk.cli import app
+from bestk.train.commands import eval_config
+from bestk.train.config import TrainConfig, apply_overrides, config_to_dict
+from bestk.train.loop import Trainer
+from bestk.train.rundir import write_run_config
+from tests.conftest import tiny_config
+
+pytestmark = pytest.mark.usefixtures("restore_torch_threads")
+
+
+@pytest.fixture(scope="module")
+def stopped_run(tmp_path_factory) -> Path:
+    """A tiny run stopped after 2 of 4 steps (it resumes)."""
+    out = tmp_path_factory.mktemp("cmd") / "run"
+    cfg = tiny_config(out, "max_steps=2", "checkpoint_every=2", "eval.every=2")
+    Trainer(cfg).run(progress=False)
+    (out / ".finished").unlink(missing_ok=True)
+    return out
+
+
+def test_a_failed_resume_leaves_config_yaml_as_it_was(stopped_run, monkeypatch):
+    """``--resume DIR --set report_to=wandb`` without a W&B login stops (exit 2) before it
+    records anything: validate first, write after; a plain resume then still works."""
+    from bestk.train import reporters
+
+    def no_login(self):
+        raise ValueError("W&B could not start a run: no login")
+
+    before = (stopped_run / "config.yaml").read_bytes()
+    monkeypatch.setattr(reporters.Reporters, "open", no_login)
+    res = CliRunner().invoke(app, ["train", "--resume", str(stopped_run), "--quiet",
+                                   "--max-steps", "3", "--set", "report_to=wandb"])
+    assert res.exit_code == 2 and "W&B could not start a run" in res.output, res.output
+    assert (stopped_run / "config.yaml").read_bytes() == before
+    monkeypatch.undo()
+    res = CliRunner().invoke(app, ["train", "--resume", str(stopped_run), "--quiet",
+                                   "--max-steps", "3"])
+    assert res.exit_code == 0, res.output
+    assert "max_steps: 3" in (stopped_run / "config.yaml").read_text()
+
+
+def test_quiet_prints_no_progress_bar(tiny_hf_model, gsm8k_parquet, tmp_path):
+    """No bar of bestk, transformers (loading, saving weights) or datasets (preparing the
+    data) on stderr with ``--quiet``; without it there are bars."""
+    train, test = gsm8k_parquet
+    args = [sys.executable, "-m", "bestk", "train", "--out", str(tmp_path / "q"),
+            "--set", f"model.path={tiny_hf_model}", "--set", "task.name=dataset",
+            "--set", f"task.options={{path: {train}, eval_path: {test}, num_eval: 2}}",
+            "--set", "sft.steps=1", "--set", "sft.batch_size=2", "--set", "max_steps=1",
+            "--set", "rollout.prompts_per_step=2", "--set", "rollout.n=2",
+            "--set", "rollout.max_new_tokens=3", "--set", "eval.n=2"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    quiet = subprocess.run([*args, "--quiet"], capture_output=True, text=True, env=env,
+                           timeout=600)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "it/s" not in quiet.stderr and "%|" not in quiet.stderr, quiet.stderr
+    loud = subprocess.run([*args, "--set", f"out={tmp_path / 'l'}", "--out",
+                           str(tmp_path / "l")], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert loud.returncode == 0, loud.stderr
+    assert "it/s" in loud.stderr or "━" in loud.stderr
+
+
+def test_eval_config_of_a_run_and_of_a_model(tmp_path):
+    run = tmp_path / "run"
+    (run / "final").mkdir(parents=True)
+    cfg = apply_overrides(TrainConfig(), [
+        f"out={run}", "task.name=arithmetic", "task.options={digits: 1}", "eval.n=5",
+        "eval.num_prompts=7", "task.reward=exact", "model.lora.r=4", "seed=3"])
+    write_run_config(run, cfg)
+    got, adapter, base_seed = eval_config(None, None, None, [], 0, run)
+    assert adapter is None and base_seed == 3 and got.seed == 0
+    assert got.model.path == str(run / "final") and got.model.lora.r == 0
+    want = config_to_dict(cfg)
+    for key in ("task", "eval"):
+        assert config_to_dict(got)[key] == want[key]
+    got, _, _ = eval_config(None, None, None, ["eval.n=9"], 0, run)
+    assert got.eval.n == 9
+    got, _, _ = eval_config(None, None, 9, ["eval.n=9"], 0, run)
+    assert got.eval.n == 9
+    with pytest.raises(ValueError, match="-n 2 and --set eval.n=9 disagree"):
+        eval_config(None, None, 2, ["eval.n=9"], 0, run)
+    with pytest.raises(ValueError, match="--run reuses the run's task; drop --task strings"):
+        eval_config(None, "strings", None, [], 0, run)
+    with pytest.raises(ValueError, match="give --model DIR"):
+        eval_config(None, None, None, [], 0, None)
+    with pytest.raises(ValueError, match="is not a run directory"):
+        eval_config(None, None, None, [], 0, tmp_path)
+    plain, adapter, _ = eval_config(tmp_path, None, None, [], 1, None)
+    assert plain.task.name == "strings" and plain.eval.n == 8 and plain.seed == 1
