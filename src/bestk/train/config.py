@@ -65,8 +65,6 @@ __all__ = [
     "config_from_dict",
     "config_keys",
     "check_schema",
-    "check_model_dir",
-    "TOKENIZER_FILES",
 ]
 
 #: ``kappo.kind`` values: ``auto`` picks ``binary`` (Algorithm 1 on 0/1 success) for binary
@@ -725,26 +723,3 @@ def apply_overrides(cfg: TrainConfig, overrides: list[str] | None) -> TrainConfi
     new = _validated(tree)
     cfg.__dict__.update(new.__dict__)  # validated as a whole: no field-by-field assignment
     return cfg
-
-
-#: Files of which a Hugging Face tokenizer directory holds at least one.
-TOKENIZER_FILES = (
-    "tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
-    "spiece.model",
-)
-
-
-def check_model_dir(path: str | Path) -> None:
-    """``path`` is a directory holding a Hugging Face model config and a tokenizer."""
-    p = Path(path)
-    if not p.is_dir():
-        raise ValueError(f"model directory {str(path)!r} is not a directory")
-    if not (p / "config.json").is_file():
-        raise ValueError(
-            f"model directory {str(path)!r} holds no Hugging Face model (no config.json)"
-        )
-    if not any((p / name).is_file() for name in TOKENIZER_FILES):
-        raise ValueError(
-            f"model directory {str(path)!r} holds no tokenizer (none of "
-            f"{', '.join(TOKENIZER_FILES)})"
-        )
