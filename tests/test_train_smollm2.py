@@ -11,7 +11,7 @@ import pytest
 pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 
 
-@pytest.mark.slow  # 5 min on the loaded 2-core development machine (the GGUF load: 20-96 s)
+# In the default run (42 s on an idle 2-core CPU, most of it the GGUF load; minutes under load)
 def test_smollm2_gguf_trains_with_lora_micro_batches_and_checkpointing(
         smollm2_gguf, tmp_path, hide_modules):
     from bestk.train.config import TrainConfig, apply_overrides
