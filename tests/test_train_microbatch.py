@@ -117,7 +117,10 @@ def test_the_accumulated_gradient_is_the_one_pass_gradient(tmp_path, algo, lora)
     for key in m1:
         if key.startswith(("time_", "completions_per_s", "pairs_per_s")):
             continue
-        assert m2[key] == pytest.approx(m1[key], rel=1e-4, abs=1e-6), key
+        if isinstance(m1[key], str):  # phase
+            assert m2[key] == m1[key], key
+        else:
+            assert m2[key] == pytest.approx(m1[key], rel=1e-4, abs=1e-6), key
 
 
 def test_minibatches_with_micro_batches_accumulate_each_minibatch(tmp_path):

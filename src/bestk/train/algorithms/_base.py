@@ -15,7 +15,7 @@ from bestk.tasks import Task
 from bestk.train.rollout import Rollout
 
 __all__ = ["AlgorithmSpec", "RunContext", "rollout_batch_text", "refuse_pg_options", "minibatches",
-           "mean_metrics", "rollout_metrics"]
+           "optimizer_steps", "mean_metrics", "rollout_metrics"]
 
 
 @runtime_checkable
@@ -184,3 +184,34 @@ def mean_metrics(steps: list[dict[str, float]]) -> dict[str, float]:
     """The mean of each metric over the optimizer steps of an update."""
     keys = dict.fromkeys(k for st in steps for k in st)
     return {k: float(np.mean([st[k] for st in steps if k in st])) for k in keys}
+
+
+def optimizer_steps(
+    run: RunContext,
+    size: int,
+    one_pass: Callable[[slice], tuple[dict[str, float], torch.Tensor]],
+    micro_losses: Callable[[slice, int, list[dict[str, float]]], Iterator[torch.Tensor]],
+) -> dict[str, float]:
+    """The optimizer steps of one update over ``size`` items (``loss.ppo_epochs`` x
+    ``loss.minibatches``, :func:`minibatches`); returns their mean metrics
+    (:func:`mean_metrics`), each with ``grad_norm`` and ``lr``.
+
+    Without ``loss.micro_batch_size`` a minibatch ``sl`` is one pass, ``one_pass(sl) ->
+    (metrics, loss)``. With it, ``micro_losses(sl, count, parts)`` yields the micro-batches'
+    loss shares of the minibatch of ``count`` items, each backpropagated as it is yielded
+    (:meth:`RunContext.optimize`), and appends each one's metric shares to ``parts``: the
+    step's metrics are their sums."""
+    lc = run.cfg.loss
+    run.model.train()
+    steps = []
+    for sl in minibatches(size, lc.ppo_epochs, lc.minibatches):
+        if lc.micro_batch_size is None:
+            st, loss = one_pass(sl)
+            gnorm, lr = run.optimize(loss)
+        else:
+            parts: list[dict[str, float]] = []
+            gnorm, lr = run.optimize(micro_losses(sl, len(range(size)[sl]), parts))
+            st = {k: sum(p[k] for p in parts) for k in parts[0]}
+        st.update(grad_norm=gnorm, lr=lr)
+        steps.append(st)
+    return mean_metrics(steps)

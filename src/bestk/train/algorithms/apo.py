@@ -43,8 +43,7 @@ from bestk.train.accumulate import micro_slices
 from bestk.train.algorithms._base import (
     AlgorithmSpec,
     RunContext,
-    mean_metrics,
-    minibatches,
+    optimizer_steps,
     refuse_pg_options,
     rollout_metrics,
 )
@@ -97,22 +96,9 @@ class APO:
         """Minimise Eq. 14 over the batch; mean metrics of the optimizer steps. With
         ``loss.micro_batch_size`` each micro-batch's share is its summed squared residuals over
         the minibatch's row count, backpropagated one micro-batch at a time."""
-        run, lc = self.run, self.run.cfg.loss
-        B = b.targets.shape[0]
-        run.model.train()
-        steps = []
-        for sl in minibatches(B, lc.ppo_epochs, lc.minibatches):
-            if lc.micro_batch_size is None:
-                st, loss = self._loss(b, sl, None)
-                gnorm, lr = run.optimize(loss)
-            else:
-                rows = len(range(B)[sl])
-                parts: list[dict[str, float]] = []
-                gnorm, lr = run.optimize(self._micro_losses(b, sl, rows, parts))
-                st = {k: sum(p[k] for p in parts) for k in parts[0]}
-            st.update(grad_norm=gnorm, lr=lr)
-            steps.append(st)
-        return mean_metrics(steps)
+        return optimizer_steps(
+            self.run, b.targets.shape[0], lambda sl: self._loss(b, sl, None),
+            lambda sl, rows, parts: self._micro_losses(b, sl, rows, parts))
 
     def _micro_losses(self, b: APOBatch, sl: slice, rows: int,
                       parts: list[dict[str, float]]) -> Iterator[torch.Tensor]:

@@ -47,8 +47,7 @@ from bestk.train.accumulate import micro_slices
 from bestk.train.algorithms._base import (
     AlgorithmSpec,
     RunContext,
-    mean_metrics,
-    minibatches,
+    optimizer_steps,
     refuse_pg_options,
 )
 from bestk.train.prompts import encode_prompts
@@ -166,22 +165,9 @@ class DPO:
         ``loss.micro_batch_size`` (even) each micro-batch of ``micro_batch_size / 2`` pairs
         contributes its summed loss over the minibatch's pair count, backpropagated one
         micro-batch at a time."""
-        run, lc = self.run, self.run.cfg.loss
-        P = b.beta_eff.shape[0]
-        run.model.train()
-        steps = []
-        for sl in minibatches(P, lc.ppo_epochs, lc.minibatches):
-            if lc.micro_batch_size is None:
-                st, loss = self._loss(b, sl, None)
-                gnorm, lr = run.optimize(loss)
-            else:
-                pairs = len(range(P)[sl])
-                parts: list[dict[str, float]] = []
-                gnorm, lr = run.optimize(self._micro_losses(b, sl, pairs, parts))
-                st = {k: sum(p[k] for p in parts) for k in parts[0]}
-            st.update(grad_norm=gnorm, lr=lr)
-            steps.append(st)
-        return mean_metrics(steps)
+        return optimizer_steps(
+            self.run, b.beta_eff.shape[0], lambda sl: self._loss(b, sl, None),
+            lambda sl, pairs, parts: self._micro_losses(b, sl, pairs, parts))
 
     def _micro_losses(self, b: DPOBatch, sl: slice, pairs: int,
                       parts: list[dict[str, float]]) -> Iterator[torch.Tensor]:
