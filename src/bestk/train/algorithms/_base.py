@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from bestk.tasks import Task
+from bestk.train.accumulate import micro_slices
 from bestk.train.rollout import Rollout
 
 __all__ = ["AlgorithmSpec", "RunContext", "rollout_batch_text", "refuse_pg_options", "minibatches",
@@ -189,29 +190,43 @@ def mean_metrics(steps: list[dict[str, float]]) -> dict[str, float]:
 def optimizer_steps(
     run: RunContext,
     size: int,
-    one_pass: Callable[[slice], tuple[dict[str, float], torch.Tensor]],
-    micro_losses: Callable[[slice, int, list[dict[str, float]]], Iterator[torch.Tensor]],
+    loss_of: Callable[[slice, int | None], tuple[dict[str, float], torch.Tensor]],
+    micro_size: int | None,
 ) -> dict[str, float]:
     """The optimizer steps of one update over ``size`` items (``loss.ppo_epochs`` x
     ``loss.minibatches``, :func:`minibatches`); returns their mean metrics
     (:func:`mean_metrics`), each with ``grad_norm`` and ``lr``.
 
-    Without ``loss.micro_batch_size`` a minibatch ``sl`` is one pass, ``one_pass(sl) ->
-    (metrics, loss)``. With it, ``micro_losses(sl, count, parts)`` yields the micro-batches'
-    loss shares of the minibatch of ``count`` items, each backpropagated as it is yielded
-    (:meth:`RunContext.optimize`), and appends each one's metric shares to ``parts``: the
-    step's metrics are their sums."""
+    ``loss_of(sl, None) -> (metrics, loss)`` is the mean loss of items ``sl``; ``loss_of(sl,
+    count)`` its share of a minibatch of ``count`` items (the sum over ``sl`` over ``count``).
+    Without ``micro_size`` a minibatch is one pass. With it, the minibatch's micro-batches of
+    ``micro_size`` items (:func:`~bestk.train.accumulate.micro_slices`) are backpropagated one
+    at a time into the same step (:meth:`RunContext.optimize`), and the step's metrics are the
+    sums of their shares."""
     lc = run.cfg.loss
     run.model.train()
     steps = []
     for sl in minibatches(size, lc.ppo_epochs, lc.minibatches):
-        if lc.micro_batch_size is None:
-            st, loss = one_pass(sl)
+        if micro_size is None:
+            st, loss = loss_of(sl, None)
             gnorm, lr = run.optimize(loss)
         else:
             parts: list[dict[str, float]] = []
-            gnorm, lr = run.optimize(micro_losses(sl, len(range(size)[sl]), parts))
+            gnorm, lr = run.optimize(
+                _micro_losses(loss_of, sl, micro_size, size, len(range(size)[sl]), parts))
             st = {k: sum(p[k] for p in parts) for k in parts[0]}
         st.update(grad_norm=gnorm, lr=lr)
         steps.append(st)
     return mean_metrics(steps)
+
+
+def _micro_losses(
+    loss_of: Callable[[slice, int | None], tuple[dict[str, float], torch.Tensor]],
+    sl: slice, micro_size: int, size: int, count: int, parts: list[dict[str, float]],
+) -> Iterator[torch.Tensor]:
+    """The loss shares of minibatch ``sl``'s micro-batches, each yielded when it is computed
+    (so its graph is freed after its backward); their metrics are appended to ``parts``."""
+    for mic in micro_slices(sl, micro_size, size):
+        st, loss = loss_of(mic, count)
+        parts.append(st)
+        yield loss

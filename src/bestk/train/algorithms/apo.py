@@ -31,7 +31,6 @@ minimiser is :math:`\pi_{ref}e^{t/\beta}` (see ``bestk lab kappo``).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +38,6 @@ import numpy as np
 import torch
 
 from bestk.kappo import kappo_apo_loss
-from bestk.train.accumulate import micro_slices
 from bestk.train.algorithms._base import (
     AlgorithmSpec,
     RunContext,
@@ -97,17 +95,8 @@ class APO:
         ``loss.micro_batch_size`` each micro-batch's share is its summed squared residuals over
         the minibatch's row count, backpropagated one micro-batch at a time."""
         return optimizer_steps(
-            self.run, b.targets.shape[0], lambda sl: self._loss(b, sl, None),
-            lambda sl, rows, parts: self._micro_losses(b, sl, rows, parts))
-
-    def _micro_losses(self, b: APOBatch, sl: slice, rows: int,
-                      parts: list[dict[str, float]]) -> Iterator[torch.Tensor]:
-        """The micro-batches' loss shares of minibatch ``sl`` (``rows`` rows), computed as
-        asked; each one's metrics (shares of the minibatch's means) are appended to ``parts``."""
-        for mic in micro_slices(sl, self.run.cfg.loss.micro_batch_size, b.targets.shape[0]):
-            st, loss = self._loss(b, mic, rows)
-            parts.append(st)
-            yield loss
+            self.run, b.targets.shape[0], lambda sl, rows: self._loss(b, sl, rows),
+            self.run.cfg.loss.micro_batch_size)
 
     def _loss(self, b: APOBatch, sl: slice, rows: int | None
               ) -> tuple[dict[str, float], torch.Tensor]:

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +42,6 @@ import numpy as np
 import torch
 
 from bestk.kappo import kappo_dpo_loss
-from bestk.train.accumulate import micro_slices
 from bestk.train.algorithms._base import (
     AlgorithmSpec,
     RunContext,
@@ -165,20 +163,10 @@ class DPO:
         ``loss.micro_batch_size`` (even) each micro-batch of ``micro_batch_size / 2`` pairs
         contributes its summed loss over the minibatch's pair count, backpropagated one
         micro-batch at a time."""
+        micro = self.run.cfg.loss.micro_batch_size  # completions; pairs stay whole
         return optimizer_steps(
-            self.run, b.beta_eff.shape[0], lambda sl: self._loss(b, sl, None),
-            lambda sl, pairs, parts: self._micro_losses(b, sl, pairs, parts))
-
-    def _micro_losses(self, b: DPOBatch, sl: slice, pairs: int,
-                      parts: list[dict[str, float]]) -> Iterator[torch.Tensor]:
-        """The micro-batches' loss shares of the minibatch of pairs ``sl`` (``pairs`` pairs),
-        computed as asked; each one's metrics (shares of the minibatch's means) are appended to
-        ``parts``."""
-        size = self.run.cfg.loss.micro_batch_size // 2
-        for mic in micro_slices(sl, size, b.beta_eff.shape[0]):
-            st, loss = self._loss(b, mic, pairs)
-            parts.append(st)
-            yield loss
+            self.run, b.beta_eff.shape[0], lambda sl, pairs: self._loss(b, sl, pairs),
+            None if micro is None else micro // 2)
 
     def _loss(self, b: DPOBatch, sl: slice, pairs: int | None
               ) -> tuple[dict[str, float], torch.Tensor]:
