@@ -188,10 +188,6 @@ def test_name_comparison_finder_finds_them():
     assert [line for line, _ in name_comparisons(src, {"maxrl", "rloo", "grpo"})] == [1, 3]
 
 
-#: Modules that still compare algorithm names, each with the change that removes it.
-ALGORITHM_NAMES_PENDING: dict[str, str] = {}
-
-
 def algorithm_names() -> set[str]:
     """The algorithm names: every key of ``ALGORITHMS`` and the built-in ones."""
     from bestk.train.algorithms import ALGORITHMS
@@ -206,8 +202,7 @@ def test_no_algorithm_name_comparisons_outside_the_algorithms():
     bad = []
     for path in sorted((ROOT / "src" / "bestk").rglob("*.py")):
         rel = path.relative_to(ROOT / "src").as_posix()
-        if rel.startswith("bestk/train/algorithms/") or rel in NAMES_ALLOWED or \
-                rel in ALGORITHM_NAMES_PENDING:
+        if rel.startswith("bestk/train/algorithms/") or rel in NAMES_ALLOWED:
             continue
         bad += [f"{rel}:{line}: {text}" for line, text in name_comparisons(path.read_text(), names)]
     assert not bad, "algorithm properties belong on its AlgorithmSpec:\n" + "\n".join(bad)

@@ -170,10 +170,6 @@ NOT_A_KIND = {
     },
 }
 
-#: Kind comparisons left in modules another change rewrites; remove an entry once its module
-#: asks the kind object (``calibration_kind(cfg.kappo.kind).binary``, ``cal.kind_spec.binary``).
-PENDING: dict[str, dict[str, str]] = {}
-
 
 def kind_comparisons(source: str) -> list[tuple[int, str, list[str]]]:
     """``(line, text, other operands)`` of each comparison (``==``, ``!=``, ``in``, ``not in``,
@@ -211,7 +207,7 @@ def test_no_calibration_kind_comparisons_outside_the_kind_classes():
         rel = path.relative_to(ROOT / "src").as_posix()
         if rel in KIND_MODULES:
             continue
-        allowed = {**NOT_A_KIND.get(rel, {}), **PENDING.get(rel, {})}
+        allowed = NOT_A_KIND.get(rel, {})
         for line, text, others in kind_comparisons(path.read_text()):
             if others and all(o in allowed for o in others):
                 used.update((rel, o) for o in others)
@@ -220,5 +216,5 @@ def test_no_calibration_kind_comparisons_outside_the_kind_classes():
     assert not bad, ("a calibration kind's behaviour belongs on its class in "
                      "bestk.kappo.calibration (ask cal.kind_spec / calibration_kind(name)):\n"
                      + "\n".join(bad))
-    listed = {(m, o) for table in (NOT_A_KIND, PENDING) for m, ops in table.items() for o in ops}
+    listed = {(m, o) for m, ops in NOT_A_KIND.items() for o in ops}
     assert listed <= used, f"exemptions no longer needed: {sorted(listed - used)}"
