@@ -133,12 +133,12 @@ STREAMS: tuple[Stream, ...] = (
     EVAL_BANK_SAMPLING,
 )
 
-# --- bestk compare (offset: the committed comparisons reproduce bit for bit) ----------------
-#: the ``j``-th test seed of a comparison: ``COMPARE_SEEDS.seed(seed + j)`` (``seed + j``).
-COMPARE_SEEDS = Stream("compare.seeds", 0, rule="offset")
+# --- bestk compare (offset, affine: the committed comparisons reproduce bit for bit) ---------
+#: the ``j``-th test seed of a comparison: ``COMPARE_SEEDS.seed(seed, index=j)`` (``seed + j``).
+COMPARE_SEEDS = Stream("compare.seeds", 0, rule="affine", terms=(("index", 1),))
 #: the ``j``-th seed of the learning-rate sweep, disjoint from the test seeds:
-#: ``SWEEP_SEEDS.seed(seed + j)`` (``seed + 1000 + j``).
-SWEEP_SEEDS = Stream("compare.sweep_seeds", 1000, rule="offset")
+#: ``SWEEP_SEEDS.seed(seed, index=j)`` (``seed + 1000 + j``).
+SWEEP_SEEDS = Stream("compare.sweep_seeds", 1000, rule="affine", terms=(("index", 1),))
 #: an A/A control's ``sampling_seed`` (``seed + 100_003``): same weights and prompts as its
 #: method, independent sampling noise.
 CONTROL_SAMPLING = Stream("compare.control_sampling", 100_003, rule="offset")

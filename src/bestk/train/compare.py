@@ -554,7 +554,7 @@ def run_compare(
     methods = _methods(estimators, estimator_options, controls)
     out = Path(out)
     base = _base_config(config, max_steps, list(overrides or []))
-    test_seeds = [COMPARE_SEEDS.seed(base.seed + s) for s in range(seeds)]
+    test_seeds = [COMPARE_SEEDS.seed(base.seed, index=s) for s in range(seeds)]
     # validate every run configuration before any work starts
     for i, sid in enumerate(test_seeds):
         for m in methods:
@@ -594,7 +594,7 @@ def _sweep(methods: list[Method], base: TrainConfig, out: Path, grid: list[float
     sdir = out / "sweep"
     if not resume:
         shutil.rmtree(sdir, ignore_errors=True)
-    seeds = [SWEEP_SEEDS.seed(base.seed + j) for j in range(sweep_seeds)]
+    seeds = [SWEEP_SEEDS.seed(base.seed, index=j) for j in range(sweep_seeds)]
     scores: dict[str, list[dict[str, float]]] = {m.label: [] for m in tuned}
     for lr in grid:
         res = _grid(tuned, val, seeds, sdir / f"lr{lr:g}", {m.label: lr for m in tuned}, kappo,
