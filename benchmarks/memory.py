@@ -1,31 +1,40 @@
-"""Peak memory of one RL update of a real model: bestk's, with and without its memory savers,
-and TRL's ``GRPOTrainer`` step.
+"""Peak memory of one RL step of a real model: ``bestk train``'s against TRL's ``GRPOTrainer``.
 
 Each measurement runs in a fresh Python process (so nothing of one leaks into another). The
 process loads the model (``--model``: a Hugging Face directory or a ``.gguf`` file, through
 :func:`bestk.train.policy.load_policy`), then resets the kernel's peak-RSS counter
-(``/proc/self/clear_refs``; on CUDA ``torch.cuda.reset_peak_memory_stats``) and runs one step:
+(``/proc/self/clear_refs``; on CUDA ``torch.cuda.reset_peak_memory_stats``) and runs one step.
+The default variants are one whole RL step (rollout + reward + update) of each trainer on the
+same model, the same prompts (the ``arithmetic`` task through the model's chat template, step
+1's draw of ``--batch / --n`` prompts), the same group size ``--n``, completions of exactly
+``--tokens`` tokens, the same micro-batch and the same AdamW kernel:
 
-* ``bestk`` - one policy-gradient update as ``bestk train`` (``algorithm: pg``) does it:
-  ``--batch`` completions of exactly ``--tokens`` tokens after ``--prompt-tokens`` prompt
-  tokens (seeded random ids: the update's memory does not depend on the text), forward with
-  gradients, PPO-clip loss (token-mean), backward, AdamW step; ``--logprobs naive`` is
-  today's :func:`bestk.train.rollout.sequence_logprobs` (float32 ``(B, T, V)`` logits; each
-  prompt encoded once for its ``--n`` completions), ``naive-unshared`` the same with one
-  forward over prompt + completion per row, ``chunked`` that one-pass forward with
-  :func:`bestk.losses.chunked_token_logprobs` (compare it with ``naive-unshared``: the same
-  forward, only the log-prob computation differs);
-  ``--micro-batch M`` accumulates the gradient over micro-batches of ``M`` completions;
-  ``--gradient-checkpointing`` (:func:`bestk.train.hf.enable_gradient_checkpointing`).
-* ``trl`` - one ``GRPOTrainer`` step (generation of ``--batch`` completions forced to
-  ``--tokens`` tokens with ``min_new_tokens``, a constant reward, the update), ``beta = 0``,
-  ``per_device_train_batch_size = --batch``.
+* ``bestk-rl-step`` - :meth:`bestk.train.loop.Trainer.rl_step` with ``estimator: grpo``, no
+  KL, ``loss.micro_batch_size = --micro-batch``, ``loss.chunked_logprobs``,
+  ``rollout.sample_batch_size = --sample-batch``, ``optim.implementation = --optimizer``
+  (no stop id during the step, so every completion has ``--tokens`` tokens);
+* ``trl`` - one ``GRPOTrainer`` step: ``per_device_train_batch_size = --micro-batch``,
+  gradient accumulation and ``steps_per_generation`` over the ``--batch`` completions (one
+  generation batch, one optimizer step), ``min_new_tokens = max_completion_length =
+  --tokens``, ``beta = 0``, a constant-free reward (the completion length), ``optim =
+  adamw_torch_fused`` (TRL's default) or ``adamw_torch``.
+
+Several ``--batch`` values measure how the peak grows with the completions per step at a fixed
+micro-batch. ``--only`` also takes update-only variants of bestk (no rollout; random ids):
+``bestk-naive`` (:func:`bestk.train.rollout.sequence_logprobs`, float32 ``(B, T, V)``
+logits, each prompt encoded once for its ``--n`` completions), ``bestk-naive-unshared`` (one
+forward per row), ``bestk-chunked`` (:func:`bestk.losses.chunked_token_logprobs`),
+``bestk-chunked-micro4`` and ``bestk-chunked-ckpt`` (gradient checkpointing).
 
 Reported: resident memory after loading (``base``), the step's peak (``peak``) and their
-difference (``step``), in MiB; peak CUDA memory on a GPU.
+difference (``step``), in MiB (peak CUDA memory on a GPU). With ``--json`` the output is a
+JSON object of every measurement, and its last line is the summary
+``{"bestk_peak_mib": ..., "trl_peak_mib": ..., "ratio": ...}`` (with several ``--batch``
+values also bestk's and TRL's peaks at the last one and their ``growth``).
 
-    python benchmarks/memory.py --model PATH [--json]                  # every variant
-    python benchmarks/memory.py --model PATH --only bestk-chunked --batch 16 --tokens 64
+    python benchmarks/memory.py --model PATH [--json]              # both RL steps, 16 completions
+    python benchmarks/memory.py --model PATH --batch 16 128        # and the growth to 128
+    python benchmarks/memory.py --model PATH --only bestk-chunked,bestk-naive --micro-batch 0
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -46,8 +56,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "bestk-chunked": {"trainer": "bestk", "logprobs": "chunked"},
     "bestk-chunked-micro4": {"trainer": "bestk", "logprobs": "chunked", "micro_batch": 4},
     "bestk-chunked-ckpt": {"trainer": "bestk", "logprobs": "chunked", "checkpointing": True},
-    "trl": {"trainer": "trl"},
+    "bestk-rl-step": {"trainer": "bestk-step", "logprobs": "chunked", "step": True},
+    "trl": {"trainer": "trl", "step": True},
 }
+#: The variants measured by default: one whole RL step of each trainer.
+STEP_VARIANTS = ("bestk-rl-step", "trl")
 
 
 def _status_kib(field: str) -> int:
@@ -113,12 +126,71 @@ def _bestk_step(model: Any, a: argparse.Namespace, device: Any) -> dict[str, Any
     return {"seconds": time.perf_counter() - t0, "loss": total}
 
 
+def _rl_config(a: argparse.Namespace, out: Path) -> Any:
+    """The ``bestk train`` configuration of ``--full-step``: SmolLM2's chat template on the
+    ``arithmetic`` task, ``--batch / --n`` prompts x ``--n`` completions of ``--tokens`` tokens,
+    GRPO advantages, PPO-clip token-mean loss, no KL (TRL's ``beta = 0``)."""
+    from bestk.train.config import TrainConfig, apply_overrides
+
+    sets = [
+        f"out={out}", f"model.path={a.model}", f"model.dtype={a.dtype}", f"threads={a.threads}",
+        f"device={a.device}", "task.name=arithmetic", "sft.steps=0", "max_steps=1",
+        f"rollout.prompts_per_step={a.batch // a.n}", f"rollout.n={a.n}",
+        f"rollout.max_new_tokens={a.tokens}", "estimator=grpo", "optim.lr=1e-6",
+        "loss.kl_coef=0", f"loss.chunked_logprobs={str(a.logprobs == 'chunked').lower()}",
+        f"model.gradient_checkpointing={str(a.checkpointing).lower()}",
+        f"optim.implementation={a.optimizer}",
+    ]
+    if a.micro_batch:
+        sets.append(f"loss.micro_batch_size={a.micro_batch}")
+    if a.sample_batch:
+        sets.append(f"rollout.sample_batch_size={a.sample_batch}")
+    if a.lora:
+        sets += [f"model.lora.r={a.lora}", "model.lora.target_modules=all-linear"]
+    return apply_overrides(TrainConfig(), sets)
+
+
+def _no_stop(model: Any, tokenizer: Any) -> list[int]:
+    return [-1]  # no token has id -1: every completion runs to --tokens tokens
+
+
+def _bestk_rl_step(a: argparse.Namespace, out: Path) -> tuple[dict[str, Any], Any]:
+    """One ``bestk train`` RL step (rollout, reward, advantages, update) through the Trainer;
+    completions forced to ``--tokens`` tokens (no stop id), like TRL's ``min_new_tokens``."""
+    import bestk.train.rollout as rollout
+    from bestk.train.loop import Trainer
+
+    rollout.stop_token_ids = _no_stop  # type: ignore[assignment]
+    tr = Trainer(_rl_config(a, out))
+    base_kib = _status_kib("VmRSS")
+    t0 = time.perf_counter()
+    _reset_peak(tr.device)
+    m = tr.rl_step(1)
+    if tr.device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(tr.device)
+    if m["response_len"] != a.tokens:
+        raise RuntimeError(f"completions of {m['response_len']} tokens, not {a.tokens}")
+    return {"seconds": time.perf_counter() - t0, "loss": m["loss"], "base_kib": base_kib}, tr
+
+
+def rl_prompts(a: argparse.Namespace, out: Path) -> list[str]:
+    """The ``--batch / --n`` chat-templated prompts of the bestk step (step 1's draw), so that
+    TRL samples from exactly the same prompt strings."""
+    from bestk.train.loop import Trainer
+
+    tr = Trainer(_rl_config(a, out))
+    return [e["prompt"] for e in tr.draw_prompts(1)]
+
+
 def _trl_step(model: Any, tok: Any, a: argparse.Namespace, device: Any, out: Path) -> dict:
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    prompts = [f"Write a story about the number {i}." for i in range(a.batch // a.n)]
+    prompts = a.prompts or [f"Write a story about the number {i}." for i in range(a.batch // a.n)]
     ds = Dataset.from_list([{"prompt": p} for p in prompts])
+    micro = a.micro_batch or a.batch
     peft_config = None
     if a.lora:
         import peft
@@ -126,13 +198,14 @@ def _trl_step(model: Any, tok: Any, a: argparse.Namespace, device: Any, out: Pat
         peft_config = peft.LoraConfig(r=a.lora, lora_alpha=2 * a.lora, task_type="CAUSAL_LM",
                                       target_modules="all-linear")
     args = GRPOConfig(
-        output_dir=str(out), per_device_train_batch_size=a.batch, num_generations=a.n,
-        steps_per_generation=1, gradient_accumulation_steps=1,
+        output_dir=str(out), per_device_train_batch_size=micro, num_generations=a.n,
+        steps_per_generation=a.batch // micro, gradient_accumulation_steps=a.batch // micro,
         max_completion_length=a.tokens, generation_kwargs={"min_new_tokens": a.tokens},
         temperature=1.0, learning_rate=1e-6, max_steps=1, logging_steps=1000,
         save_strategy="no", report_to="none", use_cpu=device.type == "cpu",
-        gradient_checkpointing=False, bf16=False, beta=0.0, dataloader_num_workers=0,
+        gradient_checkpointing=a.checkpointing, bf16=False, beta=0.0, dataloader_num_workers=0,
         disable_tqdm=True, seed=0,
+        optim="adamw_torch_fused" if a.optimizer == "fused" else "adamw_torch",
     )
 
     def reward(completions, **_):
@@ -148,6 +221,8 @@ def _trl_step(model: Any, tok: Any, a: argparse.Namespace, device: Any, out: Pat
 
 def child(a: argparse.Namespace) -> dict[str, Any]:
     """Load, reset the peak, run one step; the measurement as a dict."""
+    import tempfile
+
     import torch
 
     from bestk.train.config import LoRAConfig, ModelConfig
@@ -156,20 +231,25 @@ def child(a: argparse.Namespace) -> dict[str, Any]:
 
     torch.set_num_threads(a.threads)
     device = torch.device(a.device)
-    lora = LoRAConfig(r=a.lora, target_modules="all-linear") if a.lora and \
-        a.trainer == "bestk" else LoRAConfig()
-    model, tok = load_policy(ModelConfig(path=a.model, dtype=a.dtype, lora=lora), None)
-    model.to(device)
-    if a.checkpointing:
-        enable_gradient_checkpointing(model)
-    base_kib = _status_kib("VmRSS")
-    if a.trainer == "bestk":
-        res = _bestk_step(model, a, device)
-    else:
-        import tempfile
-
-        with tempfile.TemporaryDirectory() as tmp:
-            res = _trl_step(model, tok, a, device, Path(tmp))
+    a.prompts = json.loads(Path(a.prompts_file).read_text()) if a.prompts_file else None
+    with tempfile.TemporaryDirectory() as tmp:
+        if a.trainer == "prompts":
+            return {"prompts": rl_prompts(a, Path(tmp) / "run")}
+        if a.trainer == "bestk-step":
+            res, _trainer = _bestk_rl_step(a, Path(tmp) / "run")
+            base_kib = res.pop("base_kib")
+        else:
+            lora = LoRAConfig(r=a.lora, target_modules="all-linear") if a.lora and \
+                a.trainer == "bestk" else LoRAConfig()
+            model, tok = load_policy(ModelConfig(path=a.model, dtype=a.dtype, lora=lora), None)
+            model.to(device)
+            if a.checkpointing and a.trainer == "bestk":
+                enable_gradient_checkpointing(model)
+            base_kib = _status_kib("VmRSS")
+            if a.trainer == "bestk":
+                res = _bestk_step(model, a, device)
+            else:
+                res = _trl_step(model, tok, a, device, Path(tmp))
     peak_kib = _status_kib("VmHWM")
     res.update(base_mib=base_kib / 1024, peak_mib=peak_kib / 1024,
                step_mib=(peak_kib - base_kib) / 1024)
@@ -178,74 +258,114 @@ def child(a: argparse.Namespace) -> dict[str, Any]:
     return res
 
 
-def _child_args(a: argparse.Namespace, opts: dict[str, Any]) -> list[str]:
-    args = [sys.executable, __file__, "--child", "--model", a.model, "--batch", str(a.batch),
+def _child_args(a: argparse.Namespace, opts: dict[str, Any], batch: int,
+                prompts_file: str | None) -> list[str]:
+    args = [sys.executable, __file__, "--child", "--model", a.model, "--batch", str(batch),
             "--n", str(a.n), "--tokens", str(a.tokens), "--prompt-tokens", str(a.prompt_tokens),
             "--threads", str(a.threads), "--device", a.device, "--dtype", a.dtype,
             "--lora", str(a.lora), "--chunk-tokens", str(a.chunk_tokens),
-            "--trainer", opts["trainer"], "--logprobs", opts.get("logprobs", "naive")]
-    if opts.get("micro_batch"):
-        args += ["--micro-batch", str(opts["micro_batch"])]
-    if opts.get("checkpointing"):
+            "--trainer", opts["trainer"], "--logprobs", opts.get("logprobs", "naive"),
+            "--optimizer", a.optimizer]
+    micro = opts.get("micro_batch", a.micro_batch if opts.get("step") else 0)
+    if micro:
+        args += ["--micro-batch", str(micro)]
+    sample = opts.get("sample_batch", a.sample_batch if opts.get("step") else 0)
+    if sample:
+        args += ["--sample-batch", str(sample)]
+    if opts.get("checkpointing", a.checkpointing if opts.get("step") else False):
         args.append("--gradient-checkpointing")
+    if prompts_file:
+        args += ["--prompts-file", prompts_file]
     return args
+
+
+def _run_child(args: list[str]) -> dict[str, Any]:
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run(args, capture_output=True, text=True, env=env)
+    if proc.returncode:
+        last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        return {"error": last}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True, help="HF model directory or .gguf file")
-    ap.add_argument("--batch", type=int, default=16, help="completions per step")
+    ap.add_argument("--batch", type=int, nargs="+", default=[16],
+                    help="completions per step (several: the growth of the peak between them)")
     ap.add_argument("--n", type=int, default=8, help="completions per prompt")
     ap.add_argument("--tokens", type=int, default=64, help="tokens per completion")
-    ap.add_argument("--prompt-tokens", type=int, default=32)
+    ap.add_argument("--prompt-tokens", type=int, default=32,
+                    help="prompt tokens of the update-only variants")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--lora", type=int, default=0, help="LoRA rank (0: full fine-tune)")
+    ap.add_argument("--micro-batch", type=int, default=4,
+                    help="completions per forward/backward of the RL-step variants "
+                         "(bestk: loss.micro_batch_size; TRL: per_device_train_batch_size "
+                         "with gradient accumulation over the batch); 0: the whole batch")
+    ap.add_argument("--sample-batch", type=int, default=16,
+                    help="bestk: rollout.sample_batch_size of the RL-step variants (0: all)")
+    ap.add_argument("--gradient-checkpointing", dest="checkpointing", action="store_true",
+                    help="gradient checkpointing in the RL-step variants (both trainers)")
+    ap.add_argument("--optimizer", default="fused", choices=["fused", "auto"],
+                    help="AdamW kernel of the RL-step variants: bestk optim.implementation, "
+                         "TRL optim adamw_torch_fused (its default) / adamw_torch")
     ap.add_argument("--chunk-tokens", type=int, default=0,
                     help="positions per chunk of the chunked log-probs (0: its default)")
-    ap.add_argument("--only", default=None, help="comma-separated variants: " +
-                    ", ".join(VARIANTS))
-    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--only", default=None, help="comma-separated variants (default: "
+                    f"{', '.join(STEP_VARIANTS)}): " + ", ".join(VARIANTS))
+    ap.add_argument("--json", action="store_true",
+                    help="print the measurements as JSON; the last line is the summary")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--trainer", default="bestk", choices=["bestk", "trl"],
-                    help=argparse.SUPPRESS)
+    ap.add_argument("--trainer", default="bestk",
+                    choices=["bestk", "trl", "bestk-step", "prompts"], help=argparse.SUPPRESS)
     ap.add_argument("--logprobs", default="naive",
                     choices=["naive", "naive-unshared", "chunked"],
                     help=argparse.SUPPRESS)
-    ap.add_argument("--micro-batch", type=int, default=0, help=argparse.SUPPRESS)
-    ap.add_argument("--gradient-checkpointing", dest="checkpointing", action="store_true",
-                    help=argparse.SUPPRESS)
+    ap.add_argument("--prompts-file", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
-    if a.batch % a.n:
-        ap.error(f"--batch ({a.batch}) must be a multiple of --n ({a.n})")
+    for b in a.batch:
+        if b % a.n:
+            ap.error(f"--batch ({b}) must be a multiple of --n ({a.n})")
+        if a.micro_batch and b % a.micro_batch:
+            ap.error(f"--batch ({b}) must be a multiple of --micro-batch ({a.micro_batch})")
     if a.child:
+        a.batch = a.batch[0]
         print(json.dumps(child(a)))
         return
-    names = a.only.split(",") if a.only else list(VARIANTS)
+    names = a.only.split(",") if a.only else list(STEP_VARIANTS)
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         ap.error(f"unknown variant(s) {unknown}; valid: {', '.join(VARIANTS)}")
-    results: dict[str, Any] = {}
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
-    for name in names:
-        proc = subprocess.run(_child_args(a, VARIANTS[name]), capture_output=True, text=True,
-                              env=env)
-        if proc.returncode:
-            last = (proc.stderr.strip().splitlines() or ["?"])[-1]
-            results[name] = {"error": last}
-        else:
-            results[name] = json.loads(proc.stdout.strip().splitlines()[-1])
-        if not a.json:
-            print(name, results[name], file=sys.stderr)
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for batch in a.batch:
+            prompts_file = None
+            if any(VARIANTS[n]["trainer"] == "trl" for n in names):
+                got = _run_child(_child_args(a, {"trainer": "prompts"}, batch, None))
+                if "error" in got:
+                    sys.exit(f"could not build the prompts: {got['error']}")
+                prompts_file = str(Path(tmp) / f"prompts-{batch}.json")
+                Path(prompts_file).write_text(json.dumps(got["prompts"]))
+            for name in names:
+                key = f"{name}@{batch}"
+                results[key] = _run_child(_child_args(a, VARIANTS[name], batch, prompts_file))
+                if not a.json:
+                    print(key, results[key], file=sys.stderr)
     setup = {k: getattr(a, k) for k in ("model", "batch", "n", "tokens", "prompt_tokens",
-                                        "threads", "device", "dtype", "lora")}
+                                        "threads", "device", "dtype", "lora", "micro_batch",
+                                        "sample_batch", "checkpointing")}
+    summary = _summary(a, results)
     if a.json:
         print(json.dumps({"setup": setup, "results": results}, indent=1))
+        print(json.dumps(summary))
         return
-    print(f"{Path(a.model).name}: {a.batch} completions x {a.tokens} tokens "
-          f"(+{a.prompt_tokens} prompt), {a.dtype}, lora r={a.lora}, {a.device}")
-    print("| variant | base MiB | peak MiB | step MiB | s |")
+    print(f"{Path(a.model).name}: {a.tokens} tokens per completion, groups of {a.n}, "
+          f"{a.dtype}, lora r={a.lora}, micro-batch {a.micro_batch}, "
+          f"sample batch {a.sample_batch}, checkpointing {a.checkpointing}, {a.device}")
+    print("| variant @ completions | base MiB | peak MiB | step MiB | s |")
     print("|---|---|---|---|---|")
     for name, r in results.items():
         if "error" in r:
@@ -253,6 +373,32 @@ def main() -> None:
         else:
             print(f"| {name} | {r['base_mib']:.0f} | {r['peak_mib']:.0f} | "
                   f"{r['step_mib']:.0f} | {r['seconds']:.1f} |")
+    print(json.dumps(summary))
+
+
+def _peak(r: dict[str, Any], device: str) -> float | None:
+    if "error" in r:
+        return None
+    return float(r["cuda_peak_mib"] if device.startswith("cuda") else r["peak_mib"])
+
+
+def _summary(a: argparse.Namespace, results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``bestk_peak_mib`` / ``trl_peak_mib`` / ``ratio`` of the RL step at the first
+    ``--batch``; with several batches also bestk's peak growth from the first to the last."""
+    first, last = a.batch[0], a.batch[-1]
+    bk = _peak(results.get(f"bestk-rl-step@{first}", {"error": 1}), a.device)
+    trl = _peak(results.get(f"trl@{first}", {"error": 1}), a.device)
+    out: dict[str, Any] = {"bestk_peak_mib": bk, "trl_peak_mib": trl,
+                           "ratio": bk / trl if bk and trl else None}
+    if last != first:
+        bk_last = _peak(results.get(f"bestk-rl-step@{last}", {"error": 1}), a.device)
+        out[f"bestk_peak_mib_{last}"] = bk_last
+        out["growth"] = bk_last / bk - 1 if bk and bk_last else None
+        trl_last = _peak(results.get(f"trl@{last}", {"error": 1}), a.device)
+        if trl_last is not None:
+            out[f"trl_peak_mib_{last}"] = trl_last
+            out["trl_growth"] = trl_last / trl - 1 if trl else None
+    return out
 
 
 if __name__ == "__main__":

@@ -1,5 +1,8 @@
 """Completions per second of one RL step (generate + score + update): bestk vs TRL GRPOTrainer.
 
+Two modes.
+
+**Tiny model** (default):
 Same tiny model (the default Qwen2 of ``bestk train``, ~0.86 M parameters, char tokenizer),
 same prompts (the ``strings`` reverse task), 32 prompts x N = 8 completions per step, at most
 16 new tokens (stop at EOS), temperature 1, same reward (positional), one optimizer step per
@@ -11,15 +14,35 @@ that are not timed, then ``--steps`` timed steps; we report the median step time
 TRL settings that would otherwise make it slower for reasons unrelated to the loop are turned
 off (gradient checkpointing, logging, saving). Generation in TRL uses ``model.generate``;
 bestk uses its own KV-cache sampling loop (``bestk.train.rollout.sample``).
+
+**A real model** (``--model PATH``: a Hugging Face directory or a ``.gguf`` file, e.g.
+SmolLM2-135M-Instruct): ``bestk train`` against ``GRPOTrainer`` on the ``arithmetic`` task
+through the model's chat template (TRL gets the same chat-templated prompt strings and the same
+reward function), ``--prompts`` prompts x ``--n`` completions per step, at most
+``--max-new-tokens`` tokens (both stop at every end-of-turn id of the model), temperature 1,
+top-p 1, no top-k, full fine-tuning, GRPO advantages, no KL, fused AdamW (TRL's default
+kernel; bestk ``optim.implementation: fused``), one optimizer step per generation batch.
+Each *run* is a fresh process that loads the model, takes ``--warmup`` untimed steps and
+``--steps`` timed ones; runs alternate bestk, TRL, bestk, TRL, ... (``--runs`` of each), so
+a change in the machine's load falls on both. Reported per trainer: the median over runs of
+(completions per step / the run's median step time), and generated tokens per second the same
+way (completion lengths are sampled, so they differ a little between the trainers).
+
+    python benchmarks/trainer_vs_trl.py --model PATH [--runs 3] [--steps 3] [--threads 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -95,12 +118,148 @@ def _trl_times(model_dir: Path, steps: int, warmup: int, out: Path) -> list[floa
     return durations[warmup:]
 
 
+def _real_config(a: argparse.Namespace, out: Path) -> Any:
+    from bestk.train.config import TrainConfig, apply_overrides
+
+    return apply_overrides(TrainConfig(), [
+        f"out={out}", f"model.path={a.model}", f"threads={a.threads}", "task.name=arithmetic",
+        "sft.steps=0", f"rollout.prompts_per_step={a.prompts}", f"rollout.n={a.n}",
+        f"rollout.max_new_tokens={a.max_new_tokens}", "rollout.temperature=1.0",
+        "rollout.top_p=1.0", "rollout.top_k=0", "estimator=grpo", "optim.lr=1e-6",
+        "loss.kl_coef=0", "optim.implementation=fused",
+    ])
+
+
+def _real_bestk(a: argparse.Namespace, out: Path) -> dict[str, list[float]]:
+    from bestk.train.loop import Trainer
+
+    tr = Trainer(_real_config(a, out))
+    times, tokens = [], []
+    for step in range(1, a.warmup + a.steps + 1):
+        t0 = time.perf_counter()
+        m = tr.rl_step(step)
+        dt = time.perf_counter() - t0
+        if step > a.warmup:
+            times.append(dt)
+            tokens.append(m["response_len"] * a.prompts * a.n)
+    return {"seconds": times, "tokens": tokens}
+
+
+def _real_trl(a: argparse.Namespace, out: Path) -> dict[str, list[float]]:
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from bestk.train.loop import Trainer
+
+    tr = Trainer(_real_config(a, out / "bestk"))  # the same prompts, model and reward
+    model, tok, task = tr.model, tr.tokenizer, tr.task
+    rows = tr.rl_prompts
+    ds = Dataset.from_list([{"prompt": e["prompt"], "row": i} for i, e in enumerate(rows)])
+
+    def reward(completions: list[str], row: list[int], **_: Any) -> list[float]:
+        return [float(x) for x in task.score([rows[i] for i in row], completions)]
+
+    args = GRPOConfig(
+        output_dir=str(out / "trl"), per_device_train_batch_size=a.prompts * a.n,
+        num_generations=a.n, steps_per_generation=1, gradient_accumulation_steps=1,
+        max_completion_length=a.max_new_tokens, temperature=1.0, top_p=1.0, top_k=0,
+        learning_rate=1e-6, max_steps=a.warmup + a.steps, logging_steps=1,
+        save_strategy="no", report_to="none", use_cpu=True, gradient_checkpointing=False,
+        bf16=False, beta=0.0, dataloader_num_workers=0, disable_tqdm=True, seed=0,
+        optim="adamw_torch_fused",
+    )
+    stamps: list[float] = []
+
+    class Clock(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            stamps.append(time.perf_counter())
+
+        def on_train_end(self, args, state, control, **kw):
+            stamps.append(time.perf_counter())
+
+    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds,
+                          processing_class=tok, callbacks=[Clock()])
+    trainer.train()
+    durations = [b - a_ for a_, b in zip(stamps[:-1], stamps[1:], strict=True)]
+    lengths = [h["completions/mean_length"] for h in trainer.state.log_history
+               if "completions/mean_length" in h]
+    return {"seconds": durations[a.warmup:],
+            "tokens": [x * a.prompts * a.n for x in lengths[a.warmup:]]}
+
+
+def _real_child(a: argparse.Namespace) -> None:
+    torch.set_num_threads(a.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        res = (_real_bestk if a.child == "bestk" else _real_trl)(a, Path(tmp))
+    print(json.dumps(res))
+
+
+def _real(a: argparse.Namespace) -> None:
+    """Alternating fresh-process runs of each trainer on ``--model`` (module docstring)."""
+    per_step = a.prompts * a.n
+    runs: dict[str, list[dict[str, float]]] = {"bestk": [], "trl": []}
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    base = [sys.executable, __file__, "--model", a.model, "--prompts", str(a.prompts),
+            "--n", str(a.n), "--max-new-tokens", str(a.max_new_tokens), "--steps",
+            str(a.steps), "--warmup", str(a.warmup), "--threads", str(a.threads)]
+    for i in range(a.runs):
+        for name in ("bestk", "trl"):
+            proc = subprocess.run(base + ["--child", name], capture_output=True, text=True,
+                                  env=env)
+            if proc.returncode:
+                sys.exit(f"{name} run {i + 1} failed: "
+                         f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+            got = json.loads(proc.stdout.strip().splitlines()[-1])
+            sec = statistics.median(got["seconds"])
+            tok_s = statistics.median(t / s for t, s in zip(got["tokens"], got["seconds"],
+                                                             strict=True))
+            runs[name].append({"completions_per_s": per_step / sec, "tokens_per_s": tok_s,
+                               "step_s": sec})
+            print(f"run {i + 1} {name}: {sec:.2f} s/step, {per_step / sec:.3f} completions/s, "
+                  f"{tok_s:.1f} tokens/s", file=sys.stderr, flush=True)
+    med = {n: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for n, rs in runs.items()}
+    print(f"{Path(a.model).name}, {a.prompts} prompts x {a.n} completions, <= "
+          f"{a.max_new_tokens} new tokens, CPU, {a.threads} thread(s); median of {a.runs} "
+          f"alternating runs of {a.steps} timed steps (+{a.warmup} warm-up)")
+    print("| trainer | s / RL step | completions / s | generated tokens / s |")
+    print("|---|---|---|---|")
+    for name, label in (("bestk", "bestk"), ("trl", "TRL GRPOTrainer")):
+        m = med[name]
+        print(f"| {label} | {m['step_s']:.2f} | {m['completions_per_s']:.3f} | "
+              f"{m['tokens_per_s']:.1f} |")
+    ratio = med["bestk"]["completions_per_s"] / med["trl"]["completions_per_s"]
+    print(f"speed-up bestk / TRL: {ratio:.2f}x completions/s, "
+          f"{med['bestk']['tokens_per_s'] / med['trl']['tokens_per_s']:.2f}x tokens/s")
+    print(json.dumps({"runs": runs, "median": med, "ratio": ratio}))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=None,
+                    help="timed steps per run (default: 5 tiny, 3 --model)")
     ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch threads (default: 1 tiny, 2 --model)")
+    ap.add_argument("--model", default=None,
+                    help="a real model (HF directory or .gguf): the alternating-runs mode")
+    ap.add_argument("--runs", type=int, default=3, help="--model: runs of each trainer")
+    ap.add_argument("--prompts", type=int, default=2, help="--model: prompts per step")
+    ap.add_argument("--n", type=int, default=8, help="--model: completions per prompt")
+    ap.add_argument("--max-new-tokens", type=int, default=32, help="--model: length cap")
+    ap.add_argument("--child", choices=["bestk", "trl"], default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.model is not None:
+        a.steps = 3 if a.steps is None else a.steps
+        a.threads = 2 if a.threads is None else a.threads
+        for key in ("steps", "runs", "prompts", "n", "max_new_tokens", "threads"):
+            if getattr(a, key) < 1:
+                ap.error(f"--{key.replace('_', '-')} must be >= 1")
+        if a.warmup < 0:
+            ap.error("--warmup must be >= 0")
+        return _real_child(a) if a.child else _real(a)
+    a.steps = 5 if a.steps is None else a.steps
+    a.threads = 1 if a.threads is None else a.threads
     torch.set_num_threads(a.threads)
 
     from bestk.tasks import load_task

@@ -67,6 +67,26 @@ def test_off_policy_minibatches_and_entropy_bonus(tmp_path):
         validate(tiny_config(tmp_path / "x", "loss.minibatches=3"))
 
 
+def test_rollout_sample_batch_size_samples_the_step_in_chunks_of_whole_groups(
+        tmp_path, monkeypatch):
+    import bestk.train.loop as loop
+
+    seen = []
+    real = loop.sample
+
+    def spy(*args, **kw):
+        seen.append(kw.get("batch_size"))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(loop, "sample", spy)
+    tr = Trainer(tiny_config(tmp_path / "run", "max_steps=1", "rollout.sample_batch_size=16"))
+    n = tr.cfg.rollout.n
+    m = tr.rl_step(1)
+    assert seen == [16] and m["response_len"] > 0 and m["grad_norm"] >= 0
+    ro = tr.sample_completions(tr.draw_prompts(1), 1, n)
+    assert ro.completion_ids.shape[0] == tr.cfg.rollout.prompts_per_step * n
+
+
 class Crash(RuntimeError):
     pass
 

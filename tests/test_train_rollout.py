@@ -13,7 +13,7 @@ from bestk.tasks import load_task
 from bestk.train.config import ModelConfig
 from bestk.train.evaluate import evaluate
 from bestk.train.policy import build_char_tokenizer, count_parameters, load_policy
-from bestk.train.rollout import sample, sequence_logprobs, top_p_filter
+from bestk.train.rollout import concat_rollouts, sample, sequence_logprobs, top_p_filter
 
 pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 
@@ -61,6 +61,72 @@ def test_sampled_logprobs_match_a_full_forward(policy):
         first = ro.completion_ids[3 * i, 0]
         expect = torch.log_softmax(logits, -1)[first].detach()
         assert float(ro.logprobs[3 * i, 0]) == pytest.approx(float(expect), abs=1e-5)
+
+
+PROMPTS = ["1+2=", "12+345=", "9=", "77+1="]
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 6, 7])
+def test_chunked_sampling_matches_a_full_forward_of_the_joined_batch(policy, batch_size):
+    """rollout.sample_batch_size: the prompts go through in chunks of whole groups
+    (max(1, batch_size // n) prompts); the joined batch is re-padded so that one full forward
+    over it reproduces every sampled log-prob and entropy (the update's view of the rows)."""
+    model, tok = policy
+    n = 3
+    calls = []
+    orig = model.forward
+
+    def counting(*args, **kw):
+        calls.append(kw["input_ids"].shape)
+        return orig(*args, **kw)
+
+    model.forward = counting
+    try:
+        ro = sample(model, tok, PROMPTS, n=n, temperature=0.8, max_new_tokens=5,
+                    generator=torch.Generator().manual_seed(1), batch_size=batch_size)
+    finally:
+        del model.forward
+    per_chunk = max(1, batch_size // n)
+    prefills = [shape for shape in calls if shape[1] > 1]  # prompts are longer than 1 token
+    assert [shape[0] for shape in prefills] == [
+        min(per_chunk, len(PROMPTS) - i) for i in range(0, len(PROMPTS), per_chunk)]
+    assert max(shape[0] for shape in calls) <= max(per_chunk * n, per_chunk)
+    B = len(PROMPTS) * n
+    assert ro.completion_ids.shape[0] == B == len(ro.texts) == ro.finished.shape[0]
+    lp, ent = sequence_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
+                                ro.completion_mask, temperature=0.8, with_entropy=True)
+    m = ro.completion_mask.float()
+    torch.testing.assert_close(lp * m, ro.logprobs, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ent * m, ro.entropy, atol=1e-5, rtol=1e-5)
+    # every row's prompt is its prompt, left-padded; masks are 0 exactly on the padding
+    for i in range(B):
+        ids = ro.prompt_ids[i][ro.prompt_mask[i].bool()].tolist()
+        assert ids == tok(PROMPTS[i // n], add_special_tokens=False)["input_ids"]
+    assert tok.batch_decode(ro.completion_ids * ro.completion_mask,
+                            skip_special_tokens=True) == ro.texts
+
+
+def test_chunked_greedy_sampling_equals_one_batch(policy):
+    """With top_k = 1 sampling is deterministic, so chunks change nothing but the padding."""
+    model, tok = policy
+    kw = dict(n=2, top_k=1, max_new_tokens=6)
+    whole = sample(model, tok, PROMPTS, generator=torch.Generator().manual_seed(0), **kw)
+    parts = sample(model, tok, PROMPTS, generator=torch.Generator().manual_seed(0),
+                   batch_size=2, **kw)
+    assert parts.texts == whole.texts
+    assert torch.equal(parts.finished, whole.finished)
+    T = whole.completion_ids.shape[1]
+    assert torch.equal(parts.completion_mask[:, :T], whole.completion_mask)
+    torch.testing.assert_close(parts.logprobs[:, :T], whole.logprobs, atol=1e-5, rtol=1e-5)
+
+
+def test_concat_rollouts_refuses_nothing_and_bad_batch_size(policy):
+    model, tok = policy
+    with pytest.raises(ValueError, match="no rollouts"):
+        concat_rollouts([], pad_id=0)
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="batch_size"):
+            sample(model, tok, PROMPTS, n=2, batch_size=bad)
 
 
 def test_sampling_stops_at_eos_and_masks_after(policy):

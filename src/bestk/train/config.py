@@ -265,6 +265,12 @@ class RolloutConfig(_Section):
     any work."""
     max_new_tokens: Int | None = Field(None, ge=1)
     """Completion length cap; ``None`` = the task's answer length bound + 2."""
+    sample_batch_size: Int | None = Field(None, ge=1, json_schema_extra=_null("all at once"))
+    """Completions sampled at once: the step's prompts are sampled in chunks of
+    ``max(1, sample_batch_size // n)`` whole groups, so the KV cache and the per-token logits
+    scale with this number, not with ``prompts_per_step * n``
+    (:func:`bestk.train.rollout.sample`). The same generator is drawn in order, so a value
+    changes the noise (not its distribution); ``None`` = the whole step at once."""
 
 
 class LossConfig(_Section):
@@ -317,6 +323,14 @@ class OptimConfig(_Section):
     """Max global gradient norm (0 = no clipping)."""
     warmup_steps: Int = Field(0, ge=0)
     """Linear learning-rate warm-up of RL in optimizer steps."""
+    implementation: Literal["auto", "foreach", "for-loop", "fused"] = "auto"
+    """Which of torch's AdamW kernels runs the step: ``auto`` (torch's choice: ``foreach`` on
+    CUDA, ``for-loop`` on CPU), ``foreach`` (all parameters per operation: temporaries as
+    large as all trainable parameters during the step), ``for-loop`` (one parameter at a
+    time: temporaries of the largest parameter; the same numbers as ``foreach``) or
+    ``fused`` (one kernel: the least memory and the fastest, TRL's default
+    ``adamw_torch_fused``; its rounding differs from the others by about one float32 ulp
+    per step)."""
 
 
 class EvalConfig(_Section):

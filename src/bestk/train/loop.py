@@ -349,7 +349,8 @@ class Trainer:
             SAMPLING.seed(self.sampling_seed, step))
         return sample(
             self.model, self.tokenizer, [e["prompt"] for e in examples], n=n,
-            max_new_tokens=self.max_new_tokens, generator=gen, **sampling_options(self.cfg),
+            max_new_tokens=self.max_new_tokens, generator=gen,
+            batch_size=self.cfg.rollout.sample_batch_size, **sampling_options(self.cfg),
         )
 
     def score_rollout(

@@ -34,7 +34,8 @@ from bestk.train.hf import stop_token_ids
 from bestk.train.prompts import encode_prompts
 from bestk.train.sampling import top_k_filter
 
-__all__ = ["Rollout", "sample", "sequence_logprobs", "completion_logprobs", "top_p_filter"]
+__all__ = ["Rollout", "sample", "concat_rollouts", "sequence_logprobs", "completion_logprobs",
+           "top_p_filter"]
 
 
 @dataclass
@@ -113,13 +114,33 @@ def sample(
     top_k: int = 0,
     max_prompt_length: int | None = None,
     prompt_truncation: str = "left",
+    batch_size: int | None = None,
 ) -> Rollout:
     """Sample ``n`` completions for each prompt (see the module docstring); ``top_k`` 0 and
-    ``max_prompt_length`` ``None`` are off."""
+    ``max_prompt_length`` ``None`` are off.
+
+    ``batch_size`` (``rollout.sample_batch_size``) bounds the completions sampled at once:
+    the prompts go through in consecutive chunks of ``max(1, batch_size // n)`` (whole
+    groups), each with its own prefill and KV cache, drawing from the same ``generator`` in
+    order, and the chunks are joined (:func:`concat_rollouts`). The KV cache and the per-token
+    logits then scale with ``batch_size``, not with ``len(prompts) * n``. ``None`` (or a
+    chunk holding every prompt) samples all at once."""
     if not prompts:
         raise ValueError("sample: no prompts")
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
+    if batch_size is not None:
+        if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
+            raise ValueError(f"sample: batch_size must be a positive integer, got {batch_size!r}")
+        per_chunk = max(1, int(batch_size) // n)
+        if per_chunk < len(prompts):
+            opts = dict(n=n, temperature=temperature, top_p=top_p,
+                        max_new_tokens=max_new_tokens, generator=generator, top_k=top_k,
+                        max_prompt_length=max_prompt_length,
+                        prompt_truncation=prompt_truncation)
+            parts = [sample(model, tokenizer, prompts[i:i + per_chunk], **opts)  # type: ignore[arg-type]
+                     for i in range(0, len(prompts), per_chunk)]
+            return concat_rollouts(parts, pad_id=_pad_id(model, tokenizer))
     device = next(model.parameters()).device
     enc = encode_prompts(tokenizer, prompts, max_length=max_prompt_length,
                          truncation=prompt_truncation)
@@ -193,6 +214,44 @@ def sample(
         torch.stack(ents, 1) * completion_mask,
         done,
         {} if max_prompt_length is None else {"prompts_truncated": float(enc.cut)},
+    )
+
+
+def _pad_id(model: Any, tokenizer: Any) -> int:
+    pad = tokenizer.pad_token_id
+    return int(pad) if pad is not None else stop_token_ids(model, tokenizer)[0]
+
+
+def concat_rollouts(parts: Sequence[Rollout], *, pad_id: int) -> Rollout:
+    """One :class:`Rollout` of the rows of ``parts`` in order: prompts re-padded on the left
+    and completions on the right (``pad_id``, mask 0, log-prob and entropy 0) to the longest
+    of the parts. The positions a model sees depend only on the masks, so each row means what
+    it meant in its part. ``metrics`` add up (``prompts_truncated`` counts prompts)."""
+    if not parts:
+        raise ValueError("concat_rollouts: no rollouts")
+    P = max(r.prompt_ids.shape[1] for r in parts)
+    T = max(r.completion_ids.shape[1] for r in parts)
+
+    def left(x: torch.Tensor, value: float) -> torch.Tensor:
+        return torch.nn.functional.pad(x, (P - x.shape[1], 0), value=value)
+
+    def right(x: torch.Tensor, value: float) -> torch.Tensor:
+        return torch.nn.functional.pad(x, (0, T - x.shape[1]), value=value)
+
+    metrics: dict[str, float] = {}
+    for r in parts:
+        for key, v in r.metrics.items():
+            metrics[key] = metrics.get(key, 0.0) + v
+    return Rollout(
+        torch.cat([left(r.prompt_ids, pad_id) for r in parts]),
+        torch.cat([left(r.prompt_mask, 0) for r in parts]),
+        torch.cat([right(r.completion_ids, pad_id) for r in parts]),
+        torch.cat([right(r.completion_mask, 0) for r in parts]),
+        [t for r in parts for t in r.texts],
+        torch.cat([right(r.logprobs, 0.0) for r in parts]),
+        torch.cat([right(r.entropy, 0.0) for r in parts]),
+        torch.cat([r.finished for r in parts]),
+        metrics,
     )
 
 

@@ -29,12 +29,14 @@ __all__ = ["sft_warmup", "make_optimizer", "sft_weights"]
 
 
 def make_optimizer(model: Any, cfg: TrainConfig, lr: float) -> torch.optim.Optimizer:
-    """AdamW over the trainable parameters (LoRA: the adapters) with ``optim``'s betas and
-    weight decay."""
+    """AdamW over the trainable parameters (LoRA: the adapters) with ``optim``'s betas,
+    weight decay and kernel (``optim.implementation``)."""
     o = cfg.optim
+    kernel = {"auto": {}, "foreach": {"foreach": True}, "for-loop": {"foreach": False},
+              "fused": {"fused": True}}[o.implementation]
     return torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad],
-        lr=lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay,
+        lr=lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay, **kernel,
     )
 
 
