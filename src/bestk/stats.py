@@ -152,11 +152,12 @@ def sign_flip_min_p(n: int) -> float:
 
 
 def _sign_sums(d: np.ndarray) -> np.ndarray:
-    """``sum_i s_i d_i`` for all ``2^len(d)`` sign patterns ``s`` (bit ``i`` of the pattern
-    index set: ``s_i = +1``)."""
-    h = d.size
-    bits = (np.arange(2**h, dtype=np.int64)[:, None] >> np.arange(h, dtype=np.int64)) & 1
-    return (2.0 * bits - 1.0) @ d
+    """``sum_i s_i d_i`` for all ``2^len(d)`` sign patterns ``s`` (unordered), built one
+    difference at a time: ``S_{i+1} = (S_i - d_i) u (S_i + d_i)``."""
+    sums = np.zeros(1)
+    for v in d:
+        sums = np.concatenate([sums - v, sums + v])
+    return sums
 
 
 def sign_flip_p(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray | None = None,
@@ -263,11 +264,20 @@ def seeds_needed(sd: float, effect: float, alpha: float, power: float = 0.8,
     enough."""
     if not (math.isfinite(effect) and effect > 0):
         raise ValueError(f"seeds_needed needs a positive finite effect, got {effect}")
+    stats = require("scipy.stats", extra="lab")
+
     if paired_mde(sd, 2, alpha, power) <= effect:
         return 2
-    lo, hi = 2, 4
+    # the t-test needs at least the pairs of the normal approximation (its MDE is larger)
+    z = float(stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power))
+    lo = max(2, math.ceil((z * sd / effect) ** 2) - 1)
+    if paired_mde(sd, lo, alpha, power) <= effect:
+        lo = 2
+    step = max(2, lo // 8)
+    hi = lo + step
     while paired_mde(sd, hi, alpha, power) > effect:
-        lo, hi = hi, hi * 2
+        lo, step = hi, 2 * step
+        hi = lo + step
         if hi > max_n:
             raise ValueError(f"seeds_needed: more than {max_n} pairs for effect {effect} at "
                              f"SD {sd}")
