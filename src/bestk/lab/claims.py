@@ -1074,6 +1074,10 @@ def _pm(t: dict[str, Any] | None) -> str:
     return f"{t['diff']:+.4f} [{lo:+.4f}, {hi:+.4f}]"
 
 
+def _num(x: float | None) -> str:
+    return "–" if x is None else fmt(x)
+
+
 def _budget(b: dict[str, Any] | None) -> str:
     if not b:
         return "–"
@@ -1092,15 +1096,44 @@ def render_claims(doc: dict[str, Any]) -> str:
     for e in entries:
         if e["claim_id"] not in order:
             order.append(e["claim_id"])
+    fam = doc["family"]
     out = ["## Summary\n",
            "One row per claim and testbed (an *arm*); the verdicts come from the rule in "
-           "`bestk.lab.claims.verdict`, never by hand.\n",
-           markdown_table(["claim", "testbed", "a − b", "primary metric", "verdict"], [
+           "`bestk.lab.claims.verdict` and `bestk.lab.claims.inconclusive_reasons`, never by "
+           "hand. MDE: the smallest difference the arm could detect (two-sided paired t-test, "
+           f"{doc['power']:.0%} power at α / {fam['size']} = "
+           f"{fmt(fam['alpha_per_arm']) if fam['alpha_per_arm'] else '–'}, Holm's first step, "
+           "from the observed SD of the paired differences); paper: the effect the source "
+           "reports (– where it reports none: then the MDE is compared with the headroom left "
+           "to b); robust: the exact sign-flip permutation test (Holm-corrected the same way) "
+           "gives the same verdict.\n",
+           markdown_table(["claim", "testbed", "a − b", "primary metric", "diff [95% CI]",
+                           "MDE", "paper", "verdict", "robust"], [
                [e["claim_id"], e["testbed"], f"{e['a']} − {e['b']}" if e["a"] else "exact",
-                e["primary"]["metric"], f"**{e['verdict']}**"
-                + (" (control)" if e["control"] else "")
-                + (f" — {e['status']}" if e["status"] else "")]
+                e["primary"]["metric"], _pm(e["primary"]) if e["kind"] == "trained" else "–",
+                _num(e.get("mde")), _num(e.get("paper_effect")),
+                f"**{e['verdict']}**" + (" (control)" if e["control"] else "")
+                + (f" — {e['status']}" if e["status"] else ""),
+                "–" if e.get("robust") is None else ("yes" if e["robust"] else "**no**")]
                for e in entries])]
+    need = [e for e in entries if e["verdict"] == "inconclusive"]
+    if need:
+        out += ["\n## What the inconclusive arms would need\n",
+                "An inconclusive arm is not evidence against its claim: the experiment could "
+                "not have detected the effect the claim is about. Seeds needed: paired seeds "
+                "for the MDE to reach the paper's effect (or, without one, the headroom) at "
+                "the SD observed here and the same α; a testbed with more headroom or a b "
+                "that trains is needed where the reason says so.\n",
+                markdown_table(["arm", "seeds", "MDE", "paper", "headroom", "seeds needed",
+                                "why inconclusive"], [
+                    [e["id"], e["seeds"], _num(e["mde"]), _num(e["paper_effect"]),
+                     _num(e["headroom"]),
+                     e["seeds_needed"] if e["seeds_needed"] is not None else
+                     ("–" if not (e.get("power") or {}).get("seeds_needed_for") else
+                      e["power"]["seeds_needed_for"]),
+                     "; ".join((e.get("power") or {}).get("inconclusive_reasons") or [])
+                     or e["why"]]
+                    for e in need])]
     for cid in order:
         arms = [e for e in entries if e["claim_id"] == cid]
         first = arms[0]
@@ -1119,7 +1152,11 @@ def render_claims(doc: dict[str, Any]) -> str:
                    f"t-test of a - b + {margin})" if margin is not None else
                    f"{first['primary']['direction']} for a, paired t-test")
         out.append(f"- Primary metric: {first['primary']['metric']} ({claimed}) by seed, Holm "
-                   f"over the family of {doc['family']['size']} primary tests")
+                   f"over the family of {doc['family']['size']} primary tests; beside it the "
+                   "exact sign-flip permutation test, Holm-corrected the same way")
+        pe = PAPER_EFFECTS.get(cid)
+        if pe is not None:
+            out.append(f"- Paper's effect: {_num(pe[0])} — {pe[1]}")
         if first.get("budget_by_design"):
             out.append("- Budget: different on purpose (the claim compares budgets); the "
                        "rollouts column gives each arm's on-policy completions and reference "
@@ -1129,7 +1166,8 @@ def render_claims(doc: dict[str, Any]) -> str:
             p = e["primary"]
             ni = e["noninferiority"]
             sec_bad = [s["metric"] for s in e["secondary"]
-                       if _significantly_worse(s["diff"], s["p_holm"], s["better"])]
+                       if _significantly_worse(s["diff"], s["p_holm"], s["better"])
+                       and (ni is None or s["metric"] != ni["metric"])]
             cfs = e["change_from_start"] or {}
             bud = e.get("budget")
             rows.append([
@@ -1137,6 +1175,10 @@ def render_claims(doc: dict[str, Any]) -> str:
                 p["metric"], _pm(p),
                 fmt(p["p"]) if p["p"] is not None else "–",
                 fmt(p["p_holm"]) if p["p_holm"] is not None else "–",
+                _num(p.get("p_perm_holm")),
+                f"{_num(e.get('mde'))} / {_num(e.get('paper_effect'))} / "
+                f"{_num(e.get('headroom'))}",
+                "–" if e.get("seeds_needed") is None else e["seeds_needed"],
                 "–" if ni is None else (f"{ni['metric']} {_pm(ni)} "
                                         f"{'holds' if ni['holds'] else 'fails'} "
                                         f"(margin {ni['margin']})"),
@@ -1146,7 +1188,7 @@ def render_claims(doc: dict[str, Any]) -> str:
         out.append("")
         out.append(markdown_table(
             ["testbed", "a − b", "seeds", "rollouts a / b", "metric", "diff [95% CI]", "p",
-             "p (Holm)",
+             "p (Holm)", "p_perm (Holm)", "MDE / paper / headroom", "seeds needed",
              "non-inferiority", "secondaries significantly worse", "change from start",
              "verdict"], rows))
     return "\n".join(out) + "\n"
