@@ -1074,6 +1074,14 @@ def _pm(t: dict[str, Any] | None) -> str:
     return f"{t['diff']:+.4f} [{lo:+.4f}, {hi:+.4f}]"
 
 
+def _verdict_cell(e: dict[str, Any], doc: dict[str, Any]) -> str:
+    if not e["control"] or e["verdict"] == "pending":
+        return f"**{e['verdict']}**"
+    if e["id"] in doc["controls"]["failed"]:
+        return f"**control FAILED** ({e['verdict']})"
+    return "control passed (not significant)"
+
+
 def _num(x: float | None) -> str:
     return "–" if x is None else fmt(x)
 
@@ -1112,8 +1120,7 @@ def render_claims(doc: dict[str, Any]) -> str:
                [e["claim_id"], e["testbed"], f"{e['a']} − {e['b']}" if e["a"] else "exact",
                 e["primary"]["metric"], _pm(e["primary"]) if e["kind"] == "trained" else "–",
                 _num(e.get("mde")), _num(e.get("paper_effect")),
-                f"**{e['verdict']}**" + (" (control)" if e["control"] else "")
-                + (f" — {e['status']}" if e["status"] else ""),
+                _verdict_cell(e, doc) + (f" — {e['status']}" if e["status"] else ""),
                 "–" if e.get("robust") is None else ("yes" if e["robust"] else "**no**")]
                for e in entries])]
     need = [e for e in entries if e["verdict"] == "inconclusive"]
@@ -1184,7 +1191,7 @@ def render_claims(doc: dict[str, Any]) -> str:
                                         f"(margin {ni['margin']})"),
                 ", ".join(sec_bad) or ("none" if e["secondary"] else "–"),
                 f"a {_pm(cfs.get('a'))}; b {_pm(cfs.get('b'))}" if cfs else "–",
-                f"**{e['verdict']}**: {e['why']}"])
+                f"{_verdict_cell(e, doc)}: {e['why']}"])
         out.append("")
         out.append(markdown_table(
             ["testbed", "a − b", "seeds", "rollouts a / b", "metric", "diff [95% CI]", "p",
