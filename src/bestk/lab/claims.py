@@ -12,21 +12,37 @@ dominates" claims, a non-inferiority margin on pass@1 / best@1. Metrics are
 or a plain per-seed quantity), never strings to parse. A KAPPO claim (or any other) is added
 by adding a spec and its runs; nothing else changes.
 
-Rule (:func:`verdict`)
-----------------------
+Rule (:func:`verdict`, :func:`inconclusive_reasons`)
+-----------------------------------------------------
 For one arm (claim x testbed), with the per-seed values of ``a`` and ``b`` paired by seed:
 
-* primary: two-sided paired t-test of ``a - b`` (:func:`bestk.stats.paired_test`);
-  its p-value is Holm-adjusted across the *family* = the primary tests of every evaluated
-  trained arm in the claims file (A/A controls included, pending arms excluded);
-* secondaries: the same test per secondary metric, Holm-adjusted within the arm;
+* primary: two-sided paired t-test of ``a - b`` (:func:`bestk.stats.paired_test`; when the
+  differences do not vary the exact sign-flip answer: p = 1 if they are 0, ``2 / 2^n``
+  otherwise, never 0); its p-value is Holm-adjusted across the *family* = the primary tests
+  of every evaluated trained arm in the claims file (A/A controls included, pending arms
+  excluded). Beside it the exact sign-flip permutation p (``p_perm``,
+  :func:`bestk.stats.sign_flip_p`), Holm-adjusted over the same family;
+* secondaries: the same tests per secondary metric, Holm-adjusted within the arm;
+* power: ``mde`` = the difference the paired t-test detects with 80% power at ``ALPHA`` /
+  family size (Holm's first step) from the observed SD of the paired differences
+  (:func:`bestk.stats.paired_mde`); ``paper_effect`` from :data:`PAPER_EFFECTS` (None with the
+  reason where the source reports none); ``headroom`` = distance of b's mean to the metric's
+  bound in the claimed direction; ``seeds_needed`` = pairs for ``mde <= paper_effect`` (or
+  the headroom) at the observed SD (:func:`bestk.stats.seeds_needed`);
 * **reproduced** when the primary's Holm-adjusted p is below ``ALPHA`` = 0.05 with the mean
   difference in the claimed direction, no secondary is significantly worse (Holm-adjusted
   p < 0.05 in the metric's bad direction) and, for Pareto claims, the 95% interval of the
-  pass@1 (best@1) difference lies above ``-margin`` (non-inferiority);
+  pass@1 (best@1) difference lies above ``-margin`` (non-inferiority; that metric is judged
+  by the margin only, never also as a "significantly worse" secondary);
 * **contradicted** when the primary is significant in the opposite direction;
-* **not reproduced** otherwise (primary not significant, or a side condition fails; the
-  ``why`` field says which).
+* **inconclusive** when the primary is not significant and the experiment could not have
+  detected the claimed effect (``mde > paper_effect``, ``mde > headroom``, or b did not move
+  from its start), or when a Pareto margin fails only because its interval is wide (the
+  point estimate lies inside the margin); never for an A/A control;
+* **not reproduced** otherwise (the ``why`` field says which condition);
+* ``robust`` is false when the sign-flip test gives a different verdict (said in ``why``);
+* an A/A control whose Holm-adjusted t-test or sign-flip p is below ``ALPHA`` (either
+  direction) is listed in ``controls.failed`` and :func:`check_controls` fails the file.
 
 Non-inferiority primaries (``ClaimSpec.margin``, "a matches b"): the claim is that ``a`` is
 at most ``margin`` worse than ``b`` on the primary metric; the test is the paired t-test of
