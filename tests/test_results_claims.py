@@ -191,6 +191,10 @@ def test_the_kappo_testbeds_run_end_to_end(tmp_path):
     arms = [e for e in doc["claims"] if "kappo" in e["testbed"]]
     assert arms and all(e["verdict"] != "pending" for e in arms), [
         (e["id"], e["why"]) for e in arms if e["verdict"] == "pending"]
+    for e in arms:  # two seeds: nothing can pass the family, not even equal runs + a margin
+        if e["kind"] == "trained":
+            assert e["verdict"] != "reproduced", (e["id"], e["why"])
+            assert e["primary"]["p"] > 0 and e["primary"]["p_perm"] >= 0.5
     data = json.loads((docs / "results" / "data" / "language-permute-kappo.json").read_text())
     tb = data["testbeds"]["language-permute-kappo"]
     assert tb["seeds"] == [0, 1] and len(tb["reference_banks"]) == 2

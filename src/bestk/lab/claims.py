@@ -69,7 +69,16 @@ from typing import Any
 import numpy as np
 
 from bestk.lab.io import fmt, markdown_table, metric_key
-from bestk.stats import holm, paired_mde, paired_test, seeds_needed, sign_flip_min_p, sign_flip_p
+from bestk.stats import (
+    EXACT_MAX_N,
+    MC_DRAWS,
+    holm,
+    paired_mde,
+    paired_test,
+    seeds_needed,
+    sign_flip_min_p,
+    sign_flip_p,
+)
 
 __all__ = [
     "ALPHA",
@@ -778,8 +787,7 @@ def _trained_entry(spec: ClaimSpec, arm: Arm, tb: dict[str, Any] | None,
                     "margin": spec.margin,
                     "test": "paired t-test of a - b" if spec.margin is None else
                             f"non-inferiority: paired t-test of a - b + {spec.margin}",
-                    "test_perm": "exact sign-flip permutation test of the same differences"
-                                 " (Monte Carlo above 32 seeds)"},
+                    "test_perm": None},
         "secondary": [], "noninferiority": None, "change_from_start": None,
         "mde": None, "paper_effect": None, "paper_effect_why": None, "headroom": None,
         "seeds_needed": None, "power": None, "robust": None,
@@ -805,6 +813,11 @@ def _trained_entry(spec: ClaimSpec, arm: Arm, tb: dict[str, Any] | None,
     if key not in ma["end"] or key not in mb["end"]:
         e["why"] = f"metric {key} not measured on this testbed"
         return e
+    e["primary"]["test_perm"] = (
+        f"two-sided sign-flip permutation test of the same differences: exact over all "
+        f"2^{n_seeds} sign patterns" if n_seeds <= EXACT_MAX_N else
+        f"two-sided sign-flip permutation test of the same differences: Monte Carlo over "
+        f"{MC_DRAWS} sign patterns (numpy default_rng(0))")
     e["primary"].update(metric=key, per_seed_a=list(ma["end"][key]),
                         per_seed_b=list(mb["end"][key]),
                         **_test_json(ma["end"][key], mb["end"][key], perm=True,
