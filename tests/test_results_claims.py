@@ -269,3 +269,11 @@ def test_a_significant_a_a_control_fails_the_whole_render(tmp_path, capsys):
     assert not (tmp_path / "docs" / "results.md").exists()
     _, files = mr.load_data(tmp_path / "docs")
     assert files["bandit"]["commit"] == files["bandit"]["environment"]["commit"]
+
+
+def test_the_old_digits_legend_note_names_the_shifted_learners():
+    mr = _make_results()
+    tbs = {"digits-binary": {"methods": {"grpo": {}, "maxrl": {}, "argmaxrl": {}}},
+           "digits-graded": {"methods": {"grpo": {}, "argmaxrl": {}}}}
+    note = mr._old_digits_legend_note(tbs)
+    assert "argmaxrl in the colour labelled maxrl" in note and "grpo in" not in note
