@@ -9,14 +9,18 @@
                                                         # runs (complete seeds) without running
     python benchmarks/make_results.py --runs OTHER/runs/lab --collect language-permute
                                       # ... from another checkout's run directory
-    python benchmarks/make_results.py --render          # claims.json + results.md from the
+    python benchmarks/make_results.py --render          # claims.json + results.md (and the
+                                                        # paired-difference figures) from the
                                                         # committed per-seed data only
+    python benchmarks/make_results.py --check           # re-render into a temporary copy and
+                                                        # fail on any difference (CI)
     python benchmarks/make_results.py --all --fast --runs /tmp/x --docs /tmp/x/docs  # smoke
 
 Each testbed writes its raw per-seed data (small JSON: every metric of every method and seed,
 the run configurations they were trained with, the learning-rate sweep) to
 ``docs/results/data/<name>.json``; :func:`bestk.lab.claims.evaluate_claims` turns those files
-into ``docs/results/claims.json``, the source of ``docs/results.md``. Runs go to ``runs/lab/``
+into ``docs/results/claims.json``, the source of ``docs/results.md``. A significant A/A control
+fails the whole render (exit status 1, nothing written). Runs go to ``runs/lab/``
 (not committed). Everything is seeded and single-threaded: a rerun on the same machine and
 torch build reproduces the numbers (the language runs up to floating-point reduction order).
 """
@@ -24,11 +28,13 @@ torch build reproduces the numbers (the language runs up to floating-point reduc
 from __future__ import annotations
 
 import argparse
+import filecmp
 import json
 import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -42,7 +48,17 @@ from bestk.lab import bandit as lab_bandit
 from bestk.lab import digits as lab_digits
 from bestk.lab import kappo as lab_kappo
 from bestk.lab import sparse as lab_sparse
-from bestk.lab.claims import ALPHA, CLAIMS, TESTBEDS, VERDICTS, evaluate_claims, render_claims
+from bestk.lab.claims import (
+    ALPHA,
+    CLAIMS,
+    TESTBEDS,
+    VERDICTS,
+    ControlFailed,
+    check_controls,
+    counts,
+    evaluate_claims,
+    render_claims,
+)
 from bestk.lab.io import (
     fmt,
     markdown_table,
@@ -389,7 +405,9 @@ def produce(name: str, runs: Path, docs: Path, *, fast: bool, reuse: bool,
             _copy(out / "compare.png", docs / "results" / f"{name}.png")
     else:
         raise SystemExit(f"error: unknown testbed {name!r}; valid: " + ", ".join(TESTBED_NAMES))
-    doc = {"format": DATA_FORMAT, "version": 1,
+    extra = {"figure_colours": "one colour per learner in every panel "
+                               "(bestk.lab.digits.learner_colour)"} if name == "digits" else {}
+    doc = {"format": DATA_FORMAT, "version": 1, "commit": env["commit"], **extra,
            "command": f"python benchmarks/make_results.py --testbed {name}", "config": config,
            "environment": env, "wall_seconds": wall, "fast": fast, "testbeds": tbs}
     # one line per testbed: small files whose diffs still show which testbed changed
@@ -472,7 +490,10 @@ def load_data(docs: Path) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str
         d = json.loads(p.read_text())
         if d.get("format") != DATA_FORMAT:
             continue
-        files[p.stem] = {k: v for k, v in d.items() if k != "testbeds"}
+        meta = {k: v for k, v in d.items() if k != "testbeds"}
+        # files written before the top-level field carry the commit in their environment only
+        meta["commit"] = d.get("commit") or d.get("environment", {}).get("commit") or "unknown"
+        files[p.stem] = meta
         tbs.update(d["testbeds"])
     return tbs, files
 
@@ -564,22 +585,113 @@ def _trains_with(cfg: dict[str, Any]) -> str:
     return {"apo": "@k-A*PO", "dpo": "@k-DPO"}.get(alg, alg) + (f" k={ks[0]}" if ks else "")
 
 
+#: The testbeds whose paired-difference figure ``render`` draws from the claims document.
+PAIRED_FIGURES = (*LANGUAGE, *KAPPO_LANGUAGE)
+
+
+def _arm_label(e: dict[str, Any]) -> str:
+    """``claim[tag]: a − b (verdict)`` of a claims.json arm."""
+    tag = "[" + e["id"].split("[", 1)[1] if "[" in e["id"] else ""
+    return f"{e['claim_id']}{tag}: {e['a']} − {e['b']} ({e['verdict']})"
+
+
+def paired_figure(doc: dict[str, Any], testbed: str, path: Path) -> bool:
+    """The per-seed paired differences a − b of every judged arm on ``testbed`` (dots), their
+    mean and 95% t-interval (bar), the arm's MDE in the claimed direction (red tick) and the
+    paper's effect where the source reports one (green diamond); one panel per primary
+    metric (on a non-inferiority arm, which tests ``a − b + margin``, both count from
+    ``−margin``, marked x). These are the differences the verdicts test. Returns False (and
+    draws nothing) when no arm of the testbed has been judged."""
+    arms = [e for e in doc["claims"] if e["testbed"] == testbed and e["kind"] == "trained"
+            and e["primary"]["diff"] is not None]
+    if not arms:
+        return False
+    plt = pyplot(extra="lab")
+    metrics: list[str] = []
+    for e in arms:
+        if e["primary"]["metric"] not in metrics:
+            metrics.append(e["primary"]["metric"])
+    groups = [[e for e in arms if e["primary"]["metric"] == m] for m in metrics]
+    fig, axes = plt.subplots(len(groups), 1, squeeze=False,
+                             figsize=(10, 1.5 + 0.42 * len(arms) + 0.5 * len(groups)),
+                             height_ratios=[len(g) + 1 for g in groups])
+    for ax, metric, group in zip(axes[:, 0], metrics, groups, strict=True):
+        for y, e in enumerate(reversed(group)):
+            p = e["primary"]
+            d = np.subtract(p["per_seed_a"], p["per_seed_b"])
+            jitter = np.linspace(-0.18, 0.18, d.size)
+            ax.plot(d, y + jitter, "o", ms=3, color="0.45", zorder=2)
+            lo, hi = p["ci95"]
+            colour = {"reproduced": "tab:blue", "contradicted": "tab:red",
+                      "inconclusive": "tab:orange"}.get(e["verdict"], "0.1")
+            ax.errorbar([p["diff"]], [y], xerr=[[p["diff"] - lo], [hi - p["diff"]]], fmt="s",
+                        ms=5, color=colour, capsize=3, zorder=3)
+            sign = 1.0 if p["direction"] == "greater" else -1.0
+            # a non-inferiority arm tests a − b + margin: its effects count from −margin
+            base = -p["margin"] if p.get("margin") is not None else 0.0
+            if e.get("mde") is not None:
+                ax.plot([base + sign * e["mde"]], [y], "|", ms=12, mew=2, color="tab:red",
+                        zorder=4)
+            if e.get("paper_effect") is not None:
+                ax.plot([base + sign * e["paper_effect"]], [y], "D", ms=5, color="tab:green",
+                        zorder=4)
+            if p.get("margin") is not None:
+                ax.plot([-p["margin"]], [y], "x", ms=7, color="k", zorder=4)
+        ax.axvline(0.0, color="k", lw=0.8)
+        ax.set_yticks(range(len(group)))
+        ax.set_yticklabels([_arm_label(e) for e in reversed(group)], fontsize=7)
+        ax.set_ylim(-0.6, len(group) - 0.4)
+        ax.set_xlabel(f"{metric}: a − b per seed (dots), mean and 95% CI (square)", fontsize=8)
+        ax.grid(axis="x", alpha=0.3)
+    fig.suptitle(f"{testbed}: paired differences a − b by seed (colour: inconclusive orange, "
+                 "reproduced blue, contradicted red)\nred tick = MDE in the claimed direction "
+                 "(80% power, Holm level); green diamond = paper's effect; x = −margin "
+                 "(both counted from it on non-inferiority arms)",
+                 fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path)
+    return True
+
+
+def _old_digits_legend_note(tbs: dict[str, dict[str, Any]]) -> str:
+    """What the committed ``digits.png`` shows when it was drawn before one colour per learner
+    (its data file lacks ``figure_colours``): the old plot coloured the i-th learner of every
+    panel alike and drew one legend, the binary panel's."""
+    binary = list(tbs.get("digits-binary", {}).get("methods", {}))
+    graded = list(tbs.get("digits-graded", {}).get("methods", {}))
+    moved = [f"{lb} in the colour labelled {binary[i]}" for i, lb in enumerate(graded)
+             if i < len(binary) and binary[i] != lb]
+    return ("`digits.png` is drawn by the digits run, not from the data files, and this one "
+            "predates one colour per learner: its only legend is the binary panel's, and the "
+            "graded panels draw " + (", ".join(moved) or "no learner differently")
+            + ". The next digits run draws one colour per learner and a legend per panel.\n")
+
+
+def _count_line(name: str, c: dict[str, int]) -> str:
+    return f"{name} {sum(c.values())}: " + (", ".join(f"{v} {n}" for v, n in c.items())
+                                            or "none")
+
+
 def render(docs: Path, *, fast: bool = False) -> dict[str, Any]:
-    """claims.json and results.md from the per-seed data files."""
+    """claims.json, results.md and the paired-difference figures from the per-seed data
+    files. Raises :class:`bestk.lab.claims.ControlFailed` (and writes nothing) when an A/A
+    control comes out significant."""
     tbs, files = load_data(docs)
     doc = evaluate_claims(tbs, min_seeds=2 if fast else None)
+    check_controls(doc)
     write_json_atomic(docs / "results" / "claims.json", doc)
+    figures = [t for t in PAIRED_FIGURES
+               if paired_figure(doc, t, docs / "results" / f"{t}-paired.png")]
     env = next(iter(files.values()))["environment"] if files else _environment()
     walls = ", ".join(f"{name} {meta['wall_seconds'] / 60:.1f} min (commit "
-                      f"`{meta['environment']['commit']}`)" for name, meta in files.items())
-    counts: dict[str, int] = {}
-    for e in doc["claims"]:
-        counts[e["verdict"]] = counts.get(e["verdict"], 0) + 1
+                      f"`{meta['commit']}`)" for name, meta in files.items())
+    cnt = counts(doc)
     head = [
         "# Results: the papers' claims on small testbeds\n",
         "Generated by `python benchmarks/make_results.py` from the per-seed data in "
         "[results/data/](results/data/) via [results/claims.json](results/claims.json) — do not "
-        f"edit by hand. Torch {env['torch']}, Python "
+        f"edit by hand (`python benchmarks/make_results.py --check` verifies it). Torch "
+        f"{env['torch']}, Python "
         f"{env['python']}, one CPU thread per run on a shared 2-core {env['machine']} machine"
         f"{' (fast smoke mode: numbers meaningless)' if fast else ''}. Training time of the "
         f"runs (single-threaded, summed) and the commit each testbed ran at: "
@@ -588,7 +700,9 @@ def render(docs: Path, *, fast: bool = False) -> dict[str, Any]:
         "Every claim is declared in code before the runs (`bestk.lab.claims.CLAIMS`): the "
         "methods compared, the reward each sees, the testbeds, one primary metric with its "
         "claimed direction, secondary metrics and, for \"Pareto-dominates\" claims, a "
-        "non-inferiority margin of 0.02 (absolute) on pass@1 / best@1. Comparisons are paired "
+        "non-inferiority margin of 0.02 (absolute) on pass@1 / best@1, which decides that "
+        "metric on its own (it is not also counted as a \"significantly worse\" secondary). "
+        "Comparisons are paired "
         "by seed (same initial weights, same prompts or minibatches; only the sampling noise "
         "and the method differ). For every arm (claim × testbed) the primary difference a − b "
         "gets a two-sided paired t-test — for \"a matches b\" claims (a non-inferiority "
@@ -597,20 +711,42 @@ def render(docs: Path, *, fast: bool = False) -> dict[str, Any]:
         "this file (the "
         f"*family*, {doc['family']['size']} tests, A/A controls included) are Holm-corrected "
         f"together at α = {ALPHA}; secondary metrics are Holm-corrected within their arm. "
+        "Beside the t-test every arm has the exact sign-flip permutation p-value "
+        "(`bestk.stats.sign_flip_p`, no normality assumed, Holm-corrected the same way); an "
+        "arm whose verdict differs under it is marked *not robust*. With n seeds the "
+        "sign-flip p cannot go below 2/2^n (0.0078 at 8 seeds, 0.0020 at 10), above the "
+        f"level {ALPHA}/{doc['family']['size']} of Holm's first step, so every 8- and "
+        "10-seed *reproduced* rests on the t-distribution's tails. When the paired "
+        "differences do not vary at all there is no t-test: equal runs give p = 1, a "
+        "constant nonzero difference the exact sign-flip p 2/2^n.\n",
+        "Power: every judged arm records its *minimum detectable effect* (MDE: the difference "
+        "the paired t-test detects with 80% power at α / family size, from the observed SD "
+        "of the paired differences), the effect its source paper reports (or none, with the "
+        "reason), the *headroom* (distance of b's mean to the metric's bound) and the seeds "
+        "the MDE would need to reach the paper's effect. A non-significant arm whose MDE "
+        "exceeds the paper's effect or the headroom, or whose b did not move from its start, "
+        "is **inconclusive**: the experiment could not have detected the claimed effect, "
+        "which is not evidence against it. *Not reproduced* is kept for arms that could.\n",
         "Reward, prompts and rollout budget must match, except where a claim compares budgets "
         "on purpose (KAPPO Fig. 3: one on-policy completion per prompt against eight), which "
         "its text and its rollouts column say. "
-        "Every learning rate comes from a sweep on a validation split (reported per testbed); "
-        "every metric is measured on held-out test data and is continuous (exact "
-        "probabilities on the lab testbeds, unbiased pass@k / best@k over 64 samples per "
-        "prompt on the language tasks).\n",
+        "Every learning rate comes from a sweep on a validation split (reported per testbed). "
+        "Every metric is measured on held-out test data: exact probabilities on the lab "
+        "testbeds; on the language tasks unbiased pass@k / best@k from 64 samples on each of "
+        "128 prompts, so pass@64 (k = the sample count) is 0/1 per prompt and moves in steps "
+        "of 1/128.\n",
         "Verdicts:\n",
         *[f"- **{v}** — {d}." for v, d in VERDICTS.items()],
         "\nThe A/A control (`aa-control`) compares GRPO with GRPO: same initial weights and "
-        "prompts, independent sampling noise, so every difference is noise; it must not come "
-        "out reproduced, and it is included on every trained testbed kind (`aa-control-kappo`: "
-        "@k-A*PO against itself on the KAPPO testbed).\n",
-        "Counts: " + ", ".join(f"{v} {n}" for v, n in counts.items()) + ".\n",
+        "prompts, independent sampling noise, so every difference is noise; it is included on "
+        "every trained testbed kind (`aa-control-kappo`: @k-A*PO against itself on the KAPPO "
+        "testbed). A control whose Holm-corrected t-test or sign-flip p comes out significant "
+        "fails this whole file: `make_results.py` then exits with an error and writes "
+        "nothing.\n",
+        "Counts (claims, controls and exact checks apart): "
+        + "; ".join([_count_line("claim arms", cnt["claims"]),
+                     _count_line("A/A controls", cnt["controls"]),
+                     _count_line("exact checks", cnt["exact"])]) + ".\n",
     ]
     tb_sections = ["\n## Testbeds\n",
                    "Why each testbed fits the claims run on it, what was run, the learning-rate "
@@ -628,12 +764,55 @@ def render(docs: Path, *, fast: bool = False) -> dict[str, Any]:
                          "language: KAPPO Figs. 2-3 analogues on anagrams")):
         if (docs / "results" / f"{name}.png").exists():
             plots.append(f"![{title}](results/{name}.png)\n")
+        if name in figures:
+            plots.append(f"![{name}: paired differences by seed](results/{name}-paired.png)\n")
+    if figures:
+        plots.append("The *-paired* figures show what the verdicts test: the per-seed "
+                     "differences a − b of each arm with their mean and 95% interval, against "
+                     "the arm's MDE and the paper's effect; the bands of the pass@k plots "
+                     "above are between-seed intervals of each method on its own, wider than "
+                     "the paired ones.\n")
+    if (docs / "results" / "digits.png").exists() and "digits" in files and \
+            "figure_colours" not in files["digits"]:
+        plots.append(_old_digits_legend_note(tbs))
     plots.append("\nFull per-command reports: "
                  + ", ".join(f"[results/{p.name}](results/{p.name})"
                              for p in sorted((docs / "results").glob("*.md"))) + ".\n")
     write_text_atomic(docs / "results.md", "\n".join(head) + "\n" + render_claims(doc)
                       + "\n".join(tb_sections) + "\n".join(plots))
     return doc
+
+
+#: What ``--check`` compares byte for byte; the figures are only checked to exist, because
+#: PNG bytes depend on the matplotlib / FreeType build, not only on the data.
+CHECKED = ("results.md", "results/claims.json")
+
+
+def check(docs: Path) -> list[str]:
+    """Re-render a temporary copy of ``docs`` (its results.md, results/ and the data) and
+    return the differences from the committed files (empty: identical). Never runs an
+    experiment. Compared byte for byte: :data:`CHECKED`; the paired figures only have to
+    exist; the per-command reports ``results/<testbed>.md`` are copies of the runs' own
+    reports, which the data files cannot reproduce, so they are not compared."""
+    problems = []
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "docs"
+        shutil.copytree(docs / "results", copy / "results")
+        if (docs / "results.md").exists():
+            shutil.copyfile(docs / "results.md", copy / "results.md")
+        doc = render(copy, fast=False)
+        for rel in CHECKED:
+            a, b = docs / rel, copy / rel
+            if not a.exists():
+                problems.append(f"{rel}: not committed")
+            elif not filecmp.cmp(a, b, shallow=False):
+                problems.append(f"{rel}: differs from a re-render of the committed data")
+        for t in PAIRED_FIGURES:
+            if any(e["testbed"] == t and e["kind"] == "trained" and e["primary"]["diff"]
+                   is not None for e in doc["claims"]) and \
+                    not (docs / "results" / f"{t}-paired.png").exists():
+                problems.append(f"results/{t}-paired.png: missing")
+    return problems
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -650,6 +829,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="gather the finished runs of a language testbed (seeds finished by "
                          "every method) from --runs without running anything")
     ap.add_argument("--render", action="store_true", help="only render from the data files")
+    ap.add_argument("--check", action="store_true",
+                    help="re-render from the committed data into a temporary copy and exit 1 "
+                         "on any difference to results.md or claims.json (runs nothing)")
     ap.add_argument("--reuse", action="store_true",
                     help="reuse finished runs of an identical configuration")
     ap.add_argument("--fast", action="store_true", help="seconds-long smoke configuration")
@@ -657,6 +839,21 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     torch.set_num_threads(1)
+    if args.check:
+        try:
+            problems = check(args.docs)
+        except ControlFailed as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+        for line in problems:
+            print(f"error: {line}; run python benchmarks/make_results.py --render",
+                  file=sys.stderr)
+        if not problems:
+            print(f"{args.docs}: results.md and claims.json match a re-render of the committed "
+                  "data (figures: checked to exist only, their PNG bytes depend on the "
+                  "matplotlib / FreeType build; results/<testbed>.md: copied from the runs, "
+                  "not renderable from the data)")
+        return 1 if problems else 0
     names = list(args.testbed)
     if args.all:
         names = list(TESTBED_NAMES)
@@ -667,10 +864,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {time.time() - t0:.0f} s", flush=True)
     for name in args.collect:
         produce(name, args.runs, args.docs, fast=args.fast, reuse=True, collect_only=True)
-    doc = render(args.docs, fast=args.fast)
-    n = {v: sum(e["verdict"] == v for e in doc["claims"]) for v in VERDICTS}
+    try:
+        doc = render(args.docs, fast=args.fast)
+    except ControlFailed as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    cnt = counts(doc)
     print(f"wrote {args.docs / 'results.md'} and claims.json ({len(doc['claims'])} arms of "
-          f"{len(CLAIMS)} claims: " + ", ".join(f"{v} {c}" for v, c in n.items() if c) + ")")
+          f"{len(CLAIMS)} claims; " + "; ".join(_count_line(g, c) for g, c in cnt.items())
+          + ")")
     return 0
 
 

@@ -8,15 +8,21 @@ import numpy as np
 import pytest
 
 from bestk.lab.claims import (
+    ALPHA,
     CLAIMS,
+    PAPER_EFFECTS,
     TESTBEDS,
     VERDICTS,
+    ControlFailed,
+    check_controls,
+    counts,
     evaluate_claims,
+    inconclusive_reasons,
     render_claims,
     verdict,
 )
 from bestk.lab.digits import BIN_LABELS
-from bestk.stats import holm
+from bestk.stats import holm, paired_mde, sign_flip_p
 
 BASELINES = {"grpo", "grpo (success)", "grpo (A/A)"}
 #: The reference arms of the KAPPO testbed (k = 1, and PKPO for the Fig. 3 claim).
@@ -297,3 +303,168 @@ def test_an_exact_claim_without_a_known_rule_is_refused():
                          exact_rule=rule)
         with pytest.raises(ValueError, match="exact claim z has exact_rule"):
             evaluate_claims({}, [spec])
+
+
+def test_a_pareto_margin_applies_once_not_also_as_a_worse_secondary():
+    """argmaxrl-bestk@bandit-graded in the committed data: best@1 -0.0098, inside the 0.02
+    margin and significant; the margin decides, the secondary check does not repeat it."""
+    sec = [("best@1", -0.0098, 1e-6, "greater"), ("best@4", 0.01, 0.001, "greater")]
+    ni = ("best@1", -0.015, 0.02)
+    v, why = verdict(0.007, 0.001, "greater", sec, ni, noninferiority_diff=-0.0098)
+    assert v == "reproduced", why
+    # another metric significantly worse still blocks it
+    v, why = verdict(0.007, 0.001, "greater", [*sec, ("best@2", -0.01, 0.001, "greater")], ni)
+    assert v == "not reproduced" and "best@2" in why and "best@1" not in why
+    # the margin itself: beyond it (point estimate too) not reproduced, a wide interval
+    # around a point estimate inside it inconclusive
+    v, _ = verdict(0.007, 0.001, "greater", sec, ("best@1", -0.04, 0.02),
+                   noninferiority_diff=-0.03)
+    assert v == "not reproduced"
+    v, why = verdict(0.007, 0.001, "greater", sec, ("best@1", -0.04, 0.02),
+                     noninferiority_diff=-0.005)
+    assert v == "inconclusive" and "too wide" in why
+    # end to end: a significant pass@1 drop inside the margin on synthetic data
+    data = synthetic_data(0.05, noise=0.001)
+    tb = data["digits-binary"]
+    tb["methods"]["maxrl"]["end"]["pass@1"] = (np.asarray(
+        tb["methods"]["grpo"]["end"]["pass@1"]) - 0.008
+        + np.random.default_rng(5).normal(0, 0.001, len(tb["seeds"]))).tolist()
+    e = _by_id(evaluate_claims(data))["maxrl-pareto@digits-binary"]
+    s1 = next(s for s in e["secondary"] if s["metric"] == "pass@1")
+    assert s1["p_holm"] < ALPHA and s1["diff"] < 0  # significantly worse as a secondary
+    assert e["noninferiority"]["holds"] and e["verdict"] == "reproduced", e["why"]
+
+
+def test_inconclusive_reasons_each_condition():
+    assert inconclusive_reasons(0.01, 0.02, 0.5, True) == []
+    r = inconclusive_reasons(0.03, 0.02, 0.5, True)
+    assert len(r) == 1 and "paper's effect" in r[0]
+    r = inconclusive_reasons(0.03, None, 0.01, True)
+    assert len(r) == 1 and "headroom" in r[0]
+    assert inconclusive_reasons(0.03, None, 0.01, True, margin_claim=True) == []
+    r = inconclusive_reasons(0.001, 0.02, 0.5, False)
+    assert len(r) == 1 and "did not move" in r[0]
+    assert len(inconclusive_reasons(0.5, 0.02, 0.1, False)) == 3
+    assert inconclusive_reasons(0.03, None, None, None) == []  # nothing to compare with
+    # constant differences: no MDE; inconclusive when the sign-flip floor is above alpha
+    assert inconclusive_reasons(None, 0.02, 0.5, True, p_floor=2 / 2**8, alpha=0.001)
+    assert inconclusive_reasons(None, 0.02, 0.5, True, p_floor=2 / 2**12, alpha=0.001) == []
+    with pytest.raises(ValueError, match="mde"):
+        inconclusive_reasons(float("nan"), 0.02, 0.5, True)
+    # the rule: a non-significant primary with a reason is inconclusive, never a control
+    v, why = verdict(0.01, 0.3, "greater", underpowered=["MDE 0.05 > the paper's effect 0.02"])
+    assert v == "inconclusive" and "paper's effect" in why
+    assert verdict(0.01, 0.3, "greater", underpowered=["x"], control=True)[0] == \
+        "not reproduced"
+    # a significant primary is judged as before
+    assert verdict(0.05, 0.001, "greater", underpowered=["x"])[0] == "reproduced"
+    assert verdict(-0.05, 0.001, "greater", underpowered=["x"])[0] == "contradicted"
+
+
+def test_power_fields_of_every_evaluated_arm():
+    """mde from the observed paired SD at alpha / family size (recomputed), paper effect
+    from the registry, headroom to the metric's bound, seeds needed where an effect is set;
+    an underpowered null arm is inconclusive, a powered one not reproduced."""
+    doc = evaluate_claims(synthetic_data(0.0, noise=0.01))
+    alpha = ALPHA / doc["family"]["size"]
+    assert doc["family"]["alpha_per_arm"] == pytest.approx(alpha)
+    for e in doc["claims"]:
+        if e["id"] not in doc["family"]["members"]:
+            assert e["mde"] is None
+            continue
+        d = np.subtract(e["primary"]["per_seed_a"], e["primary"]["per_seed_b"])
+        assert e["mde"] == pytest.approx(paired_mde(d.std(ddof=1), d.size, alpha))
+        assert (e["paper_effect"], e["paper_effect_why"]) == PAPER_EFFECTS[e["claim_id"]]
+        assert e["headroom"] == pytest.approx(1 - np.mean(e["primary"]["per_seed_b"])) \
+            if e["primary"]["metric"].startswith("pass@") else True
+        if e["paper_effect"] is not None and not e["control"]:
+            assert e["seeds_needed"] >= 2
+            assert paired_mde(d.std(ddof=1), e["seeds_needed"], alpha) <= e["paper_effect"]
+        if e["control"]:
+            assert e["verdict"] == "not reproduced" and e["seeds_needed"] is None
+    # softmax-vs-grpo (paper effect 0.023): noise 0.01 per method over 10 seeds cannot
+    # detect it, noise 0.001 can
+    e = _by_id(doc)["softmax-vs-grpo@digits-binary"]
+    assert e["mde"] > 0.023 and e["verdict"] == "inconclusive", e["why"]
+    assert "paper's effect" in e["why"] and e["seeds_needed"] > 10
+    quiet = _by_id(evaluate_claims(synthetic_data(0.0, noise=0.001)))
+    e = quiet["softmax-vs-grpo@digits-binary"]
+    assert e["mde"] < 0.023 and e["verdict"] == "not reproduced", e["why"]
+    assert e["seeds_needed"] <= 10
+
+
+def test_b_that_did_not_move_makes_a_null_arm_inconclusive():
+    data = synthetic_data(0.0, noise=0.001)
+    tb = data["digits-binary"]
+    g = tb["methods"]["grpo"]
+    g["start"]["pass@1"] = list(g["end"]["pass@1"])  # GRPO never moved from its start
+    e = _by_id(evaluate_claims(data))["softmax-vs-grpo@digits-binary"]
+    assert e["power"]["b_moved"] is False
+    assert e["verdict"] == "inconclusive" and "did not move" in e["why"]
+
+
+def test_zero_variance_equal_runs_are_not_a_pass():
+    """All-equal per-seed values (e.g. every run at 0 in a smoke run) give no t-test: an
+    ordinary claim is not significant; a non-inferiority claim's constant a - b + margin gets
+    the exact sign-flip p 2/2^n, so 8 seeds in a family cannot pass, and the reason says so."""
+    data = synthetic_data(0.0, seeds=8, noise=0.003)
+    tb = data["language-permute-kappo"]
+    for lb in tb["methods"]:
+        tb["methods"][lb]["end"]["pass@64"] = [0.0] * 8
+    doc = evaluate_claims(data)
+    for n in (1, 2, 4, 8):
+        e = _by_id(doc)[f"kappo-apo-matches-pkpo@language-permute-kappo[n={n}]"]
+        assert e["primary"]["p"] == pytest.approx(2 / 2**8) == e["primary"]["p_perm"]
+        assert e["verdict"] != "reproduced" and "constant" in e["why"], e["why"]
+        assert e["mde"] is None
+    e = _by_id(doc)["kappo-apo-sharpening@language-permute-kappo[k=4]"]
+    assert e["primary"]["p"] == 1.0 and e["verdict"] != "reproduced"
+
+
+def test_p_perm_is_holm_corrected_and_robustness_is_reported():
+    doc = evaluate_claims(synthetic_data(0.05))
+    fam = [e for e in doc["claims"] if e["id"] in doc["family"]["members"]]
+    assert [e["primary"]["p_perm_holm"] for e in fam] == pytest.approx(
+        holm([e["primary"]["p_perm"] for e in fam]))
+    for e in fam:
+        shift = e["primary"]["margin"] or 0.0
+        d = np.subtract(e["primary"]["per_seed_a"], e["primary"]["per_seed_b"]) + shift
+        assert e["primary"]["p_perm"] == pytest.approx(sign_flip_p(d))
+        for s in e["secondary"]:
+            assert "p_perm" in s and "p_perm_holm" in s
+        assert e["robust"] == (e["verdict_perm"] == e["verdict"])
+        if not e["robust"]:
+            assert "not robust" in e["why"]
+    by = _by_id(doc)
+    # 10 seeds: the smallest sign-flip p 2/1024 cannot survive Holm over the family
+    e = by["maxrl-pareto@digits-binary"]
+    assert e["verdict"] == "reproduced" and e["robust"] is False
+    assert e["verdict_perm"] != "reproduced"
+    # 24 seeds: both tests agree
+    e = _by_id(evaluate_claims(synthetic_data(0.05, seeds=24)))["maxrl-pareto@digits-binary"]
+    assert e["verdict"] == e["verdict_perm"] == "reproduced" and e["robust"] is True
+
+
+def test_a_significant_a_a_control_fails_the_file():
+    data = synthetic_data(0.0, noise=0.002)
+    assert evaluate_claims(data)["controls"]["failed"] == []
+    check_controls(evaluate_claims(data))  # passes silently
+    m = data["bandit-graded"]["methods"]["grpo (A/A)"]
+    m["end"] = {k: (np.asarray(v) + 0.05).tolist() for k, v in m["end"].items()}
+    doc = evaluate_claims(data)
+    assert doc["controls"]["failed"] == ["aa-control@bandit-graded"]
+    with pytest.raises(ControlFailed, match="aa-control@bandit-graded"):
+        check_controls(doc)
+    c = counts(doc)
+    assert c["controls"]["failed"] == 1 and c["controls"]["passed"] == 8
+    assert c["exact"] == {"pending": 3}  # no exact testbed in the synthetic data
+
+
+def test_counts_keep_claims_controls_and_exact_checks_apart():
+    doc = evaluate_claims(synthetic_data(0.05))
+    c = counts(doc)
+    n_ctrl = sum(len(x.arms) for x in CLAIMS if x.control)
+    n_exact = sum(len(x.arms) for x in CLAIMS if x.kind == "exact")
+    assert sum(c["controls"].values()) == n_ctrl == c["controls"]["passed"]
+    assert sum(c["exact"].values()) == n_exact
+    assert sum(c["claims"].values()) == len(doc["claims"]) - n_ctrl - n_exact

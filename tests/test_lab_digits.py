@@ -162,3 +162,37 @@ def test_config_validation():
         DigitsConfig(lr_grid=(float("nan"),)).validate()
     assert DigitsConfig().key() != DigitsConfig(steps=1).key()
     assert DigitsConfig().key() == DigitsConfig(threads=2).key()
+
+
+def test_plot_gives_each_learner_one_colour_and_every_panel_a_legend(tmp_path, monkeypatch):
+    """The graded panel trains argmaxrl where the binary one trains maxrl: each line keeps its
+    learner's colour and label in every panel, and each top panel has its own legend."""
+    from bestk.lab.digits import LEARNERS, learner_colour, plot
+    from bestk.lab.io import metric_key
+
+    ks = [1, 2]
+    learners = {"binary": ["grpo", "maxrl", "pkpo(k=4)"], "graded": ["grpo", "argmaxrl"]}
+    results = {}
+    for reward, lbs in learners.items():
+        name = dg.REWARD_KINDS[reward].metric
+        slots = [{"learner": lb} for lb in lbs]
+        results[reward] = {"ks": ks, "n": 8, "learners": lbs, "test": {
+            "slots": slots, "end": {metric_key(name, k): [0.5] * len(lbs) for k in ks},
+            "curve_pass@1": [[0.1, 0.2]] * len(lbs), "curve_steps": [0, 1]}}
+    captured = {}
+    monkeypatch.setattr(dg, "save_figure", lambda fig, path: captured.setdefault("fig", fig))
+    plot(results, tmp_path / "d.png")
+    axes = captured["fig"].axes
+    colours = {}
+    for ax in axes:
+        for line in ax.get_lines():
+            colours.setdefault(line.get_label(), set()).add(line.get_color())
+    assert set(colours) == {"grpo", "maxrl", "pkpo(k=4)", "argmaxrl"}
+    for lb, cs in colours.items():
+        assert cs == {learner_colour(lb)}, lb  # one colour per learner in every panel
+    assert len({learner_colour(lb) for lb in LEARNERS}) == len(LEARNERS)  # all distinct
+    top = axes[0], axes[1]  # row 0: binary, graded
+    legends = [[t.get_text() for t in ax.get_legend().get_texts()] for ax in top]
+    assert legends == [learners["binary"], learners["graded"]]  # argmaxrl is labelled argmaxrl
+    with pytest.raises(ValueError, match="unknown learner"):
+        learner_colour("nope")

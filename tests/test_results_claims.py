@@ -14,14 +14,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bestk.lab.claims import CLAIMS, TESTBEDS, VERDICTS, arm_id, evaluate_claims
-from bestk.stats import paired_test
+from bestk.lab.claims import (
+    ALPHA,
+    CLAIMS,
+    PAPER_EFFECTS,
+    TESTBEDS,
+    VERDICTS,
+    arm_id,
+    evaluate_claims,
+)
+from bestk.stats import paired_mde, paired_test, sign_flip_p
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 CLAIMS_JSON = DOCS / "results" / "claims.json"
 FIELDS = {"id", "claim", "source", "testbed", "kind", "seeds", "primary", "secondary",
-          "reward_matched", "prompt_matched", "control", "verdict", "command"}
-PRIMARY = {"metric", "direction", "per_seed_a", "per_seed_b", "diff", "ci95", "p"}
+          "reward_matched", "prompt_matched", "control", "verdict", "command", "mde",
+          "paper_effect", "paper_effect_why", "headroom", "seeds_needed", "power", "robust"}
+PRIMARY = {"metric", "direction", "per_seed_a", "per_seed_b", "diff", "ci95", "p", "p_holm",
+           "p_perm", "p_perm_holm"}
 
 
 @pytest.fixture(scope="module")
@@ -70,9 +80,14 @@ def test_schema_and_recomputed_numbers(committed):
         assert e["budget_matched"] or e["budget_by_design"], e["id"]
         assert e["budget"]["a"]["rollouts"] == ca["rollouts"]
         assert e["budget"]["b"]["rollouts"] == cb["rollouts"]
+        shift = 0.0
         if e["primary"]["margin"] is not None:  # non-inferiority: a test of a - b + margin
             t = paired_test(np.add(p["per_seed_a"], p["margin"]), p["per_seed_b"])
             assert p["p"] == pytest.approx(t.p)
+            shift = p["margin"]
+        assert p["p_perm"] == pytest.approx(sign_flip_p(d + shift))
+        assert 0.0 <= p["p_perm"] <= p["p_perm_holm"] <= 1.0
+        assert p["p_perm"] >= 2.0 ** (1 - d.size) - 1e-12  # the sign-flip floor
 
 
 def test_a_a_controls_are_present_and_not_reproduced(committed):
@@ -176,7 +191,89 @@ def test_the_kappo_testbeds_run_end_to_end(tmp_path):
     arms = [e for e in doc["claims"] if "kappo" in e["testbed"]]
     assert arms and all(e["verdict"] != "pending" for e in arms), [
         (e["id"], e["why"]) for e in arms if e["verdict"] == "pending"]
+    for e in arms:  # two seeds: nothing can pass the family, not even equal runs + a margin
+        if e["kind"] == "trained":
+            assert e["verdict"] != "reproduced", (e["id"], e["why"])
+            assert e["primary"]["p"] > 0 and e["primary"]["p_perm"] >= 0.5
     data = json.loads((docs / "results" / "data" / "language-permute-kappo.json").read_text())
     tb = data["testbeds"]["language-permute-kappo"]
     assert tb["seeds"] == [0, 1] and len(tb["reference_banks"]) == 2
     assert (docs / "results" / "language-permute-kappo.png").is_file()
+
+
+def test_every_judged_arm_has_its_power_and_the_verdict_respects_it(committed):
+    """mde recomputed from the per-seed differences at alpha / family size; the paper's effect
+    from the registry; headroom of b to the metric's bound. Every judged claim arm whose
+    primary is not significant is either powered (mde <= paper effect, or <= headroom without
+    one, and b moved) or inconclusive; a significant arm keeps its verdict."""
+    doc, data = committed
+    alpha = ALPHA / doc["family"]["size"]
+    judged = [e for e in doc["claims"] if e["id"] in doc["family"]["members"]]
+    assert judged and len(judged) == doc["family"]["size"]
+    for e in judged:
+        p = e["primary"]
+        d = np.subtract(p["per_seed_a"], p["per_seed_b"])
+        assert e["mde"] == pytest.approx(paired_mde(d.std(ddof=1), d.size, alpha), rel=1e-9)
+        assert [e["paper_effect"], e["paper_effect_why"]] == list(PAPER_EFFECTS[e["claim_id"]])
+        if p["metric"].startswith("pass@"):
+            assert e["headroom"] == pytest.approx(1.0 - np.mean(p["per_seed_b"]))
+        if e["control"]:
+            assert e["verdict"] == "not reproduced" and e["id"] not in doc["controls"]["failed"]
+            continue
+        significant = p["p_holm"] < ALPHA
+        if significant:
+            assert e["verdict"] != "inconclusive" or e["noninferiority"] is not None, e["id"]
+            continue
+        powered = (e["paper_effect"] is None or e["mde"] <= e["paper_effect"]) and (
+            e["headroom"] is None or p["margin"] is not None or e["mde"] <= e["headroom"]) \
+            and e["power"]["b_moved"] is not False
+        assert e["verdict"] == ("not reproduced" if powered else "inconclusive"), e["id"]
+        if e["verdict"] == "inconclusive" and e["paper_effect"] is not None:
+            assert e["seeds_needed"] > e["seeds"]  # what it would need
+    assert doc["controls"]["failed"] == [] and doc["controls"]["judged"] == 9
+
+
+def test_the_committed_files_match_a_re_render(tmp_path):
+    """make_results --check re-renders results.md and claims.json from the committed data
+    (nothing is run) and fails on a changed committed file."""
+    mr = _make_results()
+    assert mr.check(DOCS) == []
+    import shutil
+
+    docs = tmp_path / "docs"
+    shutil.copytree(DOCS / "results", docs / "results")
+    shutil.copyfile(DOCS / "results.md", docs / "results.md")
+    assert mr.main(["--check", "--docs", str(docs)]) == 0
+    with (docs / "results.md").open("a") as f:
+        f.write("edited by hand\n")
+    assert mr.main(["--check", "--docs", str(docs)]) == 1
+
+
+def test_a_significant_a_a_control_fails_the_whole_render(tmp_path, capsys):
+    """An A/A control shifted by 0.05 on every seed comes out significant: the render exits
+    1 naming it and writes no claims.json / results.md."""
+    mr = _make_results()
+    data = tmp_path / "docs" / "results" / "data"
+    data.mkdir(parents=True)
+    for p in sorted((DOCS / "results" / "data").glob("*.json")):
+        d = json.loads(p.read_text())
+        d.pop("commit", None)  # files written before the field: the environment's commit
+        tb = d["testbeds"].get("bandit-graded")
+        if tb is not None:
+            m = tb["methods"]["grpo (A/A)"]
+            m["end"] = {k: (np.asarray(v) + 0.05).tolist() for k, v in m["end"].items()}
+        (data / p.name).write_text(json.dumps(d))
+    assert mr.main(["--render", "--docs", str(tmp_path / "docs")]) == 1
+    assert "aa-control@bandit-graded" in capsys.readouterr().err
+    assert not (tmp_path / "docs" / "results" / "claims.json").exists()
+    assert not (tmp_path / "docs" / "results.md").exists()
+    _, files = mr.load_data(tmp_path / "docs")
+    assert files["bandit"]["commit"] == files["bandit"]["environment"]["commit"]
+
+
+def test_the_old_digits_legend_note_names_the_shifted_learners():
+    mr = _make_results()
+    tbs = {"digits-binary": {"methods": {"grpo": {}, "maxrl": {}, "argmaxrl": {}}},
+           "digits-graded": {"methods": {"grpo": {}, "argmaxrl": {}}}}
+    note = mr._old_digits_legend_note(tbs)
+    assert "argmaxrl in the colour labelled maxrl" in note and "grpo in" not in note

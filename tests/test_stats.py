@@ -9,7 +9,16 @@ import numpy as np
 import pytest
 from scipy import special
 
-from bestk.stats import holm, mean_ci, paired_test, t_quantile
+from bestk.stats import (
+    holm,
+    mean_ci,
+    paired_mde,
+    paired_test,
+    seeds_needed,
+    sign_flip_min_p,
+    sign_flip_p,
+    t_quantile,
+)
 
 
 def test_t_quantile_matches_tables_and_the_normal_limit():
@@ -60,9 +69,15 @@ def test_paired_test_against_the_textbook_formula():
 
 def test_paired_test_zero_variance_cases_and_errors():
     same = paired_test([0.1, 0.2, 0.3], [0.1, 0.2, 0.3])
-    assert same.diff == 0.0 and same.p == 1.0  # identical runs: no evidence
+    assert same.diff == 0.0 and same.p == 1.0 and same.exact  # identical runs: no evidence
+    # a constant nonzero difference is not p = 0: the exact sign-flip p of n agreeing signs
     shift = paired_test([0.2, 0.3, 0.4], [0.1, 0.2, 0.3])
-    assert shift.diff == pytest.approx(0.1) and shift.p == 0.0
+    assert shift.diff == pytest.approx(0.1) and shift.p == pytest.approx(2 / 2**3)
+    assert shift.exact and shift.ci95 == (shift.diff, shift.diff)
+    eight = paired_test(np.full(8, 0.02), np.zeros(8))  # e.g. a margin added to equal runs
+    assert eight.p == pytest.approx(2 / 2**8) == sign_flip_p(np.full(8, 0.02))
+    assert eight.p > 0.05 / 47  # cannot pass a Holm family of 47 tests at alpha 0.05
+    assert not paired_test([0.2, 0.3, 0.5], [0.1, 0.2, 0.3]).exact
     with pytest.raises(ValueError, match="at least 2 pairs"):
         paired_test([1.0], [0.0])
     with pytest.raises(ValueError, match="pairs by seed"):
@@ -105,3 +120,88 @@ def test_holm_controls_the_family_wise_error_rate():
     assert holm([]) == []
     with pytest.raises(ValueError, match="p-values"):
         holm([0.2, 1.5])
+
+
+def _sign_flip_brute_force(d: np.ndarray) -> float:
+    """Two-sided sign-flip p by enumerating every sign pattern with itertools."""
+    t = abs(float(np.sum(d)))
+    hits = sum(abs(float(np.dot(s, d))) >= t - 1e-12
+               for s in itertools.product([-1.0, 1.0], repeat=d.size))
+    return hits / 2**d.size
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sign_flip_p_matches_brute_force_enumeration(seed):
+    rng = np.random.default_rng(seed)
+    n = [3, 5, 8, 10, 12, 13][seed]
+    d = rng.normal(0.4 * (seed % 3), 1.0, n)
+    assert sign_flip_p(d) == pytest.approx(_sign_flip_brute_force(d), abs=1e-15)
+    # two-sample form, sign symmetry, ties (integer differences with repeats)
+    b = rng.normal(size=n)
+    assert sign_flip_p(d + b, b) == pytest.approx(sign_flip_p(d), abs=1e-15)
+    assert sign_flip_p(-d) == sign_flip_p(d)
+    ties = rng.integers(-2, 4, n).astype(float)
+    assert sign_flip_p(ties) == pytest.approx(_sign_flip_brute_force(ties), abs=1e-15)
+
+
+def test_sign_flip_p_extremes_monte_carlo_and_errors():
+    for n in (1, 2, 8, 10, 20):
+        assert sign_flip_p(np.full(n, 0.3)) == pytest.approx(sign_flip_min_p(n)) == \
+            pytest.approx(min(1.0, 2.0 ** (1 - n)))
+    assert sign_flip_p(np.zeros(5)) == 1.0
+    assert sign_flip_p([1.0, -1.0, 2.0, -2.0]) == 1.0  # sum 0: every pattern reaches it
+    # Monte Carlo (forced) agrees with the exact count within 4 binomial standard errors
+    d = np.random.default_rng(7).normal(0.5, 1.0, 14)
+    exact = sign_flip_p(d)
+    mc = sign_flip_p(d, exact_max_n=0, draws=40_000, seed=3)
+    assert abs(mc - exact) < 4 * math.sqrt(exact * (1 - exact) / 40_000) + 1e-4
+    assert mc == sign_flip_p(d, exact_max_n=0, draws=40_000, seed=3)  # seeded
+    assert 0 < sign_flip_p(np.full(40, 1.0), draws=1000) == pytest.approx(1 / 1001)
+    with pytest.raises(ValueError, match="pairs by seed"):
+        sign_flip_p([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match="finite"):
+        sign_flip_p([1.0, float("inf")])
+    with pytest.raises(ValueError, match="draws"):
+        sign_flip_p([1.0, 2.0], draws=0)
+    with pytest.raises(ValueError, match="positive number of pairs"):
+        sign_flip_min_p(0)
+
+
+def test_sign_flip_false_positive_rate_is_at_most_nominal():
+    rng = np.random.default_rng(11)
+    rej = sum(sign_flip_p(rng.normal(size=9)) < 0.05 for _ in range(1500))
+    assert rej / 1500 < 0.065
+
+
+@pytest.mark.parametrize(("n", "alpha"), [(8, 0.05), (10, 0.01), (5, 0.05)])
+def test_paired_mde_has_the_stated_power_by_simulation(n, alpha):
+    """At delta = mde the two-sided paired t-test rejects in 80% of simulated experiments."""
+    sd = 0.07
+    mde = paired_mde(sd, n, alpha)
+    rng = np.random.default_rng(n)
+    d = rng.normal(mde, sd, (40_000, n))
+    t = d.mean(1) / (d.std(1, ddof=1) / math.sqrt(n))
+    power = float(np.mean(np.abs(t) > t_quantile(n - 1, 1 - alpha)))
+    assert power == pytest.approx(0.8, abs=0.012)
+    # below it the power is lower, and more seeds or a larger alpha shrink the MDE
+    assert paired_mde(sd, n + 4, alpha) < mde < paired_mde(sd, n, alpha / 10)
+    assert paired_mde(2 * sd, n, alpha) == pytest.approx(2 * mde)
+
+
+def test_paired_mde_normal_limit_and_seeds_needed():
+    from scipy import stats
+
+    alpha = 0.05 / 47
+    z = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(0.8)
+    assert paired_mde(0.3, 20_000, alpha) == pytest.approx(z * 0.3 / math.sqrt(20_000), rel=1e-3)
+    n = seeds_needed(0.05, 0.023, alpha)
+    assert paired_mde(0.05, n, alpha) <= 0.023 < paired_mde(0.05, n - 1, alpha)
+    assert seeds_needed(0.001, 1.0, alpha) == 2
+    with pytest.raises(ValueError, match="positive finite SD"):
+        paired_mde(0.0, 8, 0.05)
+    with pytest.raises(ValueError, match="at least 2 pairs"):
+        paired_mde(1.0, 1, 0.05)
+    with pytest.raises(ValueError, match="alpha"):
+        paired_mde(1.0, 8, 0.0)
+    with pytest.raises(ValueError, match="positive finite effect"):
+        seeds_needed(1.0, 0.0, 0.05)

@@ -12,21 +12,37 @@ dominates" claims, a non-inferiority margin on pass@1 / best@1. Metrics are
 or a plain per-seed quantity), never strings to parse. A KAPPO claim (or any other) is added
 by adding a spec and its runs; nothing else changes.
 
-Rule (:func:`verdict`)
-----------------------
+Rule (:func:`verdict`, :func:`inconclusive_reasons`)
+-----------------------------------------------------
 For one arm (claim x testbed), with the per-seed values of ``a`` and ``b`` paired by seed:
 
-* primary: two-sided paired t-test of ``a - b`` (:func:`bestk.stats.paired_test`);
-  its p-value is Holm-adjusted across the *family* = the primary tests of every evaluated
-  trained arm in the claims file (A/A controls included, pending arms excluded);
-* secondaries: the same test per secondary metric, Holm-adjusted within the arm;
+* primary: two-sided paired t-test of ``a - b`` (:func:`bestk.stats.paired_test`; when the
+  differences do not vary the exact sign-flip answer: p = 1 if they are 0, ``2 / 2^n``
+  otherwise, never 0); its p-value is Holm-adjusted across the *family* = the primary tests
+  of every evaluated trained arm in the claims file (A/A controls included, pending arms
+  excluded). Beside it the exact sign-flip permutation p (``p_perm``,
+  :func:`bestk.stats.sign_flip_p`), Holm-adjusted over the same family;
+* secondaries: the same tests per secondary metric, Holm-adjusted within the arm;
+* power: ``mde`` = the difference the paired t-test detects with 80% power at ``ALPHA`` /
+  family size (Holm's first step) from the observed SD of the paired differences
+  (:func:`bestk.stats.paired_mde`); ``paper_effect`` from :data:`PAPER_EFFECTS` (None with the
+  reason where the source reports none); ``headroom`` = distance of b's mean to the metric's
+  bound in the claimed direction; ``seeds_needed`` = pairs for ``mde <= paper_effect`` (or
+  the headroom) at the observed SD (:func:`bestk.stats.seeds_needed`);
 * **reproduced** when the primary's Holm-adjusted p is below ``ALPHA`` = 0.05 with the mean
   difference in the claimed direction, no secondary is significantly worse (Holm-adjusted
   p < 0.05 in the metric's bad direction) and, for Pareto claims, the 95% interval of the
-  pass@1 (best@1) difference lies above ``-margin`` (non-inferiority);
+  pass@1 (best@1) difference lies above ``-margin`` (non-inferiority; that metric is judged
+  by the margin only, never also as a "significantly worse" secondary);
 * **contradicted** when the primary is significant in the opposite direction;
-* **not reproduced** otherwise (primary not significant, or a side condition fails; the
-  ``why`` field says which).
+* **inconclusive** when the primary is not significant and the experiment could not have
+  detected the claimed effect (``mde > paper_effect``, ``mde > headroom``, or b did not move
+  from its start), or when a Pareto margin fails only because its interval is wide (the
+  point estimate lies inside the margin); never for an A/A control;
+* **not reproduced** otherwise (the ``why`` field says which condition);
+* ``robust`` is false when the sign-flip test gives a different verdict (said in ``why``);
+* an A/A control whose Holm-adjusted t-test or sign-flip p is below ``ALPHA`` (either
+  direction) is listed in ``controls.failed`` and :func:`check_controls` fails the file.
 
 Non-inferiority primaries (``ClaimSpec.margin``, "a matches b"): the claim is that ``a`` is
 at most ``margin`` worse than ``b`` on the primary metric; the test is the paired t-test of
@@ -45,6 +61,7 @@ and ``budget_matched`` is false, and only reward and prompts must match.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,7 +69,16 @@ from typing import Any
 import numpy as np
 
 from bestk.lab.io import fmt, markdown_table, metric_key
-from bestk.stats import holm, paired_test
+from bestk.stats import (
+    EXACT_MAX_N,
+    MC_DRAWS,
+    holm,
+    paired_mde,
+    paired_test,
+    seeds_needed,
+    sign_flip_min_p,
+    sign_flip_p,
+)
 
 __all__ = [
     "ALPHA",
@@ -69,9 +95,17 @@ __all__ = [
     "evaluate_claims",
     "render_claims",
     "VERDICTS",
+    "POWER",
+    "PAPER_EFFECTS",
+    "inconclusive_reasons",
+    "ControlFailed",
+    "check_controls",
+    "counts",
 ]
 
 ALPHA = 0.05
+#: The power at which the minimum detectable effect (``mde``) of every arm is computed.
+POWER = 0.8
 GREATER, LESS = "greater", "less"
 #: Every verdict the rule can give, with its definition (rendered in docs/results.md).
 VERDICTS: dict[str, str] = {
@@ -79,9 +113,16 @@ VERDICTS: dict[str, str] = {
                   "correction over the family, no secondary metric is significantly worse "
                   "(Holm within the arm) and, for Pareto claims, pass@1 / best@1 is "
                   "non-inferior within the stated margin",
-    "not reproduced": "neither reproduced nor contradicted: the primary difference is not "
-                      "significant after Holm correction, or it is but a secondary metric is "
-                      "significantly worse or the non-inferiority condition fails",
+    "not reproduced": "tested with enough power and not found: the primary difference is not "
+                      "significant after Holm correction although the experiment could detect "
+                      "the paper's effect (or, without one, an effect within the metric's "
+                      "headroom), or it is significant but a secondary metric is "
+                      "significantly worse or the Pareto margin fails beyond doubt",
+    "inconclusive": "the experiment could not have detected what the paper claims: the primary "
+                    "is not significant and its minimum detectable effect exceeds the paper's "
+                    "effect or the headroom left to b, or b did not move from its start, or "
+                    "the Pareto margin's interval is too wide to decide; not evidence against "
+                    "the claim (the arm says how many seeds it would need)",
     "contradicted": "the primary difference is significant in the direction opposite to the "
                     "claim after Holm correction",
     "pending": "the testbed has not produced (enough) seeds yet; the arm is not judged and not "
@@ -196,6 +237,8 @@ class TestbedSpec:
     min_seeds: int
     data: str
     command: str
+    #: The range of one reward on this testbed: the bound of best@k (pass@k lies in [0, 1]).
+    reward_range: tuple[float, float] = (0.0, 1.0)
 
 
 _MR = "python benchmarks/make_results.py --testbed"
@@ -231,7 +274,7 @@ TESTBEDS: dict[str, TestbedSpec] = {t.id: t for t in [
         "bandit-negative", "bandit", "negative-reward bandit, learning curves",
         "The graded bandit shifted to mostly negative rewards: estimators built for "
         "non-negative rewards (the ArgMaxRL derivation assumes them) are tested where that "
-        "assumption fails.", 10, "bandit", f"{_MR} bandit"),
+        "assumption fails.", 10, "bandit", f"{_MR} bandit", (-2.0, 0.5)),
     TestbedSpec(
         "digits-binary", "digits", "digits, 0/1 rewards, N = 8",
         "An MLP classifier of scikit-learn's 8x8 digits trained from sampled labels, 8 "
@@ -498,6 +541,45 @@ CLAIMS: tuple[ClaimSpec, ...] = (
 )
 
 
+_FIG_ONLY = "shows the result as a plot only; the text gives no number in the metric's units"
+_NO_SOURCE = "is not among the sources this project holds, and no secondary source gives "
+#: The effect each trained claim's source reports, in the primary metric's units and counted
+#: in the claimed direction (> 0), with its source; None with the reason where there is none.
+#: ``mde`` is compared with it (``inconclusive_reasons``).
+PAPER_EFFECTS: dict[str, tuple[float | None, str]] = {
+    "maxrl-pareto": (None, "the MaxRL paper (Tajwar et al. 2026, arXiv:2602.02710) "
+                     + _NO_SOURCE + "a pass@k difference (the ArgMaxRL blog quotes Pareto "
+                     "dominance and 'up to 20x test-time scaling efficiency')"),
+    "argmaxrl-bestk": (None, "the ArgMaxRL blog derives the estimator and reports no best@k "
+                       "difference"),
+    "softmax-vs-grpo": (0.023, "SoftmaxGRPO Table 2, verifier rewards: SoftmaxGRPO-Exact "
+                        "minus GRPO-Exact accuracy is +2.3 (GSM8K), +0.4 (Countdown) and +0.9 "
+                        "(DeepMath) points; the largest, 0.023"),
+    "softmax-allocation": (0.264, "SoftmaxGRPO Table 3: share of the gradient budget on "
+                           "prompts with p >= 0.9, GRPO 36.4% vs SoftmaxGRPO 10.0% on GSM8K "
+                           "(Countdown 9.6% vs 5.1%); the larger, 0.264"),
+    "softmax-sparse-vs-grpo": (None, "SoftmaxGRPO Fig. 2 (ImageNet) " + _FIG_ONLY),
+    "softmax-sparse-vs-reinforce": (None, "SoftmaxGRPO Fig. 2 (ImageNet) " + _FIG_ONLY),
+    "grpo-sparse-vs-reinforce": (None, "SoftmaxGRPO Fig. 2 (ImageNet) " + _FIG_ONLY),
+    "pkpo-passk": (None, "the PKPO paper (Walder & Karkhanis 2025, arXiv:2505.15201) "
+                   + _NO_SOURCE + "its pass@k difference"),
+    "kappo-apo-sharpening": (None, "KAPPO Fig. 2a " + _FIG_ONLY),
+    "kappo-dpo-sharpening": (None, "KAPPO Fig. 2b " + _FIG_ONLY),
+    "kappo-apo-matches-pkpo": (0.02, "non-inferiority: when the two methods are equal the "
+                               "tested quantity a - b + margin equals the margin, so the "
+                               "effect to detect is the margin 0.02 (KAPPO Table 1 reports "
+                               "@k-A*PO within 0.5 points of PKPO)"),
+    "kappo-grpo-binary-passk": (None, "KAPPO runs no binary @k-GRPO experiment (section 5 "
+                                "and Appendix 18 derive it)"),
+    "kappo-grpo-winrate-bestk": (None, "KAPPO Fig. 4 (right) " + _FIG_ONLY),
+    "argmaxrl-diversity": (None, "no source counts distinct correct completions"),
+    "maxrl-diversity": (None, "no source counts distinct correct completions"),
+    "pkpo-diversity": (None, "no source counts distinct correct completions"),
+    "aa-control": (None, "A/A control: the true difference is 0"),
+    "aa-control-kappo": (None, "A/A control: the true difference is 0"),
+}
+
+
 def _check_registry() -> None:
     ids = [c.id for c in CLAIMS]
     if len(ids) != len(set(ids)):
@@ -520,6 +602,14 @@ def _check_registry() -> None:
                 raise ValueError(f"claim {c.id}: unknown testbed {arm.testbed!r}")
             if c.kind == "trained" and (not arm.a or not arm.b or arm.a == arm.b):
                 raise ValueError(f"claim {c.id}: a trained arm needs two different methods")
+        if c.kind == "trained":
+            if c.id not in PAPER_EFFECTS:
+                raise ValueError(f"claim {c.id}: no entry in PAPER_EFFECTS (the effect its "
+                                 "source reports, or None with the reason)")
+            eff, why = PAPER_EFFECTS[c.id]
+            if not why or (eff is not None and not eff > 0):
+                raise ValueError(f"claim {c.id}: PAPER_EFFECTS needs a source or reason and "
+                                 "an effect > 0 (counted in the claimed direction) or None")
 
 
 _check_registry()
@@ -538,11 +628,19 @@ def _significantly_worse(diff: float, p_holm: float, better: str, alpha: float =
 def verdict(primary_diff: float, primary_p_holm: float, direction: str,
             secondaries: Sequence[tuple[str, float, float, str]] = (),
             noninferiority: tuple[str, float, float] | None = None,
-            alpha: float = ALPHA) -> tuple[str, str]:
+            alpha: float = ALPHA, *, underpowered: Sequence[str] = (),
+            noninferiority_diff: float | None = None, control: bool = False) -> tuple[str, str]:
     """The verdict of one arm and the reason (module docstring).
 
     ``secondaries``: ``(metric, diff, p_holm, better)`` per secondary metric (``p_holm``
-    adjusted within the arm). ``noninferiority``: ``(metric, ci_low, margin)``.
+    adjusted within the arm). ``noninferiority``: ``(metric, ci_low, margin)`` of a Pareto
+    claim; its metric is judged by the margin only, never also as a "significantly worse"
+    secondary. ``underpowered``: why the experiment could not detect the claimed effect
+    (:func:`inconclusive_reasons`); a non-significant primary is then **inconclusive**
+    instead of **not reproduced**. ``noninferiority_diff``: the point estimate of the margin
+    metric's difference; a margin that fails only because the interval is wide (the point
+    estimate lies inside ``-margin``) is inconclusive too. ``control``: an A/A control is
+    never inconclusive (it has no effect to detect).
     """
     if direction not in (GREATER, LESS):
         raise ValueError(f"direction must be 'greater' or 'less', got {direction!r}")
@@ -551,17 +649,96 @@ def verdict(primary_diff: float, primary_p_holm: float, direction: str,
         return "contradicted", (f"primary significantly {'worse' if sign > 0 else 'higher'} "
                                 f"than claimed (Holm p = {fmt(primary_p_holm)})")
     if not (primary_p_holm < alpha and sign * primary_diff > 0):
-        return "not reproduced", f"primary not significant (Holm p = {fmt(primary_p_holm)})"
-    worse = [m for m, d, p, better in secondaries if _significantly_worse(d, p, better, alpha)]
+        why = f"primary not significant (Holm p = {fmt(primary_p_holm)})"
+        if underpowered and not control:
+            return "inconclusive", why + "; the experiment could not detect the claimed " \
+                                         "effect: " + "; ".join(underpowered)
+        return "not reproduced", why
+    ni_metric = None if noninferiority is None else noninferiority[0]
+    worse = [m for m, d, p, better in secondaries
+             if m != ni_metric and _significantly_worse(d, p, better, alpha)]
     if worse:
         return "not reproduced", ("primary significant, but significantly worse on "
                                   + ", ".join(worse))
     if noninferiority is not None:
         metric, lo, margin = noninferiority
         if not lo > -margin:
-            return "not reproduced", (f"primary significant, but {metric} non-inferiority "
-                                      f"fails (95% CI low {fmt(lo)} <= -{margin})")
+            why = (f"primary significant, but {metric} non-inferiority fails (95% CI low "
+                   f"{fmt(lo)} <= -{margin})")
+            if noninferiority_diff is not None and noninferiority_diff > -margin and \
+                    not control:
+                return "inconclusive", why + (f"; its point estimate {fmt(noninferiority_diff)} "
+                                              "lies inside the margin: the interval is too "
+                                              "wide to decide")
+            return "not reproduced", why
     return "reproduced", f"primary significant (Holm p = {fmt(primary_p_holm)})"
+
+
+def inconclusive_reasons(mde: float | None, paper_effect: float | None,
+                         headroom: float | None, b_moved: bool | None, *,
+                         margin_claim: bool = False, p_floor: float | None = None,
+                         alpha: float | None = None) -> list[str]:
+    """Why an arm's experiment could not detect the effect its claim is about (empty list:
+    it could). The reasons, each checked on its own:
+
+    * ``mde > paper_effect``: the minimum detectable effect (80% power at the arm's
+      Holm-adjusted level) exceeds the effect the source reports;
+    * ``mde > headroom`` (not for "a matches b" claims, ``margin_claim``, whose tested
+      quantity ``a - b + margin`` is not bounded by b's headroom): even lifting b to the
+      metric's bound would not be detected;
+    * ``mde is None`` (the differences do not vary, so there is no t-test) and the sign-flip
+      test's smallest p, ``p_floor = 2 / 2^n``, is not below ``alpha``: no outcome could be
+      significant;
+    * ``b_moved is False``: b's primary metric did not move from its start value (95% interval
+      of end - start contains 0), so the comparison is between runs that did not train.
+    """
+    out = []
+    if mde is None:
+        if p_floor is not None and alpha is not None and not p_floor < alpha:
+            out.append(f"the differences do not vary and the sign-flip test's smallest p "
+                       f"{fmt(p_floor)} is not below the arm's level {fmt(alpha)}")
+    else:
+        if not (math.isfinite(mde) and mde >= 0):
+            raise ValueError(f"inconclusive_reasons: mde must be finite and >= 0, got {mde}")
+        if paper_effect is not None and mde > paper_effect:
+            out.append(f"MDE {fmt(mde)} > the paper's effect {fmt(paper_effect)}")
+        if headroom is not None and not margin_claim and mde > headroom:
+            out.append(f"MDE {fmt(mde)} > the headroom {fmt(headroom)} left to b")
+    if b_moved is False:
+        out.append("b did not move from its start value (95% CI of end − start contains 0)")
+    return out
+
+
+class ControlFailed(ValueError):
+    """An A/A control came out significant: the verdict rule is not trustworthy on this data,
+    so the whole results file fails."""
+
+
+def check_controls(doc: dict[str, Any]) -> None:
+    """Raise :class:`ControlFailed` when any A/A control of a claims document is significant
+    (Holm-adjusted t-test or sign-flip p below ``alpha``, either direction)."""
+    failed = doc["controls"]["failed"]
+    if failed:
+        raise ControlFailed("A/A control(s) came out significant, so the results file fails: "
+                            + "; ".join(f"{e['id']} (Holm p = {fmt(e['primary']['p_holm'])}, "
+                                        f"Holm p_perm = {fmt(e['primary']['p_perm_holm'])})"
+                                        for e in doc["claims"] if e["id"] in failed))
+
+
+def counts(doc: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """Verdict counts kept apart: ``claims`` (trained arms of the papers' claims), ``controls``
+    (A/A arms: ``passed`` = not significant, ``failed``, ``pending``) and ``exact`` (arms
+    decided by exact computation)."""
+    out: dict[str, dict[str, int]] = {"claims": {}, "controls": {}, "exact": {}}
+    failed = set(doc["controls"]["failed"])
+    for e in doc["claims"]:
+        if e["control"]:
+            group, v = "controls", ("pending" if e["verdict"] == "pending" else
+                                    "failed" if e["id"] in failed else "passed")
+        else:
+            group, v = ("exact" if e["kind"] == "exact" else "claims"), e["verdict"]
+        out[group][v] = out[group].get(v, 0) + 1
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -582,9 +759,18 @@ def arm_id(spec: ClaimSpec, arm: Arm) -> str:
     return f"{spec.id}@{arm.testbed}" + (f"[{arm.tag}]" if arm.tag else "")
 
 
-def _test_json(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
+def _test_json(a: Sequence[float], b: Sequence[float], *, perm: bool = False,
+               shift: float = 0.0) -> dict[str, Any]:
+    """Difference, 95% interval and p of the paired t-test of ``a - b``; with ``perm`` also
+    the sign-flip p. ``shift`` (a non-inferiority margin) is added to ``a - b`` for the
+    p-values only: the difference and interval stay those of ``a - b``."""
     t = paired_test(a, b)
-    return {"diff": t.diff, "ci95": [t.ci95[0], t.ci95[1]], "p": t.p}
+    out: dict[str, Any] = {"diff": t.diff, "ci95": [t.ci95[0], t.ci95[1]], "p": t.p}
+    if shift:
+        out["p"] = paired_test(np.add(a, shift), b).p
+    if perm:
+        out["p_perm"] = sign_flip_p(np.subtract(a, b) + shift)
+    return out
 
 
 def _trained_entry(spec: ClaimSpec, arm: Arm, tb: dict[str, Any] | None,
@@ -597,10 +783,14 @@ def _trained_entry(spec: ClaimSpec, arm: Arm, tb: dict[str, Any] | None,
         "b": arm.b, "reward": spec.reward, "seeds": 0,
         "primary": {"metric": spec.primary.label, "direction": spec.direction,
                     "per_seed_a": [], "per_seed_b": [], "diff": None, "ci95": None, "p": None,
-                    "p_holm": None, "margin": spec.margin,
+                    "p_holm": None, "p_perm": None, "p_perm_holm": None,
+                    "margin": spec.margin,
                     "test": "paired t-test of a - b" if spec.margin is None else
-                            f"non-inferiority: paired t-test of a - b + {spec.margin}"},
+                            f"non-inferiority: paired t-test of a - b + {spec.margin}",
+                    "test_perm": None},
         "secondary": [], "noninferiority": None, "change_from_start": None,
+        "mde": None, "paper_effect": None, "paper_effect_why": None, "headroom": None,
+        "seeds_needed": None, "power": None, "robust": None,
         "reward_matched": None, "prompt_matched": None, "budget_matched": None,
         "budget_by_design": spec.budget == "by design", "budget": None,
         "control": spec.control, "status": spec.status, "verdict": "pending", "why": "",
@@ -623,11 +813,15 @@ def _trained_entry(spec: ClaimSpec, arm: Arm, tb: dict[str, Any] | None,
     if key not in ma["end"] or key not in mb["end"]:
         e["why"] = f"metric {key} not measured on this testbed"
         return e
+    e["primary"]["test_perm"] = (
+        f"two-sided sign-flip permutation test of the same differences: exact over all "
+        f"2^{n_seeds} sign patterns" if n_seeds <= EXACT_MAX_N else
+        f"two-sided sign-flip permutation test of the same differences: Monte Carlo over "
+        f"{MC_DRAWS} sign patterns (numpy default_rng(0))")
     e["primary"].update(metric=key, per_seed_a=list(ma["end"][key]),
                         per_seed_b=list(mb["end"][key]),
-                        **_test_json(ma["end"][key], mb["end"][key]))
-    if spec.margin is not None:  # H1: a - b > -margin
-        e["primary"]["p"] = paired_test(np.add(ma["end"][key], spec.margin), mb["end"][key]).p
+                        **_test_json(ma["end"][key], mb["end"][key], perm=True,
+                                     shift=spec.margin or 0.0))  # margin: H1 a - b > -margin
     if key in ma.get("start", {}):
         e["change_from_start"] = {side: _test_json(m["end"][key], m["start"][key])
                                   for side, m in (("a", ma), ("b", mb))}
@@ -637,9 +831,10 @@ def _trained_entry(spec: ClaimSpec, arm: Arm, tb: dict[str, Any] | None,
             if k2 == key or k2 not in ma["end"] or k2 not in mb["end"]:
                 continue
             sec.append({"metric": k2, "better": metric.better,
-                        **_test_json(ma["end"][k2], mb["end"][k2])})
-    for s, p in zip(sec, holm([s["p"] for s in sec]), strict=True):
-        s["p_holm"] = p
+                        **_test_json(ma["end"][k2], mb["end"][k2], perm=True)})
+    for s, p, pp in zip(sec, holm([s["p"] for s in sec]), holm([s["p_perm"] for s in sec]),
+                        strict=True):
+        s["p_holm"], s["p_perm_holm"] = p, pp
     e["secondary"] = sec
     if spec.noninferiority is not None:
         (k3,) = spec.noninferiority.metric.keys(ks)
@@ -759,13 +954,82 @@ def _exact_entry(spec: ClaimSpec, arm: Arm, tb: dict[str, Any] | None) -> dict[s
     return e
 
 
+def _bounds(key: str, testbed: str, tb: dict[str, Any]) -> tuple[float, float] | None:
+    """The range of a per-seed metric: pass@k and allocation shares in [0, 1], best@k in the
+    testbed's reward range, distinct correct completions in [0, samples per prompt]."""
+    if key.startswith("pass@") or key.startswith("alloc"):
+        return 0.0, 1.0
+    if key.startswith("best@"):
+        return TESTBEDS[testbed].reward_range
+    if key == "distinct_correct" and tb.get("n"):
+        return 0.0, float(tb["n"])
+    return None
+
+
+def _power_fields(e: dict[str, Any], spec: ClaimSpec, tb: dict[str, Any],
+                  alpha: float) -> list[str]:
+    """Fill an evaluated arm's ``mde``, ``paper_effect``, ``headroom``, ``seeds_needed`` and
+    ``power`` (details); return :func:`inconclusive_reasons` for it."""
+    p = e["primary"]
+    d = np.subtract(p["per_seed_a"], p["per_seed_b"])
+    n = int(d.size)
+    sd = float(d.std(ddof=1))
+    constant = paired_test(p["per_seed_a"], p["per_seed_b"]).exact
+    mde = None if constant else paired_mde(sd, n, alpha, POWER)
+    effect, effect_why = PAPER_EFFECTS.get(spec.id, (None, "no entry in PAPER_EFFECTS"))
+    mean_b = float(np.mean(p["per_seed_b"]))
+    rng = _bounds(p["metric"], e["testbed"], tb)
+    headroom = None if rng is None else max(
+        0.0, rng[1] - mean_b if spec.direction == GREATER else mean_b - rng[0])
+    cfs = e["change_from_start"]
+    b_moved = None
+    if cfs is not None:
+        lo, hi = cfs["b"]["ci95"]
+        b_moved = not (lo <= 0.0 <= hi)
+    margin_claim = spec.margin is not None
+    reasons = inconclusive_reasons(mde, effect, headroom, b_moved, margin_claim=margin_claim,
+                                   p_floor=sign_flip_min_p(n), alpha=alpha)
+    target, target_name = None, None
+    if spec.control:  # no effect to detect: nothing to size
+        pass
+    elif effect is not None:
+        target, target_name = effect, "the paper's effect"
+    elif headroom is not None and not margin_claim and mde is not None and mde > headroom:
+        target, target_name = headroom, "the headroom"
+    need, need_why = None, None
+    if target is not None and not constant:
+        try:
+            need = seeds_needed(sd, target, alpha, POWER)
+            need_why = f"seeds for MDE <= {target_name} {fmt(target)} at the observed SD"
+        except ValueError as err:  # a zero target (b at the bound) or beyond 10^7 seeds
+            need_why = f"not reachable: {err}"
+    e.update(mde=mde, paper_effect=effect, paper_effect_why=effect_why, headroom=headroom,
+             seeds_needed=need)
+    e["power"] = {
+        "alpha": alpha, "power": POWER, "sd_diff": sd, "n": n, "b_end_mean": mean_b,
+        "bounds": None if rng is None else list(rng), "b_moved": b_moved,
+        "sign_flip_min_p": sign_flip_min_p(n), "seeds_needed_for": need_why,
+        "mde_definition": "two-sided paired t-test, noncentral t: the mean difference "
+                          f"detected with probability {POWER} at the arm's level alpha = "
+                          "ALPHA / family size (Holm's first step) from the observed SD of "
+                          "the paired differences" + (" (not defined: the differences do "
+                                                      "not vary)" if constant else ""),
+        "powered": None if mde is None or effect is None else bool(mde <= effect),
+        "inconclusive_reasons": reasons,
+    }
+    return reasons
+
+
 def evaluate_claims(data: dict[str, dict[str, Any]], claims: Sequence[ClaimSpec] = CLAIMS,
                     *, min_seeds: int | None = None) -> dict[str, Any]:
     """``claims.json`` from the per-seed data of the testbeds (``{testbed id: data}``).
 
     ``min_seeds`` overrides every testbed's required seed count (smoke runs only; the
     committed file uses the testbeds' own minimum, at least 10 on the lab testbeds and 8 on
-    the language tasks).
+    the language tasks). The family's t-test and sign-flip p-values are Holm-adjusted
+    separately; the verdict follows the t-test, and ``robust`` says whether the sign-flip
+    test gives the same one. A significant A/A control is listed in ``controls.failed``
+    (:func:`check_controls` turns that into an error).
     """
     entries = []
     for spec in claims:
@@ -775,24 +1039,54 @@ def evaluate_claims(data: dict[str, dict[str, Any]], claims: Sequence[ClaimSpec]
                            else _trained_entry(spec, arm, tb, min_seeds))
     family = [e for e in entries if e["kind"] == "trained" and e["primary"]["p"] is not None
               and e["verdict"] != "not comparable"]
-    for e, p in zip(family, holm([e["primary"]["p"] for e in family]), strict=True):
-        e["primary"]["p_holm"] = p
+    alpha_arm = ALPHA / max(1, len(family))
+    failed = []
+    for e, p, pp in zip(family, holm([e["primary"]["p"] for e in family]),
+                        holm([e["primary"]["p_perm"] for e in family]), strict=True):
+        e["primary"]["p_holm"], e["primary"]["p_perm_holm"] = p, pp
         spec = next(c for c in claims if c.id == e["claim_id"])
+        reasons = _power_fields(e, spec, data[e["testbed"]], alpha_arm)
         ni = e["noninferiority"]
-        e["verdict"], e["why"] = verdict(
-            e["primary"]["diff"] + (spec.margin or 0.0), p, spec.direction,
-            [(s["metric"], s["diff"], s["p_holm"], s["better"]) for s in e["secondary"]],
-            None if ni is None else (ni["metric"], ni["ci95"][0], ni["margin"]))
+        results = []
+        for p_key, s_key in (("p_holm", "p_holm"), ("p_perm_holm", "p_perm_holm")):
+            results.append(verdict(
+                e["primary"]["diff"] + (spec.margin or 0.0), e["primary"][p_key],
+                spec.direction,
+                [(s["metric"], s["diff"], s[s_key], s["better"]) for s in e["secondary"]],
+                None if ni is None else (ni["metric"], ni["ci95"][0], ni["margin"]),
+                underpowered=reasons, control=spec.control,
+                noninferiority_diff=None if ni is None else ni["diff"]))
+        (e["verdict"], e["why"]), (v_perm, _) = results
+        e["verdict_perm"] = v_perm
+        e["robust"] = v_perm == e["verdict"]
         if spec.margin is not None:
             e["why"] += (f"; non-inferiority margin {spec.margin}: 95% CI of a - b "
                          f"[{fmt(e['primary']['ci95'][0])}, {fmt(e['primary']['ci95'][1])}]")
+            if paired_test(e["primary"]["per_seed_a"], e["primary"]["per_seed_b"]).exact:
+                e["why"] += ("; a - b does not vary across seeds, so a - b + margin is a "
+                             "constant the margin alone makes positive: its p-values are the "
+                             "exact sign-flip p 2/2^n, not a t-test")
+        if not e["robust"]:
+            e["why"] += (f"; not robust: the sign-flip permutation test gives "
+                         f"{v_perm} (Holm p_perm = {fmt(e['primary']['p_perm_holm'])})")
+        if spec.control and (p < ALPHA or pp < ALPHA):
+            failed.append(e["id"])
+    controls = [e for e in entries if e["control"]]
     return {
-        "format": "bestk.claims", "version": 1, "alpha": ALPHA,
+        "format": "bestk.claims", "version": 2, "alpha": ALPHA, "power": POWER,
         "min_seeds_override": min_seeds,
         "family": {"size": len(family), "members": [e["id"] for e in family],
+                   "alpha_per_arm": alpha_arm if family else None,
                    "definition": "the primary tests of every evaluated trained arm of this "
                                  "file (A/A controls included; pending and not-comparable "
-                                 "arms excluded), Holm-corrected together"},
+                                 "arms excluded), Holm-corrected together (t-test and "
+                                 "sign-flip p-values separately); alpha_per_arm = alpha / "
+                                 "size is the level each arm's MDE is computed at"},
+        "controls": {"arms": len(controls),
+                     "judged": sum(e["verdict"] != "pending" for e in controls),
+                     "failed": failed,
+                     "rule": "an A/A control whose Holm-adjusted t-test or sign-flip p is "
+                             "below alpha (either direction) fails the whole file"},
         "verdicts": VERDICTS,
         "claims": entries,
     }
@@ -807,6 +1101,18 @@ def _pm(t: dict[str, Any] | None) -> str:
         return "–"
     lo, hi = t["ci95"]
     return f"{t['diff']:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+
+
+def _verdict_cell(e: dict[str, Any], doc: dict[str, Any]) -> str:
+    if not e["control"] or e["verdict"] == "pending":
+        return f"**{e['verdict']}**"
+    if e["id"] in doc["controls"]["failed"]:
+        return f"**control FAILED** ({e['verdict']})"
+    return "control passed (not significant)"
+
+
+def _num(x: float | None) -> str:
+    return "–" if x is None else fmt(x)
 
 
 def _budget(b: dict[str, Any] | None) -> str:
@@ -827,15 +1133,43 @@ def render_claims(doc: dict[str, Any]) -> str:
     for e in entries:
         if e["claim_id"] not in order:
             order.append(e["claim_id"])
+    fam = doc["family"]
     out = ["## Summary\n",
            "One row per claim and testbed (an *arm*); the verdicts come from the rule in "
-           "`bestk.lab.claims.verdict`, never by hand.\n",
-           markdown_table(["claim", "testbed", "a − b", "primary metric", "verdict"], [
+           "`bestk.lab.claims.verdict` and `bestk.lab.claims.inconclusive_reasons`, never by "
+           "hand. MDE: the smallest difference the arm could detect (two-sided paired t-test, "
+           f"{doc['power']:.0%} power at α / {fam['size']} = "
+           f"{fmt(fam['alpha_per_arm']) if fam['alpha_per_arm'] else '–'}, Holm's first step, "
+           "from the observed SD of the paired differences); paper: the effect the source "
+           "reports (– where it reports none: then the MDE is compared with the headroom left "
+           "to b); robust: the exact sign-flip permutation test (Holm-corrected the same way) "
+           "gives the same verdict.\n",
+           markdown_table(["claim", "testbed", "a − b", "primary metric", "diff [95% CI]",
+                           "MDE", "paper", "verdict", "robust"], [
                [e["claim_id"], e["testbed"], f"{e['a']} − {e['b']}" if e["a"] else "exact",
-                e["primary"]["metric"], f"**{e['verdict']}**"
-                + (" (control)" if e["control"] else "")
-                + (f" — {e['status']}" if e["status"] else "")]
+                e["primary"]["metric"], _pm(e["primary"]) if e["kind"] == "trained" else "–",
+                _num(e.get("mde")), _num(e.get("paper_effect")),
+                _verdict_cell(e, doc) + (f" — {e['status']}" if e["status"] else ""),
+                "–" if e.get("robust") is None else ("yes" if e["robust"] else "**no**")]
                for e in entries])]
+    need = [e for e in entries if e["verdict"] == "inconclusive"]
+    if need:
+        out += ["\n## What the inconclusive arms would need\n",
+                "An inconclusive arm is not evidence against its claim: the experiment could "
+                "not have detected the effect the claim is about. Seeds needed: paired seeds "
+                "for the MDE to reach the paper's effect (or, without one, the headroom) at "
+                "the SD observed here and the same α; a testbed with more headroom or a b "
+                "that trains is needed where the reason says so.\n",
+                markdown_table(["arm", "seeds", "MDE", "paper", "headroom", "seeds needed",
+                                "why inconclusive"], [
+                    [e["id"], e["seeds"], _num(e["mde"]), _num(e["paper_effect"]),
+                     _num(e["headroom"]),
+                     e["seeds_needed"] if e["seeds_needed"] is not None else
+                     ("–" if not (e.get("power") or {}).get("seeds_needed_for") else
+                      e["power"]["seeds_needed_for"]),
+                     "; ".join((e.get("power") or {}).get("inconclusive_reasons") or [])
+                     or e["why"]]
+                    for e in need])]
     for cid in order:
         arms = [e for e in entries if e["claim_id"] == cid]
         first = arms[0]
@@ -854,7 +1188,11 @@ def render_claims(doc: dict[str, Any]) -> str:
                    f"t-test of a - b + {margin})" if margin is not None else
                    f"{first['primary']['direction']} for a, paired t-test")
         out.append(f"- Primary metric: {first['primary']['metric']} ({claimed}) by seed, Holm "
-                   f"over the family of {doc['family']['size']} primary tests")
+                   f"over the family of {doc['family']['size']} primary tests; beside it the "
+                   "exact sign-flip permutation test, Holm-corrected the same way")
+        pe = PAPER_EFFECTS.get(cid)
+        if pe is not None:
+            out.append(f"- Paper's effect: {_num(pe[0])} — {pe[1]}")
         if first.get("budget_by_design"):
             out.append("- Budget: different on purpose (the claim compares budgets); the "
                        "rollouts column gives each arm's on-policy completions and reference "
@@ -864,7 +1202,8 @@ def render_claims(doc: dict[str, Any]) -> str:
             p = e["primary"]
             ni = e["noninferiority"]
             sec_bad = [s["metric"] for s in e["secondary"]
-                       if _significantly_worse(s["diff"], s["p_holm"], s["better"])]
+                       if _significantly_worse(s["diff"], s["p_holm"], s["better"])
+                       and (ni is None or s["metric"] != ni["metric"])]
             cfs = e["change_from_start"] or {}
             bud = e.get("budget")
             rows.append([
@@ -872,16 +1211,20 @@ def render_claims(doc: dict[str, Any]) -> str:
                 p["metric"], _pm(p),
                 fmt(p["p"]) if p["p"] is not None else "–",
                 fmt(p["p_holm"]) if p["p_holm"] is not None else "–",
+                _num(p.get("p_perm_holm")),
+                f"{_num(e.get('mde'))} / {_num(e.get('paper_effect'))} / "
+                f"{_num(e.get('headroom'))}",
+                "–" if e.get("seeds_needed") is None else e["seeds_needed"],
                 "–" if ni is None else (f"{ni['metric']} {_pm(ni)} "
                                         f"{'holds' if ni['holds'] else 'fails'} "
                                         f"(margin {ni['margin']})"),
                 ", ".join(sec_bad) or ("none" if e["secondary"] else "–"),
                 f"a {_pm(cfs.get('a'))}; b {_pm(cfs.get('b'))}" if cfs else "–",
-                f"**{e['verdict']}**: {e['why']}"])
+                f"{_verdict_cell(e, doc)}: {e['why']}"])
         out.append("")
         out.append(markdown_table(
             ["testbed", "a − b", "seeds", "rollouts a / b", "metric", "diff [95% CI]", "p",
-             "p (Holm)",
+             "p (Holm)", "p_perm (Holm)", "MDE / paper / headroom", "seeds needed",
              "non-inferiority", "secondaries significantly worse", "change from start",
              "verdict"], rows))
     return "\n".join(out) + "\n"

@@ -92,6 +92,8 @@ __all__ = [
     "known_learners",
     "learning_rates",
     "positive_ks",
+    "learner_colour",
+    "plot",
 ]
 
 N_CLASSES = 10
@@ -806,25 +808,34 @@ def render_testbed(tb: dict[str, Any], title: str | None = None,
     return "\n".join(lines) + "\n"
 
 
+def learner_colour(label: str) -> str:
+    """One colour per learner across every panel and run: ``tab10`` colour number
+    ``position in LEARNERS`` (mod 10), as a matplotlib colour string (``"C0"``..``"C9"``)."""
+    if label not in LEARNERS:
+        raise ValueError(f"unknown learner {label!r}; known: {list(LEARNERS)}")
+    return f"C{list(LEARNERS).index(label) % 10}"
+
+
 def plot(results: dict[str, Any], path: Path) -> None:
-    """Per reward: test pass@k / best@k vs k, and test pass@1 along training (mean over seeds)."""
+    """Per reward: test pass@k / best@k vs k, and test pass@1 along training (mean over seeds).
+    Each learner keeps its colour (:func:`learner_colour`) in every panel, and every top panel
+    has its own legend (the reward variants train different learners)."""
     plt = pyplot(extra="lab")
 
     rewards = list(results)
     fig, axes = plt.subplots(2, len(rewards), figsize=(5.5 * len(rewards), 8), squeeze=False)
-    cmap = plt.get_cmap("tab10")
     for j, reward in enumerate(rewards):
         st = results[reward]
         test, ks = st["test"], st["ks"]
         name = REWARD_KINDS[reward].metric
         ax, ax2 = axes[0][j], axes[1][j]
-        for i, lb in enumerate(st["learners"]):
+        for lb in st["learners"]:
             idx = [t for t, s in enumerate(test["slots"]) if s["learner"] == lb]
             ys = [np.mean([test["end"][metric_key(name, k)][t] for t in idx]) for k in ks]
             style = "--" if LEARNERS[lb].control_of else "-"
-            ax.plot(ks, ys, style, marker="o", ms=3, label=lb, color=cmap(i % 10))
+            ax.plot(ks, ys, style, marker="o", ms=3, label=lb, color=learner_colour(lb))
             curve = np.asarray(test["curve_pass@1"])[idx].mean(0)
-            ax2.plot(test["curve_steps"], curve, style, label=lb, color=cmap(i % 10))
+            ax2.plot(test["curve_steps"], curve, style, label=lb, color=learner_colour(lb))
         ax.set_xscale("log", base=2)
         ax.set_xlabel("k")
         ax.set_ylabel(f"test {name}@k (exact)")
@@ -833,7 +844,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
         ax2.set_xlabel("Adam step")
         ax2.set_ylabel("test pass@1 (exact)")
         ax2.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, path)
 
