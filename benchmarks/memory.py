@@ -16,7 +16,7 @@ same model, the same prompts (the ``arithmetic`` task through the model's chat t
 * ``trl`` - one ``GRPOTrainer`` step: ``per_device_train_batch_size = --micro-batch``,
   gradient accumulation and ``steps_per_generation`` over the ``--batch`` completions (one
   generation batch, one optimizer step), ``min_new_tokens = max_completion_length =
-  --tokens``, ``beta = 0``, a constant-free reward (the completion length), ``optim =
+  --tokens``, ``beta = 0``, the completion's length as its reward, ``optim =
   adamw_torch_fused`` (TRL's default) or ``adamw_torch``.
 
 Several ``--batch`` values measure how the peak grows with the completions per step at a fixed
@@ -267,11 +267,8 @@ def _child_args(a: argparse.Namespace, opts: dict[str, Any], batch: int,
             "--trainer", opts["trainer"], "--logprobs", opts.get("logprobs", "naive"),
             "--optimizer", a.optimizer]
     micro = opts.get("micro_batch", a.micro_batch if opts.get("step") else 0)
-    if micro:
-        args += ["--micro-batch", str(micro)]
     sample = opts.get("sample_batch", a.sample_batch if opts.get("step") else 0)
-    if sample:
-        args += ["--sample-batch", str(sample)]
+    args += ["--micro-batch", str(micro), "--sample-batch", str(sample)]
     if opts.get("checkpointing", a.checkpointing if opts.get("step") else False):
         args.append("--gradient-checkpointing")
     if prompts_file:
@@ -279,8 +276,14 @@ def _child_args(a: argparse.Namespace, opts: dict[str, Any], batch: int,
     return args
 
 
-def _run_child(args: list[str]) -> dict[str, Any]:
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+#: ``--pin-malloc``: glibc allocates every block of 128 KiB or more with ``mmap`` and returns it
+#: to the system when freed (no dynamic threshold, no trimming delay), so the peak RSS follows
+#: the tensors alive at once rather than what the allocator kept after freeing them.
+PINNED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"}
+
+
+def _run_child(args: list[str], pin_malloc: bool = False) -> dict[str, Any]:
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", **(PINNED_MALLOC if pin_malloc else {})}
     proc = subprocess.run(args, capture_output=True, text=True, env=env)
     if proc.returncode:
         last = (proc.stderr.strip().splitlines() or ["?"])[-1]
@@ -312,6 +315,9 @@ def main() -> None:
     ap.add_argument("--optimizer", default="fused", choices=["fused", "auto"],
                     help="AdamW kernel of the RL-step variants: bestk optim.implementation, "
                          "TRL optim adamw_torch_fused (its default) / adamw_torch")
+    ap.add_argument("--pin-malloc", action="store_true",
+                    help="children return freed blocks >= 128 KiB to the system at once "
+                         "(PINNED_MALLOC), so peak RSS tracks live tensors")
     ap.add_argument("--chunk-tokens", type=int, default=0,
                     help="positions per chunk of the chunked log-probs (0: its default)")
     ap.add_argument("--only", default=None, help="comma-separated variants (default: "
@@ -351,12 +357,12 @@ def main() -> None:
                 Path(prompts_file).write_text(json.dumps(got["prompts"]))
             for name in names:
                 key = f"{name}@{batch}"
-                results[key] = _run_child(_child_args(a, VARIANTS[name], batch, prompts_file))
-                if not a.json:
-                    print(key, results[key], file=sys.stderr)
+                results[key] = _run_child(_child_args(a, VARIANTS[name], batch, prompts_file),
+                                          a.pin_malloc)
+                print(key, json.dumps(results[key]), file=sys.stderr, flush=True)
     setup = {k: getattr(a, k) for k in ("model", "batch", "n", "tokens", "prompt_tokens",
                                         "threads", "device", "dtype", "lora", "micro_batch",
-                                        "sample_batch", "checkpointing")}
+                                        "sample_batch", "checkpointing", "pin_malloc")}
     summary = _summary(a, results)
     if a.json:
         print(json.dumps({"setup": setup, "results": results}, indent=1))
