@@ -74,9 +74,28 @@ def _bestk_times(model_dir: Path, steps: int, warmup: int, out: Path) -> list[fl
     return times
 
 
+def _timed_train(trainer: Any) -> list[float]:
+    """Train a TRL trainer; the wall time of each of its steps (step begin to the next step's
+    begin, the last to the end of training)."""
+    from transformers import TrainerCallback
+
+    stamps: list[float] = []
+
+    class Clock(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            stamps.append(time.perf_counter())
+
+        def on_train_end(self, args, state, control, **kw):
+            stamps.append(time.perf_counter())
+
+    trainer.add_callback(Clock())
+    trainer.train()
+    return [b - a for a, b in zip(stamps[:-1], stamps[1:], strict=True)]
+
+
 def _trl_times(model_dir: Path, steps: int, warmup: int, out: Path) -> list[float]:
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
     from bestk.tasks import load_task
@@ -100,22 +119,9 @@ def _trl_times(model_dir: Path, steps: int, warmup: int, out: Path) -> list[floa
         use_cpu=True, gradient_checkpointing=False, bf16=False, beta=0.0,
         dataloader_num_workers=0, disable_tqdm=True, seed=0,
     )
-    stamps: list[float] = []
-
-    class Clock(TrainerCallback):
-        def on_step_begin(self, args, state, control, **kw):
-            stamps.append(time.perf_counter())
-
-        def on_train_end(self, args, state, control, **kw):
-            stamps.append(time.perf_counter())
-
-    trainer = GRPOTrainer(
-        model=model, reward_funcs=reward, args=args, train_dataset=ds, processing_class=tok,
-        callbacks=[Clock()],
-    )
-    trainer.train()
-    durations = [b - a for a, b in zip(stamps[:-1], stamps[1:], strict=True)]
-    return durations[warmup:]
+    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds,
+                          processing_class=tok)
+    return _timed_train(trainer)[warmup:]
 
 
 def _real_config(a: argparse.Namespace, out: Path) -> Any:
@@ -147,7 +153,6 @@ def _real_bestk(a: argparse.Namespace, out: Path) -> dict[str, list[float]]:
 
 def _real_trl(a: argparse.Namespace, out: Path) -> dict[str, list[float]]:
     from datasets import Dataset
-    from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from bestk.train.loop import Trainer
@@ -169,19 +174,9 @@ def _real_trl(a: argparse.Namespace, out: Path) -> dict[str, list[float]]:
         bf16=False, beta=0.0, dataloader_num_workers=0, disable_tqdm=True, seed=0,
         optim="adamw_torch_fused",
     )
-    stamps: list[float] = []
-
-    class Clock(TrainerCallback):
-        def on_step_begin(self, args, state, control, **kw):
-            stamps.append(time.perf_counter())
-
-        def on_train_end(self, args, state, control, **kw):
-            stamps.append(time.perf_counter())
-
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds,
-                          processing_class=tok, callbacks=[Clock()])
-    trainer.train()
-    durations = [b - a_ for a_, b in zip(stamps[:-1], stamps[1:], strict=True)]
+                          processing_class=tok)
+    durations = _timed_train(trainer)
     lengths = [h["completions/mean_length"] for h in trainer.state.log_history
                if "completions/mean_length" in h]
     return {"seconds": durations[a.warmup:],
