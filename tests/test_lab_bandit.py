@@ -193,7 +193,8 @@ def test_sweep_a_a_control_and_per_seed_data(tmp_path):
     sweep = res["sweep"]["binary"]
     assert set(sweep["selected"]) == set(tb["methods"])
     for lb, m in tb["methods"].items():
-        assert m["config"]["lr"] == sweep["selected"][lb] and m["config"]["lr"] in cfg.lr_grid
+        grid = sweep["grids"][m["config"].get("control_of") or lb]
+        assert m["config"]["lr"] == sweep["selected"][lb] and m["config"]["lr"] in grid
         assert len(m["end"]["pass@4"]) == cfg.seeds
         # the metric is best@k averaged over the learning curve, start = initial policy
         arr = np.asarray(res["curves"]["binary"]["curves"][lb])[:, :, 1]

@@ -62,6 +62,7 @@ from bestk.lab.io import (
     write_json_atomic,
     write_text_atomic,
 )
+from bestk.lab.lr_sweep import sweep_until_interior
 from bestk.stats import mean_ci
 
 __all__ = [
@@ -429,26 +430,41 @@ def curve_metrics(curves: dict[str, Any], label: str, binary: bool) -> dict[str,
 
 def sweep_learning_rates(bandit: Bandit, specs: Sequence[EstimatorSpec], config: Any,
                          seed: int) -> dict[str, Any]:
-    """Each estimator's learning rate from ``config.lr_grid``: the rate with the highest mean
-    over k of the curve-averaged best@k on ``config.sweep_seeds`` seeds of their own (a stream
-    disjoint from the test seeds); A/A controls take their estimator's rate."""
+    """Each estimator's learning rate from ``config.lr_grid``, extended until the chosen rate
+    is interior (:func:`bestk.lab.lr_sweep.sweep_until_interior`): the rate with the highest
+    mean over k of the curve-averaged best@k on ``config.sweep_seeds`` seeds of their own (a
+    stream disjoint from the test seeds); A/A controls take their estimator's rate."""
     specs = [s for s in specs if s.applies(bandit, config.curve_n)]
-    tuned = [s for s in specs if s.control_of is None]
-    scores: dict[str, list[dict[str, float]]] = {s.label: [] for s in tuned}
-    for v in config.lr_grid:
-        cur = learning_curves(bandit, tuned, n=config.curve_n, steps=config.steps,
-                              seeds=config.sweep_seeds, lr=float(v), ks=config.ks,
-                              eval_every=config.eval_every, seed=seed)
-        for s in tuned:
-            arr = np.asarray(cur["curves"][s.label])  # (T, S, K)
-            scores[s.label].append({"lr": float(v), "score": float(arr.mean())})
-    selected = {lb: max(rows, key=lambda r: r["score"])["lr"] for lb, rows in scores.items()}
+    tuned = {s.label: s for s in specs if s.control_of is None}
+
+    def score(want: Any) -> dict[str, dict[float, float]]:
+        got: dict[str, dict[float, float]] = {lb: {} for lb in want}
+        for j in range(max(len(v) for v in want.values())):
+            labels = [lb for lb, v in want.items() if len(v) > j]
+            rates = {lb: float(want[lb][j]) for lb in labels}
+            cur = learning_curves(bandit, [tuned[lb] for lb in labels], n=config.curve_n,
+                                  steps=config.steps, seeds=config.sweep_seeds, lr=rates,
+                                  ks=config.ks, eval_every=config.eval_every, seed=seed)
+            for lb in labels:
+                got[lb][rates[lb]] = float(np.asarray(cur["curves"][lb]).mean())
+        return got
+
+    if len(config.lr_grid) == 1:
+        only = float(config.lr_grid[0])
+        sweep: dict[str, Any] = {"grid": [only], "grids": {lb: [only] for lb in tuned},
+                                 "scores": {}, "selected": {lb: only for lb in tuned},
+                                 "interior": {lb: None for lb in tuned}, "extensions": 0}
+    else:
+        sweep = sweep_until_interior(score, list(tuned), config.lr_grid,
+                                     max_extensions=config.max_extensions,
+                                     tol=config.sweep_tolerance)
+    selected = dict(sweep["selected"])
     for s in specs:
         if s.control_of is not None:
             selected[s.label] = selected[s.control_of]
-    return {"grid": [float(v) for v in config.lr_grid], "seeds": config.sweep_seeds,
+    return {**sweep, "seeds": config.sweep_seeds,
             "select_by": "mean over k of the curve-averaged best@k (independent seeds)",
-            "scores": scores, "selected": selected}
+            "selected": selected}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -467,7 +483,12 @@ class BanditConfig(SchemaChecks):
     steps: optimisation steps per learning curve (rollouts = steps * curve_n).
     seeds: independent runs per estimator (batched).
     lr_grid: Adam learning rates on the logits; each estimator takes the best of them on
-        ``sweep_seeds`` seeds of their own (one value: no sweep).
+        ``sweep_seeds`` seeds of their own, the grid extended past an edge until the best
+        rate is interior (:mod:`bestk.lab.lr_sweep`; one value: no sweep).
+    max_extensions: most rates added past the grid's edges for one estimator.
+    sweep_tolerance: rates scoring within this of the best count as tied (the smaller wins):
+        on the binary bandit every fast enough rate reaches pass@k ~ 1 and the score
+        saturates.
     sweep_seeds: runs per (estimator, learning rate) of the sweep.
     ks: k values of the recorded best@k.
     eval_every: steps between two recorded points.
@@ -481,6 +502,8 @@ class BanditConfig(SchemaChecks):
     steps: Int = Field(300, ge=1)
     seeds: Int = Field(32, ge=1)
     lr_grid: tuple[float, ...] = (0.003, 0.01, 0.03)
+    max_extensions: Int = Field(4, ge=0)
+    sweep_tolerance: float = Field(1e-3, ge=0)
     sweep_seeds: Int = Field(8, ge=2)
     ks: tuple[Int, ...] = (1, 2, 4, 8, 16, 32)
     eval_every: Int = Field(10, ge=1)
