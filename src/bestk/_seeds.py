@@ -115,6 +115,9 @@ LAB_DIGITS_ROLLOUTS = Stream("lab.digits.rollouts", 0, rule="affine", scale=1_00
 #: the training batches of one run of slots (``first_slot_seed``: its smallest slot seed).
 LAB_DIGITS_BATCHES = Stream("lab.digits.batches", 1, rule="affine", scale=31,
                             terms=(("first_slot_seed", 97),))
+#: the minibatches of the digits SFT stage (``first_slot_seed``: the run's smallest slot seed).
+LAB_DIGITS_SFT = Stream("lab.digits.sft", 2, rule="affine", scale=31,
+                        terms=(("first_slot_seed", 97),))
 #: the reference banks of the binary KAPPO problems.
 LAB_KAPPO_BINARY = Stream("lab.kappo.binary", 0, rule="offset")
 #: the rewards of the win-rate KAPPO bandit.
@@ -129,6 +132,7 @@ STREAMS: tuple[Stream, ...] = (
     TASK_EVAL_PROMPTS,
     LAB_BANDIT_CURVES, LAB_BANDIT_SWEEP, LAB_DIGITS_TEST_SPLIT, LAB_DIGITS_VALIDATION_SPLIT,
     LAB_DIGITS_EVAL_COMPOSITES, LAB_DIGITS_INIT, LAB_DIGITS_ROLLOUTS, LAB_DIGITS_BATCHES,
+    LAB_DIGITS_SFT,
     LAB_KAPPO_BINARY, LAB_KAPPO_WINRATE,
     EVAL_BANK_SAMPLING,
 )

@@ -13,11 +13,16 @@ same minibatches; the slots differ in how they turn *their own* sampled rewards 
 (each slot draws its own rollouts). The A/A control ``grpo (A/A)`` is GRPO again: same weights,
 same minibatches, independent sampling noise — every difference to ``grpo`` is noise.
 
+Every seed first trains by exact maximum likelihood for ``sft_steps`` steps (the SFT stage,
+shared by every learner of the seed), and RL starts from that policy: as with language models,
+RL begins from a policy that is right some of the time.
+
 Learning rates come from a sweep on a validation split (a share of the training images held
 out; the test images are never used for it): every learner trains with each rate of
-``lr_grid`` on ``sweep_seeds`` seeds of their own, and keeps the rate with the best validation
-score (the mean over ``ks`` of pass@k for binary rewards, best@k for graded). The A/A control
-uses GRPO's rate.
+``lr_grid`` on ``sweep_seeds`` seeds of their own, the grid extended past an edge until the
+chosen rate is interior (:mod:`bestk.lab.lr_sweep`), and keeps the rate with the best
+validation score (the mean over ``ks`` of pass@k for binary rewards, best@k for graded). The
+A/A control uses GRPO's rate.
 
 Evaluation is exact, not sampled: for a test example with policy ``pi`` the pass rate is
 ``p = pi(label | x)``, ``pass@k = 1 - (1 - p)^k`` and graded ``best@k`` follows from the closed
@@ -30,9 +35,10 @@ steps, ``sum_i |A_i|`` of each example's group into the bin of that example's ex
 pass rate ``p`` (bins ``[0,.2), [.2,.5), [.5,.7), [.7,.9), [.9,1]``), and reports the shares.
 
 KAPPO @k-GRPO (``bestk.advantages("kappo_grpo", ..., calibration=...)``) is calibrated from the
-initial policy: a bank of ``kappo_bank`` sampled rewards per training image (per seed) before
-training, ``bestk.kappo.calibrate(bank, k, beta, kind)`` (binary, or win-rate for graded), so it
-trains on the same images as the other learners.
+policy RL starts from (the SFT policy, KAPPO's reference): a bank of ``kappo_bank`` sampled
+rewards per training image (per seed) before RL, ``bestk.kappo.calibrate(bank, k, beta,
+kind)`` (binary, or win-rate for graded), so it trains on the same images as the other
+learners; its KL strength beta is swept with the learning rate (``kappo_betas``).
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ from bestk._seeds import (
     LAB_DIGITS_EVAL_COMPOSITES,
     LAB_DIGITS_INIT,
     LAB_DIGITS_ROLLOUTS,
+    LAB_DIGITS_SFT,
     LAB_DIGITS_TEST_SPLIT,
     LAB_DIGITS_VALIDATION_SPLIT,
 )
@@ -74,6 +81,7 @@ from bestk.lab.io import (
     write_json_atomic,
     write_text_atomic,
 )
+from bestk.lab.lr_sweep import sweep_until_interior
 from bestk.metrics import PASS_RATE_BINS
 from bestk.stats import mean_ci
 
@@ -212,14 +220,20 @@ class DigitsConfig(SchemaChecks):
     hidden: MLP hidden width (one hidden ReLU layer).
     steps: Adam steps per run (same for all learners: equal rollouts).
     batch_size: training images per step (sampled without replacement).
-    lr_grid: Adam learning rates of the sweep (one value: no sweep).
+    lr_grid: Adam learning rates the sweep starts from, extended past an edge until each
+        learner's chosen rate is interior (:mod:`bestk.lab.lr_sweep`; one value: no sweep).
+    max_extensions: most rates added past the grid's edges for one learner.
     sweep_seeds: seeds per (learner, learning rate) of the sweep.
     val_fraction: share of the training images held out as the validation split of the sweep.
     test_fraction: held-out (test) share of the 1797 images (stratified split, fixed by ``seed``).
     ks: k values of the reported pass@k / best@k.
     eval_every: steps between two points of the training curves.
-    kappo_beta, kappo_winrate_beta: @k-GRPO KL strengths (binary / win-rate calibration).
-    kappo_bank: reference rewards per training image drawn from the initial policy (M).
+    kappo_betas: @k-GRPO KL strengths the sweep tries (binary / win-rate calibration); the
+        (beta, rate) pair with the best validation score is kept.
+    kappo_bank: reference rewards per training image drawn from the policy RL starts from (M).
+    sft_steps: exact-ML (cross-entropy) Adam steps from the random initialisation before RL,
+        shared by every learner of a seed (0: RL from the random initialisation).
+    sft_lr: Adam learning rate of that SFT stage.
     seed: base seed; the whole run is deterministic given it.
     threads: torch CPU threads (0 keeps torch's default; 1 is fastest for these tiny MLPs).
     """
@@ -227,19 +241,21 @@ class DigitsConfig(SchemaChecks):
     n: Int = Field(8, ge=2, json_schema_extra={"want": "a rollout count >= 2"})
     rewards: tuple[str, ...] = REWARDS
     learners: tuple[str, ...] = tuple(LEARNERS)
-    seeds: Int = Field(10, ge=1)
+    seeds: Int = Field(48, ge=1)
     hidden: Int = Field(64, ge=1)
-    steps: Int = Field(300, ge=1)
-    batch_size: Int = Field(64, ge=1)
+    steps: Int = Field(60, ge=1)
+    batch_size: Int = Field(32, ge=1)
     lr_grid: tuple[float, ...] = (1e-3, 3e-3, 1e-2)
+    max_extensions: Int = Field(3, ge=0)
     sweep_seeds: Int = Field(3, ge=1)
     val_fraction: Float = Field(0.2, ge=0.05, le=0.5)
     test_fraction: Float = Field(0.3, ge=0.05, le=0.9)
     ks: tuple[Int, ...] = (1, 2, 4, 8, 16)
-    eval_every: Int = Field(25, ge=1)
-    kappo_beta: Float = Field(1e-3, gt=0)
-    kappo_winrate_beta: Float = Field(1e-3, gt=0)
+    eval_every: Int = Field(15, ge=1)
+    kappo_betas: tuple[float, ...] = (1e-3, 1e-2, 1e-1, 1.0)
     kappo_bank: Int = Field(30, ge=1)
+    sft_steps: Int = Field(20, ge=0)
+    sft_lr: Float = Field(3e-3, gt=0)
     seed: Int = 0
     threads: Int = 1
 
@@ -253,13 +269,23 @@ class DigitsConfig(SchemaChecks):
 
     _learners = field_validator("learners")(known_learners)
     _lrs = field_validator("lr_grid", mode="before")(learning_rates)
+    @field_validator("kappo_betas", mode="before")
+    @classmethod
+    def _positive_betas(cls, v: Any) -> Any:
+        if (not isinstance(v, (list, tuple)) or not v or any(isinstance(b, bool) for b in v)
+                or not all(isinstance(b, (int, float)) and math.isfinite(b) and b > 0
+                           for b in v)):
+            raise ValueError(f"kappo_betas must be a non-empty list of positive numbers, "
+                             f"got {v!r}")
+        return v
     _ks = field_validator("ks")(positive_ks)
 
     @classmethod
     def fast(cls) -> DigitsConfig:
         """Seconds-long settings for tests and smoke runs."""
         return cls(n=4, seeds=2, steps=30, batch_size=32, eval_every=15, hidden=32,
-                   ks=(1, 4), kappo_bank=8, lr_grid=(3e-3, 1e-2), sweep_seeds=1)
+                   ks=(1, 4), kappo_bank=8, lr_grid=(3e-3, 1e-2), sweep_seeds=1,
+                   kappo_betas=(1e-2, 1e-1), sft_steps=5, max_extensions=1)
 
     def key(self) -> str:
         """Hash of everything that changes results (for resuming a partial run)."""
@@ -431,6 +457,8 @@ class Slot:
     learner: Learner
     lr: float
     seed: int
+    #: @k-GRPO's KL strength (calibrated learners only; ``None`` for the others).
+    beta: float | None = None
 
 
 @dataclass
@@ -444,16 +472,18 @@ class RunSpec:
     ks: tuple[int, ...]
     eval_every: int
     seed: int
-    kappo_beta: float = 1e-3
-    kappo_winrate_beta: float = 1e-3
     kappo_bank: int = 30
+    sft_steps: int = 0
+    sft_lr: float = 1e-2
     eval_chunk: int = field(default=16)
 
 
 def _kappo_calibration(spec: RunSpec, problem: Problem, model: BatchedMLP, slots: list[int],
-                       slot_seed_pos: list[int], gen: torch.Generator) -> Any:
-    """Calibrate @k-GRPO from the initial policy of each seed: bank id = seed position x
-    n_train + image index (the group ids the training loop uses)."""
+                       slot_seed_pos: list[int], gen: torch.Generator,
+                       betas: Sequence[float]) -> dict[float, Any]:
+    """Calibrate @k-GRPO from the policy RL starts from (the SFT policy when
+    ``spec.sft_steps > 0``) of each seed, once per KL strength in ``betas``: bank id = seed
+    position x n_train + image index (the group ids the training loop uses)."""
     n_train = problem.n_train
     rmat = problem.reward_matrix()
     banks: dict[int, np.ndarray] = {}
@@ -466,8 +496,7 @@ def _kappo_calibration(spec: RunSpec, problem: Problem, model: BatchedMLP, slots
             for i, row in enumerate(bank_r.numpy()):
                 banks[pos * n_train + i] = row
     kind = REWARD_KINDS[problem.reward]
-    return calibrate(banks, AT_K, spec.kappo_beta if kind.binary else spec.kappo_winrate_beta,
-                     kind=kind)
+    return {b: calibrate(banks, AT_K, b, kind=kind) for b in betas}
 
 
 def _slot_logits(model: BatchedMLP, slot: int, x: torch.Tensor) -> torch.Tensor:
@@ -539,6 +568,8 @@ def run_slots(problem: Problem, slots: Sequence[Slot], spec: RunSpec,
     for sd in seeds:
         g = torch.Generator().manual_seed(LAB_DIGITS_INIT.seed(spec.seed, slot_seed=sd))
         inits[sd] = BatchedMLP.init(d_in, spec.hidden, problem.n_classes, g)
+    if spec.sft_steps:
+        inits = supervised_warm_start(problem, inits, spec)
     model = BatchedMLP([inits[s.seed] for s in slots])
     lr = torch.tensor([s.lr for s in slots], dtype=torch.float32)[:, None, None]
     opt = SlotAdam(list(model.parameters()), lr)
@@ -548,15 +579,19 @@ def run_slots(problem: Problem, slots: Sequence[Slot], spec: RunSpec,
     batch_gen = torch.Generator().manual_seed(
         LAB_DIGITS_BATCHES.seed(spec.seed, first_slot_seed=seeds[0]))
 
-    # group the slots by learner (one advantage call per learner and step)
-    groups: dict[str, list[int]] = {}
+    # group the slots by learner and KL strength (one advantage call per group and step)
+    groups: dict[tuple[str, float | None], list[int]] = {}
     for i, s in enumerate(slots):
-        groups.setdefault(s.learner.label, []).append(i)
-    calibration = None
+        groups.setdefault((s.learner.label, s.beta), []).append(i)
+    calibrations: dict[float, Any] = {}
     kappo = [i for i, s in enumerate(slots) if s.learner.calibrated]
     if kappo:
-        calibration = _kappo_calibration(spec, problem, model, kappo,
-                                         [int(pos[i]) for i in kappo], gen)
+        no_beta = sorted({slots[i].learner.label for i in kappo if slots[i].beta is None})
+        if no_beta:
+            raise ValueError(f"calibrated learner(s) {no_beta} need a KL strength (Slot.beta)")
+        calibrations = _kappo_calibration(spec, problem, model, kappo,
+                                          [int(pos[i]) for i in kappo], gen,
+                                          sorted({float(slots[i].beta) for i in kappo}))
     alloc = torch.zeros(n_slots, len(BINS) - 1, dtype=torch.float64)
     edges = torch.tensor(BINS[1:-1], dtype=torch.float64)
     curve_steps: list[int] = []
@@ -590,7 +625,7 @@ def run_slots(problem: Problem, slots: Sequence[Slot], spec: RunSpec,
             r = rewards[it]  # (s, b, n)
             opts = dict(lrn.options)
             if lrn.calibrated:
-                opts["calibration"] = calibration
+                opts["calibration"] = calibrations[float(slots[idx[0]].beta)]
             # groups labelled by the bank ids of the images
             if estimator_info(lrn.estimator).needs_prompt_ids:
                 gid = (pos[it][:, None] * problem.n_train + ids[pos[it]])[..., None]
@@ -619,16 +654,42 @@ def run_slots(problem: Problem, slots: Sequence[Slot], spec: RunSpec,
     tot = alloc.sum(1, keepdim=True)
     share = torch.where(tot > 0, alloc / tot.clamp_min(1e-300), torch.zeros_like(alloc))
     out: dict[str, Any] = {
-        "slots": [{"learner": s.learner.label, "lr": s.lr, "seed": s.seed} for s in slots],
+        "slots": [{"learner": s.learner.label, "lr": s.lr, "seed": s.seed, "beta": s.beta}
+                  for s in slots],
         "start": _metrics(start, spec.ks),
         "end": _metrics(end, spec.ks),
         "allocation": {lb: share[:, j].tolist() for j, lb in enumerate(BIN_LABELS)},
         "curve_steps": curve_steps,
         "curve_pass@1": torch.stack(curves, 1).tolist(),  # (P, points)
     }
-    if calibration is not None:
-        out["kappo_calibration"] = _calibration_summary(calibration)
+    if calibrations:
+        out["kappo_calibration"] = {f"{b:g}": _calibration_summary(c)
+                                    for b, c in calibrations.items()}
     return out
+
+
+def supervised_warm_start(problem: Problem, inits: dict[int, dict[str, torch.Tensor]],
+                          spec: RunSpec) -> dict[int, dict[str, torch.Tensor]]:
+    """The SFT stage: every seed's initial MLP trained by exact maximum likelihood
+    (cross-entropy on the true label, Adam at ``spec.sft_lr``) for ``spec.sft_steps`` steps of
+    ``spec.batch_size`` training images (minibatches from their own stream), so RL starts, as
+    with language models, from a policy that is right some of the time, and @k-GRPO is
+    calibrated from that policy (KAPPO's reference). Returns the trained weights per seed."""
+    seeds = sorted(inits)
+    model = BatchedMLP([inits[sd] for sd in seeds])
+    opt = SlotAdam(list(model.parameters()), torch.full((len(seeds), 1, 1), spec.sft_lr))
+    gen = torch.Generator().manual_seed(LAB_DIGITS_SFT.seed(spec.seed, first_slot_seed=seeds[0]))
+    b = min(spec.batch_size, problem.n_train)
+    for _ in range(spec.sft_steps):
+        xs, ys, _ids = problem.batch(gen, len(seeds), b)
+        logp = torch.log_softmax(model(xs), -1)
+        loss = -logp.gather(2, ys[..., None]).mean() * len(seeds)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        return {sd: {name: getattr(model, name)[j].detach().clone()
+                     for name in ("w1", "b1", "w2", "b2")} for j, sd in enumerate(seeds)}
 
 
 def _metrics(ev: dict[str, torch.Tensor], ks: Sequence[int]) -> dict[str, list]:
@@ -651,46 +712,94 @@ def selection_score(result: dict[str, Any], reward: str, ks: Sequence[int]) -> n
 def sweep_and_test(make: Callable[[str], Problem], learners: Sequence[Learner],
                    spec: RunSpec, *, seeds: int, lr_grid: Sequence[float], sweep_seeds: int,
                    progress: Callable[[str, int], Callable[[], None] | None] | None = None,
+                   max_extensions: int = 3, kappo_betas: Sequence[float] = (1e-3,),
                    ) -> dict[str, Any]:
-    """Choose each learner's learning rate on ``make("validation")`` (every rate of ``lr_grid``
-    x ``sweep_seeds`` seeds; A/A controls take their learner's rate), then train every learner
+    """Choose each learner's learning rate on ``make("validation")``, then train every learner
     with its rate on ``make("test")`` for ``seeds`` paired seeds.
 
-    Returns ``{"sweep": {...}, "test": run_slots(...) result, "selected": {label: lr}}``.
+    The sweep trains every rate of ``lr_grid`` x ``sweep_seeds`` seeds of its own and extends
+    the grid past an edge until the chosen rate is interior (:mod:`bestk.lab.lr_sweep`, at
+    most ``max_extensions`` rates per learner); a calibrated learner (@k-GRPO) is swept at
+    every KL strength of ``kappo_betas`` and keeps the (beta, rate) pair with the best score.
+    A/A controls take their learner's rate.
+
+    Returns ``{"sweep": {...}, "test": run_slots(...) result, "selected": {label: lr},
+    "beta": {label: beta}}``.
     """
     _check_lrs(lr_grid)
     tuned = [x for x in learners if x.control_of is None]
-    sweep: dict[str, Any] = {"grid": [float(v) for v in lr_grid], "seeds": sweep_seeds,
-                             "scores": {}}
+    # one sweep "arm" per (learner, beta): calibrated learners get one per KL strength
+    arms: dict[str, tuple[Learner, float | None]] = {}
+    for x in tuned:
+        if x.calibrated:
+            for b in kappo_betas:
+                arms[f"{x.label}|beta={b:g}"] = (x, float(b))
+        else:
+            arms[x.label] = (x, None)
     selected: dict[str, float] = {}
+    betas: dict[str, float] = {}
     if len(lr_grid) == 1:
+        sweep: dict[str, Any] = {"grid": [float(lr_grid[0])], "seeds": sweep_seeds,
+                                 "scores": {}, "grids": {x.label: [float(lr_grid[0])]
+                                                         for x in tuned},
+                                 "interior": {x.label: None for x in tuned}}
         selected = {x.label: float(lr_grid[0]) for x in tuned}
+        betas = {x.label: float(kappo_betas[0]) for x in tuned if x.calibrated}
     else:
         problem = make("validation")
-        slots = [Slot(x, float(v), SWEEP_SEED0 + j) for x in tuned for v in lr_grid
-                 for j in range(sweep_seeds)]
-        res = run_slots(problem, slots, spec,
-                        progress(f"sweep {problem.reward}", spec.steps) if progress else None)
-        score = selection_score(res, problem.reward, spec.ks)
+        rounds = [0]
+
+        def score(want: Any) -> dict[str, dict[float, float]]:
+            slots = [Slot(arms[a][0], float(v), SWEEP_SEED0 + j, arms[a][1])
+                     for a, rates in want.items() for v in rates for j in range(sweep_seeds)]
+            rounds[0] += 1
+            tag = "" if rounds[0] == 1 else f" (extension {rounds[0] - 1})"
+            res = run_slots(problem, slots, spec,
+                            progress(f"sweep {problem.reward}{tag}", spec.steps)
+                            if progress else None)
+            sc = selection_score(res, problem.reward, spec.ks)
+            got: dict[str, dict[float, float]] = {}
+            for a, rates in want.items():
+                for v in rates:
+                    mask = [i for i, s in enumerate(slots) if s.learner is arms[a][0]
+                            and s.beta == arms[a][1] and s.lr == float(v)]
+                    got.setdefault(a, {})[float(v)] = float(np.mean(sc[mask]))
+            return got
+
+        raw = sweep_until_interior(score, list(arms), lr_grid, max_extensions=max_extensions)
+        sweep = {"grid": raw["grid"], "seeds": sweep_seeds, "scores": {}, "grids": {},
+                 "interior": {}, "extensions": raw["extensions"]}
         for x in tuned:
-            rows = []
-            for v in lr_grid:
-                mask = [i for i, s in enumerate(slots) if s.learner is x and s.lr == float(v)]
-                rows.append({"lr": float(v), "score": float(np.mean(score[mask]))})
-            sweep["scores"][x.label] = rows
-            best = max(rows, key=lambda r: r["score"])  # ties: the smaller rate (grid order)
-            selected[x.label] = best["lr"]
+            mine = [a for a in arms if arms[a][0] is x]
+            best = max(mine, key=lambda a: (max(r["score"] for r in raw["scores"][a]),
+                                            -(arms[a][1] or 0.0)))
+            selected[x.label] = raw["selected"][best]
+            sweep["scores"][x.label] = raw["scores"][best]
+            sweep["grids"][x.label] = raw["grids"][best]
+            sweep["interior"][x.label] = raw["interior"][best]
+            if x.calibrated:
+                betas[x.label] = float(arms[best][1])  # type: ignore[arg-type]
+                sweep.setdefault("betas", {})[x.label] = [
+                    {"beta": arms[a][1], "lr": raw["selected"][a],
+                     "score": max(r["score"] for r in raw["scores"][a]),
+                     "interior": raw["interior"][a], "grid": raw["grids"][a]} for a in mine]
         sweep["data_id"] = problem.data_id
         sweep["select_by"] = f"mean over k of validation {REWARD_KINDS[problem.reward].metric}@k"
     for x in learners:
         if x.control_of is not None:
             selected[x.label] = selected[x.control_of]
+            if x.calibrated:
+                betas[x.label] = betas[x.control_of]
+    sweep["selected"] = dict(selected)
+    if betas:
+        sweep["selected_beta"] = dict(betas)
     problem = make("test")
-    slots = [Slot(x, selected[x.label], s) for x in learners for s in range(seeds)]
+    slots = [Slot(x, selected[x.label], s, betas.get(x.label)) for x in learners
+             for s in range(seeds)]
     test = run_slots(problem, slots, spec,
                      progress(f"test {problem.reward}", spec.steps) if progress else None)
     test["data_id"] = problem.data_id
-    return {"sweep": sweep, "selected": selected, "test": test}
+    return {"sweep": sweep, "selected": selected, "beta": betas, "test": test}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -738,6 +847,19 @@ def learner_data(test: dict[str, Any], label: str, reward: str, lr: float, *, n:
     }
 
 
+def record_sweep(methods: dict[str, dict[str, Any]], setting: dict[str, Any]) -> None:
+    """Add to each learner's run configuration the grid its rate was chosen from
+    (``lr_grid``; an A/A control: its learner's), whether the rate is interior to it
+    (``lr_interior``) and @k-GRPO's chosen KL strength (``kappo_beta``)."""
+    sweep = setting["sweep"]
+    for lb, m in methods.items():
+        tuned = LEARNERS[lb].control_of or lb
+        m["config"]["lr_grid"] = sweep.get("grids", {}).get(tuned, sweep["grid"])
+        m["config"]["lr_interior"] = sweep.get("interior", {}).get(tuned)
+        if lb in setting.get("beta", {}):
+            m["config"]["kappo_beta"] = setting["beta"][lb]
+
+
 def testbed_data(cfg: DigitsConfig, settings: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """``{testbed id: {"ks", "seeds", "methods": {label: {"config", "start", "end"}}, "sweep"}}``
     for the claims (testbed ids ``digits-binary`` / ``digits-graded``)."""
@@ -749,6 +871,7 @@ def testbed_data(cfg: DigitsConfig, settings: dict[str, dict[str, Any]]) -> dict
                              batch=cfg.batch_size)
             for lb in st["learners"]
         }
+        record_sweep(methods, st)
         extra = {"kappo_calibration": test["kappo_calibration"]} \
             if "kappo_calibration" in test else {}
         out[f"digits-{reward}"] = {"ks": list(cfg.ks), "seeds": list(range(cfg.seeds)),
@@ -856,8 +979,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
 def _spec(cfg: DigitsConfig) -> RunSpec:
     return RunSpec(n=cfg.n, steps=cfg.steps, batch_size=cfg.batch_size, hidden=cfg.hidden,
                    ks=tuple(cfg.ks), eval_every=cfg.eval_every, seed=cfg.seed,
-                   kappo_beta=cfg.kappo_beta, kappo_winrate_beta=cfg.kappo_winrate_beta,
-                   kappo_bank=cfg.kappo_bank)
+                   kappo_bank=cfg.kappo_bank, sft_steps=cfg.sft_steps, sft_lr=cfg.sft_lr)
 
 
 def run_digits(cfg: DigitsConfig, out: str | Path, *, progress: bool = True,
@@ -926,7 +1048,8 @@ def _run_digits(cfg: DigitsConfig, out: Path, *, progress: bool, resume: bool) -
             lambda split: make_problem(reward, split=split, test_fraction=cfg.test_fraction,
                                        val_fraction=cfg.val_fraction, seed=cfg.seed),
             learners, spec, seeds=cfg.seeds, lr_grid=cfg.lr_grid,
-            sweep_seeds=cfg.sweep_seeds, progress=tick)
+            sweep_seeds=cfg.sweep_seeds, progress=tick, max_extensions=cfg.max_extensions,
+            kappo_betas=cfg.kappo_betas)
         return {"reward": reward, "n": cfg.n, "ks": list(cfg.ks),
                 "learners": [x.label for x in learners],
                 "skipped": {lb: ("binary rewards only" if LEARNERS[lb].binary_only else

@@ -40,6 +40,7 @@ from bestk.lab.digits import (
     learning_rates,
     make_problem,
     positive_ks,
+    record_sweep,
     render_testbed,
     run_settings,
     sweep_and_test,
@@ -66,7 +67,9 @@ class SparseConfig(SchemaChecks):
     hidden: MLP hidden width.
     steps: Adam steps per run.
     batch_size: composite examples per step.
-    lr_grid, sweep_seeds, val_fraction: the learning-rate sweep on the validation split.
+    lr_grid, sweep_seeds, val_fraction: the learning-rate sweep on the validation split (the
+        grid extended past an edge until the chosen rate is interior: :mod:`bestk.lab.lr_sweep`).
+    max_extensions: most rates added past the grid's edges for one learner.
     test_fraction: held-out share of the digit images (the test composites are made of them).
     num_eval: composite evaluation examples.
     ks: k values of the reported pass@k.
@@ -83,7 +86,8 @@ class SparseConfig(SchemaChecks):
     steps: Int = Field(1500, ge=1)
     batch_size: Int = Field(64, ge=1)
     lr_grid: tuple[float, ...] = (1e-3, 3e-3, 1e-2)
-    sweep_seeds: Int = Field(2, ge=1)
+    max_extensions: Int = Field(3, ge=0)
+    sweep_seeds: Int = Field(3, ge=1)
     val_fraction: Float = Field(0.2, ge=0.05, le=0.5)
     test_fraction: Float = Field(0.3, ge=0.05, le=0.9)
     num_eval: Int = Field(2000, ge=1)
@@ -128,6 +132,7 @@ def testbed_data(cfg: SparseConfig, settings: dict[int, dict[str, Any]]) -> dict
                              batch=cfg.batch_size)
             for lb in st["learners"]
         }
+        record_sweep(methods, st)
         out[testbed_id(n)] = {"ks": list(cfg.ks), "seeds": list(range(cfg.seeds)), "n": n,
                               "classes": 10**cfg.parts,
                               # every learner starts from the seed's initial weights
@@ -185,7 +190,7 @@ def run_sparse(cfg: SparseConfig, out: str | Path, *, progress: bool = True,
                                        val_fraction=cfg.val_fraction, seed=cfg.seed,
                                        parts=cfg.parts, num_eval=cfg.num_eval),
             active, spec, seeds=cfg.seeds, lr_grid=cfg.lr_grid, sweep_seeds=cfg.sweep_seeds,
-            progress=lambda d, t: tick(f"N={n} {d}", t))
+            progress=lambda d, t: tick(f"N={n} {d}", t), max_extensions=cfg.max_extensions)
         return {"n": n, "classes": 10**cfg.parts, "ks": list(cfg.ks),
                 "learners": [x.label for x in active], **res}
 
