@@ -137,9 +137,15 @@ def test_learning_rate_sweep_on_a_validation_split(tmp_path):
     sel = json.loads((tmp_path / "cmp" / "sweep" / "selection.json").read_text())
     assert set(sel["selected"]) == {"grpo", "pkpo", "grpo (A/A)"}
     assert sel["selected"]["grpo (A/A)"] == sel["selected"]["grpo"]
+    from bestk.lr_sweep import best_rate, is_interior
+
     for lb, rows in sel["scores"].items():
-        assert [r["lr"] for r in rows] == [1e-3, 3e-3]
-        assert sel["selected"][lb] == max(rows, key=lambda r: r["score"])["lr"]
+        lrs = [r["lr"] for r in rows]
+        # the starting grid, then rates past an edge until the choice is interior (or 3 more)
+        assert {1e-3, 3e-3} <= set(lrs) and lrs == sorted(lrs) == sel["grids"][lb]
+        assert sel["selected"][lb] == best_rate({r["lr"]: r["score"] for r in rows})
+        assert sel["interior"][lb] == is_interior(sel["selected"][lb], lrs)
+        assert sel["interior"][lb] or len(lrs) == 2 + 3
     res = json.loads((tmp_path / "cmp" / "results.json").read_text())
     for lb in ("grpo", "pkpo", "grpo (A/A)"):
         assert res[lb]["seed0"]["run"]["lr"] == sel["selected"][lb]

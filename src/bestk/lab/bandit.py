@@ -62,7 +62,7 @@ from bestk.lab.io import (
     write_json_atomic,
     write_text_atomic,
 )
-from bestk.lab.lr_sweep import sweep_until_interior
+from bestk.lr_sweep import sweep_until_interior
 from bestk.stats import mean_ci
 
 __all__ = [
@@ -431,7 +431,7 @@ def curve_metrics(curves: dict[str, Any], label: str, binary: bool) -> dict[str,
 def sweep_learning_rates(bandit: Bandit, specs: Sequence[EstimatorSpec], config: Any,
                          seed: int) -> dict[str, Any]:
     """Each estimator's learning rate from ``config.lr_grid``, extended until the chosen rate
-    is interior (:func:`bestk.lab.lr_sweep.sweep_until_interior`): the rate with the highest
+    is interior (:func:`bestk.lr_sweep.sweep_until_interior`): the rate with the highest
     mean over k of the curve-averaged best@k on ``config.sweep_seeds`` seeds of their own (a
     stream disjoint from the test seeds); A/A controls take their estimator's rate."""
     specs = [s for s in specs if s.applies(bandit, config.curve_n)]
@@ -484,7 +484,7 @@ class BanditConfig(SchemaChecks):
     seeds: independent runs per estimator (batched).
     lr_grid: Adam learning rates on the logits; each estimator takes the best of them on
         ``sweep_seeds`` seeds of their own, the grid extended past an edge until the best
-        rate is interior (:mod:`bestk.lab.lr_sweep`; one value: no sweep).
+        rate is interior (:mod:`bestk.lr_sweep`; one value: no sweep).
     max_extensions: most rates added past the grid's edges for one estimator.
     sweep_tolerance: rates scoring within this of the best count as tied (the smaller wins):
         on the binary bandit every fast enough rate reaches pass@k ~ 1 and the score

@@ -20,7 +20,7 @@ RL begins from a policy that is right some of the time.
 Learning rates come from a sweep on a validation split (a share of the training images held
 out; the test images are never used for it): every learner trains with each rate of
 ``lr_grid`` on ``sweep_seeds`` seeds of their own, the grid extended past an edge until the
-chosen rate is interior (:mod:`bestk.lab.lr_sweep`), and keeps the rate with the best
+chosen rate is interior (:mod:`bestk.lr_sweep`), and keeps the rate with the best
 validation score (the mean over ``ks`` of pass@k for binary rewards, best@k for graded). The
 A/A control uses GRPO's rate.
 
@@ -81,7 +81,7 @@ from bestk.lab.io import (
     write_json_atomic,
     write_text_atomic,
 )
-from bestk.lab.lr_sweep import sweep_until_interior
+from bestk.lr_sweep import sweep_until_interior
 from bestk.metrics import PASS_RATE_BINS
 from bestk.stats import mean_ci
 
@@ -221,7 +221,7 @@ class DigitsConfig(SchemaChecks):
     steps: Adam steps per run (same for all learners: equal rollouts).
     batch_size: training images per step (sampled without replacement).
     lr_grid: Adam learning rates the sweep starts from, extended past an edge until each
-        learner's chosen rate is interior (:mod:`bestk.lab.lr_sweep`; one value: no sweep).
+        learner's chosen rate is interior (:mod:`bestk.lr_sweep`; one value: no sweep).
     max_extensions: most rates added past the grid's edges for one learner.
     sweep_seeds: seeds per (learner, learning rate) of the sweep.
     val_fraction: share of the training images held out as the validation split of the sweep.
@@ -252,7 +252,7 @@ class DigitsConfig(SchemaChecks):
     test_fraction: Float = Field(0.3, ge=0.05, le=0.9)
     ks: tuple[Int, ...] = (1, 2, 4, 8, 16)
     eval_every: Int = Field(15, ge=1)
-    kappo_betas: tuple[float, ...] = (1e-3, 1e-2, 1e-1, 1.0)
+    kappo_betas: tuple[float, ...] = (1e-3, 1e-2, 1e-1, 1.0, 10.0)
     kappo_bank: Int = Field(30, ge=1)
     sft_steps: Int = Field(20, ge=0)
     sft_lr: Float = Field(3e-3, gt=0)
@@ -718,7 +718,7 @@ def sweep_and_test(make: Callable[[str], Problem], learners: Sequence[Learner],
     with its rate on ``make("test")`` for ``seeds`` paired seeds.
 
     The sweep trains every rate of ``lr_grid`` x ``sweep_seeds`` seeds of its own and extends
-    the grid past an edge until the chosen rate is interior (:mod:`bestk.lab.lr_sweep`, at
+    the grid past an edge until the chosen rate is interior (:mod:`bestk.lr_sweep`, at
     most ``max_extensions`` rates per learner); a calibrated learner (@k-GRPO) is swept at
     every KL strength of ``kappo_betas`` and keeps the (beta, rate) pair with the best score.
     A/A controls take their learner's rate.

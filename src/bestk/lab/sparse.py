@@ -68,7 +68,7 @@ class SparseConfig(SchemaChecks):
     steps: Adam steps per run.
     batch_size: composite examples per step.
     lr_grid, sweep_seeds, val_fraction: the learning-rate sweep on the validation split (the
-        grid extended past an edge until the chosen rate is interior: :mod:`bestk.lab.lr_sweep`).
+        grid extended past an edge until the chosen rate is interior: :mod:`bestk.lr_sweep`).
     max_extensions: most rates added past the grid's edges for one learner.
     test_fraction: held-out share of the digit images (the test composites are made of them).
     num_eval: composite evaluation examples.

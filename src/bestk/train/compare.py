@@ -13,7 +13,9 @@ prompts; only the advantage computation differs — plus what a method declares 
 * ``lr_sweep`` picks each method's learning rate on a *validation split* (the last
   ``val_prompts`` training prompts, held out from training by the ``validation`` task wrapper;
   the test prompts are never used) by the mean over k = 1, 2, 4, ... of validation pass@k,
-  on ``sweep_seeds`` seeds of their own; A/A controls take their method's rate;
+  on ``sweep_seeds`` seeds of their own, the grid extended past an edge (at most
+  ``max_extensions`` rates) until the chosen rate is interior (:mod:`bestk.lr_sweep`); A/A
+  controls take their method's rate;
 * ``kappo`` calibrates ``kappo_grpo`` methods whose ``calibration`` option is ``"auto"`` from a
   bank of the seed's SFT policy on *every* training prompt, so KAPPO trains on the same prompt
   set as the others;
@@ -57,6 +59,7 @@ from bestk._seeds import COMPARE_SEEDS, CONTROL_SAMPLING, KAPPO_AUTO_BANK, SWEEP
 from bestk.estimators import ESTIMATORS, estimator_info
 from bestk.figures import save_figure
 from bestk.kappo.calibration import calibrate, calibration_kind
+from bestk.lr_sweep import sweep_until_interior
 from bestk.stats import mean_ci
 from bestk.train.algorithms import ALGORITHMS
 from bestk.train.checkpoint import latest_checkpoint
@@ -535,6 +538,7 @@ def run_compare(
     kappo: KappoAuto | None = None,
     resume: bool = True,
     share_bank: bool = True,
+    max_extensions: int = 3,
 ) -> str:
     """Run the matched grid (module docstring); return the markdown table (also written to
     ``compare.md``).
@@ -564,7 +568,7 @@ def run_compare(
     t0 = time.time()
     if lr_sweep:
         lrs = _sweep(methods, base, out, [float(v) for v in lr_sweep], sweep_seeds, val_prompts,
-                     kappo, workers, progress, resume, share_bank)
+                     kappo, workers, progress, resume, share_bank, max_extensions)
     grid = _grid(methods, base, test_seeds, out, lrs, kappo, workers, progress, resume, "test",
                  share_bank=share_bank)
     results = {label: {s: {"start": r["start"], "end": r["end"], "run": r["run"]}
@@ -581,9 +585,11 @@ def run_compare(
 
 def _sweep(methods: list[Method], base: TrainConfig, out: Path, grid: list[float],
            sweep_seeds: int, val_prompts: int, kappo: KappoAuto | None, workers: int,
-           progress: bool, resume: bool, share_bank: bool = True) -> dict[str, float]:
-    """Each method's learning rate from ``grid`` on the validation split (module docstring);
-    writes ``OUT/sweep/selection.json``."""
+           progress: bool, resume: bool, share_bank: bool = True,
+           max_extensions: int = 3) -> dict[str, float]:
+    """Each method's learning rate from ``grid`` on the validation split, the grid extended
+    past an edge until the chosen rate is interior (module docstring,
+    :mod:`bestk.lr_sweep`); writes ``OUT/sweep/selection.json``."""
     if sweep_seeds < 1:
         raise ValueError(f"sweep_seeds must be >= 1, got {sweep_seeds}")
     val = copy.deepcopy(base)
@@ -595,22 +601,42 @@ def _sweep(methods: list[Method], base: TrainConfig, out: Path, grid: list[float
     if not resume:
         shutil.rmtree(sdir, ignore_errors=True)
     seeds = [SWEEP_SEEDS.seed(base.seed, index=j) for j in range(sweep_seeds)]
-    scores: dict[str, list[dict[str, float]]] = {m.label: [] for m in tuned}
-    for lr in grid:
-        res = _grid(tuned, val, seeds, sdir / f"lr{lr:g}", {m.label: lr for m in tuned}, kappo,
-                    workers, progress, True, f"sweep lr={lr:g}", shared=sdir,
-                    share_bank=share_bank)
-        for m in tuned:
-            vals = [sweep_score(r["end"], base.eval.n) for r in res[m.label].values()]
-            scores[m.label].append({"lr": lr, "score": float(np.mean(vals))})
-    selected = {lb: max(rows, key=lambda r: r["score"])["lr"] for lb, rows in scores.items()}
+    by_label = {m.label: m for m in tuned}
+
+    def score(want: Any) -> dict[str, dict[float, float]]:
+        by_rate: dict[float, list[str]] = {}
+        for lb, rates in want.items():
+            for lr in rates:
+                by_rate.setdefault(float(lr), []).append(lb)
+        got: dict[str, dict[float, float]] = {}
+        for lr, labels in sorted(by_rate.items()):
+            ms = [by_label[lb] for lb in labels]
+            res = _grid(ms, val, seeds, sdir / f"lr{lr:g}", {m.label: lr for m in ms}, kappo,
+                        workers, progress, True, f"sweep lr={lr:g}", shared=sdir,
+                        share_bank=share_bank)
+            for m in ms:
+                vals = [sweep_score(r["end"], base.eval.n) for r in res[m.label].values()]
+                got.setdefault(m.label, {})[lr] = float(np.mean(vals))
+        return got
+
+    if len(grid) == 1:
+        sweep: dict[str, Any] = {
+            "grid": grid, "grids": {lb: grid for lb in by_label},
+            "scores": {lb: [{"lr": grid[0], "score": v}] for lb, v in
+                       ((lb, score({lb: grid})[lb][grid[0]]) for lb in by_label)},
+            "selected": {lb: grid[0] for lb in by_label},
+            "interior": {lb: None for lb in by_label}, "extensions": 0}
+    else:
+        sweep = sweep_until_interior(score, list(by_label), grid,
+                                     max_extensions=max_extensions)
+    selected = dict(sweep["selected"])
     for m in methods:
         if m.control_of is not None:
             selected[m.label] = selected[m.control_of]
     write_text_atomic(sdir / "selection.json", json.dumps(
-        {"grid": grid, "seeds": sweep_seeds, "val_prompts": val_prompts,
+        {**sweep, "seeds": sweep_seeds, "val_prompts": val_prompts,
          "select_by": "mean over k = 1, 2, 4, ... of validation pass@k",
-         "scores": scores, "selected": selected}, indent=1))
+         "selected": selected}, indent=1))
     return selected
 
 
