@@ -258,3 +258,26 @@ def test_kappo_runs_of_a_seed_share_one_reference_bank(tmp_path):
     bank_mtime = (banks[0] / "bank.jsonl").stat().st_mtime_ns
     run_compare(methods, out=tmp_path / "shared", **kw)
     assert (banks[0] / "bank.jsonl").stat().st_mtime_ns == bank_mtime
+
+
+def test_one_common_rate_chosen_by_one_methods_validation_metric(tmp_path):
+    out = tmp_path / "cmp"
+    run_compare(["grpo", "pkpo"], seeds=1, out=out, max_steps=1, overrides=TINY,
+                progress=False, lr_sweep=[1e-3, 3e-3], sweep_seeds=1, val_prompts=8,
+                select_by="pass@1", common_lr_from="grpo", max_extensions=0)
+    sel = json.loads((out / "sweep" / "selection.json").read_text())
+    assert list(sel["scores"]) == ["grpo"] and sel["common_lr_from"] == "grpo"
+    assert sel["select_by"] == "validation pass@1"
+    for row in sel["scores"]["grpo"]:  # the score is the sweep runs' mean validation pass@1
+        res = json.loads((out / "sweep" / f"lr{row['lr']:g}" / "grpo" / "seed0" /
+                          "result.json").read_text())
+        assert row["score"] == pytest.approx(res["end"]["pass@1"])
+    res = json.loads((out / "results.json").read_text())
+    assert res["pkpo"]["seed0"]["run"]["lr"] == res["grpo"]["seed0"]["run"]["lr"] == \
+        sel["selected"]["grpo"]
+    with pytest.raises(ValueError, match="common_lr_from 'nope'"):
+        run_compare(["grpo"], seeds=1, out=tmp_path / "x", max_steps=1, overrides=TINY,
+                    progress=False, lr_sweep=[1e-3, 3e-3], common_lr_from="nope")
+    with pytest.raises(ValueError, match="need an lr_sweep"):
+        run_compare(["grpo"], seeds=1, out=tmp_path / "y", max_steps=1, overrides=TINY,
+                    progress=False, select_by="pass@1")

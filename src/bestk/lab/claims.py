@@ -1035,10 +1035,10 @@ def _lr_grid(tb: dict[str, Any], label: str) -> list[float]:
     if cfg.get("lr_grid"):
         return [float(v) for v in cfg["lr_grid"]]
     spec = tb.get("spec") or {}
-    if spec.get("lr") is not None:  # one rate for every method
+    if spec.get("lr") is not None:  # one rate for every method, set by hand
         return [float(spec["lr"])]
     sweep = tb.get("sweep") or {}
-    tuned = cfg.get("control_of") or label
+    tuned = sweep.get("common_lr_from") or cfg.get("control_of") or label
     grid = (sweep.get("grids") or {}).get(tuned) or sweep.get("grid")
     return [float(v) for v in grid] if grid else [float(cfg["lr"])]
 
@@ -1059,6 +1059,11 @@ def learning_rates(tb: dict[str, Any], a: str, b: str) -> dict[str, Any]:
     sweep = tb.get("sweep") or {}
     if spec.get("lr") is not None:
         out["lr_rule"] = "one rate for every method: " + str(spec.get("lr_rule", ""))
+    elif sweep.get("common_lr_from"):
+        out["lr_rule"] = (f"one rate for every method: the rate of "
+                          f"{sweep['common_lr_from']} chosen by a validation sweep over "
+                          f"{sweep.get('seeds')} seed(s), score: {sweep.get('select_by')}; "
+                          "grid extended until the chosen rate is interior")
     elif sweep:
         out["lr_rule"] = (f"per method, validation sweep over {sweep.get('seeds')} seed(s), "
                           f"score: {sweep.get('select_by', 'see the testbed')}"

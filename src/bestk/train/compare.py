@@ -539,6 +539,8 @@ def run_compare(
     resume: bool = True,
     share_bank: bool = True,
     max_extensions: int = 3,
+    select_by: str | None = None,
+    common_lr_from: str | None = None,
 ) -> str:
     """Run the matched grid (module docstring); return the markdown table (also written to
     ``compare.md``).
@@ -548,6 +550,10 @@ def run_compare(
     "cal/seed{seed}.json"}}``; ``controls`` adds an A/A control of each named method;
     ``share_bank`` samples one KAPPO reference bank per seed for the runs that calibrate
     in-run (module docstring; ``False``: each run samples its own, with the same result).
+    ``select_by`` names the validation metric the sweep maximises (e.g. ``"pass@1"``;
+    default: the mean over k of pass@k); ``common_lr_from`` sweeps only that method and runs
+    every method at its chosen rate (one rate for all, as when a paper compares its variants
+    at one rate).
     """
     if not estimators:
         raise ValueError("--estimators is empty")
@@ -567,8 +573,19 @@ def run_compare(
     lrs = None
     t0 = time.time()
     if lr_sweep:
-        lrs = _sweep(methods, base, out, [float(v) for v in lr_sweep], sweep_seeds, val_prompts,
-                     kappo, workers, progress, resume, share_bank, max_extensions)
+        swept = methods
+        if common_lr_from is not None:
+            swept = [m for m in methods if m.label == common_lr_from]
+            if not swept:
+                raise ValueError(f"common_lr_from {common_lr_from!r} is not one of the methods "
+                                 f"{[m.label for m in methods]}")
+        lrs = _sweep(swept, base, out, [float(v) for v in lr_sweep], sweep_seeds, val_prompts,
+                     kappo, workers, progress, resume, share_bank, max_extensions, select_by,
+                     common_lr_from)
+        if common_lr_from is not None:
+            lrs = {m.label: lrs[common_lr_from] for m in methods}
+    elif common_lr_from is not None or select_by is not None:
+        raise ValueError("common_lr_from / select_by need an lr_sweep")
     grid = _grid(methods, base, test_seeds, out, lrs, kappo, workers, progress, resume, "test",
                  share_bank=share_bank)
     results = {label: {s: {"start": r["start"], "end": r["end"], "run": r["run"]}
@@ -586,7 +603,8 @@ def run_compare(
 def _sweep(methods: list[Method], base: TrainConfig, out: Path, grid: list[float],
            sweep_seeds: int, val_prompts: int, kappo: KappoAuto | None, workers: int,
            progress: bool, resume: bool, share_bank: bool = True,
-           max_extensions: int = 3) -> dict[str, float]:
+           max_extensions: int = 3, select_by: str | None = None,
+           common_lr_from: str | None = None) -> dict[str, float]:
     """Each method's learning rate from ``grid`` on the validation split, the grid extended
     past an edge until the chosen rate is interior (module docstring,
     :mod:`bestk.lr_sweep`); writes ``OUT/sweep/selection.json``."""
@@ -615,7 +633,12 @@ def _sweep(methods: list[Method], base: TrainConfig, out: Path, grid: list[float
                         workers, progress, True, f"sweep lr={lr:g}", shared=sdir,
                         share_bank=share_bank)
             for m in ms:
-                vals = [sweep_score(r["end"], base.eval.n) for r in res[m.label].values()]
+                ends = [r["end"] for r in res[m.label].values()]
+                if select_by is not None and any(select_by not in e for e in ends):
+                    raise ValueError(f"select_by {select_by!r} is not a validation metric; "
+                                     f"valid: {sorted(ends[0])}")
+                vals = [e[select_by] if select_by is not None else
+                        sweep_score(e, base.eval.n) for e in ends]
                 got.setdefault(m.label, {})[lr] = float(np.mean(vals))
         return got
 
@@ -635,8 +658,9 @@ def _sweep(methods: list[Method], base: TrainConfig, out: Path, grid: list[float
             selected[m.label] = selected[m.control_of]
     write_text_atomic(sdir / "selection.json", json.dumps(
         {**sweep, "seeds": sweep_seeds, "val_prompts": val_prompts,
-         "select_by": "mean over k = 1, 2, 4, ... of validation pass@k",
-         "selected": selected}, indent=1))
+         "select_by": (f"validation {select_by}" if select_by is not None else
+                       "mean over k = 1, 2, 4, ... of validation pass@k"),
+         "common_lr_from": common_lr_from, "selected": selected}, indent=1))
     return selected
 
 
