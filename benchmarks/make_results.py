@@ -54,6 +54,7 @@ from bestk.lab.claims import (
     TESTBEDS,
     VERDICTS,
     ControlFailed,
+    bimodal_arms,
     check_controls,
     counts,
     evaluate_claims,
@@ -733,18 +734,28 @@ def render(docs: Path, *, fast: bool = False) -> dict[str, Any]:
         "the paired t-test detects with 80% power at α / family size, from the observed SD "
         "of the paired differences), the effect its source paper reports (or none, with the "
         "reason), the *headroom* (distance of b's mean to the metric's bound) and the seeds "
-        "the MDE would need to reach the paper's effect. A non-significant arm whose MDE "
-        "exceeds the paper's effect or the headroom, or whose b did not move from its start, "
-        "is **inconclusive**: the experiment could not have detected the claimed effect, "
-        "which is not evidence against it. *Not reproduced* is kept for arms that could.\n",
+        "the MDE would need to reach the paper's effect. An arm is **inconclusive** whatever "
+        "its outcome when its design cannot support a verdict: its MDE exceeds the paper's "
+        "effect (a significant difference from such a design overstates the effect, a type M "
+        "error), a method's learning rate sits at the edge of its grid, or the testbed did not "
+        "train (GRPO's pass@1 did not double on the language tasks); a non-significant arm is "
+        "inconclusive too when its MDE exceeds the headroom or b did not move from its start. "
+        "Neither is evidence against the claim. *Not reproduced* is kept for arms that could "
+        "have detected it. Each arm also gives Sarle's bimodality coefficient of a's and b's "
+        "per-seed values (above 5/9: the seeds split into two groups, so a mean and a t-test "
+        "describe them poorly; the sign-flip p does not assume normality).\n",
         "Reward, prompts and rollout budget must match, except where a claim compares budgets "
-        "on purpose (KAPPO Fig. 3: one on-policy completion per prompt against eight), which "
-        "its text and its rollouts column say. "
-        "Every learning rate comes from a sweep on a validation split (reported per testbed). "
+        "on purpose (KAPPO Fig. 3: n on-policy completions per prompt against PKPO's n = k), "
+        "which its text and its rollouts column say. Every learning rate comes from a sweep "
+        "on a validation split over several seeds whose grid is extended until the chosen rate "
+        "is interior (`bestk.lr_sweep`; each arm records `lr_a`, `lr_b`, `lr_grid` and "
+        "`lr_interior`); the KAPPO testbed runs every method at one rate, as the paper does. "
         "Every metric is measured on held-out test data: exact probabilities on the lab "
-        "testbeds; on the language tasks unbiased pass@k / best@k from 64 samples on each of "
-        "128 prompts, so pass@64 (k = the sample count) is 0/1 per prompt and moves in steps "
-        "of 1/128.\n",
+        "testbeds; on the language tasks unbiased pass@k / best@k (language-permute: 16 "
+        "samples on each of 512 prompts; language-reverse, the earlier design: 64 samples on "
+        "each of 128 prompts). The primary \"pass@k at the largest k\" is taken at a k whose "
+        "start value leaves room to move (`TestbedSpec.primary_k`: 4 on digits, 8 on the "
+        "language tasks).\n",
         "Verdicts:\n",
         *[f"- **{v}** — {d}." for v, d in VERDICTS.items()],
         "\nThe A/A control (`aa-control`) compares GRPO with GRPO: same initial weights and "
@@ -788,8 +799,17 @@ def render(docs: Path, *, fast: bool = False) -> dict[str, Any]:
     plots.append("\nFull per-command reports: "
                  + ", ".join(f"[results/{p.name}](results/{p.name})"
                              for p in sorted((docs / "results").glob("*.md"))) + ".\n")
+    bim = bimodal_arms(doc)
+    shape = ["\n## Bimodal per-seed values\n",
+             "Arms where a method's per-seed primary values have Sarle's bimodality "
+             "coefficient above 5/9 (two groups of seeds, e.g. runs that escaped a poor start "
+             "and runs that did not): their means and t-tests summarise them poorly, so read "
+             "them with the sign-flip p and the paired figures.\n",
+             markdown_table(["arm", "method", "bimodality coefficient"],
+                            [[a, m, f"{bc:.2f}"] for a, m, bc in bim]) + "\n"
+             if bim else "None of the judged arms.\n"]
     write_text_atomic(docs / "results.md", "\n".join(head) + "\n" + render_claims(doc)
-                      + "\n".join(tb_sections) + "\n".join(plots))
+                      + "\n".join(shape) + "\n".join(tb_sections) + "\n".join(plots))
     return doc
 
 

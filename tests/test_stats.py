@@ -205,3 +205,23 @@ def test_paired_mde_normal_limit_and_seeds_needed():
         paired_mde(1.0, 8, 0.0)
     with pytest.raises(ValueError, match="positive finite effect"):
         seeds_needed(1.0, 0.0, 0.05)
+
+
+def test_bimodality_coefficient_matches_scipys_moments():
+    from scipy import stats as sps
+
+    from bestk.stats import BIMODAL_ABOVE, bimodality_coefficient
+
+    rng = np.random.default_rng(3)
+    for x in (rng.normal(size=12), rng.exponential(size=40), [0, 0, 1, 1, 1, 5.0]):
+        x = np.asarray(x, dtype=float)
+        n = x.size
+        g, k = sps.skew(x, bias=False), sps.kurtosis(x, bias=False)
+        want = (g**2 + 1) / (k + 3 * (n - 1) ** 2 / ((n - 2) * (n - 3)))
+        assert bimodality_coefficient(x) == pytest.approx(want, rel=1e-12)
+    two = np.r_[rng.normal(0, 0.05, 20), rng.normal(1, 0.05, 20)]
+    assert bimodality_coefficient(two) > BIMODAL_ABOVE > bimodality_coefficient(
+        rng.normal(size=400))
+    assert bimodality_coefficient([2.0] * 5) is None
+    with pytest.raises(ValueError, match=">= 4 values"):
+        bimodality_coefficient([1.0, 2.0, 3.0])

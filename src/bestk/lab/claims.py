@@ -71,8 +71,10 @@ import numpy as np
 from bestk.lab.io import fmt, markdown_table, metric_key
 from bestk.lr_sweep import is_interior
 from bestk.stats import (
+    BIMODAL_ABOVE,
     EXACT_MAX_N,
     MC_DRAWS,
+    bimodality_coefficient,
     holm,
     paired_mde,
     paired_test,
@@ -100,6 +102,7 @@ __all__ = [
     "PAPER_EFFECTS",
     "inconclusive_reasons",
     "design_reasons",
+    "bimodal_arms",
     "learning_rates",
     "derived_metrics",
     "DIVERSITY",
@@ -123,11 +126,13 @@ VERDICTS: dict[str, str] = {
                       "the paper's effect (or, without one, an effect within the metric's "
                       "headroom), or it is significant but a secondary metric is "
                       "significantly worse or the Pareto margin fails beyond doubt",
-    "inconclusive": "the experiment could not have detected what the paper claims: the primary "
-                    "is not significant and its minimum detectable effect exceeds the paper's "
-                    "effect or the headroom left to b, or b did not move from its start, or "
-                    "the Pareto margin's interval is too wide to decide; not evidence against "
-                    "the claim (the arm says how many seeds it would need)",
+    "inconclusive": "the design cannot support a verdict, whatever the primary shows: its "
+                    "minimum detectable effect exceeds the paper's effect, a method's learning "
+                    "rate sits at the edge of its grid, or the testbed did not train; or the "
+                    "primary is not significant and its minimum detectable effect exceeds the "
+                    "headroom left to b, or b did not move from its start, or the Pareto "
+                    "margin's interval is too wide to decide; not evidence against the claim "
+                    "(the arm says how many seeds it would need)",
     "contradicted": "the primary difference is significant in the direction opposite to the "
                     "claim after Holm correction",
     "pending": "the testbed has not produced (enough) seeds yet; the arm is not judged and not "
@@ -258,6 +263,8 @@ class TestbedSpec:
     #: is at least ``factor`` times its start value (e.g. GRPO's pass@1 doubles); otherwise
     #: every claim arm on it is inconclusive (:func:`inconclusive_reasons`).
     trains_if: tuple[str, str, float] | None = None
+    #: Why the testbed has no committed data, when it has none (its arms stay pending).
+    pending_why: str | None = None
 
 
 _MR = "python benchmarks/make_results.py --testbed"
@@ -360,13 +367,19 @@ TESTBEDS: dict[str, TestbedSpec] = {t.id: t for t in [
         "the pass@1 optimum moves a success by log(p*/q) ~ 2 nats, within reach, and the "
         "pass@k optima differ across k (p* = 1.0, 0.82, 0.60 at q = 0.1 for k = 1, 2, 4); "
         "the paper's beta ~ 1e-3 is sized for completions of hundreds of tokens and here "
-        "would put the optimum ~1000 nats away. One learning rate, 3e-4, for every method "
-        "(KAPPO trains its k at one rate): the smallest rate of an earlier 4-rate sweep at "
-        "which @k-A*PO with k = 1 visibly sharpens (its mean validation pass@k fell from 0.45 "
-        "to 0.20; at the 1e-5 that per-method sweep selected nothing moved). Held-out test "
+        "would put the optimum ~1000 nats away. One learning rate for every method (KAPPO "
+        "trains its k at one rate): the one at which @k-A*PO with k = 1 sharpens most, i.e. "
+        "its best validation pass@1 over 3 sweep seeds, the grid extended until interior "
+        "(at the 3e-4 of a pilot every method fell below the reference; at the 1e-5 that "
+        "an earlier per-method sweep chose none moved). Held-out test "
         "prompts (512 x 16 samples, pass@k for k = 1..16; the primary is pass@16, and pass@4 "
         "= k_train for the PKPO comparison); 8 paired seeds.", 8, "language-permute-kappo",
-        f"{_MR} language-permute-kappo"),
+        f"{_MR} language-permute-kappo",
+        pending_why="rerun pending (about 2.5 CPU-hours): the earlier run, kept in "
+                    "docs/results/data/superseded/, chose each method's rate by mean pass@k "
+                    "and landed at 1e-5, where no method moved from the reference, and ran "
+                    "PKPO with n = 8; the rerun uses one rate for every method (the best "
+                    "validation pass@1 of @k-A*PO with k = 1) and PKPO with n = k = 4"),
     TestbedSpec(
         "language-reverse", "language", "language: reverse a digit string (sanity task)",
         "The trainer's default task (reverse a digit string, graded positional reward) kept "
@@ -871,7 +884,7 @@ def _trained_entry(spec: ClaimSpec, arm: Arm, tb: dict[str, Any] | None,
         "command": tspec.command,
     }
     if tb is None or arm.a not in tb.get("methods", {}) or arm.b not in tb.get("methods", {}):
-        e["why"] = "no data for this testbed yet" if tb is None else \
+        e["why"] = (tspec.pending_why or "no data for this testbed yet") if tb is None else \
             f"methods {arm.a!r} / {arm.b!r} not in the testbed data"
         return e
     assert arm.a is not None and arm.b is not None  # None is no testbed's method
@@ -1194,6 +1207,8 @@ def _power_fields(e: dict[str, Any], spec: ClaimSpec, tb: dict[str, Any],
                                                       "not vary)" if constant else ""),
         "powered": None if mde is None or effect is None else bool(mde <= effect),
         "trains": trains_rec,
+        "bimodality": {side: bimodality_coefficient(p[f"per_seed_{side}"]) if n >= 4 else None
+                       for side in ("a", "b")},
         "design_reasons": design,
         "inconclusive_reasons": reasons,
     }
@@ -1304,6 +1319,19 @@ def _budget(b: dict[str, Any] | None) -> str:
         return f"{x['rollouts']:,}" + (f" + bank {x['bank']:,}" if x.get("bank") else "")
 
     return f"{one(b['a'])} / {one(b['b'])}"
+
+
+def bimodal_arms(doc: dict[str, Any]) -> list[tuple[str, str, float]]:
+    """``(arm id, method, coefficient)`` for every judged side whose per-seed primary values
+    have Sarle's bimodality coefficient above 5/9 (:func:`bestk.stats.bimodality_coefficient`)."""
+    out = []
+    for e in doc["claims"]:
+        bim = (e.get("power") or {}).get("bimodality") or {}
+        for side in ("a", "b"):
+            bc = bim.get(side)
+            if bc is not None and bc > BIMODAL_ABOVE:
+                out.append((e["id"], e[side], bc))
+    return out
 
 
 def render_claims(doc: dict[str, Any]) -> str:
