@@ -904,12 +904,27 @@ def render_testbed(tb: dict[str, Any], title: str | None = None,
     lines = [f"## {title}\n"] if title else []
     sw = tb.get("sweep") or {}
     if sw.get("scores"):
-        grid = sw["grid"]
-        rows = [[lb, *[f"{r['score']:.4f}" for r in rs], f"**{tb['methods'][lb]['config']['lr']}**"]
-                for lb, rs in sw["scores"].items()]
+        # every rate any learner was tried at (the grid plus the extensions past its edges)
+        grid = sorted({r["lr"] for rs in sw["scores"].values() for r in rs})
+        rows = []
+        for lb, rs in sw["scores"].items():
+            got = {r["lr"]: r["score"] for r in rs}
+            interior = (sw.get("interior") or {}).get(lb)
+            rows.append([lb, *[f"{got[v]:.4f}" if v in got else "–" for v in grid],
+                         f"**{tb['methods'][lb]['config']['lr']}**"
+                         + ("" if interior is None else " (interior)" if interior
+                            else " (EDGE)")])
         lines.append(f"Learning-rate sweep on the validation split ({sw['seeds']} seed(s) per "
-                     f"rate; score = {sw['select_by']}):\n")
-        lines.append(markdown_table(["learner", *[f"lr {v}" for v in grid], "selected"], rows))
+                     f"rate; score = {sw['select_by']}; starting grid {sw['grid']}, extended "
+                     "past an edge until the chosen rate is interior; – = not tried):\n")
+        lines.append(markdown_table(["learner", *[f"lr {v:g}" for v in grid], "selected"],
+                                    rows))
+        for lb, betas in (sw.get("betas") or {}).items():
+            lines.append(f"\n{lb}: KL strength beta swept with the rate (best validation "
+                         "score per beta; the best pair is used): "
+                         + ", ".join(f"beta {b['beta']:g}: {b['score']:.4f} at lr "
+                                     f"{b['lr']:g}" for b in betas)
+                         + f"; chosen beta {tb['methods'][lb]['config'].get('kappo_beta')}\n")
     rows, drows = [], []
     for lb, m in tb["methods"].items():
         rows.append([lb, *[_cell(m["end"][metric_key(name, k)]) for k in ks]])

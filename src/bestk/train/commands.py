@@ -420,9 +420,22 @@ def compare_command(
     workers: int = typer.Option(1, "--workers", help="Worker processes (single-threaded)."),
     lr_sweep: str | None = typer.Option(
         None, "--lr-sweep", help="Comma-separated learning rates: pick each method's on a "
-        "validation split of the training prompts before the test runs.",
+        "validation split of the training prompts before the test runs (the grid grows past "
+        "an edge until the chosen rate is interior).",
     ),
     sweep_seeds: int = typer.Option(2, "--sweep-seeds", help="Seeds per rate of the sweep."),
+    max_extensions: int = typer.Option(
+        3, "--max-extensions", help="Most rates the sweep adds past its grid's edges per "
+        "method (0: the grid as given).",
+    ),
+    select_by: str | None = typer.Option(
+        None, "--select-by", help="Validation metric the sweep maximises, e.g. pass@1 "
+        "(default: the mean over k = 1, 2, 4, ... of pass@k).",
+    ),
+    common_lr_from: str | None = typer.Option(
+        None, "--common-lr-from", help="Sweep only this method and run every method at its "
+        "chosen rate (one rate for all).",
+    ),
     val_prompts: int = typer.Option(256, "--val-prompts", help="Validation prompts (sweep)."),
     resume: bool = typer.Option(True, "--resume/--no-resume",
                                 help="Reuse finished runs of an identical earlier grid."),
@@ -458,6 +471,7 @@ def compare_command(
             methods, seeds=seeds, out=out, config=config, max_steps=max_steps, overrides=set_,
             progress=not quiet, controls=control, workers=workers, lr_sweep=grid,
             sweep_seeds=sweep_seeds, val_prompts=val_prompts, resume=resume,
+            max_extensions=max_extensions, select_by=select_by, common_lr_from=common_lr_from,
         )
     typer.echo(table)
 

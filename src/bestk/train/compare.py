@@ -561,6 +561,8 @@ def run_compare(
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
     if workers < 1:
         raise ValueError(f"--workers must be >= 1, got {workers}")
+    if max_extensions < 0:
+        raise ValueError(f"--max-extensions must be >= 0, got {max_extensions}")
     methods = _methods(estimators, estimator_options, controls)
     out = Path(out)
     base = _base_config(config, max_steps, list(overrides or []))
