@@ -62,7 +62,12 @@ def test_testbed_data_schema(fast_run):
         starts = {json.dumps(m["start"]["pass@1"]) for m in tb["methods"].values()}
         assert len(starts) == 1
         assert tb["sweep"]["grid"] == list(cfg.lr_grid)
-        assert set(tb["sweep"]["scores"]) == {lb for lb in expected if lb != "grpo (A/A)"}
+        assert set(tb["sweep"]["scores"]) == {lb for lb in expected if lb != "grpo (A/A)"
+                                              and not LEARNERS[lb].rate_of}
+        # a learner at another learner's rate takes that rate (and its grid)
+        common = tb["methods"]["softmax_grpo(tau=0.1) @ grpo's rate"]["config"]
+        assert common["lr"] == grpo["config"]["lr"]
+        assert common["lr_grid"] == grpo["config"]["lr_grid"]
     assert "maxrl" not in data["digits-graded"]["methods"]  # binary rewards only
     for name in ("results.md", "digits.png", "config.json", "results.json",
                  "settings/binary.json"):
@@ -196,3 +201,9 @@ def test_plot_gives_each_learner_one_colour_and_every_panel_a_legend(tmp_path, m
     assert legends == [learners["binary"], learners["graded"]]  # argmaxrl is labelled argmaxrl
     with pytest.raises(ValueError, match="unknown learner"):
         learner_colour("nope")
+
+
+def test_a_learner_at_another_learners_rate_needs_that_learner():
+    with pytest.raises(ValueError, match="another learner's rate"):
+        DigitsConfig(learners=("ml", "softmax_grpo(tau=0.1) @ grpo's rate")).validate()
+    DigitsConfig(learners=("grpo", "softmax_grpo(tau=0.1) @ grpo's rate")).validate()

@@ -401,6 +401,8 @@ _SOFTMAX = ("Hernandez et al. 2026, SoftmaxGRPO (arXiv:2608.09271)")
 _PKPO = "Walder & Karkhanis 2025, Pass@K Policy Optimization (arXiv:2505.15201)"
 _KAPPO = "KAPPO (@k Adaptive Pressure for Policy Optimization, 2026)"
 _KP = "language-permute-kappo"
+#: SoftmaxGRPO run at GRPO's chosen learning rate (``bestk.lab.digits.LEARNERS``).
+SOFTMAX_AT_GRPO_RATE = "softmax_grpo(tau=0.1) @ grpo's rate"
 #: k_eval = k_train for the KAPPO-vs-PKPO comparison (PKPO's k, @k-A*PO's k)
 _PASS_KTRAIN = Metric("pass", 4)
 _NI = NonInferiority(PASS1, 0.02)
@@ -449,6 +451,9 @@ CLAIMS: tuple[ClaimSpec, ...] = (
         "trained",
         (Arm("digits-binary", "softmax_grpo(tau=0.1)", "grpo"),
          Arm("digits-graded", "softmax_grpo(tau=0.1)", "grpo"),
+         # the paper runs both methods at one rate: SoftmaxGRPO at GRPO's tuned rate
+         Arm("digits-binary", SOFTMAX_AT_GRPO_RATE, "grpo", "common-lr"),
+         Arm("digits-graded", SOFTMAX_AT_GRPO_RATE, "grpo", "common-lr"),
          Arm("language-permute", "softmax_grpo(tau=0.1)", "grpo"),
          Arm("language-reverse", "softmax_grpo(tau=0.1)", "grpo")),
         "the same reward for both (0/1 or graded)", PASS1, GREATER, (BEST1, PASS_MAX)),

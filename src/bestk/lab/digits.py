@@ -133,7 +133,8 @@ class Learner:
     """A training rule: exact ML (``estimator=None``) or a bestk estimator with options.
 
     ``control_of`` marks an A/A copy: the same rule as that learner (and its learning rate),
-    run on independent sampling noise.
+    run on independent sampling noise. ``rate_of`` makes a learner run at another learner's
+    chosen learning rate instead of its own (SoftmaxGRPO compares methods at one rate).
     """
 
     label: str
@@ -141,6 +142,7 @@ class Learner:
     options: tuple[tuple[str, Any], ...] = ()
     min_n: int = 2
     control_of: str | None = None
+    rate_of: str | None = None
 
     @property
     def info(self) -> EstimatorInfo | None:
@@ -175,6 +177,8 @@ LEARNERS: dict[str, Learner] = {
         Learner("argmaxrl", "argmaxrl"),
         Learner(f"pkpo(k={AT_K})", "pkpo", (("k", AT_K),), min_n=AT_K),
         Learner(f"kappo_grpo(k={AT_K})", "kappo_grpo"),
+        Learner("softmax_grpo(tau=0.1) @ grpo's rate", "softmax_grpo", (("tau", 0.1),),
+                rate_of="grpo"),
     ]
 }
 
@@ -189,6 +193,11 @@ def known_learners(cls: Any, learners: tuple[str, ...]) -> tuple[str, ...]:
                if LEARNERS[x].control_of and LEARNERS[x].control_of not in learners]
     if orphans:
         raise ValueError(f"A/A control(s) {orphans} need their learner in learners too")
+    borrowed = [x for x in learners
+                if LEARNERS[x].rate_of and LEARNERS[x].rate_of not in learners]
+    if borrowed:
+        raise ValueError(f"learner(s) {borrowed} run at another learner's rate: add "
+                         f"{sorted({LEARNERS[x].rate_of for x in borrowed})} to learners")
     return learners
 
 
@@ -727,7 +736,7 @@ def sweep_and_test(make: Callable[[str], Problem], learners: Sequence[Learner],
     "beta": {label: beta}}``.
     """
     _check_lrs(lr_grid)
-    tuned = [x for x in learners if x.control_of is None]
+    tuned = [x for x in learners if x.control_of is None and x.rate_of is None]
     # one sweep "arm" per (learner, beta): calibrated learners get one per KL strength
     arms: dict[str, tuple[Learner, float | None]] = {}
     for x in tuned:
@@ -786,8 +795,8 @@ def sweep_and_test(make: Callable[[str], Problem], learners: Sequence[Learner],
         sweep["data_id"] = problem.data_id
         sweep["select_by"] = f"mean over k of validation {REWARD_KINDS[problem.reward].metric}@k"
     for x in learners:
-        if x.control_of is not None:
-            selected[x.label] = selected[x.control_of]
+        if x.control_of is not None or x.rate_of is not None:
+            selected[x.label] = selected[x.control_of or x.rate_of]
             if x.calibrated:
                 betas[x.label] = betas[x.control_of]
     sweep["selected"] = dict(selected)
@@ -853,7 +862,7 @@ def record_sweep(methods: dict[str, dict[str, Any]], setting: dict[str, Any]) ->
     (``lr_interior``) and @k-GRPO's chosen KL strength (``kappo_beta``)."""
     sweep = setting["sweep"]
     for lb, m in methods.items():
-        tuned = LEARNERS[lb].control_of or lb
+        tuned = LEARNERS[lb].control_of or LEARNERS[lb].rate_of or lb
         m["config"]["lr_grid"] = sweep.get("grids", {}).get(tuned, sweep["grid"])
         m["config"]["lr_interior"] = sweep.get("interior", {}).get(tuned)
         if lb in setting.get("beta", {}):
@@ -948,10 +957,16 @@ def render_testbed(tb: dict[str, Any], title: str | None = None,
 
 def learner_colour(label: str) -> str:
     """One colour per learner across every panel and run: ``tab10`` colour number
-    ``position in LEARNERS`` (mod 10), as a matplotlib colour string (``"C0"``..``"C9"``)."""
+    ``position in LEARNERS`` as a matplotlib colour string (``"C0"``..``"C9"``), then tab20's
+    light shades."""
     if label not in LEARNERS:
         raise ValueError(f"unknown learner {label!r}; known: {list(LEARNERS)}")
-    return f"C{list(LEARNERS).index(label) % 10}"
+    i = list(LEARNERS).index(label)
+    return f"C{i}" if i < 10 else _EXTRA_COLOURS[(i - 10) % len(_EXTRA_COLOURS)]
+
+
+#: Colours after tab10's ten (tab20's light shades), so every learner keeps its own.
+_EXTRA_COLOURS = ("#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5")
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
