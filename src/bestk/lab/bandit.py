@@ -500,7 +500,7 @@ class BanditConfig(SchemaChecks):
     ns: tuple[Int, ...] = (4, 8)
     curve_n: Int = Field(8, ge=1)
     steps: Int = Field(300, ge=1)
-    seeds: Int = Field(32, ge=1)
+    seeds: Int = Field(64, ge=1)
     lr_grid: tuple[float, ...] = (0.003, 0.01, 0.03)
     max_extensions: Int = Field(4, ge=0)
     sweep_tolerance: float = Field(1e-3, ge=0)

@@ -250,7 +250,7 @@ class DigitsConfig(SchemaChecks):
     n: Int = Field(8, ge=2, json_schema_extra={"want": "a rollout count >= 2"})
     rewards: tuple[str, ...] = REWARDS
     learners: tuple[str, ...] = tuple(LEARNERS)
-    seeds: Int = Field(48, ge=1)
+    seeds: Int = Field(160, ge=1)
     hidden: Int = Field(64, ge=1)
     steps: Int = Field(60, ge=1)
     batch_size: Int = Field(32, ge=1)
