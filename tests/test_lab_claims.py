@@ -91,7 +91,9 @@ def synthetic_data(effect: float, *, seeds: int = 10, noise: float = 0.004,
             for key, (better, base) in keys.items():
                 sign = 1.0 if better == "greater" else -1.0
                 end[key] = (base + sign * e + offset + rng.normal(0, noise, n)).tolist()
-                start[key] = (0.4 * base + offset).tolist()  # every method trains (x2.5)
+                # every method trains (pass@1 x2.5), the other metrics start in [0.2, 0.8]
+                start[key] = ((0.4 * base if key == "pass@1" else base - 0.05)
+                              + offset).tolist()
             reward = "success" if lb in ("maxrl", "grpo (success)", "kappo_grpo(k=4)") and \
                 TESTBEDS[tid].kind == "language" else "binary"
             tb["methods"][lb] = {"config": {"reward": reward, "prompts": f"{tid}-prompts",
@@ -515,6 +517,12 @@ def test_design_reasons_make_any_outcome_inconclusive():
     assert e["power"]["trains"]["trains"] is False
     assert e["power"]["trains"]["ratio"] == pytest.approx(1.5)
     assert doc["argmaxrl-bestk@digits-graded"]["power"]["trains"] is None  # no check there
+    # a language primary whose b starts outside [0.2, 0.8] cannot show much either
+    data = synthetic_data(0.05, seeds=40, noise=0.003)
+    grpo = data["language-permute"]["methods"]["grpo"]
+    grpo["start"]["best@8"] = [0.9] * len(grpo["start"]["best@8"])
+    e = _by_id(evaluate_claims(data))["argmaxrl-bestk@language-permute"]
+    assert e["verdict"] == "inconclusive" and "outside [0.2, 0.8]" in e["why"], e["why"]
 
 
 def test_learning_rates_of_common_rate_and_swept_testbeds():

@@ -263,6 +263,9 @@ class TestbedSpec:
     #: is at least ``factor`` times its start value (e.g. GRPO's pass@1 doubles); otherwise
     #: every claim arm on it is inconclusive (:func:`inconclusive_reasons`).
     trains_if: tuple[str, str, float] | None = None
+    #: ``(low, high)``: b's start value of a "pass@k / best@k at the primary k" primary must
+    #: lie inside, so the metric can move either way (near a bound it cannot show much).
+    start_range: tuple[float, float] | None = None
     #: Why the testbed has no committed data, when it has none (its arms stay pending).
     pending_why: str | None = None
 
@@ -348,7 +351,7 @@ TESTBEDS: dict[str, TestbedSpec] = {t.id: t for t in [
         "(else the testbed did not train and its arms are inconclusive); learning rates from "
         "a 3-seed validation sweep extended until interior; 8 paired seeds.", 8,
         "language-permute", f"{_MR} language-permute", primary_k=8,
-        trains_if=("grpo", "pass@1", 2.0)),
+        trains_if=("grpo", "pass@1", 2.0), start_range=(0.2, 0.8)),
     TestbedSpec(
         "language-permute-kappo", "language",
         "language: anagrams with 0/1 success, KAPPO's @k-A*PO and @k-DPO (KAPPO Figs. 2-3)",
@@ -390,7 +393,7 @@ TESTBEDS: dict[str, TestbedSpec] = {t.id: t for t in [
         "one-seed sweep, 8 paired seeds (the earlier design, not rerun). GRPO's pass@1 must "
         "at least double over RL, else the testbed did not train and its arms are "
         "inconclusive.", 8, "language-reverse", f"{_MR} language-reverse", primary_k=8,
-        trains_if=("grpo", "pass@1", 2.0)),
+        trains_if=("grpo", "pass@1", 2.0), start_range=(0.2, 0.8)),
 ]}
 
 _MAXRL = ("Tajwar et al. 2026, Maximum Likelihood Reinforcement Learning (arXiv:2602.02710), "
@@ -789,7 +792,9 @@ def design_reasons(mde: float | None, paper_effect: float | None,
       and a non-significant one is no evidence against it;
     * ``lr_edges``: a method's learning rate sits at the edge of its grid (it may be
       untuned; :func:`learning_rates`);
-    * ``not_training``: the testbed's training check failed (:attr:`TestbedSpec.trains_if`).
+    * ``not_training``: the testbed's checks failed: it did not train
+      (:attr:`TestbedSpec.trains_if`) or b's primary started outside
+      :attr:`TestbedSpec.start_range`.
     """
     out = []
     if mde is not None:
@@ -1123,6 +1128,21 @@ def _trains_reason(testbed: str, tb: dict[str, Any]) -> tuple[list[str], dict[st
             f"(x{ratio:.2f} < {factor:g})"], rec
 
 
+def _start_reason(e: dict[str, Any], spec: ClaimSpec, tb: dict[str, Any]) -> list[str]:
+    """:attr:`TestbedSpec.start_range` checked for an arm whose primary is pass@k / best@k at
+    the testbed's primary k (a pass@1 accuracy claim is judged by the training check)."""
+    rng = TESTBEDS[e["testbed"]].start_range
+    key = e["primary"]["metric"]
+    start = tb["methods"][e["b"]].get("start", {}).get(key)
+    if rng is None or not spec.primary.at_k or spec.primary.k is not None or start is None:
+        return []
+    s0 = float(np.mean(start))
+    if rng[0] <= s0 <= rng[1]:
+        return []
+    return [f"b's start value of {key} is {fmt(s0)}, outside [{rng[0]:g}, {rng[1]:g}]: the "
+            "primary starts too close to a bound to show the effect"]
+
+
 def derived_metrics(tb: dict[str, Any]) -> dict[str, Any]:
     """A copy of a testbed's data with the derived per-seed metrics added: :data:`DIVERSITY`
     = ``distinct_correct / (n * pass@1)`` where both are measured and every pass@1 > 0."""
@@ -1185,6 +1205,7 @@ def _power_fields(e: dict[str, Any], spec: ClaimSpec, tb: dict[str, Any],
     reasons = inconclusive_reasons(mde, None, headroom, b_moved, margin_claim=margin_claim,
                                    p_floor=sign_flip_min_p(n), alpha=alpha)
     trains, trains_rec = _trains_reason(e["testbed"], tb)
+    trains += _start_reason(e, spec, tb)
     design = [] if spec.control else design_reasons(mde, effect, _lr_reasons(e), trains)
     target, target_name = None, None
     if spec.control:  # no effect to detect: nothing to size
