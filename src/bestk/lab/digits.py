@@ -197,7 +197,7 @@ def known_learners(cls: Any, learners: tuple[str, ...]) -> tuple[str, ...]:
                 if LEARNERS[x].rate_of and LEARNERS[x].rate_of not in learners]
     if borrowed:
         raise ValueError(f"learner(s) {borrowed} run at another learner's rate: add "
-                         f"{sorted({LEARNERS[x].rate_of for x in borrowed})} to learners")
+                         f"{sorted({str(LEARNERS[x].rate_of) for x in borrowed})} to learners")
     return learners
 
 
@@ -600,7 +600,7 @@ def run_slots(problem: Problem, slots: Sequence[Slot], spec: RunSpec,
             raise ValueError(f"calibrated learner(s) {no_beta} need a KL strength (Slot.beta)")
         calibrations = _kappo_calibration(spec, problem, model, kappo,
                                           [int(pos[i]) for i in kappo], gen,
-                                          sorted({float(slots[i].beta) for i in kappo}))
+                                          sorted({_beta(slots[i]) for i in kappo}))
     alloc = torch.zeros(n_slots, len(BINS) - 1, dtype=torch.float64)
     edges = torch.tensor(BINS[1:-1], dtype=torch.float64)
     curve_steps: list[int] = []
@@ -634,7 +634,7 @@ def run_slots(problem: Problem, slots: Sequence[Slot], spec: RunSpec,
             r = rewards[it]  # (s, b, n)
             opts = dict(lrn.options)
             if lrn.calibrated:
-                opts["calibration"] = calibrations[float(slots[idx[0]].beta)]
+                opts["calibration"] = calibrations[_beta(slots[idx[0]])]
             # groups labelled by the bank ids of the images
             if estimator_info(lrn.estimator).needs_prompt_ids:
                 gid = (pos[it][:, None] * problem.n_train + ids[pos[it]])[..., None]
@@ -675,6 +675,13 @@ def run_slots(problem: Problem, slots: Sequence[Slot], spec: RunSpec,
         out["kappo_calibration"] = {f"{b:g}": _calibration_summary(c)
                                     for b, c in calibrations.items()}
     return out
+
+
+def _beta(slot: Slot) -> float:
+    """A calibrated slot's KL strength (:class:`Slot`)."""
+    if slot.beta is None:
+        raise ValueError(f"calibrated learner {slot.learner.label!r} needs a KL strength")
+    return float(slot.beta)
 
 
 def supervised_warm_start(problem: Problem, inits: dict[int, dict[str, torch.Tensor]],
@@ -787,7 +794,7 @@ def sweep_and_test(make: Callable[[str], Problem], learners: Sequence[Learner],
             sweep["grids"][x.label] = raw["grids"][best]
             sweep["interior"][x.label] = raw["interior"][best]
             if x.calibrated:
-                betas[x.label] = float(arms[best][1])  # type: ignore[arg-type]
+                betas[x.label] = _beta(Slot(x, 0.0, 0, arms[best][1]))
                 sweep.setdefault("betas", {})[x.label] = [
                     {"beta": arms[a][1], "lr": raw["selected"][a],
                      "score": max(r["score"] for r in raw["scores"][a]),
@@ -795,10 +802,11 @@ def sweep_and_test(make: Callable[[str], Problem], learners: Sequence[Learner],
         sweep["data_id"] = problem.data_id
         sweep["select_by"] = f"mean over k of validation {REWARD_KINDS[problem.reward].metric}@k"
     for x in learners:
-        if x.control_of is not None or x.rate_of is not None:
-            selected[x.label] = selected[x.control_of or x.rate_of]
+        source = x.control_of if x.control_of is not None else x.rate_of
+        if source is not None:
+            selected[x.label] = selected[source]
             if x.calibrated:
-                betas[x.label] = betas[x.control_of]
+                betas[x.label] = betas[source]
     sweep["selected"] = dict(selected)
     if betas:
         sweep["selected_beta"] = dict(betas)
