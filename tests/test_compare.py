@@ -196,6 +196,15 @@ def test_compare_cli(tmp_path):
     bad = runner.invoke(app, ["compare", "--estimators", "grpo", "--workers", "0",
                               "--out", str(tmp_path / "d")])
     assert bad.exit_code == 2 and "--workers" in bad.output
+    bad = runner.invoke(app, ["compare", "--estimators", "grpo", "--max-extensions", "-1",
+                              "--out", str(tmp_path / "e")])
+    assert bad.exit_code == 2 and "--max-extensions" in bad.output
+    bad = runner.invoke(app, ["compare", "--estimators", "grpo", "--select-by", "pass@1",
+                              "--out", str(tmp_path / "f")])
+    assert bad.exit_code == 2 and "need an lr_sweep" in bad.output
+    bad = runner.invoke(app, ["compare", "--estimators", "grpo", "--lr-sweep", "1e-3,3e-3",
+                              "--common-lr-from", "nope", "--out", str(tmp_path / "g")])
+    assert bad.exit_code == 2 and "common_lr_from 'nope'" in bad.output
 
 
 def test_method_slugs_are_distinct_directory_names():
