@@ -793,8 +793,9 @@ def sweep_and_test(make: Callable[[str], Problem], learners: Sequence[Learner],
             sweep["scores"][x.label] = raw["scores"][best]
             sweep["grids"][x.label] = raw["grids"][best]
             sweep["interior"][x.label] = raw["interior"][best]
-            if x.calibrated:
-                betas[x.label] = _beta(Slot(x, 0.0, 0, arms[best][1]))
+            chosen_beta = arms[best][1]
+            if chosen_beta is not None:  # calibrated learners: the KL strength of the pair
+                betas[x.label] = chosen_beta
                 sweep.setdefault("betas", {})[x.label] = [
                     {"beta": arms[a][1], "lr": raw["selected"][a],
                      "score": max(r["score"] for r in raw["scores"][a]),
