@@ -528,11 +528,17 @@ def test_design_reasons_make_any_outcome_inconclusive():
 def test_learning_rates_of_common_rate_and_swept_testbeds():
     from bestk.lab.claims import learning_rates
 
-    tb = {"spec": {"lr": 3e-4, "lr_rule": "KAPPO's k at one rate"},
-          "methods": {"a": {"config": {"lr": 3e-4}}, "b": {"config": {"lr": 3e-4}}}}
-    out = learning_rates(tb, "a", "b")
+    tb = {"methods": {"a": {"config": {"lr": 3e-4}}, "b": {"config": {"lr": 3e-4}}}}
+    out = learning_rates(tb, "a", "b")  # rates set by hand, no sweep
     assert out["lr_grid"] == {"a": [3e-4], "b": [3e-4]}
     assert out["lr_interior"] == {"a": None, "b": None}  # no grid to be interior to
+    assert out["lr_rule"] == "as configured"
+    common = {"sweep": {"grid": [1e-4, 3e-4], "grids": {"a": [1e-4, 3e-4, 1e-3]}, "seeds": 3,
+                        "select_by": "validation pass@1", "common_lr_from": "a"},
+              "methods": {"a": {"config": {"lr": 3e-4}}, "b": {"config": {"lr": 3e-4}}}}
+    out = learning_rates(common, "a", "b")  # one rate for all, chosen on a's sweep
+    assert out["lr_grid"] == {"a": [1e-4, 3e-4, 1e-3], "b": [1e-4, 3e-4, 1e-3]}
+    assert out["lr_interior"] == {"a": True, "b": True}
     assert out["lr_rule"].startswith("one rate for every method")
     tb = {"sweep": {"grid": [1e-3, 3e-3, 1e-2], "grids": {"g": [3e-4, 1e-3, 3e-3, 1e-2]},
                     "seeds": 3, "select_by": "s"},

@@ -801,14 +801,10 @@ def design_reasons(mde: float | None, paper_effect: float | None,
       (:attr:`TestbedSpec.trains_if`) or b's primary started outside
       :attr:`TestbedSpec.start_range`.
     """
-    out = []
-    if mde is not None:
-        if not (math.isfinite(mde) and mde >= 0):
-            raise ValueError(f"design_reasons: mde must be finite and >= 0, got {mde}")
-        if paper_effect is not None and mde > paper_effect:
-            out.append(f"MDE {fmt(mde)} > the paper's effect {fmt(paper_effect)} (a "
-                       "significant difference from this design would overstate it)")
-    return out + list(lr_edges) + list(not_training)
+    # the MDE-vs-paper comparison (and the check of mde) is inconclusive_reasons' own
+    weak = [] if mde is None else inconclusive_reasons(mde, paper_effect, None, None)
+    return [r + " (a significant difference from this design would overstate it)"
+            for r in weak] + list(lr_edges) + list(not_training)
 
 
 class ControlFailed(ValueError):
@@ -1063,9 +1059,6 @@ def _lr_grid(tb: dict[str, Any], label: str) -> list[float]:
     cfg = tb["methods"][label]["config"]
     if cfg.get("lr_grid"):
         return [float(v) for v in cfg["lr_grid"]]
-    spec = tb.get("spec") or {}
-    if spec.get("lr") is not None:  # one rate for every method, set by hand
-        return [float(spec["lr"])]
     sweep = tb.get("sweep") or {}
     tuned = sweep.get("common_lr_from") or cfg.get("control_of") or label
     grid = (sweep.get("grids") or {}).get(tuned) or sweep.get("grid")
@@ -1075,7 +1068,7 @@ def _lr_grid(tb: dict[str, Any], label: str) -> list[float]:
 def learning_rates(tb: dict[str, Any], a: str, b: str) -> dict[str, Any]:
     """An arm's learning rates: ``lr_a``, ``lr_b``, the grids they were chosen from
     (``lr_grid``), whether each is interior to its grid (``lr_interior``; ``None`` for a rate
-    set for every method, which has no grid to be interior to) and how they were chosen
+    set by hand, which has no grid to be interior to) and how they were chosen
     (``lr_rule``)."""
     out: dict[str, Any] = {"lr_grid": {}, "lr_interior": {}}
     for side, label in (("a", a), ("b", b)):
@@ -1084,11 +1077,8 @@ def learning_rates(tb: dict[str, Any], a: str, b: str) -> dict[str, Any]:
         out[f"lr_{side}"] = lr
         out["lr_grid"][side] = grid
         out["lr_interior"][side] = is_interior(lr, grid) if len(grid) > 1 else None
-    spec = tb.get("spec") or {}
     sweep = tb.get("sweep") or {}
-    if spec.get("lr") is not None:
-        out["lr_rule"] = "one rate for every method: " + str(spec.get("lr_rule", ""))
-    elif sweep.get("common_lr_from"):
+    if sweep.get("common_lr_from"):
         out["lr_rule"] = (f"one rate for every method: the rate of "
                           f"{sweep['common_lr_from']} chosen by a validation sweep over "
                           f"{sweep.get('seeds')} seed(s), score: {sweep.get('select_by')}; "

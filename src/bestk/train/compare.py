@@ -645,10 +645,10 @@ def _sweep(methods: list[Method], base: TrainConfig, out: Path, grid: list[float
         return got
 
     if len(grid) == 1:
+        got = score({lb: grid for lb in by_label})  # one batch of runs, as for a longer grid
         sweep: dict[str, Any] = {
             "grid": grid, "grids": {lb: grid for lb in by_label},
-            "scores": {lb: [{"lr": grid[0], "score": v}] for lb, v in
-                       ((lb, score({lb: grid})[lb][grid[0]]) for lb in by_label)},
+            "scores": {lb: [{"lr": grid[0], "score": got[lb][grid[0]]}] for lb in by_label},
             "selected": {lb: grid[0] for lb in by_label},
             "interior": {lb: None for lb in by_label}, "extensions": 0}
     else:
