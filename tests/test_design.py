@@ -231,8 +231,11 @@ def test_no_estimator_name_comparisons_outside_the_estimators():
 # ---------------------------------------------------------------------------------------------
 # self-contained: no citation of files the repository does not hold
 
-#: Paths of notes and papers that are not part of the repository.
-FOREIGN = re.compile(r"DESIGN\.md|papers/|\.\./shared|[\w-]+-paper\.(?:md|txt)|[\w-]+-blog\.md")
+#: Names of notes and papers that are not part of the repository, spelled in pieces so that
+#: this guard does not name them itself (and needs no exception for its own file).
+_FOREIGN_NAMES = ("DES" + "IGN.md", "pap" + "ers/", ".." + "/sha" + "red")
+FOREIGN = re.compile("|".join(re.escape(n) for n in _FOREIGN_NAMES)
+                     + r"|[\w-]+-paper\.(?:md|txt)|[\w-]+-blog\.md")
 
 
 def test_the_repository_cites_no_file_it_does_not_contain():
@@ -241,7 +244,7 @@ def test_the_repository_cites_no_file_it_does_not_contain():
     bad = []
     for rel in files:
         path = ROOT / rel
-        if rel == "tests/test_design.py" or not path.is_file() or path.suffix in (".png", ".pt"):
+        if not path.is_file() or path.suffix in (".png", ".pt"):
             continue
         try:
             text = path.read_text()
@@ -250,7 +253,8 @@ def test_the_repository_cites_no_file_it_does_not_contain():
         bad += [f"{rel}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0)}"
                 for m in FOREIGN.finditer(text)]
     assert not bad, "\n".join(bad)
-    assert FOREIGN.search("see DESIGN.md section 6") and FOREIGN.search("papers/kappo.txt")
+    for name in _FOREIGN_NAMES:  # each name is caught where a file cites it
+        assert FOREIGN.search(f"see {name}kappo.txt section 6"), name
 
 
 def test_tests_seed_deterministically():
