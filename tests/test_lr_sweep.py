@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from bestk.lr_sweep import best_rate, is_interior, next_rate, sweep_until_interior
+from bestk.lr_sweep import best_rate, fixed_rate, is_interior, next_rate, sweep_until_interior
 
 
 def _bowl(centres):
@@ -78,3 +78,20 @@ def test_bad_input_is_refused():
         best_rate({1e-3: 0.0}, tol=-1.0)
     with pytest.raises(ValueError, match="no score"):
         sweep_until_interior(lambda want: {}, ["a"], [1e-3, 1e-2])
+
+
+def test_fixed_rate_has_the_sweeps_keys_and_no_sides():
+    score, _ = _bowl({"a": 1e-3, "b": 1e-2})
+    swept = sweep_until_interior(score, ["a", "b"], [1e-3, 3e-3, 1e-2])
+    one = fixed_rate(["a", "b"], 3e-3)
+    assert set(one) == set(swept) - {"tolerance"}
+    assert one["selected"] == {"a": 3e-3, "b": 3e-3} and one["grids"]["b"] == [3e-3]
+    assert one["interior"] == {"a": None, "b": None} and one["scores"] == {}
+    scored = fixed_rate(["a", "b"], 3e-3, {"a": 0.5, "b": 0.25})
+    assert scored["scores"]["b"] == [{"lr": 3e-3, "score": 0.25}]
+    with pytest.raises(ValueError, match="positive and finite"):
+        fixed_rate(["a"], 0.0)
+    with pytest.raises(ValueError, match="repeated"):
+        fixed_rate(["a", "a"], 1e-3)
+    with pytest.raises(ValueError, match="not the methods"):
+        fixed_rate(["a", "b"], 1e-3, {"a": 0.5})

@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["best_rate", "is_interior", "next_rate", "sweep_until_interior"]
+__all__ = ["best_rate", "fixed_rate", "is_interior", "next_rate", "sweep_until_interior"]
 
 
 def _check_grid(grid: Sequence[float]) -> list[float]:
@@ -124,4 +124,29 @@ def sweep_until_interior(
         "interior": {lb: is_interior(selected[lb], list(table[lb])) for lb in labels},
         "extensions": rounds,
         "tolerance": tol,
+    }
+
+
+def fixed_rate(labels: Sequence[str], rate: float,
+               scores: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """The record of a one-rate "sweep": every method of ``labels`` runs at ``rate``, nothing
+    is extended, and ``interior`` is ``None`` (one rate has no sides). ``scores``, when the
+    caller scored the rate anyway, is ``{label: score}``; without it ``scores`` is empty.
+    Same keys as :func:`sweep_until_interior`'s result."""
+    labels = list(labels)
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"repeated method labels: {labels}")
+    if not (math.isfinite(rate) and rate > 0):
+        raise ValueError(f"learning rates must be positive and finite, got {rate}")
+    rate = float(rate)
+    if scores is not None and set(scores) != set(labels):
+        raise ValueError(f"scores are for {sorted(scores)}, not the methods {sorted(labels)}")
+    return {
+        "grid": [rate],
+        "grids": {lb: [rate] for lb in labels},
+        "scores": ({} if scores is None else
+                   {lb: [{"lr": rate, "score": float(scores[lb])}] for lb in labels}),
+        "selected": {lb: rate for lb in labels},
+        "interior": {lb: None for lb in labels},
+        "extensions": 0,
     }

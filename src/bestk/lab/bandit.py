@@ -62,7 +62,7 @@ from bestk.lab.io import (
     write_json_atomic,
     write_text_atomic,
 )
-from bestk.lr_sweep import sweep_until_interior
+from bestk.lr_sweep import fixed_rate, sweep_until_interior
 from bestk.stats import mean_ci
 
 __all__ = [
@@ -451,9 +451,7 @@ def sweep_learning_rates(bandit: Bandit, specs: Sequence[EstimatorSpec], config:
 
     if len(config.lr_grid) == 1:
         only = float(config.lr_grid[0])
-        sweep: dict[str, Any] = {"grid": [only], "grids": {lb: [only] for lb in tuned},
-                                 "scores": {}, "selected": {lb: only for lb in tuned},
-                                 "interior": {lb: None for lb in tuned}, "extensions": 0}
+        sweep = fixed_rate(list(tuned), only)
     else:
         sweep = sweep_until_interior(score, list(tuned), config.lr_grid,
                                      max_extensions=config.max_extensions,

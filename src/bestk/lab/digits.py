@@ -81,7 +81,7 @@ from bestk.lab.io import (
     write_json_atomic,
     write_text_atomic,
 )
-from bestk.lr_sweep import sweep_until_interior
+from bestk.lr_sweep import fixed_rate, sweep_until_interior
 from bestk.metrics import PASS_RATE_BINS
 from bestk.stats import mean_ci
 
@@ -755,11 +755,9 @@ def sweep_and_test(make: Callable[[str], Problem], learners: Sequence[Learner],
     selected: dict[str, float] = {}
     betas: dict[str, float] = {}
     if len(lr_grid) == 1:
-        sweep: dict[str, Any] = {"grid": [float(lr_grid[0])], "seeds": sweep_seeds,
-                                 "scores": {}, "grids": {x.label: [float(lr_grid[0])]
-                                                         for x in tuned},
-                                 "interior": {x.label: None for x in tuned}}
-        selected = {x.label: float(lr_grid[0]) for x in tuned}
+        sweep: dict[str, Any] = {**fixed_rate([x.label for x in tuned], float(lr_grid[0])),
+                                 "seeds": sweep_seeds}
+        selected = dict(sweep["selected"])
         betas = {x.label: float(kappo_betas[0]) for x in tuned if x.calibrated}
     else:
         problem = make("validation")

@@ -59,7 +59,7 @@ from bestk._seeds import COMPARE_SEEDS, CONTROL_SAMPLING, KAPPO_AUTO_BANK, SWEEP
 from bestk.estimators import ESTIMATORS, estimator_info
 from bestk.figures import save_figure
 from bestk.kappo.calibration import calibrate, calibration_kind
-from bestk.lr_sweep import sweep_until_interior
+from bestk.lr_sweep import fixed_rate, sweep_until_interior
 from bestk.stats import mean_ci
 from bestk.train.algorithms import ALGORITHMS
 from bestk.train.checkpoint import latest_checkpoint
@@ -646,11 +646,7 @@ def _sweep(methods: list[Method], base: TrainConfig, out: Path, grid: list[float
 
     if len(grid) == 1:
         got = score({lb: grid for lb in by_label})  # one batch of runs, as for a longer grid
-        sweep: dict[str, Any] = {
-            "grid": grid, "grids": {lb: grid for lb in by_label},
-            "scores": {lb: [{"lr": grid[0], "score": got[lb][grid[0]]}] for lb in by_label},
-            "selected": {lb: grid[0] for lb in by_label},
-            "interior": {lb: None for lb in by_label}, "extensions": 0}
+        sweep = fixed_rate(list(by_label), grid[0], {lb: got[lb][grid[0]] for lb in by_label})
     else:
         sweep = sweep_until_interior(score, list(by_label), grid,
                                      max_extensions=max_extensions)
