@@ -54,6 +54,7 @@ from bestk.lab.claims import (
     TESTBEDS,
     VERDICTS,
     ControlFailed,
+    arm_outcome,
     bimodal_arms,
     check_controls,
     counts,
@@ -625,10 +626,10 @@ def _trains_with(cfg: dict[str, Any]) -> str:
 PAIRED_FIGURES = (*LANGUAGE, *KAPPO_LANGUAGE)
 
 
-def _arm_label(e: dict[str, Any]) -> str:
-    """``claim[tag]: a − b (verdict)`` of a claims.json arm."""
+def _arm_label(e: dict[str, Any], doc: dict[str, Any]) -> str:
+    """``claim[tag]: a − b (verdict)`` of a claims.json arm (an A/A control: passed / FAILED)."""
     tag = "[" + e["id"].split("[", 1)[1] if "[" in e["id"] else ""
-    return f"{e['claim_id']}{tag}: {e['a']} − {e['b']} ({e['verdict']})"
+    return f"{e['claim_id']}{tag}: {e['a']} − {e['b']} ({arm_outcome(e, doc)})"
 
 
 def paired_figure(doc: dict[str, Any], testbed: str, path: Path) -> bool:
@@ -659,7 +660,8 @@ def paired_figure(doc: dict[str, Any], testbed: str, path: Path) -> bool:
             ax.plot(d, y + jitter, "o", ms=3, color="0.45", zorder=2)
             lo, hi = p["ci95"]
             colour = {"reproduced": "tab:blue", "contradicted": "tab:red",
-                      "inconclusive": "tab:orange"}.get(e["verdict"], "0.1")
+                      "inconclusive": "tab:orange",
+                      "control FAILED": "tab:red"}.get(arm_outcome(e, doc), "0.1")
             ax.errorbar([p["diff"]], [y], xerr=[[p["diff"] - lo], [hi - p["diff"]]], fmt="s",
                         ms=5, color=colour, capsize=3, zorder=3)
             sign = 1.0 if p["direction"] == "greater" else -1.0
@@ -675,12 +677,13 @@ def paired_figure(doc: dict[str, Any], testbed: str, path: Path) -> bool:
                 ax.plot([-p["margin"]], [y], "x", ms=7, color="k", zorder=4)
         ax.axvline(0.0, color="k", lw=0.8)
         ax.set_yticks(range(len(group)))
-        ax.set_yticklabels([_arm_label(e) for e in reversed(group)], fontsize=7)
+        ax.set_yticklabels([_arm_label(e, doc) for e in reversed(group)], fontsize=7)
         ax.set_ylim(-0.6, len(group) - 0.4)
         ax.set_xlabel(f"{metric}: a − b per seed (dots), mean and 95% CI (square)", fontsize=8)
         ax.grid(axis="x", alpha=0.3)
-    fig.suptitle(f"{testbed}: paired differences a − b by seed (colour: inconclusive orange, "
-                 "reproduced blue, contradicted red)\nred tick = MDE in the claimed direction "
+    fig.suptitle(f"{testbed}: paired differences a − b by seed (colour: reproduced blue, "
+                 "inconclusive orange, contradicted or control failed red, not reproduced or "
+                 "control passed black)\nred tick = MDE in the claimed direction "
                  "(80% power, Holm level); green diamond = paper's effect; x = −margin "
                  "(both counted from it on non-inferiority arms)",
                  fontsize=8)

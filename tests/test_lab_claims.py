@@ -15,6 +15,7 @@ from bestk.lab.claims import (
     TESTBEDS,
     VERDICTS,
     ControlFailed,
+    arm_outcome,
     check_controls,
     counts,
     evaluate_claims,
@@ -464,6 +465,12 @@ def test_a_significant_a_a_control_fails_the_file():
         check_controls(doc)
     c = counts(doc)
     assert c["controls"]["failed"] == 1 and c["controls"]["passed"] == 8
+    # a control claims nothing: its outcome reads passed / FAILED, never its raw verdict
+    by_id = {e["id"]: e for e in doc["claims"]}
+    assert arm_outcome(by_id["aa-control@bandit-graded"], doc) == "control FAILED"
+    assert arm_outcome(by_id["aa-control@digits-binary"], doc) == "control passed"
+    first = next(e for e in doc["claims"] if not e["control"])
+    assert arm_outcome(first, doc) == first["verdict"]
     assert c["exact"] == {"pending": 3}  # no exact testbed in the synthetic data
 
 

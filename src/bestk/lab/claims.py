@@ -92,6 +92,7 @@ __all__ = [
     "TestbedSpec",
     "BUDGETS",
     "arm_id",
+    "arm_outcome",
     "CLAIMS",
     "TESTBEDS",
     "verdict",
@@ -1316,12 +1317,19 @@ def _pm(t: dict[str, Any] | None) -> str:
     return f"{t['diff']:+.4f} [{lo:+.4f}, {hi:+.4f}]"
 
 
-def _verdict_cell(e: dict[str, Any], doc: dict[str, Any]) -> str:
+def arm_outcome(e: dict[str, Any], doc: dict[str, Any]) -> str:
+    """What an arm of ``doc`` came to, in words: its verdict, or for an A/A control (which
+    claims nothing) ``control passed`` / ``control FAILED`` (``pending`` while unjudged)."""
     if not e["control"] or e["verdict"] == "pending":
-        return f"**{e['verdict']}**"
-    if e["id"] in doc["controls"]["failed"]:
+        return str(e["verdict"])
+    return "control FAILED" if e["id"] in doc["controls"]["failed"] else "control passed"
+
+
+def _verdict_cell(e: dict[str, Any], doc: dict[str, Any]) -> str:
+    out = arm_outcome(e, doc)
+    if out == "control FAILED":
         return f"**control FAILED** ({e['verdict']})"
-    return "control passed (not significant)"
+    return "control passed (not significant)" if out == "control passed" else f"**{out}**"
 
 
 def _num(x: float | None) -> str:
