@@ -380,11 +380,19 @@ TESTBEDS: dict[str, TestbedSpec] = {t.id: t for t in [
         "prompts (512 x 16 samples, pass@k for k = 1..16; the primary is pass@16, and pass@4 "
         "= k_train for the PKPO comparison); 8 paired seeds.", 8, "language-permute-kappo",
         f"{_MR} language-permute-kappo",
-        pending_why="rerun pending (about 2.5 CPU-hours): the earlier run, kept in "
-                    "docs/results/data/superseded/, chose each method's rate by mean pass@k "
-                    "and landed at 1e-5, where no method moved from the reference, and ran "
-                    "PKPO with n = 8; the rerun uses one rate for every method (the best "
-                    "validation pass@1 of @k-A*PO with k = 1) and PKPO with n = k = 4"),
+        pending_why="redesign pending: no rate makes @k-A*PO sharpen on this testbed as "
+                    "specified. The earlier run (docs/results/data/superseded/) chose each "
+                    "method's rate by mean pass@k and landed at 1e-5, where no method moved, "
+                    "and ran PKPO with n = 8. This design's 3-seed sweep of k = 1 (validation "
+                    "pass@1 from 0.111: 0.107, 0.107, 0.105, 0.081, 0.024 at 3.3e-6, 1e-5, "
+                    "3e-5, 1e-4, 3e-4) again selects 1e-5, where nothing moves, so its test "
+                    "grid was stopped; one-seed pilots at beta = 0.3 and 1 do no better with "
+                    "32 prompts per step and reach only 0.115 -> 0.134 with 256 (GRPO's "
+                    "on-policy budget on language-permute, where GRPO reaches 0.28), collapsing "
+                    "at 1e-3 (superseded/language-permute-kappo-pilots.json). One on-policy "
+                    "completion per prompt over 80 steps is too little signal for @k-A*PO "
+                    "here; the testbed needs a larger RL budget before its arms can be "
+                    "judged"),
     TestbedSpec(
         "language-reverse", "language", "language: reverse a digit string (sanity task)",
         "The trainer's default task (reverse a digit string, graded positional reward) kept "
