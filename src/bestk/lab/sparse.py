@@ -81,7 +81,7 @@ class SparseConfig(SchemaChecks):
     ns: tuple[Int, ...] = (16, 64)
     parts: Int = Field(3, ge=2, le=4, json_schema_extra={"want": "2, 3 or 4"})
     learners: tuple[str, ...] = SPARSE_LEARNERS
-    seeds: Int = Field(10, ge=1)
+    seeds: Int = Field(16, ge=1)
     hidden: Int = Field(128, ge=1)
     steps: Int = Field(1500, ge=1)
     batch_size: Int = Field(64, ge=1)
