@@ -334,12 +334,12 @@ TESTBEDS: dict[str, TestbedSpec] = {t.id: t for t in [
         "pass rate is about 0.001, so a group of 16 rollouts rarely contains a success and "
         "REINFORCE, GRPO and SoftmaxGRPO differ in how they use the few they get. Exact "
         "maximum likelihood (cross-entropy on the label) is the reference the paper compares "
-        "with.", 10, "sparse", f"{_MR} sparse"),
+        "with.", 16, "sparse", f"{_MR} sparse"),
     TestbedSpec(
         "sparse-n64", "sparse", "sparse classification, 1000 classes, N = 64",
         "The same 1000-class task with 64 rollouts per example: the paper's claim is that "
         "SoftmaxGRPO approaches exact ML as the rollout count grows, so the comparison is "
-        "repeated at a 4x larger group.", 10, "sparse", f"{_MR} sparse"),
+        "repeated at a 4x larger group.", 16, "sparse", f"{_MR} sparse"),
     TestbedSpec(
         "language-permute", "language", "language: anagrams (many correct answers)",
         "A tiny Qwen2 trained from scratch by SFT, then RL with the embedded trainer, on "
