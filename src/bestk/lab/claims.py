@@ -835,8 +835,7 @@ def counts(doc: dict[str, Any]) -> dict[str, dict[str, int]]:
     failed = set(doc["controls"]["failed"])
     for e in doc["claims"]:
         if e["control"]:
-            group, v = "controls", ("pending" if e["verdict"] == "pending" else
-                                    "failed" if e["id"] in failed else "passed")
+            group, v = "controls", _control_outcome(e, failed)
         else:
             group, v = ("exact" if e["kind"] == "exact" else "claims"), e["verdict"]
         out[group][v] = out[group].get(v, 0) + 1
@@ -1325,12 +1324,21 @@ def _pm(t: dict[str, Any] | None) -> str:
     return f"{t['diff']:+.4f} [{lo:+.4f}, {hi:+.4f}]"
 
 
+def _control_outcome(e: dict[str, Any], failed: set[str]) -> str:
+    """An A/A control arm's outcome: ``pending``, ``failed`` (its id in ``failed``) or
+    ``passed``."""
+    if e["verdict"] == "pending":
+        return "pending"
+    return "failed" if e["id"] in failed else "passed"
+
+
 def arm_outcome(e: dict[str, Any], doc: dict[str, Any]) -> str:
     """What an arm of ``doc`` came to, in words: its verdict, or for an A/A control (which
     claims nothing) ``control passed`` / ``control FAILED`` (``pending`` while unjudged)."""
-    if not e["control"] or e["verdict"] == "pending":
+    if not e["control"]:
         return str(e["verdict"])
-    return "control FAILED" if e["id"] in doc["controls"]["failed"] else "control passed"
+    out = _control_outcome(e, set(doc["controls"]["failed"]))
+    return {"passed": "control passed", "failed": "control FAILED"}.get(out, out)
 
 
 def _verdict_cell(e: dict[str, Any], doc: dict[str, Any]) -> str:
