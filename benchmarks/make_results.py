@@ -128,9 +128,10 @@ LANGUAGE: dict[str, dict[str, Any]] = {
         "val_prompts": 256,
     },
     "language-reverse": {
-        "overrides": ["max_steps=80", "rollout.prompts_per_step=32", "eval.n=64",
-                      "eval.every=80", "checkpoint_every=20", "threads=1"],
-        "kappo": False, "seeds": 8, "lr_sweep": [1.5e-4, 3e-4, 6e-4], "sweep_seeds": 1,
+        "overrides": ["task.options={num_eval: 512}", "max_steps=160",
+                      "rollout.prompts_per_step=32", "eval.n=16", "eval.every=160",
+                      "checkpoint_every=20", "threads=1"],
+        "kappo": False, "seeds": 8, "lr_sweep": [1.5e-4, 3e-4, 6e-4], "sweep_seeds": 3,
         "val_prompts": 256,
     },
 }
