@@ -9,6 +9,9 @@
                                                         # runs (complete seeds) without running
     python benchmarks/make_results.py --runs OTHER/runs/lab --collect language-permute
                                       # ... from another checkout's run directory
+    python benchmarks/make_results.py --save-cache language-reverse  # pack the finished runs
+                                      # of an unfinished grid into benchmarks/grid_cache/
+                                      # (commit it: --reuse restores them in a new checkout)
     python benchmarks/make_results.py --render          # claims.json + results.md (and the
                                                         # paired-difference figures) from the
                                                         # committed per-seed data only
@@ -73,6 +76,13 @@ from bestk.stats import mean_ci
 from bestk.train.compare import KappoAuto, Method, method_slug, run_compare
 
 ROOT = Path(__file__).resolve().parents[1]
+
+#: Finished runs of unfinished language grids, committed so that a grid longer than one
+#: working session resumes in a fresh checkout: ``<testbed>.json`` holds the grid's spec and
+#: every finished run's ``result.json`` (a few KB each) by its path under ``runs/<testbed>``.
+#: ``--reuse`` restores them; the run keys inside decide reuse, as for any finished run. A
+#: produced data file makes the testbed's cache obsolete and deletes it.
+GRID_CACHE = ROOT / "benchmarks" / "grid_cache"
 DATA_FORMAT = "bestk.results.testbeds"
 
 
@@ -111,13 +121,15 @@ def _methods(kappo: bool) -> list[Method]:
     return ms
 
 
-#: The language testbeds. Per run: 80 RL steps of 32 prompts x 8 samples (20,480 rollouts)
-#: after 100 SFT steps (shared per seed), held-out evaluation at the start and the end of RL;
-#: learning rate per method from a validation sweep (256 training prompts held out), the grid
-#: extended until the chosen rate is interior. About 60 s of one core per run.
-#: ``language-permute``: 512 held-out prompts x 16 samples (primary pass@8 / best@8, whose
-#: start value lies in [0.2, 0.8]), sweep over 3 seeds; ``language-reverse``: the earlier
-#: design (128 prompts x 64 samples, sweep over 1 seed), kept as committed.
+#: The language testbeds. Per run: RL steps of 32 prompts x 8 samples after 100 SFT steps
+#: (shared per seed), held-out evaluation at the start and the end of RL; learning rate per
+#: method from a validation sweep over 3 seeds (256 training prompts held out), the grid
+#: extended until the chosen rate is interior; 512 held-out test prompts x 16 samples
+#: (primary pass@8 / best@8, whose start value lies in [0.2, 0.8]).
+#: ``language-permute``: 80 steps (20,480 rollouts, about 60 s of one core per run).
+#: ``language-reverse``: 160 steps (40,960 rollouts, about 100 s): its SFT policy starts
+#: lower, and 80 steps did not double GRPO's pass@1 (0.043 -> 0.067 in the earlier design's
+#: data, ``docs/results/data/superseded/language-reverse.json``).
 LANGUAGE: dict[str, dict[str, Any]] = {
     "language-permute": {
         "overrides": ["task.name=permute",
@@ -235,9 +247,11 @@ def _language_spec(name: str, fast: bool) -> dict[str, Any]:
     return spec
 
 
-def run_language(name: str, runs: Path, *, fast: bool, reuse: bool, workers: int) -> None:
+def run_language(name: str, runs: Path, *, fast: bool, reuse: bool, workers: int,
+                 cache: Path = GRID_CACHE) -> None:
     """Run (or resume) one language grid: sweep on the validation split, then the test grid.
-    A run directory made with another spec is deleted first (``spec.json`` is the stamp)."""
+    A run directory made with another spec is deleted first (``spec.json`` is the stamp);
+    with ``reuse`` the finished runs in ``cache`` (:data:`GRID_CACHE`) are restored first."""
     spec = _testbed_spec(name, fast)
     out = runs / name
     stamp = out / "spec.json"
@@ -246,6 +260,11 @@ def run_language(name: str, runs: Path, *, fast: bool, reuse: bool, workers: int
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(stamp, json.dumps(spec, indent=1))
+    if reuse:
+        got = restore_grid_cache(name, runs, cache, fast=fast)
+        if got:
+            print(f"{name}: {got} finished runs restored from {cache / (name + '.json')}",
+                  flush=True)
     methods, _ = _grid_methods(name, spec)
     kp = spec.get("kappo_calibration")
     run_compare(methods, seeds=spec["seeds"], out=out,
@@ -255,6 +274,59 @@ def run_language(name: str, runs: Path, *, fast: bool, reuse: bool, workers: int
                 val_prompts=spec["val_prompts"], kappo=None if kp is None else KappoAuto(**kp),
                 resume=True, select_by=spec.get("select_by"),
                 common_lr_from=spec.get("common_lr_from"))
+
+
+def save_grid_cache(name: str, runs: Path, cache: Path = GRID_CACHE, *,
+                    fast: bool = False) -> int:
+    """Pack the finished runs of ``runs/<name>`` (made with this script's spec) into
+    ``cache/<name>.json``; returns how many runs it holds."""
+    spec = _testbed_spec(name, fast)
+    out = runs / name
+    stamp = out / "spec.json"
+    if not stamp.exists() or json.loads(stamp.read_text()) != spec:
+        raise SystemExit(f"error: no runs of {name} under {runs} with this script's "
+                         f"configuration (run --testbed {name})")
+    results = {p.relative_to(out).as_posix(): json.loads(p.read_text())
+               for p in sorted(out.rglob("result.json"))}
+    cache.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(cache / f"{name}.json", json.dumps(
+        {"testbed": name, "spec": spec, "results": results}, indent=0, sort_keys=True) + "\n")
+    return len(results)
+
+
+def drop_grid_cache(name: str, spec: dict[str, Any], cache: Path = GRID_CACHE) -> bool:
+    """Delete ``cache/<name>.json`` when it was made with ``spec`` (its grid's data file is
+    written, so the cache is obsolete); returns whether it did."""
+    path = cache / f"{name}.json"
+    if path.exists() and json.loads(path.read_text()).get("spec") == spec:
+        path.unlink()
+        return True
+    return False
+
+
+def restore_grid_cache(name: str, runs: Path, cache: Path = GRID_CACHE, *,
+                       fast: bool = False) -> int:
+    """Write the cached ``result.json`` files of ``name`` that ``runs/<name>`` lacks (only
+    from a cache made with this script's spec); returns how many it wrote."""
+    path = cache / f"{name}.json"
+    if not path.exists():
+        return 0
+    saved = json.loads(path.read_text())
+    spec = _testbed_spec(name, fast)
+    if saved.get("spec") != spec:
+        print(f"note: {path} was made with another {name} spec; not restored", flush=True)
+        return 0
+    out = runs / name
+    written = 0
+    for rel, result in saved["results"].items():
+        target = out / rel
+        if target.name != "result.json" or ".." in Path(rel).parts:
+            raise ValueError(f"{path}: entry {rel!r} is not a result.json under {out}")
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(target, json.dumps(result, indent=1))
+            written += 1
+    return written
 
 
 _KEEP = ("distinct", "distinct_correct", "entropy", "reward_mean", "response_len")
@@ -367,7 +439,7 @@ def _reuse_or_run(out: Path, cfg: Any, run: Any, reuse: bool) -> dict[str, Any]:
 
 
 def produce(name: str, runs: Path, docs: Path, *, fast: bool, reuse: bool,
-            workers: int = 1, collect_only: bool = False) -> None:
+            workers: int = 1, collect_only: bool = False, cache: Path = GRID_CACHE) -> None:
     """Run one testbed command and write its per-seed data file."""
     bcfg, dcfg, scfg = _configs(fast)
     t0 = time.time()
@@ -397,7 +469,7 @@ def produce(name: str, runs: Path, docs: Path, *, fast: bool, reuse: bool,
         _copy(runs / "kappo" / "results.md", docs / "results" / "kappo.md")
     elif name in LANGUAGE or name in KAPPO_LANGUAGE:
         if not collect_only:
-            run_language(name, runs, fast=fast, reuse=reuse, workers=workers)
+            run_language(name, runs, fast=fast, reuse=reuse, workers=workers, cache=cache)
         else:  # the runs were made by the checkout that holds them, not necessarily this one
             env["collected_at"] = env["commit"]
             env["commit"] = _git_commit((runs / name).resolve())
@@ -429,6 +501,8 @@ def produce(name: str, runs: Path, docs: Path, *, fast: bool, reuse: bool,
     head = json.dumps({k: v for k, v in doc.items() if k != "testbeds"}, indent=1)
     write_text_atomic(docs / "results" / "data" / f"{name}.json",
                       head[:-2] + ',\n "testbeds": {\n' + body + "\n}}\n")
+    if name in LANGUAGE or name in KAPPO_LANGUAGE:
+        drop_grid_cache(name, config, cache)
 
 
 #: Every testbed command of this script, in the order ``--all`` runs them.
@@ -779,13 +853,11 @@ def render(docs: Path, *, fast: bool = False) -> dict[str, Any]:
         "on a validation split over several seeds whose grid is extended until the chosen rate "
         "is interior (`bestk.lr_sweep`; each arm records `lr_a`, `lr_b`, `lr_grid` and "
         "`lr_interior`); the KAPPO testbed runs every method at one rate, as the paper does; "
-        "language-reverse keeps its earlier one-seed sweep over a fixed grid, so its arms "
-        "whose rate sits at an edge are inconclusive. Earlier runs that a testbed's current "
+        "Earlier runs that a testbed's current "
         "design replaced are kept in `results/data/superseded/` and judge nothing. "
         "Every metric is measured on held-out test data: exact probabilities on the lab "
-        "testbeds; on the language tasks unbiased pass@k / best@k (language-permute: 16 "
-        "samples on each of 512 prompts; language-reverse, the earlier design: 64 samples on "
-        "each of 128 prompts). The primary \"pass@k at the largest k\" is taken at a k whose "
+        "testbeds; on the language tasks unbiased pass@k / best@k from 16 samples on each of "
+        "512 held-out prompts. The primary \"pass@k at the largest k\" is taken at a k whose "
         "start value leaves room to move (`TestbedSpec.primary_k`: 4 on digits, 8 on the "
         "language tasks).\n",
         "Verdicts:\n",
@@ -890,6 +962,11 @@ def main(argv: list[str] | None = None) -> int:
                     choices=[*LANGUAGE, *KAPPO_LANGUAGE],
                     help="gather the finished runs of a language testbed (seeds finished by "
                          "every method) from --runs without running anything")
+    ap.add_argument("--save-cache", action="append", default=[],
+                    choices=[*LANGUAGE, *KAPPO_LANGUAGE],
+                    help="pack the finished runs of a language grid in --runs into "
+                         "benchmarks/grid_cache/<testbed>.json (commit it; --reuse restores "
+                         "them) and exit")
     ap.add_argument("--render", action="store_true", help="only render from the data files")
     ap.add_argument("--check", action="store_true",
                     help="re-render from the committed data into a temporary copy and exit 1 "
@@ -916,6 +993,11 @@ def main(argv: list[str] | None = None) -> int:
                   "matplotlib / FreeType build; results/<testbed>.md: copied from the runs, "
                   "not renderable from the data)")
         return 1 if problems else 0
+    if args.save_cache:
+        for name in args.save_cache:
+            got = save_grid_cache(name, args.runs, fast=args.fast)
+            print(f"{GRID_CACHE / (name + '.json')}: {got} finished runs of {name}")
+        return 0
     names = list(args.testbed)
     if args.all:
         names = list(TESTBED_NAMES)

@@ -320,3 +320,51 @@ def test_the_old_digits_legend_note_names_the_shifted_learners():
            "digits-graded": {"methods": {"grpo": {}, "argmaxrl": {}}}}
     note = mr._old_digits_legend_note(tbs)
     assert "argmaxrl in the colour labelled maxrl" in note and "grpo in" not in note
+
+
+def test_a_grid_cache_restores_finished_runs_into_a_fresh_run_directory(tmp_path):
+    """--save-cache packs every finished run's result.json of a grid made with the script's
+    spec; --reuse in a fresh checkout writes back exactly the missing ones (a run that is
+    already there is kept); a cache of another spec is not restored; a produced data file
+    deletes the cache of its own spec only; an entry that would land outside the grid is
+    refused."""
+    mr = _make_results()
+    name = "language-reverse"
+    spec = mr._testbed_spec(name, fast=True)
+    runs, cache = tmp_path / "runs", tmp_path / "cache"
+    with pytest.raises(SystemExit, match="no runs of language-reverse"):
+        mr.save_grid_cache(name, runs, cache, fast=True)
+    out = runs / name
+    out.mkdir(parents=True)
+    (out / "spec.json").write_text(json.dumps(spec))
+    rels = ["sweep/lr0.001/grpo/seed0/result.json", "grpo/seed0/result.json",
+            "maxrl/seed1/result.json"]
+    for i, rel in enumerate(rels):
+        (out / rel).parent.mkdir(parents=True)
+        (out / rel).write_text(json.dumps({"key": f"k{i}", "end": {"pass@1": i / 10}}))
+    (out / "maxrl" / "seed0").mkdir(parents=True)  # an unfinished run: nothing to cache
+    (out / "maxrl" / "seed0" / "metrics.jsonl").write_text("{}\n")
+    assert mr.save_grid_cache(name, runs, cache, fast=True) == 3
+
+    fresh = tmp_path / "fresh"
+    (fresh / name / "grpo" / "seed0").mkdir(parents=True)
+    (fresh / name / "grpo" / "seed0" / "result.json").write_text('{"key": "mine"}')
+    assert mr.restore_grid_cache(name, fresh, cache, fast=True) == 2
+    for i, rel in enumerate(rels):
+        got = json.loads((fresh / name / rel).read_text())
+        assert got == ({"key": "mine"} if rel == "grpo/seed0/result.json"
+                       else {"key": f"k{i}", "end": {"pass@1": i / 10}})
+    assert mr.restore_grid_cache(name, fresh, cache, fast=True) == 0  # nothing missing now
+    assert mr.restore_grid_cache(name, tmp_path / "other", cache, fast=False) == 0  # spec
+    assert not (tmp_path / "other").exists()
+    assert mr.restore_grid_cache("language-permute", fresh, cache, fast=True) == 0  # no file
+
+    assert not mr.drop_grid_cache(name, mr._testbed_spec(name, fast=False), cache)
+    assert (cache / f"{name}.json").exists()
+    bad = json.loads((cache / f"{name}.json").read_text())
+    bad["results"]["../escape/result.json"] = {"key": "x"}
+    (cache / f"{name}.json").write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match="not a result.json under"):
+        mr.restore_grid_cache(name, tmp_path / "third", cache, fast=True)
+    assert mr.drop_grid_cache(name, spec, cache)
+    assert not (cache / f"{name}.json").exists()
