@@ -162,6 +162,27 @@ def test_learning_rate_sweep_on_a_validation_split(tmp_path):
     assert not {e["id"] for e in val.train} & {e["id"] for e in val.eval}
 
 
+def test_validation_runs_are_the_sweeps_runs_at_that_rate(tmp_path):
+    """validation_runs (a pilot) trains exactly what one rate of the sweep trains: same split,
+    seed and SFT start, so the same validation metrics; bad arguments are refused."""
+    run_compare(["grpo"], seeds=1, out=tmp_path / "cmp", max_steps=1, overrides=TINY,
+                progress=False, lr_sweep=[1e-3], sweep_seeds=1, val_prompts=8)
+    swept = json.loads((tmp_path / "cmp" / "sweep" / "lr0.001" / "grpo" / "seed0" /
+                        "result.json").read_text())
+    got = cmp.validation_runs([Method("grpo", "grpo")], lr=1e-3, out=tmp_path / "pilot",
+                              overrides=[*TINY, "max_steps=1"], val_prompts=8)
+    assert set(got) == {"grpo"} and set(got["grpo"]) == {"seed0"}
+    assert got["grpo"]["seed0"]["end"] == swept["end"]
+    assert got["grpo"]["seed0"]["start"] == swept["start"]
+    assert (tmp_path / "pilot" / "lr0.001" / "grpo" / "seed0" / "result.json").exists()
+    for kw, msg in (({"lr": 0.0}, "lr must be > 0"), ({"lr": 1e-3, "seeds": 0}, "seeds"),
+                    ({"lr": 1e-3, "workers": 0}, "workers")):
+        with pytest.raises(ValueError, match=msg):
+            cmp.validation_runs([Method("grpo", "grpo")], out=tmp_path / "bad", **kw)
+    with pytest.raises(ValueError, match="at least one method"):
+        cmp.validation_runs([], lr=1e-3, out=tmp_path / "bad")
+
+
 def test_kappo_auto_calibrates_on_every_training_prompt(tmp_path):
     run_compare(["grpo", Method("kappo", "kappo_grpo", {"calibration": "auto"})], seeds=1,
                 out=tmp_path / "cmp", max_steps=1, overrides=TINY, progress=False,

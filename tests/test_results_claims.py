@@ -368,3 +368,40 @@ def test_a_grid_cache_restores_finished_runs_into_a_fresh_run_directory(tmp_path
         mr.restore_grid_cache(name, tmp_path / "third", cache, fast=True)
     assert mr.drop_grid_cache(name, spec, cache)
     assert not (cache / f"{name}.json").exists()
+
+
+def _language_pilot():
+    import importlib.util
+
+    path = DOCS.parent / "benchmarks" / "language_pilot.py"
+    spec = importlib.util.spec_from_file_location("language_pilot", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_language_pilot_records_validation_trajectories(tmp_path):
+    """language_pilot.py runs a method of a testbed at a rate on the validation split with
+    extra overrides, records start, the evaluations along RL and end, merges a rerun into the
+    same record (by method, overrides, rate and seed) and refuses unknown methods and bad
+    overrides before running anything."""
+    lp = _language_pilot()
+    record = tmp_path / "pilots.json"
+    args = ["--testbed", "language-reverse", "--fast", "--method", "grpo", "--lr", "1e-3",
+            "--set", "max_steps=4", "--runs", str(tmp_path / "runs"), "--record", str(record)]
+    assert lp.main(args) == 0
+    doc = json.loads(record.read_text())
+    assert doc["testbed"] == "language-reverse" and len(doc["runs"]) == 1
+    r = doc["runs"][0]
+    assert r["method"] == "grpo" and r["overrides"] == ["max_steps=4"] and r["lr"] == 1e-3
+    assert [t["step"] for t in r["trajectory"]] == [0, 1, 2, 3, 4]  # eval.every = 4 // 4
+    assert r["trajectory"][-1]["pass@1"] == r["end"]["pass@1"]
+    assert r["trajectory"][0]["pass@1"] == r["start"]["pass@1"]
+    assert 0.0 <= r["end"]["pass@1"] <= 1.0 and r["wall_seconds"] > 0
+    assert lp.main(args) == 0  # the finished run is reused and its record replaced
+    assert len(json.loads(record.read_text())["runs"]) == 1
+    assert lp.main([*args[:4], "maxrl", *args[5:], "--lr", "2e-3"]) == 0
+    assert len(json.loads(record.read_text())["runs"]) == 3
+    assert lp.main([*args[:4], "nope", *args[5:]]) == 2
+    assert lp.main([*args[:8], "max_steps=-1", *args[9:]]) == 2
+    assert len(json.loads(record.read_text())["runs"]) == 3

@@ -93,8 +93,8 @@ from bestk.train.validation import (
     validate,
 )
 
-__all__ = ["run_compare", "Method", "KappoAuto", "summarize", "write_summary", "method_slug",
-           "sweep_score"]
+__all__ = ["run_compare", "validation_runs", "Method", "KappoAuto", "summarize",
+           "write_summary", "method_slug", "sweep_score"]
 
 
 def summarize(values: np.ndarray) -> tuple[float, float]:
@@ -602,6 +602,52 @@ def run_compare(
     return write_summary(out, results, base.eval.n)
 
 
+def _validation_config(base: TrainConfig, val_prompts: int) -> TrainConfig:
+    """``base`` on the validation split: its task's last ``val_prompts`` training prompts,
+    held out from training (the ``validation`` task wrapper)."""
+    val = copy.deepcopy(base)
+    val.task.options = {"task": base.task.name, "options": dict(base.task.options),
+                        "size": int(val_prompts)}
+    val.task.name = "validation"
+    return val
+
+
+def validation_runs(
+    methods: Sequence[Method],
+    *,
+    lr: float,
+    out: str | Path,
+    seeds: int = 1,
+    config: Path | None = None,
+    overrides: list[str] | None = None,
+    val_prompts: int = 256,
+    kappo: KappoAuto | None = None,
+    workers: int = 1,
+    progress: bool = False,
+) -> dict[str, dict[str, Any]]:
+    """Every method at one learning rate on the validation split, exactly as one rate of
+    ``run_compare``'s sweep runs it (same split, sweep seeds, shared SFT weights and banks):
+    a pilot of a testbed design before its grid, which never touches the test prompts.
+
+    Returns ``{label: {"seedS": result}}`` (each ``OUT/lr<lr>/<label>/seedS/result.json``;
+    finished runs are reused, interrupted ones resumed)."""
+    if not methods:
+        raise ValueError("validation_runs needs at least one method")
+    if seeds < 1:
+        raise ValueError(f"seeds must be >= 1, got {seeds}")
+    if not lr > 0:
+        raise ValueError(f"lr must be > 0, got {lr}")
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    base = _base_config(config, None, list(overrides or []))
+    val = _validation_config(base, val_prompts)
+    out = Path(out)
+    sweep_seeds = [SWEEP_SEEDS.seed(base.seed, index=j) for j in range(seeds)]
+    return _grid(list(methods), val, sweep_seeds, out / f"lr{lr:g}",
+                 {m.label: float(lr) for m in methods}, kappo, workers, progress, True,
+                 f"validation lr={lr:g}", shared=out)
+
+
 def _sweep(methods: list[Method], base: TrainConfig, out: Path, grid: list[float],
            sweep_seeds: int, val_prompts: int, kappo: KappoAuto | None, workers: int,
            progress: bool, resume: bool, share_bank: bool = True,
@@ -612,10 +658,7 @@ def _sweep(methods: list[Method], base: TrainConfig, out: Path, grid: list[float
     :mod:`bestk.lr_sweep`); writes ``OUT/sweep/selection.json``."""
     if sweep_seeds < 1:
         raise ValueError(f"sweep_seeds must be >= 1, got {sweep_seeds}")
-    val = copy.deepcopy(base)
-    val.task.options = {"task": base.task.name, "options": dict(base.task.options),
-                        "size": int(val_prompts)}
-    val.task.name = "validation"
+    val = _validation_config(base, val_prompts)
     tuned = [m for m in methods if m.control_of is None]
     sdir = out / "sweep"
     if not resume:
