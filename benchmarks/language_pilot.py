@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from bestk._atomic import write_text_atomic
+from bestk.lab.io import write_text_atomic
 from bestk.train.compare import KappoAuto, method_slug, validation_runs
 from bestk.train.config import TrainConfig, apply_overrides
 from bestk.train.rundir import read_metrics
