@@ -361,38 +361,35 @@ TESTBEDS: dict[str, TestbedSpec] = {t.id: t for t in [
         "pairs need a 0/1 reward; pass@k is the same quantity as there. Per seed one SFT "
         "reference (100 steps) and one reference bank of M = 30 samples on every training "
         "prompt (the paper's M; 2,048 prompts, 61,440 samples, shared by all runs of the "
-        "seed and calibrated per k), then 80 RL steps of 32 prompts: @k-A*PO (Eq. 14, one "
+        "seed and calibrated per k), then 320 RL steps of 128 prompts (the paper: up to "
+        "1000 steps of 128): @k-A*PO (Eq. 14, one "
         "on-policy completion per prompt) with k = 1, 2, 4, @k-DPO (Eq. 13, one bank pair per "
         "prompt and step, Bradley-Terry labels) with k = 1, 2, and for the Fig. 3 analogue "
         "@k-A*PO (k = 4) with 2, 4 and 8 completions per prompt and PKPO with n = k = 4 (the "
         "paper's Table 1 setting). "
-        "beta = 0.1 for every KAPPO run: the reference's successful completions have sequence "
+        "beta = 0.3 for every KAPPO run: the reference's successful completions have sequence "
         "log-probabilities around -6 nats (-4 at length 4 to -12 at length 8) and the bank's "
-        "pass rates are mostly 0.03-0.25 (19% of prompts without a success), so at beta = 0.1 "
+        "pass rates are mostly 0.03-0.25 (19% of prompts without a success), so at beta = 0.3 "
         "the pass@1 optimum moves a success by log(p*/q) ~ 2 nats, within reach, and the "
-        "pass@k optima differ across k (p* = 1.0, 0.82, 0.60 at q = 0.1 for k = 1, 2, 4); "
+        "pass@k optima differ across k (p* = 0.76, 0.61, 0.46 at q = 0.1 for k = 1, 2, 4); "
         "the paper's beta ~ 1e-3 is sized for completions of hundreds of tokens and here "
-        "would put the optimum ~1000 nats away. One learning rate for every method (KAPPO "
+        "would put the optimum ~1000 nats away; validation pilots (docs/results/data/pilots/) "
+        "found beta = 0.3 sharpening where 0.1 fell below the reference and 1.0 barely moved. "
+        "One learning rate for every method (KAPPO "
         "trains its k at one rate): the one at which @k-A*PO with k = 1 sharpens most, i.e. "
         "its best validation pass@1 over 3 sweep seeds, the grid extended until interior "
-        "(at the 3e-4 of a pilot every method fell below the reference; at the 1e-5 that "
-        "an earlier per-method sweep chose none moved). Held-out test "
+        "(a one-seed pilot: validation pass@1 0.112 -> 0.148 at 1e-4, 0.143 at 3e-4). "
+        "Held-out test "
         "prompts (512 x 16 samples, pass@k for k = 1..16; the primary is pass@16, and pass@4 "
         "= k_train for the PKPO comparison); 8 paired seeds.", 8, "language-permute-kappo",
         f"{_MR} language-permute-kappo",
-        pending_why="redesign pending: no rate makes @k-A*PO sharpen on this testbed as "
-                    "specified. The earlier run (docs/results/data/superseded/) chose each "
-                    "method's rate by mean pass@k and landed at 1e-5, where no method moved, "
-                    "and ran PKPO with n = 8. This design's 3-seed sweep of k = 1 (validation "
-                    "pass@1 from 0.111: 0.107, 0.107, 0.105, 0.081, 0.024 at 3.3e-6, 1e-5, "
-                    "3e-5, 1e-4, 3e-4) again selects 1e-5, where nothing moves, so its test "
-                    "grid was stopped; one-seed pilots at beta = 0.3 and 1 do no better with "
-                    "32 prompts per step and reach only 0.115 -> 0.134 with 256 (GRPO's "
-                    "on-policy budget on language-permute, where GRPO reaches 0.28), collapsing "
-                    "at 1e-3 (superseded/language-permute-kappo-pilots.json). One on-policy "
-                    "completion per prompt over 80 steps is too little signal for @k-A*PO "
-                    "here; the testbed needs a larger RL budget before its arms can be "
-                    "judged"),
+        pending_why="grid under way: this design (320 steps of 128 prompts, beta = 0.3) "
+                    "takes about 17 CPU-hours, longer than a working session; its finished "
+                    "runs are committed in benchmarks/grid_cache/language-permute-kappo.json "
+                    "and resume with --reuse. Earlier designs of 80 RL steps did not sharpen "
+                    "@k-A*PO (docs/results/data/superseded/: their sweeps chose 1e-5, where "
+                    "nothing moved; pilots at 32 and 256 prompts per step reached at most "
+                    "0.115 -> 0.134 in pass@1)"),
     TestbedSpec(
         "language-reverse", "language", "language: reverse a digit string (sanity task)",
         "The trainer's default task (reverse a digit string, graded positional reward) kept "
@@ -541,9 +538,9 @@ CLAIMS: tuple[ClaimSpec, ...] = (
         "kappo-apo-matches-pkpo",
         "@k-A*PO (k = 4) with n on-policy completions per prompt matches PKPO with n = k = 4 "
         "at k_eval = k_train = 4: held-out pass@4 non-inferior within 0.02. The budgets differ "
-        "by design: @k-A*PO samples n x 2,560 on-policy completions (n = 1, 2, 4, 8) plus the "
-        "one-time reference bank (61,440 samples, shared by every KAPPO run of the seed), "
-        "PKPO 10,240",
+        "by design: @k-A*PO samples n x 40,960 on-policy completions (n = 1, 2, 4, 8) plus "
+        "the one-time reference bank (61,440 samples, shared by every KAPPO run of the seed), "
+        "PKPO 163,840",
         _KAPPO + ", section 6, Figure 3 and Table 1 (@k-A*PO with one completion vs PKPO with "
                  "n = k)",
         "trained",
