@@ -249,6 +249,12 @@ def _language_spec(name: str, fast: bool) -> dict[str, Any]:
     return spec
 
 
+def _made_with(out: Path, spec: dict[str, Any]) -> bool:
+    """Whether the grid directory ``out`` was made with ``spec`` (its ``spec.json`` stamp)."""
+    stamp = out / "spec.json"
+    return stamp.exists() and json.loads(stamp.read_text()) == spec
+
+
 def run_language(name: str, runs: Path, *, fast: bool, reuse: bool, workers: int,
                  cache: Path = GRID_CACHE) -> None:
     """Run (or resume) one language grid: sweep on the validation split, then the test grid.
@@ -256,12 +262,10 @@ def run_language(name: str, runs: Path, *, fast: bool, reuse: bool, workers: int
     with ``reuse`` the finished runs in ``cache`` (:data:`GRID_CACHE`) are restored first."""
     spec = _testbed_spec(name, fast)
     out = runs / name
-    stamp = out / "spec.json"
-    if out.exists() and (not reuse or not stamp.exists()
-                         or json.loads(stamp.read_text()) != spec):
+    if out.exists() and not (reuse and _made_with(out, spec)):
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(stamp, json.dumps(spec, indent=1))
+    write_text_atomic(out / "spec.json", json.dumps(spec, indent=1))
     if reuse:
         got = restore_grid_cache(name, runs, cache, fast=fast)
         if got:
@@ -284,10 +288,8 @@ def save_grid_cache(name: str, runs: Path, cache: Path = GRID_CACHE, *,
     ``cache/<name>.json``; returns how many runs it holds."""
     spec = _testbed_spec(name, fast)
     out = runs / name
-    stamp = out / "spec.json"
-    if not stamp.exists() or json.loads(stamp.read_text()) != spec:
-        raise SystemExit(f"error: no runs of {name} under {runs} with this script's "
-                         f"configuration (run --testbed {name})")
+    if not _made_with(out, spec):
+        raise SystemExit(_no_runs(name, runs))
     results = {p.relative_to(out).as_posix(): json.loads(p.read_text())
                for p in sorted(out.rglob("result.json"))}
     cache.mkdir(parents=True, exist_ok=True)
@@ -296,14 +298,27 @@ def save_grid_cache(name: str, runs: Path, cache: Path = GRID_CACHE, *,
     return len(results)
 
 
+def _no_runs(name: str, runs: Path) -> str:
+    return (f"error: no runs of {name} under {runs} with this script's configuration "
+            f"(run --testbed {name})")
+
+
+def _grid_cache_of(name: str, spec: dict[str, Any], cache: Path) -> dict[str, Any] | None:
+    """The cache of ``name`` in ``cache`` when there is one made with ``spec``."""
+    path = cache / f"{name}.json"
+    if not path.exists():
+        return None
+    saved = json.loads(path.read_text())
+    return saved if saved.get("spec") == spec else None
+
+
 def drop_grid_cache(name: str, spec: dict[str, Any], cache: Path = GRID_CACHE) -> bool:
     """Delete ``cache/<name>.json`` when it was made with ``spec`` (its grid's data file is
     written, so the cache is obsolete); returns whether it did."""
-    path = cache / f"{name}.json"
-    if path.exists() and json.loads(path.read_text()).get("spec") == spec:
-        path.unlink()
-        return True
-    return False
+    if _grid_cache_of(name, spec, cache) is None:
+        return False
+    (cache / f"{name}.json").unlink()
+    return True
 
 
 def restore_grid_cache(name: str, runs: Path, cache: Path = GRID_CACHE, *,
@@ -311,12 +326,11 @@ def restore_grid_cache(name: str, runs: Path, cache: Path = GRID_CACHE, *,
     """Write the cached ``result.json`` files of ``name`` that ``runs/<name>`` lacks (only
     from a cache made with this script's spec); returns how many it wrote."""
     path = cache / f"{name}.json"
-    if not path.exists():
-        return 0
-    saved = json.loads(path.read_text())
-    spec = _testbed_spec(name, fast)
-    if saved.get("spec") != spec:
-        print(f"note: {path} was made with another {name} spec; not restored", flush=True)
+    saved = _grid_cache_of(name, _testbed_spec(name, fast), cache)
+    if saved is None:
+        if path.exists():
+            print(f"note: {path} was made with another {name} spec; not restored",
+                  flush=True)
         return 0
     out = runs / name
     written = 0
@@ -339,8 +353,7 @@ def collect_language(name: str, runs: Path, *, fast: bool) -> dict[str, Any] | N
     every method), or ``None`` when nothing is finished yet."""
     spec = _testbed_spec(name, fast)
     out = runs / name
-    stamp = out / "spec.json"
-    if not stamp.exists() or json.loads(stamp.read_text()) != spec:
+    if not _made_with(out, spec):
         return None
     _, methods = _grid_methods(name, spec)
     per: dict[str, dict[int, dict[str, Any]]] = {}
@@ -477,8 +490,7 @@ def produce(name: str, runs: Path, docs: Path, *, fast: bool, reuse: bool,
             env["commit"] = _git_commit((runs / name).resolve())
         tb = collect_language(name, runs, fast=fast)
         if tb is None:
-            raise SystemExit(f"error: no runs of {name} under {runs} with this script's "
-                             f"configuration (run --testbed {name})")
+            raise SystemExit(_no_runs(name, runs))
         tbs = {name: tb}
         wall = tb["wall_seconds"]
         config = tb["spec"]
@@ -854,7 +866,7 @@ def render(docs: Path, *, fast: bool = False) -> dict[str, Any]:
         "which its text and its rollouts column say. Every learning rate comes from a sweep "
         "on a validation split over several seeds whose grid is extended until the chosen rate "
         "is interior (`bestk.lr_sweep`; each arm records `lr_a`, `lr_b`, `lr_grid` and "
-        "`lr_interior`); the KAPPO testbed runs every method at one rate, as the paper does; "
+        "`lr_interior`); the KAPPO testbed runs every method at one rate, as the paper does. "
         "Earlier runs that a testbed's current "
         "design replaced are kept in `results/data/superseded/` and judge nothing. "
         "Every metric is measured on held-out test data: exact probabilities on the lab "

@@ -176,14 +176,19 @@ def test_methods_of_a_seed_start_from_the_same_weights(committed):
         assert len(starts) == 1, tid
 
 
-def _make_results():
+def _benchmark_script(name: str):
+    """The module of ``benchmarks/<name>.py``."""
     import importlib.util
 
-    path = DOCS.parent / "benchmarks" / "make_results.py"
-    spec = importlib.util.spec_from_file_location("make_results", path)
+    path = DOCS.parent / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _make_results():
+    return _benchmark_script("make_results")
 
 
 def test_committed_language_data_come_from_this_scripts_specs(committed):
@@ -370,22 +375,12 @@ def test_a_grid_cache_restores_finished_runs_into_a_fresh_run_directory(tmp_path
     assert not (cache / f"{name}.json").exists()
 
 
-def _language_pilot():
-    import importlib.util
-
-    path = DOCS.parent / "benchmarks" / "language_pilot.py"
-    spec = importlib.util.spec_from_file_location("language_pilot", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_a_language_pilot_records_validation_trajectories(tmp_path):
     """language_pilot.py runs a method of a testbed at a rate on the validation split with
     extra overrides, records start, the evaluations along RL and end, merges a rerun into the
     same record (by method, overrides, rate and seed) and refuses unknown methods and bad
     overrides before running anything."""
-    lp = _language_pilot()
+    lp = _benchmark_script("language_pilot")
     record = tmp_path / "pilots.json"
     args = ["--testbed", "language-reverse", "--fast", "--method", "grpo", "--lr", "1e-3",
             "--set", "max_steps=4", "--runs", str(tmp_path / "runs"), "--record", str(record)]
