@@ -384,7 +384,7 @@ TESTBEDS: dict[str, TestbedSpec] = {t.id: t for t in [
         "= k_train for the PKPO comparison); 8 paired seeds.", 8, "language-permute-kappo",
         f"{_MR} language-permute-kappo",
         pending_why="grid under way: this design (320 steps of 128 prompts, beta = 0.3) "
-                    "takes about 17 CPU-hours, longer than a working session; its finished "
+                    "takes about 13 CPU-hours, longer than a working session; its finished "
                     "runs are committed in benchmarks/grid_cache/language-permute-kappo.json "
                     "and resume with --reuse. Earlier designs of 80 RL steps did not sharpen "
                     "@k-A*PO (docs/results/data/superseded/: their sweeps chose 1e-5, where "
