@@ -269,7 +269,7 @@ def run_language(name: str, runs: Path, *, fast: bool, reuse: bool, workers: int
     if reuse:
         got = restore_grid_cache(name, runs, cache, fast=fast)
         if got:
-            print(f"{name}: {got} finished runs restored from {cache / (name + '.json')}",
+            print(f"{name}: {got} finished runs restored from {grid_cache_file(name, cache)}",
                   flush=True)
     methods, _ = _grid_methods(name, spec)
     kp = spec.get("kappo_calibration")
@@ -293,7 +293,7 @@ def save_grid_cache(name: str, runs: Path, cache: Path = GRID_CACHE, *,
     results = {p.relative_to(out).as_posix(): json.loads(p.read_text())
                for p in sorted(out.rglob("result.json"))}
     cache.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(cache / f"{name}.json", json.dumps(
+    write_text_atomic(grid_cache_file(name, cache), json.dumps(
         {"testbed": name, "spec": spec, "results": results}, indent=0, sort_keys=True) + "\n")
     return len(results)
 
@@ -303,9 +303,14 @@ def _no_runs(name: str, runs: Path) -> str:
             f"(run --testbed {name})")
 
 
+def grid_cache_file(name: str, cache: Path = GRID_CACHE) -> Path:
+    """Where the grid cache of testbed ``name`` lives: ``cache/<name>.json``."""
+    return cache / f"{name}.json"
+
+
 def _grid_cache_of(name: str, spec: dict[str, Any], cache: Path) -> dict[str, Any] | None:
     """The cache of ``name`` in ``cache`` when there is one made with ``spec``."""
-    path = cache / f"{name}.json"
+    path = grid_cache_file(name, cache)
     if not path.exists():
         return None
     saved = json.loads(path.read_text())
@@ -317,7 +322,7 @@ def drop_grid_cache(name: str, spec: dict[str, Any], cache: Path = GRID_CACHE) -
     written, so the cache is obsolete); returns whether it did."""
     if _grid_cache_of(name, spec, cache) is None:
         return False
-    (cache / f"{name}.json").unlink()
+    grid_cache_file(name, cache).unlink()
     return True
 
 
@@ -325,7 +330,7 @@ def restore_grid_cache(name: str, runs: Path, cache: Path = GRID_CACHE, *,
                        fast: bool = False) -> int:
     """Write the cached ``result.json`` files of ``name`` that ``runs/<name>`` lacks (only
     from a cache made with this script's spec); returns how many it wrote."""
-    path = cache / f"{name}.json"
+    path = grid_cache_file(name, cache)
     saved = _grid_cache_of(name, _testbed_spec(name, fast), cache)
     if saved is None:
         if path.exists():
@@ -1010,7 +1015,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.save_cache:
         for name in args.save_cache:
             got = save_grid_cache(name, args.runs, fast=args.fast)
-            print(f"{GRID_CACHE / (name + '.json')}: {got} finished runs of {name}")
+            print(f"{grid_cache_file(name)}: {got} finished runs of {name}")
         return 0
     names = list(args.testbed)
     if args.all:
