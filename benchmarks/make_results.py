@@ -160,9 +160,9 @@ KAPPO = KappoAuto(k=4, beta=1e-3, bank_n=30, kind="binary")
 #: validation pass@1, its own objective, over 3 sweep seeds, the grid extended until
 #: interior). Methods: @k-A*PO with k = 1, 2, 4 (one on-policy completion per prompt) and
 #: k = 4 with 2, 4, 8; @k-DPO with k = 1, 2; PKPO with n = k = 4 (the paper's Table 1
-#: setting); an A/A control of k = 1. About 13 CPU-hours, from the first runs' times (the
-#: n = 8 runs dominate): longer than a working session, so its finished runs travel in
-#: ``benchmarks/grid_cache/``.
+#: setting); an A/A control of k = 1. 7.6 CPU-hours of training (92 runs' ``wall_seconds``;
+#: the n = 8 runs dominate): longer than a working session, so its finished runs travelled
+#: in ``benchmarks/grid_cache/`` until the grid was complete.
 KAPPO_LANGUAGE: dict[str, dict[str, Any]] = {
     "language-permute-kappo": {
         "overrides": ["task.name=permute",

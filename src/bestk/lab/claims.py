@@ -381,15 +381,9 @@ TESTBEDS: dict[str, TestbedSpec] = {t.id: t for t in [
         "(a one-seed pilot: validation pass@1 0.112 -> 0.148 at 1e-4, 0.143 at 3e-4). "
         "Held-out test "
         "prompts (512 x 16 samples, pass@k for k = 1..16; the primary is pass@16, and pass@4 "
-        "= k_train for the PKPO comparison); 8 paired seeds.", 8, "language-permute-kappo",
-        f"{_MR} language-permute-kappo",
-        pending_why="grid under way: this design (320 steps of 128 prompts, beta = 0.3) "
-                    "takes about 13 CPU-hours, longer than a working session; its finished "
-                    "runs are committed in benchmarks/grid_cache/language-permute-kappo.json "
-                    "and resume with --reuse. Earlier designs of 80 RL steps did not sharpen "
-                    "@k-A*PO (docs/results/data/superseded/: their sweeps chose 1e-5, where "
-                    "nothing moved; pilots at 32 and 256 prompts per step reached at most "
-                    "0.115 -> 0.134 in pass@1)"),
+        "= k_train for the PKPO comparison); 8 paired seeds. Two earlier designs of 80 RL "
+        "steps, where @k-A*PO barely moved, are kept in docs/results/data/superseded/ and "
+        "judge nothing.", 8, "language-permute-kappo", f"{_MR} language-permute-kappo"),
     TestbedSpec(
         "language-reverse", "language", "language: reverse a digit string (sanity task)",
         "The trainer's default task (reverse a digit string, graded positional reward) kept "
