@@ -311,3 +311,70 @@ def test_one_common_rate_chosen_by_one_methods_validation_metric(tmp_path):
     with pytest.raises(ValueError, match="need an lr_sweep"):
         run_compare(["grpo"], seeds=1, out=tmp_path / "y", max_steps=1, overrides=TINY,
                     progress=False, select_by="pass@1")
+
+
+def test_weights_digest_reads_the_tensors_not_the_file(tmp_path):
+    import torch
+
+    state = {"b": torch.arange(6, dtype=torch.float32).reshape(2, 3), "a": torch.ones(2)}
+    torch.save(state, tmp_path / "one.pt")
+    torch.save({"a": torch.ones(2), "b": state["b"].clone()}, tmp_path / "two.pt")
+    assert cmp.weights_digest(tmp_path / "one.pt") == cmp.weights_digest(tmp_path / "two.pt")
+    nudged = state["b"].clone()
+    nudged[1, 2] = torch.nextafter(nudged[1, 2], torch.tensor(10.0))  # one ulp
+    torch.save({**state, "b": nudged}, tmp_path / "ulp.pt")
+    torch.save({**state, "b": state["b"].double()}, tmp_path / "f64.pt")
+    torch.save({**state, "b": state["b"].reshape(3, 2)}, tmp_path / "shape.pt")
+    digests = {cmp.weights_digest(tmp_path / f"{n}.pt") for n in ("one", "ulp", "f64", "shape")}
+    assert len(digests) == 4
+
+
+def test_runs_and_banks_made_from_other_sft_weights_are_redone(tmp_path):
+    """A grid resumed where the seed's SFT weights came out different in the last bits (they
+    were recomputed on another machine) redoes what was made from the old weights, so the
+    runs of a seed stay paired; with unchanged weights nothing is redone."""
+    import torch
+
+    from tests.test_train import KAPPO_TINY
+
+    methods = [Method("apo(k=1)", "grpo", overrides=("algorithm=apo", "kappo.k=1"))]
+    kw = dict(seeds=1, max_steps=1, overrides=KAPPO_TINY, progress=False)
+    out = tmp_path / "cmp"
+    run_compare(methods, out=out, **kw)
+    sft = out / "_sft" / "seed0.pt"
+    result = out / cmp.method_slug("apo(k=1)") / "seed0" / "result.json"
+    bank = next((out / "_bank").iterdir()) / "bank.jsonl"
+    first = json.loads(result.read_text())
+    assert first["run"]["reference_weights"] == cmp.weights_digest(sft)
+    stamps = (result.stat().st_mtime_ns, bank.stat().st_mtime_ns)
+    run_compare(methods, out=out, **kw)
+    assert (result.stat().st_mtime_ns, bank.stat().st_mtime_ns) == stamps  # nothing redone
+
+    state = torch.load(sft)
+    name = next(n for n, t in state.items() if t.is_floating_point() and t.numel())
+    flat = state[name].view(-1)
+    flat[0] = torch.nextafter(flat[0], flat[0] + 1)  # what a different CPU's kernels can do
+    torch.save(state, sft)  # the SFT key beside it is unchanged: same configuration
+    run_compare(methods, out=out, **kw)
+    again = json.loads(result.read_text())
+    assert again["run"]["reference_weights"] == cmp.weights_digest(sft) != first[
+        "run"]["reference_weights"]
+    assert again["key"] != first["key"]
+    assert result.stat().st_mtime_ns != stamps[0] and bank.stat().st_mtime_ns != stamps[1]
+
+
+def test_recomputed_sft_weights_get_a_new_kappo_calibration(tmp_path):
+    from bestk.kappo import Calibration, calibrate
+
+    kw = dict(seeds=1, out=tmp_path / "cmp", max_steps=1, overrides=TINY, progress=False,
+              kappo=KappoAuto(k=2, beta=0.1, bank_n=4))
+    methods = [Method("kappo", "kappo_grpo", {"calibration": "auto"})]
+    run_compare(methods, **kw)
+    cal = tmp_path / "cmp" / "_calibration" / "seed0.json"
+    want = Calibration.load(cal).checksum
+    (tmp_path / "cmp" / "_sft" / "seed0.pt.json").unlink()  # the weights must be recomputed
+    # ... so a calibration left from the old ones must not survive
+    calibrate({0: [0.0, 1.0]}, k=2, beta=0.1, kind="binary").save(cal)
+    assert Calibration.load(cal).checksum != want
+    run_compare(methods, **kw)
+    assert Calibration.load(cal).checksum == want

@@ -30,7 +30,11 @@ Runs execute in ``workers`` processes (each single-threaded; 1 = in this process
 then the runs seed by seed. Every finished run writes ``OUT/<label>/seed<S>/result.json``
 atomically; a rerun with the same configuration skips finished runs and continues an
 interrupted one from its last checkpoint (``resume=True``), so a killed grid resumes where it
-stopped. Finally ``OUT/results.json`` (``{label: {"seedS": {"start", "end", "run"}}}``),
+stopped. What is made from a seed's SFT weights (runs, shared banks, calibrations) is keyed by
+their digest too (:func:`weights_digest`, recorded as ``run.reference_weights``): where the
+weights are recomputed and come out different in the last bits (another machine's kernels),
+what was made from the old ones is redone, so the runs of a seed stay paired.
+Finally ``OUT/results.json`` (``{label: {"seedS": {"start", "end", "run"}}}``),
 ``OUT/compare.md`` and ``OUT/compare.png``.
 """
 
@@ -155,6 +159,23 @@ def _fingerprint(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def weights_digest(path: str | Path) -> str:
+    """SHA-256 (16 hex digits) of the tensors of a saved state dict: names, dtypes, shapes and
+    bytes in name order, so equal weights give equal digests whatever the file's container.
+
+    A grid keys every run, bank and calibration made from a seed's SFT weights by this digest,
+    not only by the SFT configuration: recomputing the weights on another machine (a resumed
+    or restored grid) can change them in the last float bits, and runs made from different
+    weights would no longer be paired."""
+    state = torch.load(path, map_location="cpu")
+    h = hashlib.sha256()
+    for name in sorted(state):
+        t = state[name].detach().contiguous().cpu()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()[:16]
+
+
 def _non_default(value: Any, default: Any) -> Any:
     """The parts of a nested config dict that differ from the defaults (``None`` if none).
 
@@ -263,6 +284,8 @@ def _sft_job(cfg_dict: dict[str, Any], path: str, kappo: dict[str, Any] | None,
     key = _sft_key(cfg)
     meta = Path(path + ".json")
     if not (Path(path).exists() and meta.exists() and json.loads(meta.read_text()) == key):
+        if cal_path is not None:  # made from the weights this replaces
+            Path(cal_path).unlink(missing_ok=True)
         weights = sft_weights(cfg)
         with atomic_path(path) as tmp:
             torch.save(weights, tmp)
@@ -350,9 +373,12 @@ def _prompt_fingerprint(tr: Any) -> str:
     return _fingerprint({"task": tr.task.name, "train": ids, "eval": ev})
 
 
-def _rl_job(cfg_dict: dict[str, Any], sft_path: str | None, label: str, key: str) -> dict:
+def _rl_job(cfg_dict: dict[str, Any], sft_path: str | None, label: str, key: str,
+            weights: str | None = None) -> dict:
     """One RL run from the seed's SFT weights (resumed from its checkpoint if it has one);
-    writes ``result.json`` atomically and returns it."""
+    writes ``result.json`` atomically and returns it. ``key`` identifies the run (its
+    configuration and, with SFT, the digest ``weights`` of the SFT weights): a finished result
+    or a checkpoint made under another key is not reused."""
     try:
         from transformers.utils import logging as hf_logging
 
@@ -402,6 +428,7 @@ def _rl_job(cfg_dict: dict[str, Any], sft_path: str | None, label: str, key: str
         "lr": cfg.optim.lr,
         "seed": cfg.seed,
         "sampling_seed": tr.sampling_seed,
+        "reference_weights": weights,  # weights_digest of the SFT warm start (None: none)
         "wall_seconds": time.perf_counter() - t0,
     }
     out = {"label": label, "key": key, "run": run,
@@ -509,10 +536,17 @@ def _grid(methods: list[Method], base: TrainConfig, seeds: Sequence[int], out: P
                 shutil.rmtree(cfg.out, ignore_errors=True)
             runs.append((i, m.label, cfg, sft_path, key))
     _execute(sft_jobs, workers, progress, f"{what}: SFT")
-    _execute([(_bank_job, config_to_dict(c), sft, bdir, bkey, comp)
+    # what was made from a seed's SFT weights is keyed by their digest too (weights_digest)
+    digests = {p: weights_digest(p) for p in {sft for *_, sft, _ in runs} if p is not None}
+
+    def with_weights(key: str, sft: str | None) -> str:
+        return key if sft is None else _fingerprint({"key": key, "weights": digests[sft]})
+
+    _execute([(_bank_job, config_to_dict(c), sft, bdir, with_weights(bkey, sft), comp)
               for bdir, (c, sft, bkey, comp) in banks.items()], workers, progress,
              f"{what}: KAPPO banks")
-    results = _execute([(_rl_job, config_to_dict(cfg), sft, label, key)
+    results = _execute([(_rl_job, config_to_dict(cfg), sft, label, with_weights(key, sft),
+                         None if sft is None else digests[sft])
                         for _, label, cfg, sft, key in runs], workers, progress, f"{what}: RL")
     grid: dict[str, dict[str, Any]] = {m.label: {} for m in methods}
     for (i, label, *_), res in zip(runs, results, strict=True):
