@@ -316,9 +316,11 @@ def test_one_common_rate_chosen_by_one_methods_validation_metric(tmp_path):
 def test_weights_digest_reads_the_tensors_not_the_file(tmp_path):
     import torch
 
-    state = {"b": torch.arange(6, dtype=torch.float32).reshape(2, 3), "a": torch.ones(2)}
+    state = {"b": torch.arange(6, dtype=torch.float32).reshape(2, 3), "a": torch.ones(2),
+             "steps": torch.tensor(3), "empty": torch.zeros(0)}  # 0-dim and empty tensors too
     torch.save(state, tmp_path / "one.pt")
-    torch.save({"a": torch.ones(2), "b": state["b"].clone()}, tmp_path / "two.pt")
+    torch.save({"empty": torch.zeros(0), "steps": torch.tensor(3), "a": torch.ones(2),
+                "b": state["b"].clone()}, tmp_path / "two.pt")
     assert cmp.weights_digest(tmp_path / "one.pt") == cmp.weights_digest(tmp_path / "two.pt")
     nudged = state["b"].clone()
     nudged[1, 2] = torch.nextafter(nudged[1, 2], torch.tensor(10.0))  # one ulp

@@ -30,10 +30,11 @@ Runs execute in ``workers`` processes (each single-threaded; 1 = in this process
 then the runs seed by seed. Every finished run writes ``OUT/<label>/seed<S>/result.json``
 atomically; a rerun with the same configuration skips finished runs and continues an
 interrupted one from its last checkpoint (``resume=True``), so a killed grid resumes where it
-stopped. What is made from a seed's SFT weights (runs, shared banks, calibrations) is keyed by
-their digest too (:func:`weights_digest`, recorded as ``run.reference_weights``): where the
-weights are recomputed and come out different in the last bits (another machine's kernels),
-what was made from the old ones is redone, so the runs of a seed stay paired.
+stopped. Runs and shared banks made from a seed's SFT weights are keyed by their digest too
+(:func:`weights_digest`, recorded as ``run.reference_weights``), and recomputed weights drop
+the seed's KAPPO calibration: where the weights come out different in the last bits (another
+machine's kernels), what was made from the old ones is redone, so the runs of a seed stay
+paired.
 Finally ``OUT/results.json`` (``{label: {"seedS": {"start", "end", "run"}}}``),
 ``OUT/compare.md`` and ``OUT/compare.png``.
 """
@@ -163,16 +164,16 @@ def weights_digest(path: str | Path) -> str:
     """SHA-256 (16 hex digits) of the tensors of a saved state dict: names, dtypes, shapes and
     bytes in name order, so equal weights give equal digests whatever the file's container.
 
-    A grid keys every run, bank and calibration made from a seed's SFT weights by this digest,
-    not only by the SFT configuration: recomputing the weights on another machine (a resumed
-    or restored grid) can change them in the last float bits, and runs made from different
+    A grid keys every run and shared bank made from a seed's SFT weights by this digest, not
+    only by the SFT configuration: recomputing the weights on another machine (a resumed or
+    restored grid) can change them in the last float bits, and runs made from different
     weights would no longer be paired."""
     state = torch.load(path, map_location="cpu")
     h = hashlib.sha256()
     for name in sorted(state):
         t = state[name].detach().contiguous().cpu()
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())  # 0-dim and empty too
     return h.hexdigest()[:16]
 
 
