@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 from bestk.train.config import TrainConfig, apply_overrides
-from bestk.train.loop import Trainer
-from bestk.train.rundir import read_metrics
+from bestk.train.run.directory import read_metrics
+from bestk.train.trainer import Trainer
 
 #: The task, RL and KAPPO settings of the ``language-permute-kappo`` testbed (make_results).
 BASE = ["task.name=permute",

@@ -5,7 +5,7 @@
         --set kappo.beta=0.3 --workers 2
 
 Each (method, rate, seed) runs as one rate of ``make_results.py``'s learning-rate sweep runs
-it (:func:`bestk.train.compare.validation_runs`: the testbed's configuration plus the ``--set``
+it (:func:`bestk.compare.validation_runs`: the testbed's configuration plus the ``--set``
 overrides, the last 256 training prompts held out as the validation split, sweep seeds, one SFT
 policy and reference bank per seed), with held-out validation evaluations at four points of
 RL, so the record shows whether and when a design trains. The test prompts are never used.
@@ -27,10 +27,10 @@ from typing import Any
 
 import torch
 
+from bestk.compare import KappoAuto, method_slug, validation_runs
 from bestk.lab.io import write_text_atomic
-from bestk.train.compare import KappoAuto, method_slug, validation_runs
 from bestk.train.config import TrainConfig, apply_overrides
-from bestk.train.rundir import read_metrics
+from bestk.train.run.directory import read_metrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import make_results as mr  # noqa: E402  (the testbed specs live in the results script)

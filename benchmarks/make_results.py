@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bestk.compare import KappoAuto, Method, method_slug, run_compare
 from bestk.figures import save_figure
 from bestk.lab import bandit as lab_bandit
 from bestk.lab import digits as lab_digits
@@ -73,7 +74,6 @@ from bestk.lab.io import (
     write_text_atomic,
 )
 from bestk.stats import mean_ci
-from bestk.train.compare import KappoAuto, Method, method_slug, run_compare
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -109,7 +109,7 @@ _TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
          "rollout.n=4", "eval.n=8", "max_steps=2", "eval.every=2"]
 
 
-def _methods(kappo: bool) -> list[Method]:
+def make_methods(kappo: bool) -> list[Method]:
     ms = [Method("grpo", "grpo"),
           Method("grpo (success)", "grpo", overrides=("advantage_reward=success",)),
           Method("maxrl", "maxrl"),
@@ -228,7 +228,7 @@ def _grid_methods(name: str, spec: dict[str, Any]) -> tuple[list[Method], list[M
         base = next(m for m in ms if m.label == spec["control"])
         return ms, [*ms, Method(f"{base.label} (A/A)", base.estimator, dict(base.options),
                                 base.overrides, control_of=base.label)]
-    ms = _methods(spec["kappo"])
+    ms = make_methods(spec["kappo"])
     return ms, [*ms, Method("grpo (A/A)", "grpo", control_of="grpo")]
 
 
@@ -417,7 +417,7 @@ def collect_language(name: str, runs: Path, *, fast: bool) -> dict[str, Any] | N
 def bank_summary(directory: Path) -> dict[str, Any]:
     """What beta was chosen from, per seed: the reference bank's success counts N of M per
     prompt and the reference sequence log-probabilities of its completions (when kept)."""
-    from bestk.train.reference import TOKENS_FILE, load_bank
+    from bestk.train.reference.bank import TOKENS_FILE, load_bank
 
     bank = load_bank(directory, completions=(directory / TOKENS_FILE).exists())
     succ = bank.rewards >= 1.0  # the testbed's 0/1 reward

@@ -2,14 +2,14 @@
 
 Each measurement runs in a fresh Python process (so nothing of one leaks into another). The
 process loads the model (``--model``: a Hugging Face directory or a ``.gguf`` file, through
-:func:`bestk.train.policy.load_policy`), then resets the kernel's peak-RSS counter
+:func:`bestk.train.model.policy.load_policy`), then resets the kernel's peak-RSS counter
 (``/proc/self/clear_refs``; on CUDA ``torch.cuda.reset_peak_memory_stats``) and runs one step.
 The default variants are one whole RL step (rollout + reward + update) of each trainer on the
 same model, the same prompts (the ``arithmetic`` task through the model's chat template, step
 1's draw of ``--batch / --n`` prompts), the same group size ``--n``, completions of exactly
 ``--tokens`` tokens, the same micro-batch and the same AdamW kernel:
 
-* ``bestk-rl-step`` - :meth:`bestk.train.loop.Trainer.rl_step` with ``estimator: grpo``, no
+* ``bestk-rl-step`` - :meth:`bestk.train.trainer.Trainer.rl_step` with ``estimator: grpo``, no
   KL, ``loss.micro_batch_size = --micro-batch``, ``loss.chunked_logprobs``,
   ``rollout.sample_batch_size = --sample-batch``, ``optim.implementation = --optimizer``
   (no stop id during the step, so every completion has ``--tokens`` tokens);
@@ -21,7 +21,7 @@ same model, the same prompts (the ``arithmetic`` task through the model's chat t
 
 Several ``--batch`` values measure how the peak grows with the completions per step at a fixed
 micro-batch. ``--only`` also takes update-only variants of bestk (no rollout; random ids):
-``bestk-naive`` (:func:`bestk.train.rollout.sequence_logprobs`, float32 ``(B, T, V)``
+``bestk-naive`` (:func:`bestk.train.model.logprobs.sequence_logprobs`, float32 ``(B, T, V)``
 logits, each prompt encoded once for its ``--n`` completions), ``bestk-naive-unshared`` (one
 forward per row), ``bestk-chunked`` (:func:`bestk.losses.chunked_token_logprobs`),
 ``bestk-chunked-micro4`` and ``bestk-chunked-ckpt`` (gradient checkpointing).
@@ -83,7 +83,7 @@ def _bestk_step(model: Any, a: argparse.Namespace, device: Any) -> dict[str, Any
     import torch
 
     from bestk.losses import chunked_token_logprobs, ppo_clip_loss
-    from bestk.train.rollout import sequence_logprobs
+    from bestk.train.model.logprobs import sequence_logprobs
 
     B, P, T = a.batch, a.prompt_tokens, a.tokens
     g = torch.Generator().manual_seed(0)
@@ -157,8 +157,8 @@ def _no_stop(model: Any, tokenizer: Any) -> list[int]:
 def _bestk_rl_step(a: argparse.Namespace, out: Path) -> tuple[dict[str, Any], Any]:
     """One ``bestk train`` RL step (rollout, reward, advantages, update) through the Trainer;
     completions forced to ``--tokens`` tokens (no stop id), like TRL's ``min_new_tokens``."""
-    import bestk.train.rollout as rollout
-    from bestk.train.loop import Trainer
+    import bestk.train.rollout.sampler as rollout
+    from bestk.train.trainer import Trainer
 
     rollout.stop_token_ids = _no_stop  # type: ignore[assignment]
     tr = Trainer(_rl_config(a, out))
@@ -178,7 +178,7 @@ def _bestk_rl_step(a: argparse.Namespace, out: Path) -> tuple[dict[str, Any], An
 def rl_prompts(a: argparse.Namespace, out: Path) -> list[str]:
     """The ``--batch / --n`` chat-templated prompts of the bestk step (step 1's draw), so that
     TRL samples from exactly the same prompt strings."""
-    from bestk.train.loop import Trainer
+    from bestk.train.trainer import Trainer
 
     tr = Trainer(_rl_config(a, out))
     return [e["prompt"] for e in tr.draw_prompts(1)]
@@ -226,8 +226,8 @@ def child(a: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from bestk.train.config import LoRAConfig, ModelConfig
-    from bestk.train.hf import enable_gradient_checkpointing
-    from bestk.train.policy import load_policy
+    from bestk.train.model.hf import enable_gradient_checkpointing
+    from bestk.train.model.policy import load_policy
 
     torch.set_num_threads(a.threads)
     device = torch.device(a.device)

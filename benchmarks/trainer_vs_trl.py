@@ -13,7 +13,7 @@ that are not timed, then ``--steps`` timed steps; we report the median step time
 
 TRL settings that would otherwise make it slower for reasons unrelated to the loop are turned
 off (gradient checkpointing, logging, saving). Generation in TRL uses ``model.generate``;
-bestk uses its own KV-cache sampling loop (``bestk.train.rollout.sample``).
+bestk uses its own KV-cache sampling loop (``bestk.train.rollout.sampler.sample``).
 
 **A real model** (``--model PATH``: a Hugging Face directory or a ``.gguf`` file, e.g.
 SmolLM2-135M-Instruct): ``bestk train`` against ``GRPOTrainer`` on the ``arithmetic`` task
@@ -53,7 +53,7 @@ MAX_NEW = 16
 
 def _bestk_times(model_dir: Path, steps: int, warmup: int, out: Path) -> list[float]:
     from bestk.train.config import TrainConfig, apply_overrides
-    from bestk.train.loop import Trainer
+    from bestk.train.trainer import Trainer
 
     cfg = TrainConfig()
     apply_overrides(cfg, [
@@ -137,7 +137,7 @@ def _real_config(a: argparse.Namespace, out: Path) -> Any:
 
 
 def _real_bestk(a: argparse.Namespace, out: Path) -> dict[str, list[float]]:
-    from bestk.train.loop import Trainer
+    from bestk.train.trainer import Trainer
 
     tr = Trainer(_real_config(a, out))
     times, tokens = [], []
@@ -155,7 +155,7 @@ def _real_trl(a: argparse.Namespace, out: Path) -> dict[str, list[float]]:
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from bestk.train.loop import Trainer
+    from bestk.train.trainer import Trainer
 
     tr = Trainer(_real_config(a, out / "bestk"))  # the same prompts, model and reward
     model, tok, task = tr.model, tr.tokenizer, tr.task
@@ -259,7 +259,7 @@ def main() -> None:
 
     from bestk.tasks import load_task
     from bestk.train.config import ModelConfig
-    from bestk.train.policy import count_parameters, load_policy
+    from bestk.train.model.policy import count_parameters, load_policy
 
     task = load_task("strings", seed=0)
     with tempfile.TemporaryDirectory() as tmp:

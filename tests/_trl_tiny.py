@@ -12,7 +12,7 @@ ALPHABET = "abcdefgh xyz"
 def tiny_policy(seed: int = 0):
     """A ~20k-parameter Qwen2 and a character tokenizer over :data:`ALPHABET`."""
     from bestk.train.config import ModelConfig
-    from bestk.train.policy import build_char_tokenizer, build_tiny_model
+    from bestk.train.model.policy import build_char_tokenizer, build_tiny_model
 
     tok = build_char_tokenizer(ALPHABET)
     cfg = ModelConfig(hidden_size=32, intermediate_size=64, num_layers=2, max_positions=64)

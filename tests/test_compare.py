@@ -11,11 +11,11 @@ from typer.testing import CliRunner
 
 from bestk._seeds import CONTROL_SAMPLING
 from bestk.cli import app
-from bestk.train import compare as cmp
-from bestk.train.compare import KappoAuto, Method, run_compare
+from bestk.compare import KappoAuto, Method, grid, keys, run_compare
+from bestk.compare.methods import make_methods, method_slug, run_config
 from bestk.train.config import TrainConfig, apply_overrides
-from bestk.train.loop import Trainer
-from bestk.train.rundir import read_metrics
+from bestk.train.run.directory import read_metrics
+from bestk.train.trainer import Trainer
 from tests import conftest
 
 TINY = [*conftest.TINY, "checkpoint_every=1"]
@@ -50,12 +50,12 @@ def test_estimator_options_come_from_the_registry(tmp_path):
     (``pkpo``: k = 4), and a ``group_bounded`` option is clamped to the group size."""
     base = TrainConfig()
     apply_overrides(base, [*TINY, "rollout.n=2"])
-    cfg = cmp._run_config(base, Method("pkpo", "pkpo"), 0, 0, tmp_path / "a")
+    cfg = run_config(base, Method("pkpo", "pkpo"), 0, 0, tmp_path / "a")
     assert cfg.estimator_options == {"k": 2}  # default 4, at most rollout.n = 2
     apply_overrides(base, ["rollout.n=8"])
-    cfg = cmp._run_config(base, Method("pkpo", "pkpo"), 0, 0, tmp_path / "b")
+    cfg = run_config(base, Method("pkpo", "pkpo"), 0, 0, tmp_path / "b")
     assert cfg.estimator_options == {"k": 4}
-    cfg = cmp._run_config(base, Method("p3", "pkpo", {"k": 3}), 0, 0, tmp_path / "c")
+    cfg = run_config(base, Method("p3", "pkpo", {"k": 3}), 0, 0, tmp_path / "c")
     assert cfg.estimator_options == {"k": 3}
 
 
@@ -169,7 +169,7 @@ def test_validation_runs_are_the_sweeps_runs_at_that_rate(tmp_path):
                 progress=False, lr_sweep=[1e-3], sweep_seeds=1, val_prompts=8)
     swept = json.loads((tmp_path / "cmp" / "sweep" / "lr0.001" / "grpo" / "seed0" /
                         "result.json").read_text())
-    got = cmp.validation_runs([Method("grpo", "grpo")], lr=1e-3, out=tmp_path / "pilot",
+    got = grid.validation_runs([Method("grpo", "grpo")], lr=1e-3, out=tmp_path / "pilot",
                               overrides=[*TINY, "max_steps=1"], val_prompts=8)
     assert set(got) == {"grpo"} and set(got["grpo"]) == {"seed0"}
     assert got["grpo"]["seed0"]["end"] == swept["end"]
@@ -178,9 +178,9 @@ def test_validation_runs_are_the_sweeps_runs_at_that_rate(tmp_path):
     for kw, msg in (({"lr": 0.0}, "lr must be > 0"), ({"lr": 1e-3, "seeds": 0}, "seeds"),
                     ({"lr": 1e-3, "workers": 0}, "workers")):
         with pytest.raises(ValueError, match=msg):
-            cmp.validation_runs([Method("grpo", "grpo")], out=tmp_path / "bad", **kw)
+            grid.validation_runs([Method("grpo", "grpo")], out=tmp_path / "bad", **kw)
     with pytest.raises(ValueError, match="at least one method"):
-        cmp.validation_runs([], lr=1e-3, out=tmp_path / "bad")
+        grid.validation_runs([], lr=1e-3, out=tmp_path / "bad")
 
 
 def test_kappo_auto_calibrates_on_every_training_prompt(tmp_path):
@@ -229,27 +229,27 @@ def test_compare_cli(tmp_path):
 
 
 def test_method_slugs_are_distinct_directory_names():
-    assert cmp.method_slug("grpo (A/A)") == "grpo_A_A"
-    assert cmp.method_slug("softmax_grpo(tau=0.1)") == "softmax_grpo_tau=0.1"
+    assert method_slug("grpo (A/A)") == "grpo_A_A"
+    assert method_slug("softmax_grpo(tau=0.1)") == "softmax_grpo_tau=0.1"
     with pytest.raises(ValueError, match="same directory"):
-        cmp._methods([Method("a b", "grpo"), Method("a_b", "grpo")], None, ())
+        make_methods([Method("a b", "grpo"), Method("a_b", "grpo")], None, ())
 
 
 def test_run_keys_ignore_config_keys_left_at_their_defaults():
     """A config key added later with a default must not change the keys of finished runs
     (they stay resumable); a changed value must."""
-    from bestk.train.compare import _non_default
+    from bestk.compare.keys import non_default
 
     old_defaults = {"optim": {"lr": 3e-4}, "estimator_options": {}}
     new_defaults = {"optim": {"lr": 3e-4, "new_knob": 1}, "estimator_options": {}, "extra": {}}
     run = {"optim": {"lr": 1e-3}, "estimator_options": {"tau": 0.3}}
-    assert _non_default(run, old_defaults) == {"optim": {"lr": 1e-3},
+    assert non_default(run, old_defaults) == {"optim": {"lr": 1e-3},
                                                "estimator_options": {"tau": 0.3}}
-    assert _non_default({**run, "optim": {"lr": 1e-3, "new_knob": 1}, "extra": {}},
-                        new_defaults) == _non_default(run, old_defaults)
-    assert _non_default({**run, "optim": {"lr": 1e-3, "new_knob": 2}}, new_defaults) != \
-        _non_default(run, old_defaults)
-    assert _non_default(old_defaults, old_defaults) is None
+    assert non_default({**run, "optim": {"lr": 1e-3, "new_knob": 1}, "extra": {}},
+                        new_defaults) == non_default(run, old_defaults)
+    assert non_default({**run, "optim": {"lr": 1e-3, "new_knob": 2}}, new_defaults) != \
+        non_default(run, old_defaults)
+    assert non_default(old_defaults, old_defaults) is None
 
 
 def test_kappo_runs_of_a_seed_share_one_reference_bank(tmp_path):
@@ -278,7 +278,7 @@ def test_kappo_runs_of_a_seed_share_one_reference_bank(tmp_path):
         assert a["bank"] == b["bank"] == 16 * 8 and a["reward"] == "success"
         assert a["estimator"] is None and a["prompts"] == shared["apo(k=1)"]["seed0"]["run"][
             "prompts"]
-        slug = cmp.method_slug(lb)
+        slug = method_slug(lb)
         ca, cb = (Calibration.load(tmp_path / d / slug / "seed0" / "calibration.json")
                   for d in ("shared", "own"))
         assert ca.checksum == cb.checksum and ca.k == cb.k
@@ -321,13 +321,13 @@ def test_weights_digest_reads_the_tensors_not_the_file(tmp_path):
     torch.save(state, tmp_path / "one.pt")
     torch.save({"empty": torch.zeros(0), "steps": torch.tensor(3), "a": torch.ones(2),
                 "b": state["b"].clone()}, tmp_path / "two.pt")
-    assert cmp.weights_digest(tmp_path / "one.pt") == cmp.weights_digest(tmp_path / "two.pt")
+    assert keys.weights_digest(tmp_path / "one.pt") == keys.weights_digest(tmp_path / "two.pt")
     nudged = state["b"].clone()
     nudged[1, 2] = torch.nextafter(nudged[1, 2], torch.tensor(10.0))  # one ulp
     torch.save({**state, "b": nudged}, tmp_path / "ulp.pt")
     torch.save({**state, "b": state["b"].double()}, tmp_path / "f64.pt")
     torch.save({**state, "b": state["b"].reshape(3, 2)}, tmp_path / "shape.pt")
-    digests = {cmp.weights_digest(tmp_path / f"{n}.pt") for n in ("one", "ulp", "f64", "shape")}
+    digests = {keys.weights_digest(tmp_path / f"{n}.pt") for n in ("one", "ulp", "f64", "shape")}
     assert len(digests) == 4
 
 
@@ -344,10 +344,10 @@ def test_runs_and_banks_made_from_other_sft_weights_are_redone(tmp_path):
     out = tmp_path / "cmp"
     run_compare(methods, out=out, **kw)
     sft = out / "_sft" / "seed0.pt"
-    result = out / cmp.method_slug("apo(k=1)") / "seed0" / "result.json"
+    result = out / method_slug("apo(k=1)") / "seed0" / "result.json"
     bank = next((out / "_bank").iterdir()) / "bank.jsonl"
     first = json.loads(result.read_text())
-    assert first["run"]["reference_weights"] == cmp.weights_digest(sft)
+    assert first["run"]["reference_weights"] == keys.weights_digest(sft)
     stamps = (result.stat().st_mtime_ns, bank.stat().st_mtime_ns)
     run_compare(methods, out=out, **kw)
     assert (result.stat().st_mtime_ns, bank.stat().st_mtime_ns) == stamps  # nothing redone
@@ -359,7 +359,7 @@ def test_runs_and_banks_made_from_other_sft_weights_are_redone(tmp_path):
     torch.save(state, sft)  # the SFT key beside it is unchanged: same configuration
     run_compare(methods, out=out, **kw)
     again = json.loads(result.read_text())
-    assert again["run"]["reference_weights"] == cmp.weights_digest(sft) != first[
+    assert again["run"]["reference_weights"] == keys.weights_digest(sft) != first[
         "run"]["reference_weights"]
     assert again["key"] != first["key"]
     assert result.stat().st_mtime_ns != stamps[0] and bank.stat().st_mtime_ns != stamps[1]

@@ -77,7 +77,7 @@ def test_the_example_registers_its_properties(scaled_rloo):
 
 @pytest.mark.usefixtures("restore_torch_threads")
 def test_the_example_trains_in_the_embedded_trainer(scaled_rloo, tmp_path):
-    from bestk.train.loop import Trainer
+    from bestk.train.trainer import Trainer
 
     scaled_rloo.write_text(json.dumps({str(i): 1.0 + i % 3 for i in range(64)}))
     cfg = tiny_config(tmp_path / "run", "max_steps=2", "estimator=scaled_rloo",

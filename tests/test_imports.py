@@ -41,7 +41,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "bestk"
 
 #: Modules ``bestk --help`` imports: their commands import their heavy work lazily.
-CLI_MODULES = {"bestk.cli", "bestk.lab.commands", "bestk.kappo.commands", "bestk.train.commands"}
+CLI_MODULES = {"bestk.cli", "bestk.lab.commands", "bestk.kappo.commands", "bestk.train.commands",
+               "bestk.compare.commands"}
 
 #: Optional heavy modules reached through a package that is not optional itself.
 LAZY_ALLOWED = {
@@ -64,10 +65,11 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("losses", ("bestk.losses",)),
     ("tasks", ("bestk.tasks",)),
     ("trainer", ("bestk.train",)),
+    ("experiments", ("bestk.compare",)),
     ("lab", ("bestk.lab",)),
     ("adapters", ("bestk.integrations",)),
     ("command line", ("bestk.cli", "bestk.__main__", "bestk.lab.commands", "bestk.kappo.commands",
-                      "bestk.train.commands")),
+                      "bestk.train.commands", "bestk.compare.commands")),
 ]
 
 

@@ -469,7 +469,7 @@ def _kappo_setup(tmp_path, k=4, beta=0.1):
     """A binary calibration for prompt ids 0, 1, 2 (q = 3/30, 15/30, 27/30) and a char
     tokenizer directory (verl's reward worker loads its tokenizer from model.path)."""
     from bestk.kappo import calibrate
-    from bestk.train.policy import build_char_tokenizer
+    from bestk.train.model.policy import build_char_tokenizer
 
     bank = {0: [1] * 3 + [0] * 27, 1: [1] * 15 + [0] * 15, 2: [1] * 27 + [0] * 3}
     cal_path = calibrate(bank, k=k, beta=beta).save(tmp_path / "cal.json")

@@ -201,8 +201,8 @@ def test_evaluation_counts_distinct_correct_completions(tmp_path):
     import numpy as np
 
     from bestk.train.config import TrainConfig, apply_overrides
-    from bestk.train.evaluate import evaluate
-    from bestk.train.loop import Trainer
+    from bestk.train.rollout.evaluate import evaluate
+    from bestk.train.trainer import Trainer
 
     cfg = TrainConfig()
     apply_overrides(cfg, ["threads=1", *(f"model.{k}={v}" for k, v in TINY_MODEL.items()),

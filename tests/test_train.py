@@ -12,10 +12,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from bestk.train.checkpoint import latest_checkpoint, list_checkpoints, save_checkpoint
 from bestk.train.config import TrainConfig, apply_overrides, load_config
-from bestk.train.loop import Trainer
-from bestk.train.rundir import read_metrics
+from bestk.train.run.checkpoint import latest_checkpoint, list_checkpoints, save_checkpoint
+from bestk.train.run.directory import read_metrics
+from bestk.train.trainer import Trainer
 from bestk.train.validation import validate
 from tests.conftest import KAPPO_TINY, TINY, kappo_config, tiny_config
 
@@ -69,7 +69,7 @@ def test_off_policy_minibatches_and_entropy_bonus(tmp_path):
 
 def test_rollout_sample_batch_size_samples_the_step_in_chunks_of_whole_groups(
         tmp_path, monkeypatch):
-    import bestk.train.loop as loop
+    import bestk.train.trainer as loop
 
     seen = []
     real = loop.sample
@@ -142,8 +142,8 @@ def test_resume_after_crash_matches_uninterrupted_run(tmp_path, monkeypatch):
     assert latest_checkpoint(tmp_path / "b" / "checkpoints").name == "step_0000002.safetensors"
     assert not (tmp_path / "b" / "final").exists()
 
-    import bestk.train.loop as loop_module
-    import bestk.train.rundir as rundir_module
+    import bestk.train.run.directory as rundir_module
+    import bestk.train.trainer as loop_module
 
     reads = []
     for module in (loop_module, rundir_module):
@@ -199,7 +199,7 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
 
 
 def test_checkpoint_roundtrip_restores_optimizer_and_rng(tmp_path):
-    from bestk.train.checkpoint import load_checkpoint
+    from bestk.train.run.checkpoint import load_checkpoint
 
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 3)
@@ -342,7 +342,7 @@ def test_kappo_grpo_with_a_calibration_made_from_an_eval_bank(tmp_path):
 
 
 def test_compare_matched_runs(tmp_path):
-    from bestk.train.compare import run_compare
+    from bestk.compare import run_compare
 
     table = run_compare(
         ["grpo", "pkpo"], seeds=2, out=tmp_path / "cmp", max_steps=1, overrides=TINY,
@@ -363,8 +363,8 @@ def test_compare_matched_runs(tmp_path):
 
 
 def test_compare_per_estimator_options_with_a_per_seed_calibration(tmp_path):
+    from bestk.compare import run_compare
     from bestk.kappo import Calibration, calibrate
-    from bestk.train.compare import run_compare
 
     for s, beta in ((0, 0.1), (1, 0.3)):  # one calibration per seed (ids 0..63 = train set)
         calibrate({i: [0, 1, 0, 0] for i in range(64)}, k=2, beta=beta, kind="binary").save(
@@ -390,7 +390,7 @@ def test_compare_per_estimator_options_with_a_per_seed_calibration(tmp_path):
 def test_compare_runs_an_algorithm_variant(tmp_path):
     """``bestk compare --set algorithm=apo``: every run is an @k-A*PO run (one sample per
     prompt by default) that calibrates itself from the seed's shared SFT weights."""
-    from bestk.train.compare import run_compare
+    from bestk.compare import run_compare
 
     run_compare(["grpo", "rloo"], seeds=1, out=tmp_path / "cmp", max_steps=1,
                 overrides=[*KAPPO_TINY, "algorithm=apo", "kappo.k=2"], progress=False)
@@ -619,7 +619,7 @@ def test_the_trainer_class_stays_small():
     logging); SFT, calibration planning, set-up and the console live in their own modules."""
     import ast
 
-    import bestk.train.loop as loop
+    import bestk.train.trainer as loop
 
     tree = ast.parse(Path(loop.__file__).read_text())
     (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Trainer"]

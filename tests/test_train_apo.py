@@ -12,8 +12,8 @@ import pytest
 from scipy.special import logsumexp
 
 from bestk.kappo import Calibration, winrate_table
-from bestk.train.loop import Trainer
-from bestk.train.rundir import read_metrics
+from bestk.train.run.directory import read_metrics
+from bestk.train.trainer import Trainer
 from tests._kappo_ref import a_k_ref
 from tests.conftest import kappo_config, tiny_config
 from tests.test_train import Crash, assert_same_run, crash_then_resume

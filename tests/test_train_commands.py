@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from bestk.cli import app
 from bestk.train.commands import eval_config
 from bestk.train.config import TrainConfig, apply_overrides, config_to_dict
-from bestk.train.loop import Trainer
-from bestk.train.rundir import write_run_config
+from bestk.train.run.directory import write_run_config
+from bestk.train.trainer import Trainer
 from tests.conftest import tiny_config
 
 pytestmark = pytest.mark.usefixtures("restore_torch_threads")
@@ -35,7 +35,7 @@ def stopped_run(tmp_path_factory) -> Path:
 def test_a_failed_resume_leaves_config_yaml_as_it_was(stopped_run, monkeypatch):
     """``--resume DIR --set report_to=wandb`` without a W&B login stops (exit 2) before it
     records anything: validate first, write after; a plain resume then still works."""
-    from bestk.train import reporters
+    from bestk.train.run import reporters
 
     def no_login(self):
         raise ValueError("W&B could not start a run: no login")

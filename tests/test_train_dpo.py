@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from bestk.cli import app
 from bestk.train.algorithms.dpo import P_SUCCESS_WINS, pair_rows
-from bestk.train.loop import Trainer
-from bestk.train.rundir import read_metrics
+from bestk.train.run.directory import read_metrics
+from bestk.train.trainer import Trainer
 from tests.conftest import KAPPO_TINY, kappo_config
 from tests.test_train import assert_same_run, crash_then_resume
 

@@ -1,4 +1,4 @@
-"""bestk.train.guards: a non-finite loss or gradient norm stops the run at that step, before
+"""bestk.train.run.guards: a non-finite loss or gradient norm stops the run at that step, before
 the optimizer step, naming the step, its reward range and the fix (issue 22.2); the log stays
 strict JSON."""
 
@@ -12,9 +12,9 @@ import torch
 from typer.testing import CliRunner
 
 from bestk.cli import app
-from bestk.train.guards import NonFiniteUpdate, check_sft_update, check_update
-from bestk.train.loop import Trainer, append_record
-from bestk.train.rundir import read_metrics
+from bestk.train.run.directory import read_metrics
+from bestk.train.run.guards import NonFiniteUpdate, check_sft_update, check_update
+from bestk.train.trainer import Trainer, append_record
 from tests.conftest import TINY, tiny_config
 
 pytestmark = pytest.mark.usefixtures("restore_torch_threads")

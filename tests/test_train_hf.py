@@ -14,22 +14,15 @@ from typer.testing import CliRunner
 
 from bestk.cli import app
 from bestk.tasks import load_task
-from bestk.train.checkpoint import list_checkpoints
 from bestk.train.config import LoRAConfig, TrainConfig, apply_overrides
-from bestk.train.hf import (
-    AdaptersDisabled,
-    add_lora,
-    autocast,
-    chat_messages,
-    chat_prompt,
-    merged_state_dict,
-    reference_policy,
-    render_messages,
-    render_task_prompts,
-)
-from bestk.train.loop import Trainer
-from bestk.train.rollout import sample, sequence_logprobs
-from bestk.train.rundir import read_metrics
+from bestk.train.model.chat import chat_messages, chat_prompt, render_messages, render_task_prompts
+from bestk.train.model.hf import autocast
+from bestk.train.model.logprobs import sequence_logprobs
+from bestk.train.model.lora import AdaptersDisabled, add_lora, merged_state_dict, reference_policy
+from bestk.train.rollout.sampler import sample
+from bestk.train.run.checkpoint import list_checkpoints
+from bestk.train.run.directory import read_metrics
+from bestk.train.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 
@@ -169,7 +162,7 @@ def test_full_fine_tune_of_a_local_model_keeps_a_copy_as_reference(tiny_hf_model
 def test_render_task_prompts(tiny_hf_model):
     from transformers import AutoTokenizer
 
-    from bestk.train.policy import build_char_tokenizer
+    from bestk.train.model.policy import build_char_tokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_hf_model)
     task = load_task("strings", {"num_train": 8, "num_eval": 2})
@@ -206,7 +199,7 @@ def _chat_task(tmp_path, system_prompt=None):
 def test_render_task_prompts_of_chat_messages_and_a_system_prompt(tiny_hf_model, tmp_path):
     from transformers import AutoTokenizer
 
-    from bestk.train.policy import build_char_tokenizer
+    from bestk.train.model.policy import build_char_tokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_hf_model)
     task = _chat_task(tmp_path, system_prompt="Be brief.")
@@ -347,7 +340,7 @@ def test_the_real_model_recipe_is_a_valid_config():
 def test_stop_token_ids_are_the_tokenizers_eos_and_every_generation_config_eos(tiny_hf_model):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from bestk.train.hf import stop_token_ids
+    from bestk.train.model.hf import stop_token_ids
 
     tok = AutoTokenizer.from_pretrained(tiny_hf_model)
     model = AutoModelForCausalLM.from_pretrained(tiny_hf_model)
@@ -393,7 +386,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(tiny_hf_model, lora):
     again in the backward pass."""
     from transformers import AutoModelForCausalLM
 
-    from bestk.train.hf import enable_gradient_checkpointing
+    from bestk.train.model.hf import enable_gradient_checkpointing
 
     def build():
         m = AutoModelForCausalLM.from_pretrained(tiny_hf_model)
@@ -418,7 +411,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(tiny_hf_model, lora):
 
 
 def test_gradient_checkpointing_of_a_model_without_support():
-    from bestk.train.hf import enable_gradient_checkpointing
+    from bestk.train.model.hf import enable_gradient_checkpointing
 
     with pytest.raises(ValueError, match="does not support"):
         enable_gradient_checkpointing(torch.nn.Linear(2, 2))
@@ -476,8 +469,8 @@ def test_real_data_rewards_samples_and_eval_of_the_run(tiny_hf_model, tmp_path, 
     from safetensors import safe_open
     from transformers import AutoTokenizer
 
-    import bestk.train.evaluate as evaluate_module
-    from bestk.train.checkpoint import list_checkpoints
+    import bestk.train.rollout.evaluate as evaluate_module
+    from bestk.train.run.checkpoint import list_checkpoints
 
     tok = AutoTokenizer.from_pretrained(tiny_hf_model)
     saved, shortest = _chat_dataset(tmp_path, tok)

@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from bestk.kappo import Calibration
-from bestk.train.loop import Trainer
+from bestk.train.trainer import Trainer
 from bestk.train.validation import validate
 from tests.conftest import kappo_config
 from tests.test_train import Crash, assert_same_run

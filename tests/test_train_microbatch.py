@@ -1,6 +1,6 @@
 """``loss.micro_batch_size``: the gradient accumulated over micro-batches is the one-pass
 gradient (pg, apo, dpo; full fine-tune and LoRA), and a step's logged ``loss`` / ``grad_norm``
-do not depend on it (``bestk.train.accumulate``)."""
+do not depend on it (``bestk.train.algorithms.update``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from bestk.train.accumulate import backward, micro_slices
+from bestk.train.algorithms.update import backward, micro_slices
 from tests.conftest import kappo_config, tiny_config
 
 pytestmark = pytest.mark.usefixtures("restore_torch_threads")
@@ -52,7 +52,7 @@ def _first_update(cfg: Any) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """The gradient of the run's first RL optimizer step and the first step's metrics, with
     the policy in float64 (so that what is compared is the accumulation, not float32
     rounding: a batch's gradient is a sum of per-completion gradients that largely cancel)."""
-    from bestk.train.loop import Trainer
+    from bestk.train.trainer import Trainer
 
     tr = Trainer(cfg, on_step=lambda step, m: steps.append(m))
     tr.model.double()  # the same Parameter objects: the optimizer still holds them

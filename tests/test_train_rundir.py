@@ -19,21 +19,21 @@ import torch
 from typer.testing import CliRunner
 
 from bestk.cli import app
-from bestk.train.checkpoint import (
+from bestk.train.run.checkpoint import (
     checksum_path,
     latest_valid_checkpoint,
     list_checkpoints,
     save_checkpoint,
     verify_checkpoint,
 )
-from bestk.train.loop import Trainer
-from bestk.train.rundir import (
+from bestk.train.run.directory import (
     RunDirectoryBusy,
     RunLock,
     check_resume,
     read_metrics,
     read_run_config,
 )
+from bestk.train.trainer import Trainer
 from tests.test_train import TINY, tiny_config
 
 #: The finished run every test copies: 4 RL steps, checkpoints at 0, 2, 4, evaluations at 0, 2, 4.
@@ -116,7 +116,7 @@ def test_lock_refuses_a_second_holder_naming_the_pid(tmp_path):
 
 
 def test_lock_is_released_when_its_holder_is_killed(tmp_path):
-    code = ("import sys, time; from bestk.train.rundir import RunLock; "
+    code = ("import sys, time; from bestk.train.run.directory import RunLock; "
             "lock = RunLock(sys.argv[1]).acquire(); print('locked', flush=True); time.sleep(120)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE)
     try:
@@ -243,7 +243,7 @@ def test_checkpoints_carry_a_sha256sum_compatible_checksum(tmp_path):
 
     digest, name = checksum_path(path).read_text().split()
     assert name == path.name and digest == hashlib.sha256(path.read_bytes()).hexdigest()
-    from bestk.train.checkpoint import load_checkpoint
+    from bestk.train.run.checkpoint import load_checkpoint
 
     _damage(path, "zeroed_middle")
     with pytest.raises(ValueError, match="step_0000005.safetensors' is damaged: sha256 mismatch"):
@@ -722,7 +722,7 @@ def test_temporaries_of_killed_writes_are_removed_on_the_next_start(run, capsys)
 
 
 def _sigint_during_final_save(monkeypatch, presses: int) -> None:
-    import bestk.train.loop as loop  # the trainer's write_report (imported from .report)
+    import bestk.train.trainer as loop  # the trainer's write_report (imported from .report)
 
     real = loop.write_report
 
@@ -807,7 +807,7 @@ def test_a_lock_file_stays_once_the_run_wrote_and_a_foreign_one_is_never_removed
 def test_a_lock_file_removed_by_its_holder_is_not_locked_twice(tmp_path, monkeypatch):
     """A writer that opened ``.lock`` just before its holder removed it locks the file now at
     the path instead of the removed one (else two writers would each hold "the" lock)."""
-    import bestk.train.rundir as rundir
+    import bestk.train.run.directory as rundir
 
     first = RunLock(tmp_path).acquire()
     real_lock, calls = rundir._lock_fd, []
@@ -831,7 +831,7 @@ def test_a_lock_file_removed_by_its_holder_is_not_locked_twice(tmp_path, monkeyp
 def test_a_truncated_checkpoint_with_a_recomputed_checksum_falls_back(finished, run, how):
     """The user 'repaired' the checksum of a damaged newest checkpoint (``sha256sum >``): the
     layout check still finds it incomplete, so the run resumes from the previous one."""
-    from bestk.train.checkpoint import file_sha256
+    from bestk.train.run.checkpoint import file_sha256
 
     newest = run / "checkpoints" / "step_0000004.safetensors"
     data = newest.read_bytes()

@@ -1,5 +1,5 @@
-"""bestk.train.samples: the few evaluated samples a user reads to check the template and the
-reward (records, samples.jsonl lines, a Markdown table, W&B columns)."""
+"""bestk.train.rollout.sample_log: the few evaluated samples a user reads to check the template
+and the reward (records, samples.jsonl lines, a Markdown table, W&B columns)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,12 @@ import json
 import numpy as np
 import pytest
 
-from bestk.train.samples import append_samples, sample_records, samples_table, table_columns_rows
+from bestk.train.rollout.sample_log import (
+    append_samples,
+    sample_records,
+    samples_table,
+    table_columns_rows,
+)
 
 
 def _eval(P=3, n=3):
@@ -66,7 +71,7 @@ def test_shapes_are_checked():
 def test_drop_samples_after_keeps_the_steps_a_resume_does_not_redo(tmp_path):
     import json
 
-    from bestk.train.samples import drop_samples_after
+    from bestk.train.rollout.sample_log import drop_samples_after
 
     path = tmp_path / "samples.jsonl"
     drop_samples_after(path, 3)  # no file: nothing happens
@@ -81,7 +86,7 @@ def test_eval_samples_of_an_evaluation_result():
     from types import SimpleNamespace
 
     from bestk.tasks import load_task
-    from bestk.train.samples import eval_samples
+    from bestk.train.rollout.sample_log import eval_samples
 
     task = load_task("strings", {"num_train": 8, "num_eval": 4})
     exs = task.eval[:2]

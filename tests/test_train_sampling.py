@@ -1,5 +1,6 @@
-"""bestk.train.sampling: top-k filtering (Hugging Face's TopKLogitsWarper semantics, 0 = off)
-and the sampling settings resolved from the config, else the model's generation_config."""
+"""bestk.train.rollout.settings and the sampler's top-k filtering (Hugging Face's TopKLogitsWarper
+semantics, 0 = off) and the sampling settings resolved from the config, else the model's
+generation_config."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import math
 import pytest
 import torch
 
-from bestk.train.sampling import DEFAULTS, resolve_sampling, top_k_filter
+from bestk.train.rollout.sampler import top_k_filter
+from bestk.train.rollout.settings import DEFAULTS, resolve_sampling
 
 
 def test_top_k_filter_keeps_the_k_largest_and_ties():

@@ -12,9 +12,11 @@ import torch
 
 from bestk.tasks import load_task
 from bestk.train.config import TrainConfig, apply_overrides
-from bestk.train.policy import load_policy
-from bestk.train.rollout import sample
-from bestk.train.setup import check_run_prompts, sampling_options, score_batch
+from bestk.train.model.policy import load_policy
+from bestk.train.rollout.sampler import sample
+from bestk.train.rollout.scoring import score_batch
+from bestk.train.rollout.settings import sampling_options
+from bestk.train.setup import check_run_prompts
 from bestk.train.validation import resolve_defaults
 
 
@@ -43,7 +45,7 @@ def test_null_sampling_keys_take_the_model_generation_config(tmp_path):
     assert (r.temperature, r.top_p, r.top_k) == (0.7, 1.0, 20)
     assert (e.temperature, e.top_p, e.top_k) == (1.0, 1.0, 20)  # set keys are kept
     assert cfg.rollout.temperature is None  # the given config is not changed
-    from bestk.train.sampling import sampling_header
+    from bestk.train.rollout.settings import sampling_header
 
     assert sampling_header(got) == (
         "sampling: temperature=0.7 (generation_config) top_p=1.0 (config) top_k=20 "

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from bestk.train.config import TrainConfig, apply_overrides
-from bestk.train.sft import make_optimizer
+from bestk.train.optim import make_optimizer
 
 
 def _steps(implementation: str) -> torch.Tensor:

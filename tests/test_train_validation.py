@@ -37,7 +37,7 @@ def test_a_gguf_model_path_needs_the_gguf_extra(tmp_path, hide_modules):
 @pytest.mark.parametrize("lora", ["0", "2"])
 def test_gradient_checkpointing_reaches_the_policy(tmp_path, lora):
     from bestk.tasks import load_task
-    from bestk.train.hf import is_peft_model
+    from bestk.train.model.lora import is_peft_model
     from bestk.train.setup import load_run_policy
 
     cfg = tiny_config(tmp_path, "model.gradient_checkpointing=true", f"model.lora.r={lora}")

@@ -27,7 +27,7 @@ ALPHABET = "0123456789+= "
 def tiny_policy(seed: int = 0):
     """A tiny Qwen2 + a character tokenizer built with `tokenizers` (no download)."""
     from bestk.train.config import ModelConfig
-    from bestk.train.policy import build_char_tokenizer, build_tiny_model
+    from bestk.train.model.policy import build_char_tokenizer, build_tiny_model
 
     tok = build_char_tokenizer(ALPHABET)
     cfg = ModelConfig(hidden_size=64, intermediate_size=128, num_layers=2, max_positions=64)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import typer
 
 from bestk._typer import Group
+from bestk.compare import commands as compare_commands
 from bestk.kappo import commands as kappo_commands
 from bestk.lab import commands as lab_commands
 from bestk.train import commands as train_commands
@@ -90,7 +91,7 @@ def list_estimators(
 # Command groups living next to the code they drive. Each module defines
 # ``register(app: typer.Typer) -> None`` and keeps heavy imports inside its command bodies,
 # so ``bestk --help`` stays fast.
-for _commands in (lab_commands, kappo_commands, train_commands):
+for _commands in (lab_commands, kappo_commands, train_commands, compare_commands):
     _commands.register(app)
 
 

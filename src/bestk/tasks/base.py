@@ -9,7 +9,7 @@ weights (:class:`~bestk.tasks.rewards.WeightedRewards`, TRL's ``reward_funcs`` /
 ``reward_weights``). A ``prompt`` is text, or a list of chat messages
 (``[{"role": "system", "content": ...}, {"role": "user", "content": ...}]``, TRL's
 conversational format) that the trainer renders through the tokenizer's chat template
-(:func:`bestk.train.hf.render_task_prompts`, which also adds the task's ``system_prompt``).
+(:func:`bestk.train.model.chat.render_task_prompts`, which also adds the task's ``system_prompt``).
 """
 
 from __future__ import annotations

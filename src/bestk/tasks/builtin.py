@@ -296,8 +296,8 @@ def rows_to_examples(rows: list[dict[str, Any]], src: str, offset: int, *, promp
     A prompt column may hold chat messages (TRL's conversational format,
     :func:`~bestk.tasks.base.read_messages`): ``prompt`` is then the list of messages, with
     ``template`` applied to the content of the last user message (the chat template renders
-    it later: :func:`bestk.train.hf.render_task_prompts`); an answer column of messages gives
-    the content of its last assistant message. A row without either field, or a column that
+    it later: :func:`bestk.train.model.chat.render_task_prompts`); an answer column of messages
+    gives the content of its last assistant message. A row without either field, or a column that
     is neither text nor messages, raises ``ValueError`` naming ``src``, the row and the
     column."""
     out = []

@@ -27,15 +27,15 @@ _LAZY: dict[str, str] = {
     "apply_overrides": "bestk.train.config",
     "load_config": "bestk.train.config",
     "validate": "bestk.train.validation",
-    "Trainer": "bestk.train.loop",
-    "train": "bestk.train.loop",
+    "Trainer": "bestk.train.trainer",
+    "train": "bestk.train.trainer",
 }
 
 __all__ = ["TrainConfig", "Trainer", "train", "apply_overrides", "load_config", "validate"]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from bestk.train.config import TrainConfig, apply_overrides, load_config
-    from bestk.train.loop import Trainer, train
+    from bestk.train.trainer import Trainer, train
     from bestk.train.validation import validate
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import typer
 
-from bestk._typer import cli_errors, fail, out_directory, out_file
+from bestk._typer import cli_errors, fail, out_file
 
 __all__ = ["register"]
 
@@ -27,7 +27,7 @@ def os_error_message(e: OSError, run_dir: str | Path | None = None) -> str:
     import errno
 
     from bestk._atomic import os_error_line
-    from bestk.train.checkpoint import latest_checkpoint
+    from bestk.train.run.checkpoint import latest_checkpoint
 
     text = os_error_line(e)
     if e.errno == errno.ENOSPC:
@@ -107,7 +107,7 @@ def train_command(
     listed in docs/training.md, section Configuration.
     """
     from bestk.train.config import TrainConfig, apply_overrides, load_config
-    from bestk.train.loop import Trainer
+    from bestk.train.trainer import Trainer
 
     if quiet:
         quiet_libraries()
@@ -243,7 +243,7 @@ def eval_config(model: Path | None, task: str | None, n: int | None, overrides: 
     eval.n`` set the same key: given both with different values is an error.
     """
     from bestk.train.config import TrainConfig, apply_overrides
-    from bestk.train.rundir import read_run_config
+    from bestk.train.run.directory import read_run_config
 
     if model is None and run is None:
         raise ValueError("give --model DIR (a model directory) or --run DIR (a finished run)")
@@ -292,7 +292,7 @@ def load_eval_policy(cfg: Any, adapter: Path | None, alphabet: str | None,
     """``(model, tokenizer)`` that ``bestk eval`` evaluates: ``model.path`` as it is, or with
     a LoRA ``adapter`` directory loaded onto it through PEFT (the base rebuilt as the run
     built it: its ``model.path`` or the seeded tiny model)."""
-    from bestk.train.policy import load_policy
+    from bestk.train.model.policy import load_policy
 
     if adapter is None:
         return load_policy(cfg.model, alphabet)
@@ -334,9 +334,11 @@ def _eval(
     from bestk._atomic import write_text_atomic
     from bestk._seeds import EVAL_BANK_SAMPLING
     from bestk.tasks import load_task
-    from bestk.train.evaluate import evaluate
-    from bestk.train.hf import autocast, render_task_prompts
-    from bestk.train.setup import check_run_prompts, sampling_options
+    from bestk.train.model.chat import render_task_prompts
+    from bestk.train.model.hf import autocast
+    from bestk.train.rollout.evaluate import evaluate
+    from bestk.train.rollout.settings import sampling_options
+    from bestk.train.setup import check_run_prompts
     from bestk.train.validation import resolve_defaults, validate
 
     if bank_prompts < 1:
@@ -398,89 +400,12 @@ def _eval(
         typer.echo(f"bank of {len(bank_ex)} prompts x {n} rewards -> {bank_out}")
 
 
-def compare_command(
-    estimators: str = typer.Option(
-        "grpo,argmaxrl,maxrl,softmax_grpo,pkpo", "--estimators",
-        help="Comma-separated methods: an estimator name, or LABEL=ESTIMATOR for a variant "
-        "(e.g. 'grpo,grpo_success=grpo').",
-    ),
-    seeds: int = typer.Option(3, "--seeds", help="Seeds per method (paired)."),
-    out: Path = typer.Option(Path("runs/compare"), "--out", help="Directory of the runs."),
-    config: Path | None = typer.Option(None, "--config", help="Base YAML config."),
-    max_steps: int | None = typer.Option(None, "--max-steps"),
-    set_: list[str] = typer.Option([], "--set", help="Base config overrides (all runs)."),
-    set_for: list[str] = typer.Option(
-        [], "--set-for", help="LABEL:key=value override for one method's runs only, e.g. "
-        "'grpo_success:advantage_reward=success' or 'pkpo:optim.lr=1e-4' (repeatable).",
-    ),
-    control: list[str] = typer.Option(
-        [], "--control", help="Add an A/A control of this method: same weights and prompts, "
-        "independent sampling noise (repeatable).",
-    ),
-    workers: int = typer.Option(1, "--workers", help="Worker processes (single-threaded)."),
-    lr_sweep: str | None = typer.Option(
-        None, "--lr-sweep", help="Comma-separated learning rates: pick each method's on a "
-        "validation split of the training prompts before the test runs (the grid grows past "
-        "an edge until the chosen rate is interior).",
-    ),
-    sweep_seeds: int = typer.Option(2, "--sweep-seeds", help="Seeds per rate of the sweep."),
-    max_extensions: int = typer.Option(
-        3, "--max-extensions", help="Most rates the sweep adds past its grid's edges per "
-        "method (0: the grid as given).",
-    ),
-    select_by: str | None = typer.Option(
-        None, "--select-by", help="Validation metric the sweep maximises, e.g. pass@1 "
-        "(default: the mean over k = 1, 2, 4, ... of pass@k).",
-    ),
-    common_lr_from: str | None = typer.Option(
-        None, "--common-lr-from", help="Sweep only this method and run every method at its "
-        "chosen rate (one rate for all).",
-    ),
-    val_prompts: int = typer.Option(256, "--val-prompts", help="Validation prompts (sweep)."),
-    resume: bool = typer.Option(True, "--resume/--no-resume",
-                                help="Reuse finished runs of an identical earlier grid."),
-    quiet: bool = typer.Option(False, "--quiet"),
-) -> None:
-    """Matched runs of several methods (same SFT weights, prompts, rollout budget, optimiser);
-    a table of final pass@k / best@k with CIs over seeds and one overlay plot."""
-    from bestk.train.compare import Method, run_compare
-
-    with cli_errors():
-        out_directory(out)
-        specs: dict[str, tuple[str, list[str]]] = {}
-        for item in (e.strip() for e in estimators.split(",")):
-            if not item:
-                continue
-            label, _, est = item.partition("=")
-            specs[label.strip()] = (est.strip() or label.strip(), [])
-        for item in set_for:
-            label, sep, kv = item.partition(":")
-            if not sep or "=" not in kv:
-                fail(f"--set-for expects LABEL:key=value, got {item!r}")
-            if label not in specs:
-                fail(f"--set-for {item!r}: {label!r} is not among the methods {list(specs)}")
-            specs[label][1].append(kv)
-        methods = [Method(lb, est, overrides=tuple(ov)) for lb, (est, ov) in specs.items()]
-        grid = None
-        if lr_sweep is not None:
-            try:
-                grid = [float(x) for x in lr_sweep.split(",") if x.strip()]
-            except ValueError:
-                fail(f"--lr-sweep must be comma-separated numbers, got {lr_sweep!r}")
-        table = run_compare(
-            methods, seeds=seeds, out=out, config=config, max_steps=max_steps, overrides=set_,
-            progress=not quiet, controls=control, workers=workers, lr_sweep=grid,
-            sweep_seeds=sweep_seeds, val_prompts=val_prompts, resume=resume,
-            max_extensions=max_extensions, select_by=select_by, common_lr_from=common_lr_from,
-        )
-    typer.echo(table)
 
 
 def register(app: typer.Typer) -> None:
-    """Attach ``train``, ``eval`` and ``compare`` to the ``bestk`` app."""
+    """Attach ``train`` and ``eval`` to the ``bestk`` app."""
     app.command("train")(train_command)
     app.command("eval")(eval_command)
-    app.command("compare")(compare_command)
 
 
 def _main(argv: list[str] | None = None) -> Any:  # pragma: no cover - debugging helper

@@ -151,7 +151,7 @@ class ModelConfig(_Section):
 
     path: Str | None = None
     """Local Hugging Face causal-LM directory (model + tokenizer), or a ``.gguf`` file (read
-    by transformers, dequantised; needs the ``gguf`` extra; :mod:`bestk.train.model_source`).
+    by transformers, dequantised; needs the ``gguf`` extra; :mod:`bestk.train.model.source`).
     ``None``: build the tiny default model below with a character tokenizer for the task's
     alphabet."""
     arch: Literal["qwen2", "llama"] = "qwen2"
@@ -269,7 +269,7 @@ class RolloutConfig(_Section):
     """Completions sampled at once: the step's prompts are sampled in chunks of
     ``max(1, sample_batch_size // n)`` whole groups, so the KV cache and the per-token logits
     scale with this number, not with ``prompts_per_step * n``
-    (:func:`bestk.train.rollout.sample`). The same generator is drawn in order, so a value
+    (:func:`bestk.train.rollout.sampler.sample`). The same generator is drawn in order, so a value
     changes the noise (not its distribution); ``None`` = the whole step at once."""
 
 
@@ -447,7 +447,7 @@ class TrainConfig(_Section):
         "none", json_schema_extra=_want("a list of names"))
     """Live logging besides ``metrics.jsonl``, as TRL's ``report_to``: ``none`` (TRL's
     default), ``all`` (every supported integration installed), ``tensorboard``, ``wandb``,
-    or a list of them (see ``bestk.train.reporters``, whose ``resolve_report_to`` checks the
+    or a list of them (see ``bestk.train.run.reporters``, whose ``resolve_report_to`` checks the
     names)."""
     run_name: Str | None = Field(None, min_length=1, json_schema_extra=_want("a name or null"))
     """Name of the run in W&B (``None`` = the run directory's name)."""

@@ -1,6 +1,6 @@
 """How a run starts, before any run-directory work: its task and device, then its policy.
 
-The :class:`~bestk.train.loop.Trainer` and the jobs of ``bestk compare`` (SFT, calibration
+The :class:`~bestk.train.trainer.Trainer` and the jobs of ``bestk compare`` (SFT, calibration
 and bank jobs that need a policy but no run directory) start the same way, so that a policy
 built by either is the same tensor for tensor.
 """
@@ -13,13 +13,14 @@ import torch
 
 from bestk.tasks import Task, load_task
 from bestk.train.config import TrainConfig
-from bestk.train.hf import enable_gradient_checkpointing, render_task_prompts
-from bestk.train.policy import load_policy
-from bestk.train.prompts import check_prompt_lengths
-from bestk.train.sampling import sampling_header
+from bestk.train.model.chat import render_task_prompts
+from bestk.train.model.hf import enable_gradient_checkpointing
+from bestk.train.model.policy import load_policy
+from bestk.train.rollout.prompts import check_prompt_lengths
+from bestk.train.rollout.settings import sampling_header
 
 __all__ = ["load_run_task", "load_run_policy", "max_new_tokens", "check_run_prompts",
-           "score_batch", "sampling_options", "run_header"]
+           "run_header"]
 
 
 def load_run_task(cfg: TrainConfig) -> tuple[Task, torch.device]:
@@ -56,7 +57,7 @@ def check_run_prompts(cfg: TrainConfig, task: Task, tokenizer: Any) -> int:
     """How many of the task's rendered prompts (training and held-out) are longer than
     ``rollout.max_prompt_length`` tokens and will be cut from the left (0 without a limit);
     with ``rollout.prompt_truncation: error`` a long prompt is a one-line ``ValueError``,
-    before any work (:func:`bestk.train.prompts.check_prompt_lengths`)."""
+    before any work (:func:`bestk.train.rollout.prompts.check_prompt_lengths`)."""
     r = cfg.rollout
     if r.max_prompt_length is None:
         return 0
@@ -64,32 +65,12 @@ def check_run_prompts(cfg: TrainConfig, task: Task, tokenizer: Any) -> int:
     return check_prompt_lengths(tokenizer, prompts, r.max_prompt_length, r.prompt_truncation)
 
 
-def sampling_options(cfg: TrainConfig, section: str = "rollout") -> dict[str, Any]:
-    """The keyword arguments of :func:`bestk.train.rollout.sample` (and
-    :func:`bestk.train.evaluate.evaluate`) for the training (``rollout``) or held-out
-    (``eval``) sampling of a resolved config: temperature, top-p, top-k and the prompt
-    length limit."""
-    sec = getattr(cfg, section)
-    return {"temperature": sec.temperature, "top_p": sec.top_p, "top_k": sec.top_k or 0,
-            "max_prompt_length": cfg.rollout.max_prompt_length,
-            "prompt_truncation": cfg.rollout.prompt_truncation}
 
 
-def score_batch(task: Task, examples: list[dict[str, Any]], texts: list[str],
-                metrics: dict[str, float] | None = None) -> Any:
-    """The task's rewards of ``texts`` (``examples[i]`` for ``texts[i]``), float64. With
-    several reward functions each one's mean over the completions it scored is added to
-    ``metrics`` as ``rewards/<name>/mean`` (TRL's name)."""
-    if len(task.reward_names) < 2:
-        return task.score(examples, texts)
-    scores = task.score_detailed(examples, texts)
-    if metrics is not None:
-        metrics.update({f"rewards/{k}/mean": v for k, v in scores.means().items()})
-    return scores.total
 
 
 def run_header(cfg: TrainConfig, task: Task, tokenizer: Any) -> str:
-    """The run header's sampling line (:func:`bestk.train.sampling.sampling_header`: the
+    """The run header's sampling line (:func:`bestk.train.rollout.settings.sampling_header`: the
     values used and where from) and, with ``rollout.max_prompt_length``, how many of the
     task's prompts are cut to it."""
     line = sampling_header(cfg)

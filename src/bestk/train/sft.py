@@ -4,7 +4,7 @@
 tokens only) for ``sft.steps`` steps of ``sft.batch_size`` training examples drawn with the
 ``SFT_ORDER`` stream, AdamW with a linear warm-up over the first tenth of the steps and a
 cosine decay, global-norm clipping at ``optim.grad_clip``. The
-:class:`~bestk.train.loop.Trainer` runs it first; :func:`sft_weights` runs it without a run
+:class:`~bestk.train.trainer.Trainer` runs it first; :func:`sft_weights` runs it without a run
 directory (``bestk compare`` shares one warm-up between the methods of a seed).
 """
 
@@ -20,24 +20,15 @@ import torch
 from bestk._seeds import SFT_ORDER
 from bestk.tasks import Task
 from bestk.train.config import TrainConfig
-from bestk.train.console import Stopped
-from bestk.train.guards import check_sft_update
+from bestk.train.optim import make_optimizer
+from bestk.train.run.console import Stopped
+from bestk.train.run.guards import check_sft_update
 from bestk.train.setup import load_run_policy, load_run_task
 from bestk.train.validation import resolve_defaults, validate
 
 __all__ = ["sft_warmup", "make_optimizer", "sft_weights"]
 
 
-def make_optimizer(model: Any, cfg: TrainConfig, lr: float) -> torch.optim.Optimizer:
-    """AdamW over the trainable parameters (LoRA: the adapters) with ``optim``'s betas,
-    weight decay and kernel (``optim.implementation``)."""
-    o = cfg.optim
-    kernel = {"auto": {}, "foreach": {"foreach": True}, "for-loop": {"foreach": False},
-              "fused": {"fused": True}}[o.implementation]
-    return torch.optim.AdamW(
-        [p for p in model.parameters() if p.requires_grad],
-        lr=lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay, **kernel,
-    )
 
 
 def sft_warmup(model: Any, tokenizer: Any, task: Task, cfg: TrainConfig, device: torch.device,
@@ -46,7 +37,7 @@ def sft_warmup(model: Any, tokenizer: Any, task: Task, cfg: TrainConfig, device:
     """Cross-entropy warm-up of ``model`` on ``prompt + answer + EOS`` (loss on answer tokens;
     module docstring); every 10th step and the last are ``log``-ged as ``phase: sft``.
     ``should_stop`` (Ctrl-C, SIGTERM) is asked before each step: when it says so,
-    :class:`~bestk.train.console.Stopped` is raised naming the steps done."""
+    :class:`~bestk.train.run.console.Stopped` is raised naming the steps done."""
     s = cfg.sft
     tok = tokenizer
     opt = make_optimizer(model, cfg, s.lr)

@@ -4,7 +4,7 @@
 by pydantic whenever a config is built, read or assigned to. What needs the registries and
 the machine is here: the algorithm (``ALGORITHMS``) and estimator (``ESTIMATORS``) names, the
 estimator's and the task's option names, what the algorithm accepts (its spec's ``check``),
-the ``kappo`` section's use and calibration file, ``report_to`` (``bestk.train.reporters``),
+the ``kappo`` section's use and calibration file, ``report_to`` (``bestk.train.run.reporters``),
 the device, the optional packages, a local model directory, and a dry run of the estimator on
 a dummy batch (:func:`validate` runs them all). :func:`resolve_defaults` fills in the fields a
 config leaves to the algorithm (``rollout.n``, ``out``) from its :class:`~bestk.train.
@@ -36,10 +36,10 @@ from bestk.kappo.calibration import calibrate, calibration_kind, load_calibratio
 from bestk.tasks import task_options
 from bestk.train.algorithms import ALGORITHMS
 from bestk.train.config import DEFAULT_OUT, TrainConfig, check_schema
-from bestk.train.model_source import GGUF_MODULES, check_model_source, is_gguf
-from bestk.train.reference import calibration_prompt_ids
-from bestk.train.reporters import INTEGRATIONS, resolve_report_to
-from bestk.train.sampling import fill_sampling
+from bestk.train.model.source import GGUF_MODULES, check_model_source, is_gguf
+from bestk.train.reference.bank import calibration_prompt_ids
+from bestk.train.rollout.settings import fill_sampling
+from bestk.train.run.reporters import INTEGRATIONS, resolve_report_to
 
 __all__ = [
     "validate",
@@ -64,7 +64,7 @@ def resolve_defaults(cfg: TrainConfig) -> TrainConfig:
     the algorithm's spec: ``rollout.n`` (``default_n``: 8 for ``pg``, 1 for ``apo`` and
     ``dpo``) and ``out`` (``runs/bestk`` + ``out_suffix``: ``runs/bestk``,
     ``runs/bestk-apo``, ``runs/bestk-dpo``); and the ``null`` sampling keys from the model's
-    ``generation_config`` (:func:`bestk.train.sampling.fill_sampling`). A value set
+    ``generation_config`` (:func:`bestk.train.rollout.settings.fill_sampling`). A value set
     explicitly is kept, whatever the order it was set in; a leading ``~`` of ``out`` and
     ``model.path`` is expanded to the home directory. An unknown algorithm is left for
     :func:`check_names`."""
@@ -94,7 +94,7 @@ def validate(cfg: TrainConfig) -> None:
     accepts (:func:`check_algorithm`), the device (:func:`check_device`), what the machine
     can hold (:func:`check_machine`: threads, the tiny model's size), the optional packages
     the config needs (:func:`check_dependencies`), a local model directory
-    or GGUF file (:func:`bestk.train.model_source.check_model_source`), a KAPPO calibration file
+    or GGUF file (:func:`bestk.train.model.source.check_model_source`), a KAPPO calibration file
     (:func:`check_kappo_file`), and, for an algorithm that uses the estimator, the estimator
     options' *values*, by running the estimator on a dummy batch shaped like a training batch
     (:func:`check_estimator_runs`; a ``calibration`` path is loaded). Nothing here trains,

@@ -9,7 +9,7 @@
 
 Each module defines a class with ``step(step) -> metrics`` that reads like the paper's
 equation (``batch`` then ``update``), and an :class:`AlgorithmSpec` with the algorithm's
-properties; the :class:`~bestk.train.loop.Trainer` keeps the run state (config, policy,
+properties; the :class:`~bestk.train.trainer.Trainer` keeps the run state (config, policy,
 optimizer, checkpoints, evaluation, logging) and calls them.
 """
 

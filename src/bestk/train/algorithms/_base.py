@@ -4,7 +4,7 @@ batch and the mean of their metrics."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -12,16 +12,15 @@ import numpy as np
 import torch
 
 from bestk.tasks import Task
-from bestk.train.accumulate import micro_slices
-from bestk.train.rollout import Rollout
+from bestk.train.rollout.batch import Rollout
 
-__all__ = ["AlgorithmSpec", "RunContext", "rollout_batch_text", "refuse_pg_options", "minibatches",
-           "optimizer_steps", "mean_metrics", "rollout_metrics"]
+__all__ = ["AlgorithmSpec", "RunContext", "rollout_batch_text", "refuse_pg_options",
+           "rollout_metrics"]
 
 
 @runtime_checkable
 class RunContext(Protocol):
-    """What an algorithm may use of the run (the :class:`~bestk.train.loop.Trainer` is one):
+    """What an algorithm may use of the run (the :class:`~bestk.train.trainer.Trainer` is one):
     exactly these attributes and methods (``tests/test_train.py`` checks the algorithms use
     no other).
 
@@ -61,7 +60,7 @@ class RunContext(Protocol):
 
     def optimize(self, loss: torch.Tensor | Iterable[torch.Tensor]) -> tuple[float, float]:
         """One optimizer step on ``loss``, or on the sum of micro-batch losses, each
-        backpropagated as it is yielded (:func:`bestk.train.accumulate.backward`);
+        backpropagated as it is yielded (:func:`bestk.train.algorithms.update.backward`);
         ``(gradient norm, learning rate)``."""
         ...
 
@@ -158,14 +157,6 @@ def refuse_pg_options(cfg: Any) -> None:
         )
 
 
-def minibatches(size: int, epochs: int, count: int) -> Iterator[slice]:
-    """The slices of ``epochs`` passes over a batch of ``size`` items in ``count`` minibatches
-    of ``ceil(size / count)`` consecutive items (``loss.ppo_epochs`` x ``loss.minibatches``
-    optimizer steps)."""
-    step = max(1, -(-size // count))
-    for _ in range(epochs):
-        for start in range(0, size, step):
-            yield slice(start, start + step)
 
 
 def rollout_metrics(ro: Any) -> dict[str, float]:
@@ -181,52 +172,7 @@ def rollout_metrics(ro: Any) -> dict[str, float]:
     }
 
 
-def mean_metrics(steps: list[dict[str, float]]) -> dict[str, float]:
-    """The mean of each metric over the optimizer steps of an update."""
-    keys = dict.fromkeys(k for st in steps for k in st)
-    return {k: float(np.mean([st[k] for st in steps if k in st])) for k in keys}
 
 
-def optimizer_steps(
-    run: RunContext,
-    size: int,
-    loss_of: Callable[[slice, int | None], tuple[dict[str, float], torch.Tensor]],
-    micro_size: int | None,
-) -> dict[str, float]:
-    """The optimizer steps of one update over ``size`` items (``loss.ppo_epochs`` x
-    ``loss.minibatches``, :func:`minibatches`); returns their mean metrics
-    (:func:`mean_metrics`), each with ``grad_norm`` and ``lr``.
-
-    ``loss_of(sl, None) -> (metrics, loss)`` is the mean loss of items ``sl``; ``loss_of(sl,
-    count)`` its share of a minibatch of ``count`` items (the sum over ``sl`` over ``count``).
-    Without ``micro_size`` a minibatch is one pass. With it, the minibatch's micro-batches of
-    ``micro_size`` items (:func:`~bestk.train.accumulate.micro_slices`) are backpropagated one
-    at a time into the same step (:meth:`RunContext.optimize`), and the step's metrics are the
-    sums of their shares."""
-    lc = run.cfg.loss
-    run.model.train()
-    steps = []
-    for sl in minibatches(size, lc.ppo_epochs, lc.minibatches):
-        if micro_size is None:
-            st, loss = loss_of(sl, None)
-            gnorm, lr = run.optimize(loss)
-        else:
-            parts: list[dict[str, float]] = []
-            gnorm, lr = run.optimize(
-                _micro_losses(loss_of, sl, micro_size, size, len(range(size)[sl]), parts))
-            st = {k: sum(p[k] for p in parts) for k in parts[0]}
-        st.update(grad_norm=gnorm, lr=lr)
-        steps.append(st)
-    return mean_metrics(steps)
 
 
-def _micro_losses(
-    loss_of: Callable[[slice, int | None], tuple[dict[str, float], torch.Tensor]],
-    sl: slice, micro_size: int, size: int, count: int, parts: list[dict[str, float]],
-) -> Iterator[torch.Tensor]:
-    """The loss shares of minibatch ``sl``'s micro-batches, each yielded when it is computed
-    (so its graph is freed after its backward); their metrics are appended to ``parts``."""
-    for mic in micro_slices(sl, micro_size, size):
-        st, loss = loss_of(mic, count)
-        parts.append(st)
-        yield loss

@@ -41,12 +41,13 @@ from bestk.kappo import kappo_apo_loss
 from bestk.train.algorithms._base import (
     AlgorithmSpec,
     RunContext,
-    optimizer_steps,
     refuse_pg_options,
     rollout_metrics,
 )
-from bestk.train.reference import calibration_values
-from bestk.train.rollout import Rollout, completion_logprobs
+from bestk.train.algorithms.update import optimizer_steps
+from bestk.train.model.logprobs import completion_logprobs
+from bestk.train.reference.bank import calibration_values
+from bestk.train.rollout.batch import Rollout
 
 __all__ = ["APO", "APOBatch", "SPEC"]
 

@@ -12,7 +12,7 @@ binary calibration, ``Calibration.get("dpo_beta_eff", ids)``). At k = 1, :math:`
 :math:`\beta_{eff} = \min(\beta, 2)`: plain DPO with :math:`\beta` (for :math:`\beta \le 2`).
 
 Data: the reference bank of the run (M completions of the frozen reference per prompt,
-scored; :mod:`bestk.train.reference`). A step draws ``rollout.prompts_per_step`` of the bank's
+scored; :mod:`bestk.train.reference.bank`). A step draws ``rollout.prompts_per_step`` of the bank's
 prompts that have at least one success and one failure, and for each ``kappo.dpo_pairs``
 pairs :math:`(y_w, y_l)`, a success and a failure drawn uniformly (with replacement) from its
 bank samples. :math:`\log\pi_{ref}` of the bank samples was computed when the bank was made, so
@@ -42,14 +42,10 @@ import numpy as np
 import torch
 
 from bestk.kappo import kappo_dpo_loss
-from bestk.train.algorithms._base import (
-    AlgorithmSpec,
-    RunContext,
-    optimizer_steps,
-    refuse_pg_options,
-)
-from bestk.train.prompts import encode_prompts
-from bestk.train.rollout import completion_logprobs
+from bestk.train.algorithms._base import AlgorithmSpec, RunContext, refuse_pg_options
+from bestk.train.algorithms.update import optimizer_steps
+from bestk.train.model.logprobs import completion_logprobs
+from bestk.train.rollout.prompts import encode_prompts
 
 __all__ = ["DPO", "DPOBatch", "SPEC", "P_SUCCESS_WINS", "pair_rows"]
 

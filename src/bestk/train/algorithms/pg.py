@@ -17,7 +17,7 @@ What the estimator needs is read from its registry properties
 (:class:`bestk.estimators.EstimatorInfo`): an estimator of the ``calibrated`` reward domain
 (``kappo_grpo``, @k-GRPO) takes its KAPPO calibration from ``estimator_options.calibration``
 (a file; RL then draws only its prompts) or, without one, from the run's ``kappo`` section
-(in-run calibration, :mod:`bestk.train.reference`); one of the ``binary`` domain, or a
+(in-run calibration, :mod:`bestk.train.reference.bank`); one of the ``binary`` domain, or a
 calibrated one with a binary calibration, sees the 0/1 success (``advantage_reward: auto``).
 """
 
@@ -32,17 +32,11 @@ import torch
 
 from bestk.estimators import EstimatorInfo, advantages, estimator_info, resolve_options
 from bestk.losses import aggregate, kl_penalty, ppo_clip_loss
-from bestk.train.accumulate import micro_slices
-from bestk.train.algorithms._base import (
-    AlgorithmSpec,
-    RunContext,
-    mean_metrics,
-    minibatches,
-    rollout_metrics,
-)
-from bestk.train.reference import calibration_prompt_ids
-from bestk.train.reporters import rollout_stats
-from bestk.train.rollout import sequence_logprobs
+from bestk.train.algorithms._base import AlgorithmSpec, RunContext, rollout_metrics
+from bestk.train.algorithms.update import mean_metrics, micro_slices, minibatches
+from bestk.train.model.logprobs import sequence_logprobs
+from bestk.train.reference.bank import calibration_prompt_ids
+from bestk.train.run.reporters import rollout_stats
 
 __all__ = ["PolicyGradient", "SPEC"]
 

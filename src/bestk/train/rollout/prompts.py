@@ -7,7 +7,7 @@ generation prompt of a chat template are; TRL cuts prompts the same way, its tok
 never on text, so a completion continues exactly the tokens the model saw.
 
 * :func:`left_truncate` -- the cut of one prompt's ids;
-* :func:`encode_prompts` -- the left-padded batch that :func:`bestk.train.rollout.sample`
+* :func:`encode_prompts` -- the left-padded batch that :func:`bestk.train.rollout.sampler.sample`
   feeds the model, with the number of prompts cut (logged per step); without a limit, or when
   no prompt exceeds it, exactly ``tokenizer(prompts, padding=True, return_tensors="pt",
   add_special_tokens=False)``;

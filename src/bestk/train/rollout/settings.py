@@ -24,25 +24,15 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import torch
+from bestk.train.config import TrainConfig
 
-__all__ = ["top_k_filter", "SamplingParams", "resolve_sampling", "DEFAULTS",
-           "model_generation_config", "fill_sampling", "sampling_header"]
+__all__ = ["SamplingParams", "resolve_sampling", "DEFAULTS", "model_generation_config",
+           "fill_sampling", "sampling_header", "sampling_options"]
 
 #: The values used when neither the config nor the model's generation_config sets one.
 DEFAULTS: dict[str, float | int] = {"temperature": 1.0, "top_p": 1.0, "top_k": 0}
 
 
-def top_k_filter(logits: torch.Tensor, top_k: int | None) -> torch.Tensor:
-    """Set to ``-inf`` the logits below the ``top_k``-th largest of each row (ties with it are
-    kept, as Hugging Face's ``TopKLogitsWarper`` keeps them). ``top_k`` 0 or ``None``, or at
-    least the vocabulary size, returns ``logits`` itself (nothing filtered)."""
-    if not top_k or top_k >= logits.shape[-1]:
-        return logits
-    if top_k < 0:
-        raise ValueError(f"top_k must be >= 0 (0 = off), got {top_k}")
-    kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
-    return logits.masked_fill(logits < kth, float("-inf"))
 
 
 @dataclass(frozen=True)
@@ -153,3 +143,14 @@ def sampling_header(cfg: Any) -> str:
     if any(getattr(cfg.rollout, k) != getattr(cfg.eval, k) for k in DEFAULTS):
         head += f"; eval: {line(cfg.eval)}"
     return head
+
+
+def sampling_options(cfg: TrainConfig, section: str = "rollout") -> dict[str, Any]:
+    """The keyword arguments of :func:`bestk.train.rollout.sampler.sample` (and
+    :func:`bestk.train.rollout.evaluate.evaluate`) for the training (``rollout``) or held-out
+    (``eval``) sampling of a resolved config: temperature, top-p, top-k and the prompt
+    length limit."""
+    sec = getattr(cfg, section)
+    return {"temperature": sec.temperature, "top_p": sec.top_p, "top_k": sec.top_k or 0,
+            "max_prompt_length": cfg.rollout.max_prompt_length,
+            "prompt_truncation": cfg.rollout.prompt_truncation}

@@ -2,7 +2,7 @@
 
 Light on purpose (no torch, no transformers): the config validation checks ``model.path``
 with :func:`check_model_source` before any model is built, and
-:func:`bestk.train.policy.load_policy` loads what it names.
+:func:`bestk.train.model.policy.load_policy` loads what it names.
 
 * a **directory** holding ``config.json`` and a tokenizer file (:data:`TOKENIZER_FILES`):
   ``AutoModelForCausalLM`` / ``AutoTokenizer.from_pretrained(dir)``;

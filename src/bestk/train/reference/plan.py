@@ -12,9 +12,9 @@ the run directory is touched, and returns a :class:`ReferencePlan`:
 
 The plan then makes the bank and the calibration from the reference policy (after SFT:
 :meth:`ReferencePlan.reference_bank`, :meth:`ReferencePlan.calibrate`), or checks the copy a
-resumed run holds (:meth:`ReferencePlan.stored`). The :class:`~bestk.train.loop.Trainer` and
+resumed run holds (:meth:`ReferencePlan.stored`). The :class:`~bestk.train.trainer.Trainer` and
 ``bestk compare`` (which samples one bank per seed for several runs) both ask it.
-(:mod:`bestk.train.reference` holds the bank and calibration functions and files; this module
+(:mod:`bestk.train.reference.bank` holds the bank and calibration functions and files; this module
 is apart from it because it reads the config, which itself imports that module.)
 """
 
@@ -29,7 +29,7 @@ from bestk._seeds import BANK_PROMPTS, BANK_SAMPLING
 from bestk.kappo import Calibration
 from bestk.tasks import Task
 from bestk.train.config import TrainConfig
-from bestk.train.reference import (
+from bestk.train.reference.bank import (
     CALIBRATION_FILE,
     ReferenceBank,
     bank_examples,
@@ -41,7 +41,7 @@ from bestk.train.reference import (
     resolve_kind,
     sample_bank,
 )
-from bestk.train.setup import sampling_options
+from bestk.train.rollout.settings import sampling_options
 from bestk.train.validation import load_kappo_file
 
 __all__ = ["ReferencePlan", "plan_reference", "restrict_prompts"]
@@ -119,7 +119,7 @@ class ReferencePlan:
 
     def calibrate(self, bank: ReferenceBank | None, task: Task) -> Calibration:
         """The run's calibration: the ``kappo.calibration`` file's as it is, else ``bank``'s
-        (:func:`~bestk.train.reference.calibrate_bank` with the run's kind, k and beta)."""
+        (:func:`~bestk.train.reference.bank.calibrate_bank` with the run's kind, k and beta)."""
         if self.file_calibration is not None:
             return self.file_calibration
         if bank is None:

@@ -17,8 +17,8 @@ import torch
 
 from bestk.metrics import best_at_k_curve, pass_at_k_curve
 from bestk.tasks import Task
-from bestk.train.console import Stopped
-from bestk.train.rollout import sample
+from bestk.train.rollout.sampler import sample
+from bestk.train.run.console import Stopped
 
 __all__ = ["EvalResult", "evaluate"]
 
@@ -62,8 +62,8 @@ def evaluate(
 ) -> EvalResult:
     """Sample ``n`` completions for each example, score them, compute the curves (k = 1..n).
     ``top_k``, ``max_prompt_length`` and ``prompt_truncation`` as in
-    :func:`bestk.train.rollout.sample`. ``should_stop`` (Ctrl-C, SIGTERM) is asked before
-    each batch of prompts: when it says so, :class:`~bestk.train.console.Stopped` is raised."""
+    :func:`bestk.train.rollout.sampler.sample`. ``should_stop`` (Ctrl-C, SIGTERM) is asked before
+    each batch of prompts: when it says so, :class:`~bestk.train.run.console.Stopped` is raised."""
     if not examples:
         raise ValueError("evaluate: no held-out prompts")
     device = next(model.parameters()).device

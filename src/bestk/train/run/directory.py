@@ -28,18 +28,18 @@ from typing import Any
 import yaml
 
 from bestk._atomic import write_text_atomic
-from bestk.train.checkpoint import (
-    checksum_path,
-    latest_valid_checkpoint,
-    list_checkpoints,
-    orphan_checksums,
-)
 from bestk.train.config import (
     TrainConfig,
     config_from_dict,
     config_to_dict,
     parse_yaml_config,
     yaml_error_line,
+)
+from bestk.train.run.checkpoint import (
+    checksum_path,
+    latest_valid_checkpoint,
+    list_checkpoints,
+    orphan_checksums,
 )
 
 __all__ = [

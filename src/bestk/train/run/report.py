@@ -18,8 +18,8 @@ from bestk.kappo.calibration import Calibration
 from bestk.train.algorithms import ALGORITHMS
 from bestk.train.algorithms._base import rollout_batch_text
 from bestk.train.config import config_to_dict
-from bestk.train.reference import BANK_FILE, CALIBRATION_FILE
-from bestk.train.rundir import read_metrics, read_run_config
+from bestk.train.reference.bank import BANK_FILE, CALIBRATION_FILE
+from bestk.train.run.directory import read_metrics, read_run_config
 
 __all__ = ["write_report", "curve_of"]
 

@@ -10,7 +10,7 @@ functions, each function's value -- so a user checks the template and the reward
 * :func:`append_samples` -- appends them to ``samples.jsonl`` (one JSON object per line);
 * :func:`samples_table` -- the same as a Markdown table (TensorBoard's ``add_text``) and
   :func:`table_columns_rows` as columns and rows (a W&B ``wandb.Table``);
-* :func:`eval_samples` -- the records of an :class:`~bestk.train.evaluate.EvalResult` (what
+* :func:`eval_samples` -- the records of an :class:`~bestk.train.rollout.evaluate.EvalResult` (what
   the trainer writes at each evaluation: ``DIR/samples.jsonl``), and
   :func:`drop_samples_after` -- a resumed run's ``samples.jsonl`` without the records of
   the steps it redoes (as ``metrics.jsonl``).
@@ -57,7 +57,8 @@ def sample_records(
     ``per_prompt`` of their completions.
 
     ``texts`` are the completions prompt-major (``n`` per example, as
-    :func:`bestk.train.evaluate.evaluate` returns them), ``rewards`` and ``success`` ``(P, n)``;
+    :func:`~bestk.train.rollout.evaluate.evaluate` returns them), ``rewards`` and ``success``
+    ``(P, n)``;
     ``columns`` each reward function's ``(P, n)`` values (``NaN`` where it returned ``None``,
     written as ``null``). Raises ``ValueError`` when the shapes disagree.
     """

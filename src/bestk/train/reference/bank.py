@@ -43,9 +43,10 @@ import torch
 from bestk._atomic import atomic_path, write_text_atomic
 from bestk.kappo import BINARY, WINRATE, Calibration, calibrate, calibration_kind
 from bestk.tasks import Task
-from bestk.train.checkpoint import as_os_error
-from bestk.train.console import Stopped
-from bestk.train.rollout import completion_logprobs, sample
+from bestk.train.model.logprobs import completion_logprobs
+from bestk.train.rollout.sampler import sample
+from bestk.train.run.checkpoint import as_os_error
+from bestk.train.run.console import Stopped
 
 __all__ = [
     "ReferenceBank",
@@ -151,12 +152,12 @@ def sample_bank(
 ) -> ReferenceBank:
     """Sample and score ``size`` completions of ``model`` for each example (one generator
     seeded with ``seed``, batches of about 512 sequences; a ``rich`` progress bar if given;
-    ``top_k`` and the prompt length limit as in :func:`~bestk.train.rollout.sample`).
+    ``top_k`` and the prompt length limit as in :func:`~bestk.train.rollout.sampler.sample`).
 
     With ``completions`` the token ids, texts and reference sequence log-probabilities
-    (:func:`~bestk.train.rollout.completion_logprobs` at ``temperature``) are kept too.
+    (:func:`~bestk.train.model.logprobs.completion_logprobs` at ``temperature``) are kept too.
     ``should_stop`` (Ctrl-C, SIGTERM) is asked before each batch: when it says so,
-    :class:`~bestk.train.console.Stopped` is raised.
+    :class:`~bestk.train.run.console.Stopped` is raised.
     """
     if not examples:
         raise ValueError("the reference bank has no prompts")

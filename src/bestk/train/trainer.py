@@ -6,7 +6,7 @@ run directory, checkpoints, evaluation, logging -- and drives the run:
 1. SFT warm-up on the task's reference answers (``sft.steps``; skipped on resume);
 2. for a run that needs a KAPPO calibration (``algorithm: apo`` / ``dpo``, or ``pg`` with
    ``kappo_grpo``) and has none from ``estimator_options``: the reference bank and its
-   calibration, as planned before any work (:mod:`bestk.train.reference_plan`), saved to
+   calibration, as planned before any work (:mod:`bestk.train.reference.plan`), saved to
    ``calibration.json``;
 3. the step-0 evaluation and checkpoint;
 4. ``max_steps`` RL steps of the configured algorithm (:mod:`bestk.train.algorithms`: ``pg``
@@ -20,13 +20,13 @@ is one). The prompts and the sampling noise of step ``s`` depend only on ``(seed
 algorithms draw them through :meth:`Trainer.prompt_rng`, :meth:`Trainer.draw_prompts` and
 :meth:`Trainer.sample_completions`), so a run resumed from a checkpoint continues exactly as
 the uninterrupted run would have. The SFT loop is :mod:`bestk.train.sft`, the task and policy
-set-up :mod:`bestk.train.setup`, the progress bar and Ctrl-C :mod:`bestk.train.console`.
+set-up :mod:`bestk.train.setup`, the progress bar and Ctrl-C :mod:`bestk.train.run.console`.
 
 Run directory: ``config.yaml``, ``metrics.jsonl``, ``checkpoints/``, ``final/`` (HF model +
 tokenizer), ``report.md`` + PNG plots, and for KAPPO runs ``calibration.json`` and the bank
 (``bank.jsonl``, ``bank_tokens.safetensors``). A :class:`Trainer` holds the directory's lock
 from its construction to the end of :meth:`Trainer.run` and continues a run already there when
-the config allows it (see :mod:`bestk.train.rundir`).
+the config allows it (see :mod:`bestk.train.run.directory`).
 """
 
 from __future__ import annotations
@@ -47,26 +47,39 @@ from rich.console import Console
 
 from bestk._atomic import respect_umask, write_text_atomic
 from bestk._seeds import EVAL_SAMPLING, PROMPTS, SAMPLING
-from bestk.train.accumulate import backward
 from bestk.train.algorithms import ALGORITHMS
-from bestk.train.checkpoint import as_os_error, latest_checkpoint, load_checkpoint, save_checkpoint
+from bestk.train.algorithms.update import backward
 from bestk.train.config import (
     TrainConfig,
     apply_overrides,
     config_from_dict,
     config_to_dict,
 )
-from bestk.train.console import Stopped, StopRequest, progress_bar, transformers_progress
-from bestk.train.evaluate import evaluate
-from bestk.train.guards import check_update
-from bestk.train.hf import autocast, reference_policy, save_model
-from bestk.train.policy import count_parameters
-from bestk.train.reference import save_reference
-from bestk.train.reference_plan import ReferencePlan, plan_reference, restrict_prompts
-from bestk.train.report import write_report
-from bestk.train.reporters import Reporters, resolve_report_to
-from bestk.train.rollout import Rollout, sample
-from bestk.train.rundir import (
+from bestk.train.model.hf import autocast, save_model
+from bestk.train.model.lora import reference_policy
+from bestk.train.model.policy import count_parameters
+from bestk.train.optim import make_optimizer
+from bestk.train.reference.bank import save_reference
+from bestk.train.reference.plan import ReferencePlan, plan_reference, restrict_prompts
+from bestk.train.rollout.batch import Rollout
+from bestk.train.rollout.evaluate import evaluate
+from bestk.train.rollout.sample_log import (
+    SAMPLES_FILE,
+    append_samples,
+    drop_samples_after,
+    eval_samples,
+)
+from bestk.train.rollout.sampler import sample
+from bestk.train.rollout.scoring import score_batch
+from bestk.train.rollout.settings import sampling_options
+from bestk.train.run.checkpoint import (
+    as_os_error,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
+from bestk.train.run.console import Stopped, StopRequest, progress_bar, transformers_progress
+from bestk.train.run.directory import (
     PREVIOUS_ATTEMPT,
     RunLock,
     RunState,
@@ -81,16 +94,11 @@ from bestk.train.rundir import (
     set_aside,
     write_run_config,
 )
-from bestk.train.samples import SAMPLES_FILE, append_samples, drop_samples_after, eval_samples
-from bestk.train.setup import (
-    load_run_policy,
-    load_run_task,
-    max_new_tokens,
-    run_header,
-    sampling_options,
-    score_batch,
-)
-from bestk.train.sft import make_optimizer, sft_warmup
+from bestk.train.run.guards import check_update
+from bestk.train.run.report import write_report
+from bestk.train.run.reporters import Reporters, resolve_report_to
+from bestk.train.setup import load_run_policy, load_run_task, max_new_tokens, run_header
+from bestk.train.sft import sft_warmup
 from bestk.train.validation import check_reward_domain, resolve_defaults, validate
 
 __all__ = ["Trainer", "train", "save_final", "append_record"]
@@ -257,7 +265,7 @@ class Trainer:
 
         ``overrides`` (a nested dict, e.g. ``{"max_steps": 200}``, or ``key=value`` strings as
         ``--set`` takes them) may change what the resume policy allows
-        (:data:`bestk.train.rundir.RESUME_FREE`); other changes are refused.
+        (:data:`bestk.train.run.directory.RESUME_FREE`); other changes are refused.
         """
         out = Path(out)
         stored = read_run_config(out)
@@ -366,13 +374,13 @@ class Trainer:
     def optimize(self, loss: torch.Tensor | Iterable[torch.Tensor]) -> tuple[float, float]:
         """One AdamW step on ``loss`` (learning-rate warm-up, global-norm gradient clipping);
         returns ``(gradient norm before clipping, learning rate)``. A non-finite loss or
-        norm stops the run before the update (:func:`bestk.train.guards.check_update`)."""
+        norm stops the run before the update (:func:`bestk.train.run.guards.check_update`)."""
         w = self.cfg.optim.warmup_steps
         lr = self.cfg.optim.lr * (min(1.0, (self.opt_steps + 1) / w) if w > 0 else 1.0)
         for g in self.optimizer.param_groups:
             g["lr"] = lr
         self.optimizer.zero_grad(set_to_none=True)
-        loss = backward(loss)  # a tensor, or micro-batch losses (bestk.train.accumulate)
+        loss = backward(loss)  # a tensor, or micro-batch losses (bestk.train.algorithms.update)
         clip = self.cfg.optim.grad_clip if self.cfg.optim.grad_clip > 0 else float("inf")
         gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
         check_update(self.step + 1, loss, gnorm, self.step_rewards)  # nan / inf: stop first

@@ -43,7 +43,7 @@ import yaml
 
 from bestk._atomic import write_text_atomic
 from bestk._optional import available, require
-from bestk.train.samples import samples_table, table_columns_rows
+from bestk.train.rollout.sample_log import samples_table, table_columns_rows
 
 __all__ = [
     "INTEGRATIONS",
@@ -289,7 +289,7 @@ class Reporters:
             backend.log(axis, step, values)
 
     def log_samples(self, step: int, records: list[dict[str, Any]]) -> None:
-        """Show an evaluation's samples (:mod:`bestk.train.samples` records): a Markdown
+        """Show an evaluation's samples (:mod:`bestk.train.rollout.sample_log` records): a Markdown
         table in TensorBoard's text tab (``eval/samples``), a W&B table (``eval/samples``)."""
         if not self.names or not records:
             return

@@ -5,7 +5,7 @@ architecture (Qwen2 or Llama) with a character-level tokenizer built with ``toke
 the task's alphabet; it saves and loads as a plain HF directory (``AutoModelForCausalLM`` /
 ``AutoTokenizer``).
 
-``model.path`` may also name a GGUF file (:mod:`bestk.train.model_source`): transformers
+``model.path`` may also name a GGUF file (:mod:`bestk.train.model.source`): transformers
 dequantises its weights to ``model.dtype`` and rebuilds its tokenizer and chat template, and
 the policy then saves as an ordinary Hugging Face directory (safetensors + tokenizer).
 """
@@ -20,8 +20,8 @@ import torch
 
 from bestk._optional import require
 from bestk.train.config import ModelConfig
-from bestk.train.hf import add_lora
-from bestk.train.model_source import GGUF_MODULES, check_model_source, is_gguf
+from bestk.train.model.lora import add_lora
+from bestk.train.model.source import GGUF_MODULES, check_model_source, is_gguf
 
 __all__ = [
     "build_char_tokenizer",
@@ -97,8 +97,8 @@ def _dtype(name: str) -> torch.dtype:
 
 def load_policy(cfg: ModelConfig, alphabet: str | None, seed: int = 0) -> tuple[Any, Any]:
     """``(model, tokenizer)``: from ``cfg.path`` if set, else the tiny default for ``alphabet``;
-    wrapped in LoRA adapters when ``cfg.lora.r > 0`` (:func:`bestk.train.hf.add_lora`, adapter
-    initialisation drawn from ``seed``).
+    wrapped in LoRA adapters when ``cfg.lora.r > 0``
+    (:func:`~bestk.train.model.lora.add_lora`, adapter initialisation drawn from ``seed``).
 
     A tokenizer without a pad token gets its EOS token as pad; padding is on the left (the
     rollout left-pads prompts).

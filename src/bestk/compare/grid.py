@@ -1,0 +1,367 @@
+"""The grid of a comparison: test runs of every method and seed, and the learning-rate sweeps
+that precede them (:func:`run_compare`, :func:`validation_runs`); see :mod:`bestk.compare`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bestk._atomic import write_text_atomic
+from bestk._seeds import COMPARE_SEEDS, SWEEP_SEEDS
+from bestk.compare.jobs import bank_job, execute, rl_job, samples_bank, sft_job
+from bestk.compare.keys import (
+    bank_key,
+    config_key,
+    fingerprint,
+    sft_key,
+    weights_digest,
+)
+from bestk.compare.methods import (
+    KappoAuto,
+    Method,
+    base_config,
+    make_methods,
+    method_slug,
+    run_config,
+)
+from bestk.compare.summary import summarize, write_summary
+from bestk.estimators import estimator_info
+from bestk.lr_sweep import fixed_rate, sweep_until_interior
+from bestk.train.config import (
+    TrainConfig,
+    config_to_dict,
+)
+
+__all__ = ["run_compare", "validation_runs", "Method", "KappoAuto", "summarize",
+           "write_summary", "method_slug", "sweep_score"]
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+# ---------------------------------------------------------------------------------------------
+# jobs (module-level functions: they run in worker processes)
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+# ---------------------------------------------------------------------------------------------
+# the grid
+
+
+def sweep_score(end: dict[str, float], n: int) -> float:
+    """Mean over k = 1, 2, 4, ... <= n of pass@k (the learning-rate selection score)."""
+    ks = [k for k in (2**i for i in range(20)) if k <= n]
+    return float(np.mean([end[f"pass@{k}"] for k in ks]))
+
+
+def _grid(methods: list[Method], base: TrainConfig, seeds: Sequence[int], out: Path,
+          lrs: dict[str, float] | None, kappo: KappoAuto | None, workers: int,
+          progress: bool, resume: bool, what: str, shared: Path | None = None,
+          share_bank: bool = True) -> dict[str, dict[str, Any]]:
+    """SFT (and KAPPO calibration) per seed under ``shared`` (default ``out``), the seeds'
+    shared reference banks, then every (method, seed) run under ``out``; returns
+    ``{label: {"seedS": result}}``."""
+    shared = out if shared is None else shared
+    sft_dir = shared / "_sft"
+    sft_jobs, runs = [], []
+    banks: dict[str, list[Any]] = {}  # bank dir -> [job config, sft path, key, completions]
+    if not resume:
+        shutil.rmtree(shared / "_bank", ignore_errors=True)
+    needs_cal = kappo is not None and any(
+        estimator_info(m.estimator).calibrated and m.options.get("calibration") == "auto"
+        for m in methods)
+    for i, sid in enumerate(seeds):
+        sft_path = None
+        cal_path = None
+        if needs_cal:
+            cal_path = str(shared / "_calibration" / f"seed{i}.json")
+        if base.sft.steps > 0 or needs_cal:
+            probe = copy.deepcopy(base)
+            probe.seed = sid
+            probe.out = str(sft_dir / f"work{i}")
+            sft_path = str(sft_dir / f"seed{i}.pt")
+            if not resume:
+                for p in (sft_path, sft_path + ".json", cal_path):
+                    if p:
+                        Path(p).unlink(missing_ok=True)
+            sft_jobs.append((sft_job, config_to_dict(probe), sft_path,
+                             None if kappo is None or not needs_cal else {
+                                 "k": kappo.k, "beta": kappo.beta, "bank_n": kappo.bank_n,
+                                 "kind": kappo.kind}, cal_path))
+            if base.sft.steps == 0:
+                sft_path = None
+        for m in methods:
+            mm = m
+            if m.options.get("calibration") == "auto":
+                if cal_path is None:
+                    raise ValueError(f"method {m.label!r} has calibration 'auto' but no KAPPO "
+                                     "calibration was configured")
+                mm = Method(m.label, m.estimator, {**m.options, "calibration": cal_path},
+                            m.overrides, m.control_of)
+            cfg = run_config(base, mm, i, sid, out / method_slug(m.label) / f"seed{i}",
+                              None if lrs is None else lrs[m.label])
+            samples, completions = samples_bank(cfg)
+            if share_bank and samples and cfg.kappo.bank is None:
+                bkey = bank_key(cfg)
+                bdir = str(shared / "_bank" / f"seed{i}-{bkey}")
+                job = banks.setdefault(bdir, [cfg, sft_path, bkey, completions])
+                if completions and not job[3]:  # sample the completions for the dpo runs
+                    banks[bdir] = [cfg, sft_path, bkey, True]
+                cfg = copy.deepcopy(cfg)
+                cfg.kappo.bank = bdir
+            key = fingerprint({"config": config_key(cfg), "sft": sft_key(cfg)})
+            if not resume and cfg.out is not None:
+                shutil.rmtree(cfg.out, ignore_errors=True)
+            runs.append((i, m.label, cfg, sft_path, key))
+    execute(sft_jobs, workers, progress, f"{what}: SFT")
+    # what was made from a seed's SFT weights is keyed by their digest too (weights_digest)
+    digests = {p: weights_digest(p) for p in {sft for *_, sft, _ in runs} if p is not None}
+
+    def with_weights(key: str, sft: str | None) -> str:
+        return key if sft is None else fingerprint({"key": key, "weights": digests[sft]})
+
+    execute([(bank_job, config_to_dict(c), sft, bdir, with_weights(bkey, sft), comp)
+              for bdir, (c, sft, bkey, comp) in banks.items()], workers, progress,
+             f"{what}: KAPPO banks")
+    results = execute([(rl_job, config_to_dict(cfg), sft, label, with_weights(key, sft),
+                         None if sft is None else digests[sft])
+                        for _, label, cfg, sft, key in runs], workers, progress, f"{what}: RL")
+    grid: dict[str, dict[str, Any]] = {m.label: {} for m in methods}
+    for (i, label, *_), res in zip(runs, results, strict=True):
+        grid[label][f"seed{i}"] = res
+    return grid
+
+
+def run_compare(
+    estimators: Sequence[str | Method],
+    *,
+    seeds: int = 3,
+    out: str | Path = "runs/compare",
+    config: Path | None = None,
+    max_steps: int | None = None,
+    overrides: list[str] | None = None,
+    progress: bool = True,
+    estimator_options: dict[str, dict[str, Any]] | None = None,
+    controls: Sequence[str] = (),
+    workers: int = 1,
+    lr_sweep: Sequence[float] | None = None,
+    sweep_seeds: int = 2,
+    val_prompts: int = 256,
+    kappo: KappoAuto | None = None,
+    resume: bool = True,
+    share_bank: bool = True,
+    max_extensions: int = 3,
+    select_by: str | None = None,
+    common_lr_from: str | None = None,
+) -> str:
+    """Run the matched grid (module docstring); return the markdown table (also written to
+    ``compare.md``).
+
+    ``estimators`` are estimator names (each its own method) or :class:`Method` objects;
+    ``estimator_options`` maps a label to options, e.g. ``{"kappo_grpo": {"calibration":
+    "cal/seed{seed}.json"}}``; ``controls`` adds an A/A control of each named method;
+    ``share_bank`` samples one KAPPO reference bank per seed for the runs that calibrate
+    in-run (module docstring; ``False``: each run samples its own, with the same result).
+    ``select_by`` names the validation metric the sweep maximises (e.g. ``"pass@1"``;
+    default: the mean over k of pass@k); ``common_lr_from`` sweeps only that method and runs
+    every method at its chosen rate (one rate for all, as when a paper compares its variants
+    at one rate).
+    """
+    if not estimators:
+        raise ValueError("--estimators is empty")
+    if seeds < 1:
+        raise ValueError(f"--seeds must be >= 1, got {seeds}")
+    if workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {workers}")
+    if max_extensions < 0:
+        raise ValueError(f"--max-extensions must be >= 0, got {max_extensions}")
+    methods = make_methods(estimators, estimator_options, controls)
+    out = Path(out)
+    base = base_config(config, max_steps, list(overrides or []))
+    test_seeds = [COMPARE_SEEDS.seed(base.seed, index=s) for s in range(seeds)]
+    # validate every run configuration before any work starts
+    for i, sid in enumerate(test_seeds):
+        for m in methods:
+            if m.options.get("calibration") != "auto":
+                run_config(base, m, i, sid, out / method_slug(m.label) / f"seed{i}")
+    lrs = None
+    t0 = time.time()
+    if lr_sweep:
+        swept = methods
+        if common_lr_from is not None:
+            swept = [m for m in methods if m.label == common_lr_from]
+            if not swept:
+                raise ValueError(f"common_lr_from {common_lr_from!r} is not one of the methods "
+                                 f"{[m.label for m in methods]}")
+        lrs = _sweep(swept, base, out, [float(v) for v in lr_sweep], sweep_seeds, val_prompts,
+                     kappo, workers, progress, resume, share_bank, max_extensions, select_by,
+                     common_lr_from)
+        if common_lr_from is not None:
+            lrs = {m.label: lrs[common_lr_from] for m in methods}
+    elif common_lr_from is not None or select_by is not None:
+        raise ValueError("common_lr_from / select_by need an lr_sweep")
+    grid = _grid(methods, base, test_seeds, out, lrs, kappo, workers, progress, resume, "test",
+                 share_bank=share_bank)
+    results = {label: {s: {"start": r["start"], "end": r["end"], "run": r["run"]}
+                       for s, r in runs.items()} for label, runs in grid.items()}
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out / "results.json", json.dumps(results, indent=1))
+    write_text_atomic(out / "compare.json", json.dumps({
+        "methods": [{"label": m.label, "estimator": m.estimator, "options": m.options,
+                     "overrides": list(m.overrides), "control_of": m.control_of}
+                    for m in methods],
+        "seeds": seeds, "lr": lrs, "wall_seconds": time.time() - t0}, indent=1, default=str))
+    return write_summary(out, results, base.eval.n)
+
+
+def _validation_config(base: TrainConfig, val_prompts: int) -> TrainConfig:
+    """``base`` on the validation split: its task's last ``val_prompts`` training prompts,
+    held out from training (the ``validation`` task wrapper)."""
+    val = copy.deepcopy(base)
+    val.task.options = {"task": base.task.name, "options": dict(base.task.options),
+                        "size": int(val_prompts)}
+    val.task.name = "validation"
+    return val
+
+
+def validation_runs(
+    methods: Sequence[Method],
+    *,
+    lr: float,
+    out: str | Path,
+    seeds: int = 1,
+    config: Path | None = None,
+    overrides: list[str] | None = None,
+    val_prompts: int = 256,
+    kappo: KappoAuto | None = None,
+    workers: int = 1,
+    progress: bool = False,
+) -> dict[str, dict[str, Any]]:
+    """Every method at one learning rate on the validation split, exactly as one rate of
+    ``run_compare``'s sweep runs it (same split, sweep seeds, shared SFT weights and banks):
+    a pilot of a testbed design before its grid, which never touches the test prompts.
+
+    Returns ``{label: {"seedS": result}}`` (each ``OUT/lr<lr>/<label>/seedS/result.json``;
+    finished runs are reused, interrupted ones resumed)."""
+    if not methods:
+        raise ValueError("validation_runs needs at least one method")
+    if seeds < 1:
+        raise ValueError(f"seeds must be >= 1, got {seeds}")
+    if not lr > 0:
+        raise ValueError(f"lr must be > 0, got {lr}")
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    base = base_config(config, None, list(overrides or []))
+    val = _validation_config(base, val_prompts)
+    out = Path(out)
+    sweep_seeds = [SWEEP_SEEDS.seed(base.seed, index=j) for j in range(seeds)]
+    return _grid(list(methods), val, sweep_seeds, out / f"lr{lr:g}",
+                 {m.label: float(lr) for m in methods}, kappo, workers, progress, True,
+                 f"validation lr={lr:g}", shared=out)
+
+
+def _sweep(methods: list[Method], base: TrainConfig, out: Path, grid: list[float],
+           sweep_seeds: int, val_prompts: int, kappo: KappoAuto | None, workers: int,
+           progress: bool, resume: bool, share_bank: bool = True,
+           max_extensions: int = 3, select_by: str | None = None,
+           common_lr_from: str | None = None) -> dict[str, float]:
+    """Each method's learning rate from ``grid`` on the validation split, the grid extended
+    past an edge until the chosen rate is interior (module docstring,
+    :mod:`bestk.lr_sweep`); writes ``OUT/sweep/selection.json``."""
+    if sweep_seeds < 1:
+        raise ValueError(f"sweep_seeds must be >= 1, got {sweep_seeds}")
+    val = _validation_config(base, val_prompts)
+    tuned = [m for m in methods if m.control_of is None]
+    sdir = out / "sweep"
+    if not resume:
+        shutil.rmtree(sdir, ignore_errors=True)
+    seeds = [SWEEP_SEEDS.seed(base.seed, index=j) for j in range(sweep_seeds)]
+    by_label = {m.label: m for m in tuned}
+
+    def score(want: Any) -> dict[str, dict[float, float]]:
+        by_rate: dict[float, list[str]] = {}
+        for lb, rates in want.items():
+            for lr in rates:
+                by_rate.setdefault(float(lr), []).append(lb)
+        got: dict[str, dict[float, float]] = {}
+        for lr, labels in sorted(by_rate.items()):
+            ms = [by_label[lb] for lb in labels]
+            res = _grid(ms, val, seeds, sdir / f"lr{lr:g}", {m.label: lr for m in ms}, kappo,
+                        workers, progress, True, f"sweep lr={lr:g}", shared=sdir,
+                        share_bank=share_bank)
+            for m in ms:
+                ends = [r["end"] for r in res[m.label].values()]
+                if select_by is not None and any(select_by not in e for e in ends):
+                    raise ValueError(f"select_by {select_by!r} is not a validation metric; "
+                                     f"valid: {sorted(ends[0])}")
+                vals = [e[select_by] if select_by is not None else
+                        sweep_score(e, base.eval.n) for e in ends]
+                got.setdefault(m.label, {})[lr] = float(np.mean(vals))
+        return got
+
+    if len(grid) == 1:
+        got = score({lb: grid for lb in by_label})  # one batch of runs, as for a longer grid
+        sweep = fixed_rate(list(by_label), grid[0], {lb: got[lb][grid[0]] for lb in by_label})
+    else:
+        sweep = sweep_until_interior(score, list(by_label), grid,
+                                     max_extensions=max_extensions)
+    selected = dict(sweep["selected"])
+    for m in methods:
+        if m.control_of is not None:
+            selected[m.label] = selected[m.control_of]
+    write_text_atomic(sdir / "selection.json", json.dumps(
+        {**sweep, "seeds": sweep_seeds, "val_prompts": val_prompts,
+         "select_by": (f"validation {select_by}" if select_by is not None else
+                       "mean over k = 1, 2, 4, ... of validation pass@k"),
+         "common_lr_from": common_lr_from, "selected": selected}, indent=1))
+    return selected
+
+
+
+

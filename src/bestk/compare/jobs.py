@@ -1,0 +1,232 @@
+"""The jobs of a grid (module-level functions: they run in worker processes): a seed's SFT
+warm-up (and KAPPO calibration), a shared reference bank, one RL run; and :func:`execute`, which
+runs them in order in this process or a pool of single-threaded workers.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import multiprocessing as mp
+import shutil
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.progress import Progress
+
+from bestk._atomic import atomic_path, write_text_atomic
+from bestk._seeds import KAPPO_AUTO_BANK
+from bestk.compare.keys import (
+    fingerprint,
+    sft_key,
+)
+from bestk.compare.methods import (
+    KappoAuto,
+)
+from bestk.kappo.calibration import calibrate, calibration_kind
+from bestk.train.algorithms import ALGORITHMS
+from bestk.train.config import (
+    TrainConfig,
+    config_from_dict,
+)
+from bestk.train.reference.bank import (
+    BANK_FILE,
+    CALIBRATION_FILE,
+    TOKENS_FILE,
+    calibrate_bank,
+    calibration_values,
+    save_reference,
+)
+from bestk.train.reference.plan import plan_reference
+from bestk.train.rollout.evaluate import evaluate
+from bestk.train.rollout.settings import sampling_options
+from bestk.train.run.checkpoint import latest_checkpoint
+from bestk.train.run.directory import read_metrics
+from bestk.train.setup import load_run_policy, load_run_task, max_new_tokens
+from bestk.train.sft import sft_weights
+from bestk.train.trainer import Trainer
+from bestk.train.validation import (
+    resolve_defaults,
+    validate,
+)
+
+
+def sft_job(cfg_dict: dict[str, Any], path: str, kappo: dict[str, Any] | None,
+             cal_path: str | None) -> str:
+    """SFT of one seed (saved atomically to ``path``) and, if asked, its KAPPO calibration."""
+    cfg = config_from_dict(copy.deepcopy(cfg_dict))
+    key = sft_key(cfg)
+    meta = Path(path + ".json")
+    if not (Path(path).exists() and meta.exists() and json.loads(meta.read_text()) == key):
+        if cal_path is not None:  # made from the weights this replaces
+            Path(cal_path).unlink(missing_ok=True)
+        weights = sft_weights(cfg)
+        with atomic_path(path) as tmp:
+            torch.save(weights, tmp)
+        write_text_atomic(meta, json.dumps(key))
+    if kappo is not None and cal_path is not None and not Path(cal_path).exists():
+        _calibrate(cfg, path, KappoAuto(**kappo), Path(cal_path))
+    return path
+
+
+def _calibrate(cfg: TrainConfig, sft_path: str, kp: KappoAuto, cal_path: Path) -> None:
+    """A bank of ``bank_n`` samples of the SFT policy on every training prompt -> calibration."""
+    cfg = resolve_defaults(cfg)  # the sampling keys a config leaves null
+    task, device = load_run_task(cfg)
+    model, tokenizer = load_run_policy(cfg, task, device)
+    model.load_state_dict(torch.load(sft_path))
+    exs = task.train
+    res = evaluate(model, tokenizer, task, exs, n=kp.bank_n, **sampling_options(cfg),
+                   max_new_tokens=max_new_tokens(cfg, task), seed=KAPPO_AUTO_BANK.seed(cfg.seed))
+    vals = calibration_values(task, kp.kind, res.rewards)
+    bank = {int(ex["id"]): row.tolist() for ex, row in zip(exs, vals, strict=True)}
+    calibrate(bank, k=kp.k, beta=kp.beta, kind=kp.kind).save(cal_path)
+
+
+def samples_bank(cfg: TrainConfig) -> tuple[bool, bool]:
+    """``(samples a reference bank in-run, keeps its completions)`` for a run config."""
+    spec = ALGORITHMS[cfg.algorithm]
+    samples = spec.samples_bank(cfg)
+    return samples, samples and spec.bank_completions
+
+
+def bank_job(cfg_dict: dict[str, Any], sft_path: str | None, bank_dir: str, key: str,
+              completions: bool) -> str:
+    """Sample the reference bank of ``cfg``'s run from the seed's SFT weights once, with the
+    trainer's own code (the run's :class:`~bestk.train.reference.plan.ReferencePlan`), into
+    ``bank_dir`` (``bank.jsonl``, ``bank_tokens.safetensors`` when the run keeps completions,
+    then ``calibration.json`` of ``cfg``'s k and beta -- its presence marks a complete bank --
+    and ``bank.key``)."""
+
+    out = Path(bank_dir)
+    if (out / CALIBRATION_FILE).exists() and (out / "bank.key").exists() and \
+            (out / "bank.key").read_text() == key and \
+            (not completions or (out / TOKENS_FILE).exists()):
+        return bank_dir
+    cfg = config_from_dict(copy.deepcopy(cfg_dict))
+    work = Path(bank_dir + ".work")
+    for d in (out, work):
+        shutil.rmtree(d, ignore_errors=True)
+    cfg.out, cfg.kappo.bank = str(work), None
+    validate(cfg)
+    cfg = resolve_defaults(cfg)
+    task, device = load_run_task(cfg)
+    plan = plan_reference(cfg, ALGORITHMS[cfg.algorithm], task)
+    model, tokenizer = load_run_policy(cfg, task, device)
+    if sft_path is not None:
+        model.load_state_dict(torch.load(sft_path))
+    bank = plan.reference_bank(model, tokenizer, task, max_new_tokens(cfg, task))
+    k = cfg.kappo
+    if bank is None:
+        raise ValueError(f"the bank job of {key} samples no reference bank")
+    work.mkdir(parents=True)
+    save_reference(work, calibrate_bank(bank, task, plan.kind, k.k, k.beta), bank)
+    out.mkdir(parents=True)
+    for name in (BANK_FILE, TOKENS_FILE, CALIBRATION_FILE):  # calibration.json last
+        if (work / name).exists():
+            (work / name).replace(out / name)
+    write_text_atomic(out / "bank.key", key)
+    shutil.rmtree(work, ignore_errors=True)
+    return bank_dir
+
+
+def _prompt_fingerprint(tr: Any) -> str:
+    ids = sorted(int(e["id"]) for e in tr.rl_prompts)  # the prompts RL draws from
+    ev = [int(e["id"]) for e in tr.eval_examples]
+    return fingerprint({"task": tr.task.name, "train": ids, "eval": ev})
+
+
+def rl_job(cfg_dict: dict[str, Any], sft_path: str | None, label: str, key: str,
+            weights: str | None = None) -> dict:
+    """One RL run from the seed's SFT weights (resumed from its checkpoint if it has one);
+    writes ``result.json`` atomically and returns it. ``key`` identifies the run (its
+    configuration and, with SFT, the digest ``weights`` of the SFT weights): a finished result
+    or a checkpoint made under another key is not reused."""
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except ImportError:  # pragma: no cover
+        pass
+    cfg = config_from_dict(copy.deepcopy(cfg_dict))
+    assert cfg.out is not None  # run_config gives every run its directory
+    run_dir = Path(cfg.out)
+    result_path = run_dir / "result.json"
+    if result_path.exists():
+        done = json.loads(result_path.read_text())
+        if done.get("key") == key:
+            return done
+    t0 = time.perf_counter()
+    same = (run_dir / "run.key").exists() and (run_dir / "run.key").read_text() == key
+    if same and latest_checkpoint(run_dir / "checkpoints") is not None:
+        tr = Trainer.resume(run_dir)
+    else:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        tr = Trainer(cfg, warm_start=sft_path)
+        write_text_atomic(run_dir / "run.key", key)
+    tr.run(progress=False)
+    if tr.interrupted:
+        raise KeyboardInterrupt
+    evals = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["phase"] == "eval"]
+    keep = [k for k in evals[-1] if not k.endswith(("_lo", "_hi"))]
+    task = tr.task
+    # what the method learns from: the 0/1 success for estimators that see it, binary tasks
+    # and binary KAPPO calibrations of apo / dpo
+    binary = tr.binary_advantages or not task.graded or (
+        not tr.spec.uses_estimator and tr.kappo_kind is not None
+        and calibration_kind(tr.kappo_kind).binary)
+    run = {
+        "estimator": cfg.estimator if tr.spec.uses_estimator else None,
+        "options": {k: (v if not hasattr(v, "kind") else f"calibration ({v.kind})")
+                    for k, v in tr.estimator_options.items()},
+        "reward": "success" if binary else "graded",
+        "prompts": _prompt_fingerprint(tr),
+        "algorithm": cfg.algorithm,
+        # on-policy completions sampled during RL, plus the reference bank of a calibration
+        # made in the run (an offline algorithm such as dpo samples none during RL)
+        "rollouts": (cfg.max_steps * cfg.rollout.prompts_per_step * (cfg.rollout.n or 0)
+                     if tr.spec.online else 0),
+        "bank": tr.bank_samples,
+        "bank_shared": cfg.kappo.bank is not None,
+        "lr": cfg.optim.lr,
+        "seed": cfg.seed,
+        "sampling_seed": tr.sampling_seed,
+        "reference_weights": weights,  # weights_digest of the SFT warm start (None: none)
+        "wall_seconds": time.perf_counter() - t0,
+    }
+    out = {"label": label, "key": key, "run": run,
+           "start": {k: evals[0][k] for k in keep if k in evals[0]},
+           "end": {k: evals[-1][k] for k in keep}}
+    write_text_atomic(result_path, json.dumps(out, indent=1))
+    for ck in (run_dir / "checkpoints", run_dir / "final"):
+        shutil.rmtree(ck, ignore_errors=True)  # the result is all a comparison keeps
+    return out
+
+
+def execute(jobs: list[tuple], workers: int, progress: bool, what: str) -> list[Any]:
+    """Run ``(fn, *args)`` jobs in order (in-process for 1 worker, else a process pool of
+    single-threaded workers); results in job order."""
+    if not jobs:
+        return []
+    with Progress(disable=not progress, transient=True) as bar:
+        task = bar.add_task(what, total=len(jobs))
+        if workers <= 1:
+            out = []
+            for fn, *args in jobs:
+                out.append(fn(*args))
+                bar.advance(task)
+            return out
+        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
+                                 initializer=_worker_init) as pool:
+            futs = [pool.submit(fn, *args) for fn, *args in jobs]
+            for f in futs:
+                f.result()
+                bar.advance(task)
+            return [f.result() for f in futs]
+
+
+def _worker_init() -> None:
+    torch.set_num_threads(1)

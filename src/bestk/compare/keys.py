@@ -1,0 +1,81 @@
+"""What identifies a run, an SFT warm-up and a shared reference bank of a grid, so that a rerun
+reuses exactly what is still valid: fingerprints of the non-default config and the digest of the
+SFT weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bestk.train.config import (
+    TrainConfig,
+    config_to_dict,
+)
+from bestk.train.validation import (
+    resolve_defaults,
+)
+
+
+def fingerprint(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def weights_digest(path: str | Path) -> str:
+    """SHA-256 (16 hex digits) of the tensors of a saved state dict: names, dtypes, shapes and
+    bytes in name order, so equal weights give equal digests whatever the file's container.
+
+    A grid keys every run and shared bank made from a seed's SFT weights by this digest, not
+    only by the SFT configuration: recomputing the weights on another machine (a resumed or
+    restored grid) can change them in the last float bits, and runs made from different
+    weights would no longer be paired."""
+    state = torch.load(path, map_location="cpu")
+    h = hashlib.sha256()
+    for name in sorted(state):
+        t = state[name].detach().contiguous().cpu()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())  # 0-dim and empty too
+    return h.hexdigest()[:16]
+
+
+def non_default(value: Any, default: Any) -> Any:
+    """The parts of a nested config dict that differ from the defaults (``None`` if none).
+
+    Run keys are fingerprints of these, so a config key that a later bestk version adds with
+    a default leaves the keys of finished runs unchanged (they stay resumable)."""
+    if isinstance(value, dict) and isinstance(default, dict):
+        out = {}
+        for k, v in value.items():
+            d = non_default(v, default[k]) if k in default else v
+            if k not in default or d is not None:
+                out[k] = d
+        return out or None
+    return None if value == default else value
+
+
+def config_key(cfg: TrainConfig, sections: Sequence[str] | None = None) -> Any:
+    d = config_to_dict(resolve_defaults(cfg))
+    base = config_to_dict(resolve_defaults(TrainConfig()))
+    if sections is not None:
+        d, base = {k: d[k] for k in sections}, {k: base[k] for k in sections}
+    return non_default(d, base)
+
+
+def sft_key(cfg: TrainConfig) -> str:
+    return fingerprint(config_key(cfg, ("model", "task", "sft", "seed")))
+
+
+def bank_key(cfg: TrainConfig) -> str:
+    """What a run's in-run reference bank depends on besides the weights' own SFT key: runs of
+    one seed with equal keys sample the same bank."""
+    k, r = cfg.kappo, cfg.rollout
+    key = {"sft": sft_key(cfg), "seed": cfg.seed, "M": k.bank_size, "prompts": k.bank_prompts,
+           "temperature": r.temperature, "top_p": r.top_p, "max_new_tokens": r.max_new_tokens}
+    if k.calibration is not None:  # @k-DPO with a calibration file: a bank on its prompts
+        key["calibration"] = k.calibration
+    return fingerprint(key)

@@ -1,0 +1,171 @@
+"""Hugging Face model helpers of the embedded trainer: mixed precision, stop tokens, gradient
+checkpointing, the KV-cache arguments of a forward pass and saving ``final/``.
+
+* **Mixed precision** (``model.autocast``): :func:`autocast` is bfloat16 autocast on CUDA.
+* **Stopping** (:func:`stop_token_ids`): sampling ends at the tokenizer's EOS and at every
+  end-of-turn id of the model's ``generation_config`` (whose ``eos_token_id`` may be a list).
+* **Gradient checkpointing** (:func:`enable_gradient_checkpointing`): recompute activations
+  in the backward pass, through transformers (and through PEFT with LoRA).
+* **KV cache** (:func:`cache_kwarg`, :func:`output_cache`, :func:`positions`): the cache
+  argument's name across transformers versions, the cache a forward returned, and the
+  position ids of a left-padded batch -- what the sampler and the training forward share.
+* **final/**: :func:`save_model` writes a plain Hugging Face model (a LoRA policy is saved
+  with its adapters merged, plus the adapters alone in ``final/adapter/``).
+
+Chat templates are :mod:`bestk.train.model.chat`'s, LoRA and the reference policy
+:mod:`bestk.train.model.lora`'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bestk._optional import require
+from bestk.train.model.lora import is_peft_model, merged_state_dict
+
+__all__ = ["autocast", "cache_kwarg", "enable_gradient_checkpointing", "output_cache",
+           "positions", "save_model", "stop_token_ids"]
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+# -- mixed precision ------------------------------------------------------------------------------
+def autocast(device: torch.device | str, mode: str = "auto") -> contextlib.AbstractContextManager:
+    """The mixed-precision context of forward passes (``model.autocast``).
+
+    ``"bf16"``: ``torch.autocast("cuda", dtype=torch.bfloat16)``; ``"auto"``: the same on a
+    CUDA device that supports bfloat16, no autocast elsewhere; ``"none"``: no autocast.
+    Log-probabilities are still computed in float32 (the rollout and the loss cast logits).
+    """
+    device = torch.device(device)
+    if mode not in ("auto", "bf16", "none"):
+        raise ValueError(f"model.autocast must be auto, bf16 or none, got {mode!r}")
+    if mode == "none" or device.type != "cuda":
+        if mode == "bf16":
+            raise ValueError(f"model.autocast bf16 needs a CUDA device, got {str(device)!r}")
+        return contextlib.nullcontext()
+    if mode == "auto" and not torch.cuda.is_bf16_supported():
+        return contextlib.nullcontext()
+    return torch.autocast("cuda", dtype=torch.bfloat16)
+
+
+
+
+
+
+def save_model(model: Any, path: str | Path) -> None:
+    """Save ``model`` as a Hugging Face model directory loadable with ``AutoModelForCausalLM``.
+
+    A PEFT model is saved with its adapters merged into the weights (:func:`merged_state_dict`)
+    and, in ``path/adapter``, its adapters alone (``PeftModel.from_pretrained`` on the base
+    model reloads them).
+    """
+    path = Path(path)
+    if not is_peft_model(model):
+        model.save_pretrained(path)
+        return
+    require("transformers", extra="train")
+    from transformers import AutoModelForCausalLM
+
+    base = model.get_base_model()
+    state = merged_state_dict(model)
+    with torch.device("meta"):
+        plain = AutoModelForCausalLM.from_config(base.config)
+    plain.load_state_dict(state, strict=True, assign=True)
+    if getattr(base.config, "tie_word_embeddings", False):
+        plain.tie_weights()
+    if getattr(base, "generation_config", None) is not None:
+        plain.generation_config = base.generation_config
+    plain.save_pretrained(path)
+    model.save_pretrained(path / "adapter")
+
+
+
+# -- stopping and gradient checkpointing ----------------------------------------------------------
+def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    """The token ids that end a completion: the tokenizer's EOS, then every id of the model's
+    ``generation_config.eos_token_id`` (an int or a list: instruct models often list several
+    end-of-turn ids, e.g. Llama 3's ``<|eot_id|>`` and ``<|end_of_text|>``), without
+    repeats, in that order. ``model`` may be a PEFT model (its base model's config is used).
+    Raises ``ValueError`` when there is none.
+    """
+    ids: list[int] = []
+
+    def add(value: Any) -> None:
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if v is not None and int(v) not in ids:
+                ids.append(int(v))
+
+    add(getattr(tokenizer, "eos_token_id", None))
+    if is_peft_model(model):
+        model = model.get_base_model()
+    gen = getattr(model, "generation_config", None)
+    if gen is not None:
+        add(getattr(gen, "eos_token_id", None))
+    if not ids:
+        raise ValueError("neither the tokenizer nor the model's generation_config has an EOS id")
+    return ids
+
+
+def enable_gradient_checkpointing(model: Any) -> Any:
+    """Turn on gradient checkpointing (``model.gradient_checkpointing``) and return ``model``.
+
+    Each decoder layer's activations are recomputed in the backward pass instead of being
+    kept: memory of the update falls from O(layers x tokens x width) to about one layer's,
+    for about one extra forward pass of time. Gradients are those without it (same
+    operations, recomputed). Uses transformers' ``gradient_checkpointing_enable`` with
+    ``use_reentrant=False`` (non-reentrant ``torch.utils.checkpoint``: correct when the
+    layers' inputs do not require grad, as with frozen embeddings under LoRA, and with
+    keyword arguments). A PEFT model enables it on its base model and also calls
+    ``enable_input_require_grads`` (the embeddings' output requires grad), as PEFT's own
+    ``prepare_model_for_kbit_training`` does. Raises ``ValueError`` for a model that does not
+    support it.
+    """
+    base = model.get_base_model() if is_peft_model(model) else model
+    if not getattr(base, "supports_gradient_checkpointing", False):
+        raise ValueError(
+            f"model.gradient_checkpointing: {type(base).__name__} does not support it"
+        )
+    base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if is_peft_model(model):
+        base.enable_input_require_grads()
+    return model
+
+
+def cache_kwarg(model: Any) -> str:
+    """Name of the KV-cache argument of ``model.forward`` (``cache`` in transformers >= 5.2x,
+    ``past_key_values`` before)."""
+    if hasattr(model, "get_base_model"):  # a PEFT model forwards **kwargs to its base model
+        model = model.get_base_model()
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def output_cache(out: Any) -> Any:
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else getattr(out, "past_key_values", None)
+
+
+def positions(mask: torch.Tensor) -> torch.Tensor:
+    return (mask.long().cumsum(-1) - 1).clamp_min(0)

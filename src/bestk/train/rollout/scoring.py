@@ -1,0 +1,23 @@
+"""Scoring a batch of completions with the task's reward(s).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bestk.tasks import Task
+
+__all__ = ["score_batch"]
+
+
+def score_batch(task: Task, examples: list[dict[str, Any]], texts: list[str],
+                metrics: dict[str, float] | None = None) -> Any:
+    """The task's rewards of ``texts`` (``examples[i]`` for ``texts[i]``), float64. With
+    several reward functions each one's mean over the completions it scored is added to
+    ``metrics`` as ``rewards/<name>/mean`` (TRL's name)."""
+    if len(task.reward_names) < 2:
+        return task.score(examples, texts)
+    scores = task.score_detailed(examples, texts)
+    if metrics is not None:
+        metrics.update({f"rewards/{k}/mean": v for k, v in scores.means().items()})
+    return scores.total
