@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from bestk.cli import app
 from bestk.train.run.directory import read_metrics
 from bestk.train.run.guards import NonFiniteUpdate, check_sft_update, check_update
-from bestk.train.trainer import Trainer, append_record
+from bestk.train.run.log import append_record
+from bestk.train.trainer import Trainer
 from tests.conftest import TINY, tiny_config
 
 pytestmark = pytest.mark.usefixtures("restore_torch_threads")

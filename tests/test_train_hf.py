@@ -113,7 +113,7 @@ def test_lora_run_with_chat_template_crash_resume_and_final(tiny_hf_model, gsm8k
     assert lora_b and all(float(v.detach().abs().max()) > 0 for v in lora_b)  # initialised at 0
     trainable = {k for k, p in trainer.model.named_parameters() if p.requires_grad}
     assert trainable and all(".lora_" in k for k in trainable)
-    assert len(trainer.optimizer.param_groups[0]["params"]) == len(trainable)
+    assert len(trainer.optim.optimizer.param_groups[0]["params"]) == len(trainable)
 
     # The reference: the policy with adapters disabled, equal to the base model, no weights.
     assert isinstance(trainer.ref_model, AdaptersDisabled)

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from bestk.train.algorithms.update import backward, micro_slices
+from bestk.train.algorithms.update import micro_slices
+from bestk.train.optim import backward
 from tests.conftest import kappo_config, tiny_config
 
 pytestmark = pytest.mark.usefixtures("restore_torch_threads")
@@ -59,7 +60,7 @@ def _first_update(cfg: Any) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     steps: list[dict[str, Any]] = []
     grads: list[dict[str, torch.Tensor]] = []
     in_rl = []
-    optimize, step = tr.optimize, tr.optimizer.step
+    optimize, step = tr.optimize, tr.optim.optimizer.step
 
     def capture_optimize(loss):
         in_rl.append(True)
@@ -72,7 +73,7 @@ def _first_update(cfg: Any) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         return step(*a, **kw)
 
     tr.optimize = capture_optimize
-    tr.optimizer.step = capture_step
+    tr.optim.optimizer.step = capture_step
     tr.run(progress=False)
     assert grads and steps
     return grads[0], steps[0]

@@ -185,7 +185,7 @@ def test_a_changed_calibration_file_on_resume_keeps_the_runs_copy(tmp_path, cal_
 def test_pg_kappo_grpo_calibrates_in_run(tmp_path):
     tr = Trainer(kappo_config(tmp_path / "g", "estimator=kappo_grpo", "rollout.n=4",
                               "max_steps=2", "kappo.k=2"))
-    assert tr.uses_kappo and tr.binary_advantages  # binary task -> binary calibration, 0/1
+    assert tr.plan is not None and tr.binary_advantages  # binary task -> binary calibration, 0/1
     assert tr.cfg.out == str(tmp_path / "g")
     tr.run(progress=False)
     assert isinstance(tr.estimator_options["calibration"], Calibration)

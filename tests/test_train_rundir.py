@@ -434,7 +434,7 @@ def test_full_disk_in_the_metrics_log_names_the_file(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "fsync", full)
     with pytest.raises(OSError) as e:
-        tr.log({"phase": "train", "step": 1})
+        tr.log.record({"phase": "train", "step": 1})
     monkeypatch.setattr(os, "fsync", real_fsync)
     tr.close()
     assert e.value.errno == errno.ENOSPC and e.value.filename == str(tmp_path / "m/metrics.jsonl")

@@ -39,6 +39,7 @@ from bestk.train.config import (
     TrainConfig,
     config_to_dict,
 )
+from bestk.train.validation import resolve_defaults
 
 __all__ = ["run_compare", "validation_runs", "Method", "KappoAuto", "summarize",
            "write_summary", "method_slug", "sweep_score"]
@@ -130,7 +131,7 @@ def _grid(methods: list[Method], base: TrainConfig, seeds: Sequence[int], out: P
                 for p in (sft_path, sft_path + ".json", cal_path):
                     if p:
                         Path(p).unlink(missing_ok=True)
-            sft_jobs.append((sft_job, config_to_dict(probe), sft_path,
+            sft_jobs.append((sft_job, config_to_dict(resolve_defaults(probe)), sft_path,
                              None if kappo is None or not needs_cal else {
                                  "k": kappo.k, "beta": kappo.beta, "bank_n": kappo.bank_n,
                                  "kind": kappo.kind}, cal_path))

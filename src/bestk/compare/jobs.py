@@ -27,10 +27,12 @@ from bestk.compare.methods import (
     KappoAuto,
 )
 from bestk.kappo.calibration import calibrate, calibration_kind
+from bestk.tasks import Example
 from bestk.train.algorithms import ALGORITHMS
 from bestk.train.config import (
+    ResolvedTrainConfig,
     TrainConfig,
-    config_from_dict,
+    resolved_from_dict,
 )
 from bestk.train.reference.bank import (
     BANK_FILE,
@@ -49,15 +51,14 @@ from bestk.train.setup import load_run_policy, load_run_task, max_new_tokens
 from bestk.train.sft import sft_weights
 from bestk.train.trainer import Trainer
 from bestk.train.validation import (
-    resolve_defaults,
-    validate,
+    resolve_config,
 )
 
 
 def sft_job(cfg_dict: dict[str, Any], path: str, kappo: dict[str, Any] | None,
              cal_path: str | None) -> str:
     """SFT of one seed (saved atomically to ``path``) and, if asked, its KAPPO calibration."""
-    cfg = config_from_dict(copy.deepcopy(cfg_dict))
+    cfg = resolved_from_dict(copy.deepcopy(cfg_dict))
     key = sft_key(cfg)
     meta = Path(path + ".json")
     if not (Path(path).exists() and meta.exists() and json.loads(meta.read_text()) == key):
@@ -72,9 +73,8 @@ def sft_job(cfg_dict: dict[str, Any], path: str, kappo: dict[str, Any] | None,
     return path
 
 
-def _calibrate(cfg: TrainConfig, sft_path: str, kp: KappoAuto, cal_path: Path) -> None:
+def _calibrate(cfg: ResolvedTrainConfig, sft_path: str, kp: KappoAuto, cal_path: Path) -> None:
     """A bank of ``bank_n`` samples of the SFT policy on every training prompt -> calibration."""
-    cfg = resolve_defaults(cfg)  # the sampling keys a config leaves null
     task, device = load_run_task(cfg)
     model, tokenizer = load_run_policy(cfg, task, device)
     model.load_state_dict(torch.load(sft_path))
@@ -106,13 +106,12 @@ def bank_job(cfg_dict: dict[str, Any], sft_path: str | None, bank_dir: str, key:
             (out / "bank.key").read_text() == key and \
             (not completions or (out / TOKENS_FILE).exists()):
         return bank_dir
-    cfg = config_from_dict(copy.deepcopy(cfg_dict))
+    cfg = resolved_from_dict(copy.deepcopy(cfg_dict))
     work = Path(bank_dir + ".work")
     for d in (out, work):
         shutil.rmtree(d, ignore_errors=True)
     cfg.out, cfg.kappo.bank = str(work), None
-    validate(cfg)
-    cfg = resolve_defaults(cfg)
+    cfg = resolve_config(cfg)  # checked again after the changes (not resolved again)
     task, device = load_run_task(cfg)
     plan = plan_reference(cfg, ALGORITHMS[cfg.algorithm], task)
     model, tokenizer = load_run_policy(cfg, task, device)
@@ -133,10 +132,12 @@ def bank_job(cfg_dict: dict[str, Any], sft_path: str | None, bank_dir: str, key:
     return bank_dir
 
 
-def _prompt_fingerprint(tr: Any) -> str:
-    ids = sorted(int(e["id"]) for e in tr.rl_prompts)  # the prompts RL draws from
-    ev = [int(e["id"]) for e in tr.eval_examples]
-    return fingerprint({"task": tr.task.name, "train": ids, "eval": ev})
+def _prompt_fingerprint(task: str, rl_prompts: list[Example], eval_examples: list[Example]
+                        ) -> str:
+    """Which prompts a run trained on (those RL drew from) and evaluated on."""
+    ids = sorted(int(e["id"]) for e in rl_prompts)
+    ev = [int(e["id"]) for e in eval_examples]
+    return fingerprint({"task": task, "train": ids, "eval": ev})
 
 
 def rl_job(cfg_dict: dict[str, Any], sft_path: str | None, label: str, key: str,
@@ -151,8 +152,7 @@ def rl_job(cfg_dict: dict[str, Any], sft_path: str | None, label: str, key: str,
         hf_logging.disable_progress_bar()
     except ImportError:  # pragma: no cover
         pass
-    cfg = config_from_dict(copy.deepcopy(cfg_dict))
-    assert cfg.out is not None  # run_config gives every run its directory
+    cfg = resolved_from_dict(copy.deepcopy(cfg_dict))
     run_dir = Path(cfg.out)
     result_path = run_dir / "result.json"
     if result_path.exists():
@@ -183,7 +183,7 @@ def rl_job(cfg_dict: dict[str, Any], sft_path: str | None, label: str, key: str,
         "options": {k: (v if not hasattr(v, "kind") else f"calibration ({v.kind})")
                     for k, v in tr.estimator_options.items()},
         "reward": "success" if binary else "graded",
-        "prompts": _prompt_fingerprint(tr),
+        "prompts": _prompt_fingerprint(tr.task.name, tr.rl_prompts, tr.eval_examples),
         "algorithm": cfg.algorithm,
         # on-policy completions sampled during RL, plus the reference bank of a calibration
         # made in the run (an offline algorithm such as dpo samples none during RL)

@@ -5,6 +5,7 @@ SFT weights.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Sequence
@@ -14,6 +15,7 @@ from typing import Any
 import torch
 
 from bestk.train.config import (
+    ResolvedTrainConfig,
     TrainConfig,
     config_to_dict,
 )
@@ -58,19 +60,27 @@ def non_default(value: Any, default: Any) -> Any:
     return None if value == default else value
 
 
-def config_key(cfg: TrainConfig, sections: Sequence[str] | None = None) -> Any:
-    d = config_to_dict(resolve_defaults(cfg))
-    base = config_to_dict(resolve_defaults(TrainConfig()))
+@functools.cache
+def _defaults() -> dict[str, Any]:
+    """The resolved default config as a dict (resolved once per process)."""
+    return config_to_dict(resolve_defaults(TrainConfig()))
+
+
+def config_key(cfg: ResolvedTrainConfig, sections: Sequence[str] | None = None) -> Any:
+    """What sets ``cfg`` apart from the resolved defaults (:func:`non_default`), over
+    ``sections`` only when given."""
+    d, base = config_to_dict(cfg), _defaults()
     if sections is not None:
         d, base = {k: d[k] for k in sections}, {k: base[k] for k in sections}
     return non_default(d, base)
 
 
-def sft_key(cfg: TrainConfig) -> str:
+def sft_key(cfg: ResolvedTrainConfig) -> str:
+    """The key of a seed's SFT warm-up: the non-default model, task, SFT and seed."""
     return fingerprint(config_key(cfg, ("model", "task", "sft", "seed")))
 
 
-def bank_key(cfg: TrainConfig) -> str:
+def bank_key(cfg: ResolvedTrainConfig) -> str:
     """What a run's in-run reference bank depends on besides the weights' own SFT key: runs of
     one seed with equal keys sample the same bank."""
     k, r = cfg.kappo, cfg.rollout

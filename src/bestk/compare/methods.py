@@ -14,7 +14,9 @@ from typing import Any
 
 from bestk._seeds import CONTROL_SAMPLING
 from bestk.estimators import ESTIMATORS, estimator_info
+from bestk.train.algorithms import ALGORITHMS
 from bestk.train.config import (
+    ResolvedTrainConfig,
     TrainConfig,
     apply_overrides,
     config_to_dict,
@@ -24,8 +26,8 @@ from bestk.train.validation import (
     check_device,
     check_names,
     check_values,
+    resolve_config,
     resolve_defaults,
-    validate,
 )
 
 
@@ -110,7 +112,7 @@ def make_methods(estimators: Sequence[str | Method], estimator_options: dict[str
 
 
 def run_config(base: TrainConfig, m: Method, seed_index: int, seed_id: int, out: Path,
-                lr: float | None = None) -> TrainConfig:
+               lr: float | None = None) -> ResolvedTrainConfig:
     if m.estimator not in ESTIMATORS:
         raise ValueError(f"unknown estimator(s) {m.estimator!r}; valid: "
                          f"{', '.join(sorted(ESTIMATORS))}")
@@ -121,8 +123,7 @@ def run_config(base: TrainConfig, m: Method, seed_index: int, seed_id: int, out:
         dict(base.estimator_options)
     opts.update({k: v.format(seed=seed_index) if isinstance(v, str) and "{seed}" in v else v
                  for k, v in m.options.items()})
-    n = resolve_defaults(cfg).rollout.n
-    assert n is not None  # resolve_defaults fills rollout.n
+    n = cfg.rollout.n or ALGORITHMS[cfg.algorithm].default_n  # the group size it will have
     cfg.estimator_options = info.fit_group(opts, n)
     apply_overrides(cfg, list(m.overrides))
     before, after = config_to_dict(base), config_to_dict(cfg)
@@ -142,6 +143,5 @@ def run_config(base: TrainConfig, m: Method, seed_index: int, seed_id: int, out:
         check_names(cfg)
         check_values(cfg)
         check_device(cfg.device)
-    else:
-        validate(cfg)
-    return resolve_defaults(cfg)
+        return resolve_defaults(cfg)
+    return resolve_config(cfg)

@@ -9,7 +9,15 @@ A prompt is text or a list of chat messages. Tasks are registered builders
 
 from bestk.tasks import builtin as _builtin  # noqa: F401  (registers the built-in tasks)
 from bestk.tasks import dataset as _dataset  # noqa: F401  (registers the dataset task)
-from bestk.tasks.base import TASKS, RewardScores, Task, load_task, register_task, task_options
+from bestk.tasks.base import (
+    TASKS,
+    Example,
+    RewardScores,
+    Task,
+    load_task,
+    register_task,
+    task_options,
+)
 from bestk.tasks.rewards import (
     REWARDS,
     RewardSpec,
@@ -22,6 +30,7 @@ from bestk.tasks.rewards import (
 __all__ = [
     "TASKS",
     "Task",
+    "Example",
     "RewardScores",
     "load_task",
     "register_task",

@@ -26,8 +26,12 @@ from bestk._optional import require
 from bestk._options import check_option_names
 from bestk.tasks.rewards import RewardSpec, WeightedRewards, get_rewards, reward_parts
 
-__all__ = ["Task", "RewardScores", "TASKS", "register_task", "load_task", "task_options",
-           "read_messages", "MESSAGES_FORMAT"]
+__all__ = ["Task", "Example", "RewardScores", "TASKS", "register_task", "load_task",
+           "task_options", "read_messages", "MESSAGES_FORMAT"]
+
+#: One prompt of a task: ``prompt`` (text or chat messages), ``answer``, ``id`` (int) and the
+#: fields its reward reads (their types are the task's own).
+Example = dict[str, Any]
 
 #: How a list of chat messages looks, for error messages.
 MESSAGES_FORMAT = ("a list of chat messages [{'role': ..., 'content': text}, ...] (TRL's "

@@ -339,7 +339,7 @@ def _eval(
     from bestk.train.rollout.evaluate import evaluate
     from bestk.train.rollout.settings import sampling_options
     from bestk.train.setup import check_run_prompts
-    from bestk.train.validation import resolve_defaults, validate
+    from bestk.train.validation import resolve_config
 
     if bank_prompts < 1:
         raise ValueError(f"--bank-prompts must be an integer >= 1, got {bank_prompts}")
@@ -347,8 +347,7 @@ def _eval(
         if path is not None:
             out_file(path, flag)
     cfg, adapter, base_seed = eval_config(model, task, n, set_, seed, run)
-    validate(cfg)
-    cfg = resolve_defaults(cfg)  # null sampling keys: the model's generation_config
+    cfg = resolve_config(cfg)  # checked; null sampling keys: the model's generation_config
     t = load_task(cfg.task.name, cfg.task.options, seed=cfg.seed, reward=cfg.task.reward,
                   reward_weights=cfg.task.reward_weights, system_prompt=cfg.task.system_prompt)
     mdl, tok = load_eval_policy(cfg, adapter, t.alphabet, base_seed)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Annotated, Any, ClassVar, Literal, TypeGuard, get_args, get_origin
 
 import yaml
@@ -35,6 +36,7 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -55,6 +57,10 @@ __all__ = [
     "EvalConfig",
     "KappoConfig",
     "TrainConfig",
+    "ResolvedRolloutConfig",
+    "ResolvedEvalConfig",
+    "ResolvedTrainConfig",
+    "resolved_from_dict",
     "CALIBRATION_KINDS",
     "DEFAULT_OUT",
     "load_config",
@@ -482,6 +488,75 @@ class TrainConfig(_Section):
                 f"{self.device!r} (use auto or none)"
             )
         return self
+
+
+# -- the resolved config: what a run is given once its defaults are filled in ---------------------
+
+class ResolvedRolloutConfig(RolloutConfig):
+    """``rollout`` of a :class:`ResolvedTrainConfig`: ``n`` and the sampling keys set."""
+
+    n: Int = Field(..., ge=1)
+    """Completions per prompt (the algorithm's default filled in)."""
+    temperature: Float = Field(..., gt=0)
+    """Sampling temperature (the model's ``generation_config`` or 1.0 filled in)."""
+    top_p: Float = Field(..., gt=0, le=1)
+    """Nucleus threshold (the model's ``generation_config`` or 1.0 filled in)."""
+    top_k: Int = Field(..., ge=0)
+    """Top-k (the model's ``generation_config`` or 0 filled in; 0 = off)."""
+
+
+class ResolvedEvalConfig(EvalConfig):
+    """``eval`` of a :class:`ResolvedTrainConfig`: the sampling keys set."""
+
+    temperature: Float = Field(..., gt=0)
+    """Sampling temperature of evaluation (filled in)."""
+    top_p: Float = Field(..., gt=0, le=1)
+    """Nucleus threshold of evaluation (filled in)."""
+    top_k: Int = Field(..., ge=0)
+    """Top-k of evaluation (filled in; 0 = off)."""
+
+
+class ResolvedTrainConfig(TrainConfig):
+    """A :class:`TrainConfig` whose "the algorithm's default" / "the model's" fields are filled
+    in: ``out``, ``rollout.n`` and the sampling keys of ``rollout`` and ``eval`` are never
+    ``None``. Made once per command by :func:`bestk.train.validation.resolve_defaults` (or read
+    back, already resolved, by :func:`resolved_from_dict`); the trainer, the algorithms and
+    evaluation take this type, so nothing downstream resolves again. Its fields, their order
+    and ``config.yaml`` are :class:`TrainConfig`'s.
+
+    ``generation_config`` (not a config key) holds the sampling values the model's
+    ``generation_config.json`` sets, as read by the resolution (``None`` without a model
+    directory), so the run header can say where each value came from without reading the
+    file again.
+    """
+
+    out: Str
+    """Run directory (the algorithm's default filled in)."""
+    rollout: ResolvedRolloutConfig
+    """Sampling of the training completions (resolved)."""
+    eval: ResolvedEvalConfig
+    """Held-out evaluation (resolved)."""
+
+    _generation_config: SimpleNamespace | None = PrivateAttr(default=None)
+
+    @property
+    def generation_config(self) -> SimpleNamespace | None:
+        """The sampling values of the model's ``generation_config.json`` (module docstring)."""
+        return self._generation_config
+
+
+def resolved_from_dict(data: Mapping[str, Any],
+                       generation_config: SimpleNamespace | None = None) -> ResolvedTrainConfig:
+    """The :class:`ResolvedTrainConfig` of a nested dict that is already resolved (a run's
+    ``config.yaml``, a job's config): checked by the schema, nothing filled in (a ``None`` where
+    a resolved config needs a value is a ``ValueError`` naming the key)."""
+    tree = _tree(config_from_dict(data))
+    try:
+        cfg = ResolvedTrainConfig.model_validate(tree)
+    except ValidationError as e:
+        raise ValueError(_message(e, data=tree)) from None
+    cfg._generation_config = generation_config
+    return cfg
 
 
 # -- messages: pydantic's errors as one line naming the key --------------------------------------

@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from bestk.tasks import Task, load_task
-from bestk.train.config import TrainConfig
+from bestk.tasks import Example, Task, load_task
+from bestk.train.config import ResolvedTrainConfig, TrainConfig
 from bestk.train.model.chat import render_task_prompts
 from bestk.train.model.hf import enable_gradient_checkpointing
 from bestk.train.model.policy import load_policy
@@ -20,7 +20,7 @@ from bestk.train.rollout.prompts import check_prompt_lengths
 from bestk.train.rollout.settings import sampling_header
 
 __all__ = ["load_run_task", "load_run_policy", "max_new_tokens", "check_run_prompts",
-           "run_header"]
+           "check_prompt_pool", "run_header"]
 
 
 def load_run_task(cfg: TrainConfig) -> tuple[Task, torch.device]:
@@ -48,6 +48,21 @@ def load_run_policy(cfg: TrainConfig, task: Task, device: torch.device) -> tuple
     return model, tokenizer
 
 
+def check_prompt_pool(cfg: ResolvedTrainConfig, task: Task, prompts: list[Example], *,
+                      banked: bool) -> None:
+    """RL draws ``rollout.prompts_per_step`` distinct prompts a step from ``prompts`` (the
+    task's training prompts, or the calibrated ones; ``banked``: those of the run's own
+    reference bank): fewer is a one-line ``ValueError`` naming the pool, before any work."""
+    if len(prompts) >= cfg.rollout.prompts_per_step:
+        return
+    where = (f"the {len(prompts)} calibrated prompts" if len(prompts) < len(task.train) else
+             f"the {len(task.train)} training prompts")
+    raise ValueError(
+        f"rollout.prompts_per_step ({cfg.rollout.prompts_per_step}) exceeds {where} of task "
+        f"{task.name!r}" + (" (raise kappo.bank_prompts)" if banked else "")
+    )
+
+
 def max_new_tokens(cfg: TrainConfig, task: Task) -> int:
     """Completion length bound: ``rollout.max_new_tokens``, or the task's longest answer + 2."""
     return cfg.rollout.max_new_tokens or (task.max_answer_chars + 2)
@@ -69,7 +84,7 @@ def check_run_prompts(cfg: TrainConfig, task: Task, tokenizer: Any) -> int:
 
 
 
-def run_header(cfg: TrainConfig, task: Task, tokenizer: Any) -> str:
+def run_header(cfg: ResolvedTrainConfig, task: Task, tokenizer: Any) -> str:
     """The run header's sampling line (:func:`bestk.train.rollout.settings.sampling_header`: the
     values used and where from) and, with ``rollout.max_prompt_length``, how many of the
     task's prompts are cut to it."""

@@ -19,20 +19,20 @@ import torch
 
 from bestk._seeds import SFT_ORDER
 from bestk.tasks import Task
-from bestk.train.config import TrainConfig
+from bestk.train.config import ResolvedTrainConfig, TrainConfig
 from bestk.train.optim import make_optimizer
 from bestk.train.run.console import Stopped
 from bestk.train.run.guards import check_sft_update
 from bestk.train.setup import load_run_policy, load_run_task
-from bestk.train.validation import resolve_defaults, validate
+from bestk.train.validation import resolve_config
 
 __all__ = ["sft_warmup", "make_optimizer", "sft_weights"]
 
 
 
 
-def sft_warmup(model: Any, tokenizer: Any, task: Task, cfg: TrainConfig, device: torch.device,
-               log: Callable[[dict[str, Any]], None], progress: Any = None,
+def sft_warmup(model: Any, tokenizer: Any, task: Task, cfg: ResolvedTrainConfig,
+               device: torch.device, log: Callable[[dict[str, Any]], None], progress: Any = None,
                should_stop: Callable[[], bool] | None = None) -> None:
     """Cross-entropy warm-up of ``model`` on ``prompt + answer + EOS`` (loss on answer tokens;
     module docstring); every 10th step and the last are ``log``-ged as ``phase: sft``.
@@ -90,9 +90,9 @@ def sft_weights(cfg: TrainConfig) -> dict[str, torch.Tensor]:
     """The policy's weights after ``cfg``'s SFT warm-up, with no run directory: the run's task
     and fresh policy (:func:`~bestk.train.setup.load_run_task`,
     :func:`~bestk.train.setup.load_run_policy`), :func:`sft_warmup` (its log dropped), then
-    a detached copy of the state dict."""
-    validate(cfg)
-    cfg = resolve_defaults(cfg)
+    a detached copy of the state dict. ``cfg`` is checked and resolved first
+    (:func:`~bestk.train.validation.resolve_config`; a resolved config only checked)."""
+    cfg = resolve_config(cfg)
     task, device = load_run_task(cfg)
     model, tokenizer = load_run_policy(cfg, task, device)
     sft_warmup(model, tokenizer, task, cfg, device, log=lambda record: None)

@@ -6,9 +6,14 @@ the machine is here: the algorithm (``ALGORITHMS``) and estimator (``ESTIMATORS`
 estimator's and the task's option names, what the algorithm accepts (its spec's ``check``),
 the ``kappo`` section's use and calibration file, ``report_to`` (``bestk.train.run.reporters``),
 the device, the optional packages, a local model directory, and a dry run of the estimator on
-a dummy batch (:func:`validate` runs them all). :func:`resolve_defaults` fills in the fields a
-config leaves to the algorithm (``rollout.n``, ``out``) from its :class:`~bestk.train.
-algorithms.AlgorithmSpec`, once, when a run starts.
+a dummy batch (:func:`check_resolved` runs them all).
+
+:func:`resolve_config` is the one resolution of a command: the names checked, the fields a
+config leaves to the algorithm (``rollout.n``, ``out``; from its :class:`~bestk.train.
+algorithms.AlgorithmSpec`) and to the model (the sampling keys; its ``generation_config``,
+read once) filled in by :func:`resolve_defaults`, then every check, giving the
+:class:`~bestk.train.config.ResolvedTrainConfig` the trainer, the algorithms and evaluation
+take.
 """
 
 from __future__ import annotations
@@ -35,15 +40,24 @@ from bestk.estimators import (
 from bestk.kappo.calibration import calibrate, calibration_kind, load_calibration
 from bestk.tasks import task_options
 from bestk.train.algorithms import ALGORITHMS
-from bestk.train.config import DEFAULT_OUT, TrainConfig, check_schema
+from bestk.train.config import (
+    DEFAULT_OUT,
+    ResolvedTrainConfig,
+    TrainConfig,
+    check_schema,
+    config_to_dict,
+    resolved_from_dict,
+)
 from bestk.train.model.source import GGUF_MODULES, check_model_source, is_gguf
 from bestk.train.reference.bank import calibration_prompt_ids
-from bestk.train.rollout.settings import fill_sampling
+from bestk.train.rollout.settings import fill_sampling, model_generation_config
 from bestk.train.run.reporters import INTEGRATIONS, resolve_report_to
 
 __all__ = [
     "validate",
+    "resolve_config",
     "resolve_defaults",
+    "check_resolved",
     "check_names",
     "check_values",
     "check_algorithm",
@@ -59,19 +73,24 @@ __all__ = [
 ]
 
 
-def resolve_defaults(cfg: TrainConfig) -> TrainConfig:
-    """A copy of ``cfg`` with the fields it leaves ``None`` for the algorithm filled in from
-    the algorithm's spec: ``rollout.n`` (``default_n``: 8 for ``pg``, 1 for ``apo`` and
-    ``dpo``) and ``out`` (``runs/bestk`` + ``out_suffix``: ``runs/bestk``,
-    ``runs/bestk-apo``, ``runs/bestk-dpo``); and the ``null`` sampling keys from the model's
-    ``generation_config`` (:func:`bestk.train.rollout.settings.fill_sampling`). A value set
-    explicitly is kept, whatever the order it was set in; a leading ``~`` of ``out`` and
-    ``model.path`` is expanded to the home directory. An unknown algorithm is left for
-    :func:`check_names`."""
-    out = cfg.model_copy(deep=True)
-    spec = ALGORITHMS.get(out.algorithm)
+def resolve_defaults(cfg: TrainConfig) -> ResolvedTrainConfig:
+    """The :class:`~bestk.train.config.ResolvedTrainConfig` of ``cfg``: the fields it leaves
+    ``None`` filled in -- ``rollout.n`` (the algorithm's ``default_n``: 8 for ``pg``, 1 for
+    ``apo`` and ``dpo``), ``out`` (``runs/bestk`` + the algorithm's ``out_suffix``:
+    ``runs/bestk``, ``runs/bestk-apo``, ``runs/bestk-dpo``) and the ``null`` sampling keys
+    (the model's ``generation_config``, read here once: :func:`bestk.train.rollout.settings.
+    fill_sampling`). A value set explicitly is kept, whatever the order it was set in; a
+    leading ``~`` of ``out`` and ``model.path`` is expanded to the home directory. ``cfg``
+    itself is not changed.
+
+    This is *the* resolution of a command: :func:`resolve_config` calls it once and
+    everything downstream takes its result. An unknown algorithm is refused
+    (:func:`check_names`)."""
+    spec = ALGORITHMS.get(cfg.algorithm)
     if spec is None:
-        return out
+        check_names(cfg)  # raises: an unknown algorithm has no defaults to fill in
+    assert spec is not None
+    out = cfg.model_copy(deep=True)
     if out.rollout.n is None:
         out.rollout.n = spec.default_n
     if out.out is None:
@@ -80,28 +99,45 @@ def resolve_defaults(cfg: TrainConfig) -> TrainConfig:
         out.out = os.path.expanduser(out.out)
     if out.model.path is not None and out.model.path.startswith("~"):
         out.model.path = os.path.expanduser(out.model.path)
-    fill_sampling(out)  # null sampling keys: the model's generation_config, else 1.0 / 1.0 / 0
-    return out
+    gen = model_generation_config(out.model.path)
+    fill_sampling(out, gen)  # null sampling keys: the model's generation_config, else defaults
+    return resolved_from_dict(config_to_dict(out), generation_config=gen)
+
+
+def resolve_config(cfg: TrainConfig) -> ResolvedTrainConfig:
+    """Check every value of ``cfg`` and fill in its defaults, once: the config a command runs
+    with. A :class:`~bestk.train.config.ResolvedTrainConfig` is checked again (it may have been
+    changed since) and copied, not resolved again; any other config is checked by name
+    (:func:`check_names`), resolved (:func:`resolve_defaults`) and checked
+    (:func:`check_resolved`). ``ValueError`` naming the offending key."""
+    if isinstance(cfg, ResolvedTrainConfig):
+        check_names(cfg)
+        check_resolved(cfg)
+        return cfg.model_copy(deep=True)
+    check_names(cfg)
+    resolved = resolve_defaults(cfg)
+    check_resolved(resolved)
+    return resolved
 
 
 def validate(cfg: TrainConfig) -> None:
-    """Check every value before any work; raise ``ValueError`` naming the offending key.
+    """Check every value before any work; raise ``ValueError`` naming the offending key
+    (:func:`resolve_config`, its result dropped: for callers that only check a config; a
+    command that runs one uses :func:`resolve_config` and keeps the result)."""
+    resolve_config(cfg)
 
-    In order: names (algorithm, estimator, its option names, task option names), the schema
-    and ``report_to`` (:func:`check_values`) of the config with its ``None`` = "the
-    algorithm's default" fields filled in (:func:`resolve_defaults`; ``cfg`` itself is not
-    changed), the run directory's and model's paths (:func:`check_paths`), what the algorithm
-    accepts (:func:`check_algorithm`), the device (:func:`check_device`), what the machine
-    can hold (:func:`check_machine`: threads, the tiny model's size), the optional packages
-    the config needs (:func:`check_dependencies`), a local model directory
-    or GGUF file (:func:`bestk.train.model.source.check_model_source`), a KAPPO calibration file
+
+def check_resolved(cfg: ResolvedTrainConfig) -> None:
+    """The checks of a resolved config, in order: the schema and ``report_to``
+    (:func:`check_values`), the run directory's and model's paths (:func:`check_paths`), what
+    the algorithm accepts (:func:`check_algorithm`), the device (:func:`check_device`), what
+    the machine can hold (:func:`check_machine`: threads, the tiny model's size), the optional
+    packages the config needs (:func:`check_dependencies`), a local model directory or GGUF
+    file (:func:`bestk.train.model.source.check_model_source`), a KAPPO calibration file
     (:func:`check_kappo_file`), and, for an algorithm that uses the estimator, the estimator
     options' *values*, by running the estimator on a dummy batch shaped like a training batch
     (:func:`check_estimator_runs`; a ``calibration`` path is loaded). Nothing here trains,
-    builds a model or writes a file.
-    """
-    check_names(cfg)
-    cfg = resolve_defaults(cfg)
+    builds a model or writes a file."""
     check_values(cfg)
     check_paths(cfg)
     check_algorithm(cfg)
@@ -384,13 +420,13 @@ def _global_rng_preserved() -> Iterator[None]:
             np.random.set_state(npy)  # noqa: NPY002
 
 
-def check_estimator_runs(cfg: TrainConfig, options: dict[str, Any] | None = None) -> None:
+def check_estimator_runs(cfg: ResolvedTrainConfig, options: dict[str, Any] | None = None
+                         ) -> None:
     """Run ``bestk.advantages`` on a dummy batch of 2 groups of ``rollout.n`` 0/1 rewards with
     the configured options (path-valued ones loaded, :func:`bestk.estimators.resolve_options`,
     unless given), so that the estimator's own checks reject bad option values before any
     work. An estimator the ``kappo`` section calibrates gets a dummy calibration of the
     configured k, beta and kind. The global RNG states are left untouched."""
-    cfg = resolve_defaults(cfg)
     opts = resolve_options(cfg.estimator, cfg.estimator_options) if options is None else options
     labels: list[Any] = [0, 1]
     if "calibration" not in opts and estimator_info(cfg.estimator).calibrated:
@@ -402,7 +438,6 @@ def check_estimator_runs(cfg: TrainConfig, options: dict[str, Any] | None = None
         known = calibration_prompt_ids(cal)
         labels = [known[0], known[min(1, len(known) - 1)]]
     n = cfg.rollout.n
-    assert n is not None  # resolved above
     rewards = torch.tensor([float((i + g) % 2) for g in range(2) for i in range(n)],
                            dtype=torch.float64)
     group = [labels[g] for g in range(2) for _ in range(n)]

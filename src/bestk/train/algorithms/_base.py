@@ -60,7 +60,7 @@ class RunContext(Protocol):
 
     def optimize(self, loss: torch.Tensor | Iterable[torch.Tensor]) -> tuple[float, float]:
         """One optimizer step on ``loss``, or on the sum of micro-batch losses, each
-        backpropagated as it is yielded (:func:`bestk.train.algorithms.update.backward`);
+        backpropagated as it is yielded (:func:`bestk.train.optim.backward`);
         ``(gradient norm, learning rate)``."""
         ...
 

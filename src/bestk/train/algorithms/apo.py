@@ -44,7 +44,7 @@ from bestk.train.algorithms._base import (
     refuse_pg_options,
     rollout_metrics,
 )
-from bestk.train.algorithms.update import optimizer_steps
+from bestk.train.algorithms.update import items_in, optimizer_steps
 from bestk.train.model.logprobs import completion_logprobs
 from bestk.train.reference.bank import calibration_values
 from bestk.train.rollout.batch import Rollout
@@ -95,8 +95,9 @@ class APO:
         """Minimise Eq. 14 over the batch; mean metrics of the optimizer steps. With
         ``loss.micro_batch_size`` each micro-batch's share is its summed squared residuals over
         the minibatch's row count, backpropagated one micro-batch at a time."""
+        size = b.targets.shape[0]
         return optimizer_steps(
-            self.run, b.targets.shape[0], lambda sl, rows: self._loss(b, sl, rows),
+            self.run, size, lambda sl, mb: self._loss(b, sl, items_in(mb, size)),
             self.run.cfg.loss.micro_batch_size)
 
     def _loss(self, b: APOBatch, sl: slice, rows: int | None

@@ -43,7 +43,7 @@ import torch
 
 from bestk.kappo import kappo_dpo_loss
 from bestk.train.algorithms._base import AlgorithmSpec, RunContext, refuse_pg_options
-from bestk.train.algorithms.update import optimizer_steps
+from bestk.train.algorithms.update import items_in, optimizer_steps
 from bestk.train.model.logprobs import completion_logprobs
 from bestk.train.rollout.prompts import encode_prompts
 
@@ -160,8 +160,9 @@ class DPO:
         contributes its summed loss over the minibatch's pair count, backpropagated one
         micro-batch at a time."""
         micro = self.run.cfg.loss.micro_batch_size  # completions; pairs stay whole
+        size = b.beta_eff.shape[0]
         return optimizer_steps(
-            self.run, b.beta_eff.shape[0], lambda sl, pairs: self._loss(b, sl, pairs),
+            self.run, size, lambda sl, mb: self._loss(b, sl, items_in(mb, size)),
             None if micro is None else micro // 2)
 
     def _loss(self, b: DPOBatch, sl: slice, pairs: int | None

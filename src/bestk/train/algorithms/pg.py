@@ -24,7 +24,6 @@ calibrated one with a binary calibration, sees the 0/1 success (``advantage_rewa
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -33,9 +32,10 @@ import torch
 from bestk.estimators import EstimatorInfo, advantages, estimator_info, resolve_options
 from bestk.losses import aggregate, kl_penalty, ppo_clip_loss
 from bestk.train.algorithms._base import AlgorithmSpec, RunContext, rollout_metrics
-from bestk.train.algorithms.update import mean_metrics, micro_slices, minibatches
+from bestk.train.algorithms.update import micro_slices, optimizer_steps
 from bestk.train.model.logprobs import sequence_logprobs
 from bestk.train.reference.bank import calibration_prompt_ids
+from bestk.train.rollout.batch import Rollout
 from bestk.train.run.reporters import rollout_stats
 
 __all__ = ["PolicyGradient", "SPEC"]
@@ -95,8 +95,9 @@ class PolicyGradient:
             "completions_per_s": len(ro.texts) / (t_upd - t0),
         }
 
-    def update(self, ro: Any, adv: torch.Tensor) -> dict[str, float]:
-        """Minimise PPO-clip (+ KL, - entropy) over the batch; mean metrics of the passes.
+    def update(self, ro: Rollout, adv: torch.Tensor) -> dict[str, float]:
+        """Minimise PPO-clip (+ KL, - entropy) over the batch; mean metrics of the passes
+        (:func:`~bestk.train.algorithms.update.optimizer_steps`).
 
         With ``loss.micro_batch_size`` each minibatch's loss is the sum of its micro-batches'
         shares (aggregated with the minibatch's token and sequence counts), backpropagated one
@@ -104,29 +105,22 @@ class PolicyGradient:
         run, lc = self.run, self.run.cfg.loss
         B = adv.shape[0]
         on_policy = lc.ppo_epochs == 1 and lc.minibatches == 1
-        old_logp = ro.logprobs
-        if not on_policy:
-            old_logp = self._frozen_logprobs(run.model, ro, B)
+        old_logp = None if on_policy else self._frozen_logprobs(run.model, ro, B)
         ref_logp = None
         if lc.kl_coef > 0:
+            assert run.ref_model is not None  # the spec keeps one when kl_coef > 0
             ref_logp = self._frozen_logprobs(run.ref_model, ro, B)
-        run.model.train()
-        steps = []
-        for sl in minibatches(B, lc.ppo_epochs, lc.minibatches):
-            if lc.micro_batch_size is None:
-                st, loss = self._loss(ro, adv, sl, old_logp, ref_logp, None, None)
-                gnorm, lr = run.optimize(loss)
-            else:
-                counts = (int(ro.completion_mask[sl].sum()), len(range(B)[sl]))
-                parts: list[dict[str, float]] = []
-                gnorm, lr = run.optimize(self._micro_losses(ro, adv, sl, old_logp, ref_logp,
-                                                            counts, parts))
-                st = {k: sum(p[k] for p in parts) for k in parts[0]}
-            st.update(grad_norm=gnorm, lr=lr)
-            steps.append(st)
-        return mean_metrics(steps)
 
-    def _frozen_logprobs(self, model: Any, ro: Any, B: int) -> torch.Tensor:
+        def loss_of(rows: slice, minibatch: slice | None
+                    ) -> tuple[dict[str, float], torch.Tensor]:
+            if minibatch is None:
+                return self._loss(ro, adv, rows, old_logp, ref_logp, None, None)
+            counts = (int(ro.completion_mask[minibatch].sum()), len(range(B)[minibatch]))
+            return self._loss(ro, adv, rows, old_logp, ref_logp, *counts)
+
+        return optimizer_steps(run, B, loss_of, lc.micro_batch_size)
+
+    def _frozen_logprobs(self, model: torch.nn.Module, ro: Rollout, B: int) -> torch.Tensor:
         """``(B, T)`` log-probs of the completions under ``model`` without gradients, in
         micro-batches of ``loss.micro_batch_size`` rows when it is set."""
         cfg = self.run.cfg
@@ -139,24 +133,14 @@ class PolicyGradient:
             )[0] for sl in micro_slices(slice(0, B), mb, B)]
         return out[0] if len(out) == 1 else torch.cat(out)
 
-    def _micro_losses(self, ro: Any, adv: torch.Tensor, sl: slice, old_logp: Any,
-                      ref_logp: Any, counts: tuple[int, int],
-                      parts: list[dict[str, float]]) -> Iterator[torch.Tensor]:
-        """The micro-batches' loss shares of minibatch ``sl`` (``counts``: its token and
-        sequence counts), computed as asked; each one's metrics are appended to ``parts``."""
-        for mic in micro_slices(sl, self.run.cfg.loss.micro_batch_size, adv.shape[0]):
-            st, loss = self._loss(ro, adv, mic, old_logp, ref_logp, *counts)
-            parts.append(st)
-            yield loss
-
-    def _loss(self, ro: Any, adv: torch.Tensor, sl: slice, old_logp: Any, ref_logp: Any,
-              num_tokens: int | None, num_seqs: int | None
+    def _loss(self, ro: Rollout, adv: torch.Tensor, sl: slice, old_logp: torch.Tensor | None,
+              ref_logp: torch.Tensor | None, num_tokens: int | None, num_seqs: int | None
               ) -> tuple[dict[str, float], torch.Tensor]:
         """``(metrics, loss)`` of rows ``sl``: PPO-clip + KL - entropy, aggregated over ``sl``
         itself or, given them, with a minibatch's ``num_tokens`` / ``num_seqs`` (a
-        micro-batch's share)."""
+        micro-batch's share). ``old_logp`` ``None``: exactly on-policy (the ratio's
+        denominator is the detached log-probability itself)."""
         cfg, lc = self.run.cfg, self.run.cfg.loss
-        on_policy = lc.ppo_epochs == 1 and lc.minibatches == 1
         mask = ro.completion_mask[sl]
         logp, ent = sequence_logprobs(
             self.run.model, ro.prompt_ids[sl], ro.prompt_mask[sl], ro.completion_ids[sl],
@@ -164,7 +148,7 @@ class PolicyGradient:
             group_size=cfg.rollout.n, chunked=lc.chunked_logprobs,
         )
         counts = {"num_tokens": num_tokens, "num_seqs": num_seqs}
-        old = logp.detach() if on_policy else old_logp[sl]
+        old = logp.detach() if old_logp is None else old_logp[sl]
         loss, st = ppo_clip_loss(
             logp, old, adv[sl], mask, clip_low=lc.clip_low, clip_high=lc.clip_high,
             agg=lc.agg, **counts,

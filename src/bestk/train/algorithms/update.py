@@ -1,27 +1,31 @@
-r"""Gradient accumulation over micro-batches (``loss.micro_batch_size``).
+r"""The update of an algorithm: minibatches, micro-batches and the optimizer steps over a batch.
 
-A minibatch too large for one forward/backward pass is split into micro-batches whose losses
-are each the minibatch loss's *share* (e.g. ``bestk.losses.aggregate(..., num_tokens=,
+:func:`optimizer_steps` runs ``loss.ppo_epochs`` passes of ``loss.minibatches`` minibatches
+(:func:`minibatches`) over a step's batch, one optimizer step each, and returns their mean
+metrics: ``pg``, ``apo`` and ``dpo`` all update through it.
+
+Gradient accumulation (``loss.micro_batch_size``). A minibatch too large for one
+forward/backward pass is split into micro-batches (:func:`micro_slices`) whose losses are
+each the minibatch loss's *share* (e.g. ``bestk.losses.aggregate(..., num_tokens=,
 num_seqs=)`` with the minibatch's counts): :math:`L = \sum_j L_j`, so
-:math:`\nabla L = \sum_j \nabla L_j` and backpropagating each share as it is computed leaves
-the minibatch's gradient in ``.grad`` while holding only one micro-batch's activations.
-The optimizer step then sees the same gradient as the single pass (up to float rounding) and
-makes one step: one ``zero_grad``, a backward pass per micro-batch, one clip and step
-(:meth:`bestk.train.trainer.Trainer.optimize`).
-
-:func:`micro_slices` splits a minibatch's rows; :func:`backward` runs the backward passes.
+:math:`\nabla L = \sum_j \nabla L_j` and backpropagating each share as it is computed
+(:func:`bestk.train.optim.backward`) leaves the minibatch's gradient in ``.grad`` while
+holding only one micro-batch's activations. The optimizer step then sees the same gradient
+as the single pass (up to float rounding) and makes one step: one ``zero_grad``, a backward
+pass per micro-batch, one clip and step (:class:`bestk.train.optim.PolicyOptimizer`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
 
 from bestk.train.algorithms._base import RunContext
 
-__all__ = ["backward", "micro_slices"]
+__all__ = ["micro_slices", "minibatches", "mean_metrics", "optimizer_steps", "LossOf",
+           "items_in"]
 
 
 def micro_slices(rows: slice, size: int | None, length: int) -> Iterator[slice]:
@@ -38,22 +42,6 @@ def micro_slices(rows: slice, size: int | None, length: int) -> Iterator[slice]:
         yield slice(start, min(start + size, stop))
 
 
-def backward(loss: torch.Tensor | Iterable[torch.Tensor]) -> torch.Tensor:
-    """Backpropagate ``loss`` and return it: a tensor is ``loss.backward()`` (exactly); an
-    iterable of micro-batch losses (e.g. a generator computing each when asked) has each
-    backpropagated as it is yielded, before the next is computed, and the detached sum
-    :math:`\\sum_j L_j` is returned (the minibatch's loss). Raises ``ValueError`` for an empty
-    iterable."""
-    if isinstance(loss, torch.Tensor):
-        loss.backward()
-        return loss
-    total: torch.Tensor | None = None
-    for part in loss:
-        part.backward()
-        total = part.detach() if total is None else total + part.detach()
-    if total is None:
-        raise ValueError("backward: no micro-batch losses")
-    return total
 
 
 def minibatches(size: int, epochs: int, count: int) -> Iterator[slice]:
@@ -72,22 +60,31 @@ def mean_metrics(steps: list[dict[str, float]]) -> dict[str, float]:
     return {k: float(np.mean([st[k] for st in steps if k in st])) for k in keys}
 
 
-def optimizer_steps(
-    run: RunContext,
-    size: int,
-    loss_of: Callable[[slice, int | None], tuple[dict[str, float], torch.Tensor]],
-    micro_size: int | None,
-) -> dict[str, float]:
+def items_in(minibatch: slice | None, size: int) -> int | None:
+    """The number of items of ``minibatch`` within a batch of ``size`` (``None`` for
+    ``None``): the denominator of a micro-batch's share of a per-item mean."""
+    return None if minibatch is None else len(range(size)[minibatch])
+
+
+#: ``loss_of(rows, minibatch) -> (metrics, loss)`` of :func:`optimizer_steps`.
+LossOf = Callable[[slice, "slice | None"], tuple[dict[str, float], torch.Tensor]]
+
+
+def optimizer_steps(run: RunContext, size: int, loss_of: LossOf, micro_size: int | None
+                    ) -> dict[str, float]:
     """The optimizer steps of one update over ``size`` items (``loss.ppo_epochs`` x
     ``loss.minibatches``, :func:`minibatches`); returns their mean metrics
-    (:func:`mean_metrics`), each with ``grad_norm`` and ``lr``.
+    (:func:`mean_metrics`), each with ``grad_norm`` and ``lr``. The one micro-batch loop of
+    the trainer: every algorithm's update goes through it.
 
-    ``loss_of(sl, None) -> (metrics, loss)`` is the mean loss of items ``sl``; ``loss_of(sl,
-    count)`` its share of a minibatch of ``count`` items (the sum over ``sl`` over ``count``).
-    Without ``micro_size`` a minibatch is one pass. With it, the minibatch's micro-batches of
-    ``micro_size`` items (:func:`micro_slices`) are backpropagated one
-    at a time into the same step (:meth:`RunContext.optimize`), and the step's metrics are the
-    sums of their shares."""
+    ``loss_of(rows, None) -> (metrics, loss)`` is the loss of the minibatch ``rows`` on its
+    own (its mean); ``loss_of(rows, minibatch)`` the share of micro-batch ``rows`` of the loss
+    of ``minibatch`` (e.g. the sum over ``rows`` divided by the minibatch's item or token
+    count), so that the shares add up to the minibatch's loss. Without ``micro_size`` a
+    minibatch is one pass. With it, the minibatch's micro-batches of ``micro_size`` items
+    (:func:`micro_slices`) are backpropagated one at a time into the same step
+    (:meth:`RunContext.optimize`, :func:`bestk.train.optim.backward`), and the step's
+    metrics are the sums of their shares."""
     lc = run.cfg.loss
     run.model.train()
     steps = []
@@ -97,21 +94,18 @@ def optimizer_steps(
             gnorm, lr = run.optimize(loss)
         else:
             parts: list[dict[str, float]] = []
-            gnorm, lr = run.optimize(
-                _micro_losses(loss_of, sl, micro_size, size, len(range(size)[sl]), parts))
+            gnorm, lr = run.optimize(_micro_losses(loss_of, sl, micro_size, size, parts))
             st = {k: sum(p[k] for p in parts) for k in parts[0]}
         st.update(grad_norm=gnorm, lr=lr)
         steps.append(st)
     return mean_metrics(steps)
 
 
-def _micro_losses(
-    loss_of: Callable[[slice, int | None], tuple[dict[str, float], torch.Tensor]],
-    sl: slice, micro_size: int, size: int, count: int, parts: list[dict[str, float]],
-) -> Iterator[torch.Tensor]:
-    """The loss shares of minibatch ``sl``'s micro-batches, each yielded when it is computed
-    (so its graph is freed after its backward); their metrics are appended to ``parts``."""
-    for mic in micro_slices(sl, micro_size, size):
-        st, loss = loss_of(mic, count)
+def _micro_losses(loss_of: LossOf, minibatch: slice, micro_size: int, size: int,
+                  parts: list[dict[str, float]]) -> Iterator[torch.Tensor]:
+    """The loss shares of ``minibatch``'s micro-batches, each yielded when it is computed (so
+    its graph is freed after its backward); their metrics are appended to ``parts``."""
+    for mic in micro_slices(minibatch, micro_size, size):
+        st, loss = loss_of(mic, minibatch)
         parts.append(st)
         yield loss

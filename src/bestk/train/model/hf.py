@@ -20,16 +20,21 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from bestk._atomic import respect_umask
 from bestk._optional import require
 from bestk.train.model.lora import is_peft_model, merged_state_dict
+from bestk.train.run.checkpoint import as_os_error
+from bestk.train.run.console import transformers_progress
 
 __all__ = ["autocast", "cache_kwarg", "enable_gradient_checkpointing", "output_cache",
-           "positions", "save_model", "stop_token_ids"]
+           "positions", "save_final", "save_model", "stop_token_ids"]
 
 
 
@@ -103,6 +108,32 @@ def save_model(model: Any, path: str | Path) -> None:
 
 
 # -- stopping and gradient checkpointing ----------------------------------------------------------
+def save_final(out: Path, model: Any, tokenizer: Any, *, progress: bool = False) -> None:
+    """Save ``out/final/`` (HF model + tokenizer; a LoRA policy merged, + ``final/adapter/``).
+
+    ``final/`` is written to ``.final-tmp`` and swapped in with two renames, so a crash leaves
+    the previous ``final/`` (or, between the renames, ``.final-old``) intact. ``progress``:
+    transformers' own progress bars on or off meanwhile.
+    """
+    final, tmp, old = out / "final", out / ".final-tmp", out / ".final-old"
+    for leftover in (tmp, old):
+        if leftover.exists():
+            shutil.rmtree(leftover)
+    try:
+        with transformers_progress(progress):
+            save_model(model, tmp)
+            tokenizer.save_pretrained(tmp)
+    except Exception as e:  # safetensors reports I/O failures as SafetensorError
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise as_os_error(e, tmp) from None
+    respect_umask(tmp)
+    if final.exists():
+        os.replace(final, old)
+    os.replace(tmp, final)
+    if old.exists():
+        shutil.rmtree(old)
+
+
 def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
     """The token ids that end a completion: the tokenizer's EOS, then every id of the model's
     ``generation_config.eos_token_id`` (an int or a list: instruct models often list several

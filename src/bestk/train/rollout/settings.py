@@ -24,7 +24,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from bestk.train.config import TrainConfig
+from bestk.train.config import ResolvedTrainConfig, TrainConfig
 
 __all__ = ["SamplingParams", "resolve_sampling", "DEFAULTS", "model_generation_config",
            "fill_sampling", "sampling_header", "sampling_options"]
@@ -108,27 +108,26 @@ def model_generation_config(model_path: str | None) -> SimpleNamespace | None:
     return SimpleNamespace(**{k: data.get(k) for k in DEFAULTS})
 
 
-def fill_sampling(cfg: Any) -> None:
+def fill_sampling(cfg: TrainConfig, generation_config: SimpleNamespace | None) -> None:
     """Fill, in place, the ``None`` sampling keys of ``cfg.rollout`` and ``cfg.eval``
     (``temperature``, ``top_p``, ``top_k``) with the model's ``generation_config`` value when
-    it sets one (:func:`model_generation_config` of ``model.path``), else :data:`DEFAULTS`
-    (:func:`resolve_sampling`). A key set in the config is kept."""
-    sections = [cfg.rollout, cfg.eval]
-    if all(getattr(sec, name) is not None for sec in sections for name in DEFAULTS):
-        return  # nothing to fill: no file read
-    gen = model_generation_config(cfg.model.path)
-    for sec in sections:
-        got = resolve_sampling(sec.temperature, sec.top_p, sec.top_k, gen, where=sec.key)
+    it sets one (``generation_config``: :func:`model_generation_config` of ``model.path``, read
+    by the caller), else :data:`DEFAULTS` (:func:`resolve_sampling`). A key set in the config
+    is kept."""
+    for sec in (cfg.rollout, cfg.eval):
+        got = resolve_sampling(sec.temperature, sec.top_p, sec.top_k, generation_config,
+                               where=sec.key)
         for name in DEFAULTS:
             if getattr(sec, name) is None:
                 setattr(sec, name, getattr(got, name))
 
 
-def sampling_header(cfg: Any) -> str:
-    """The run header's ``sampling:`` line of a filled config (:func:`fill_sampling`): each
-    training value, marked ``(generation_config)`` when the model's generation config sets
-    that same value, else ``(config)``; the evaluation's values when they differ."""
-    gen = model_generation_config(cfg.model.path)
+def sampling_header(cfg: ResolvedTrainConfig) -> str:
+    """The run header's ``sampling:`` line of a resolved config: each training value, marked
+    ``(generation_config)`` when the model's generation config (as the resolution read it,
+    ``cfg.generation_config``) sets that same value, else ``(config)``; the evaluation's
+    values when they differ."""
+    gen = cfg.generation_config
 
     def line(sec: Any) -> str:
         parts = []

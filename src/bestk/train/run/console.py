@@ -8,6 +8,7 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -20,7 +21,11 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-__all__ = ["progress_bar", "StopRequest", "Stopped", "STOP_SIGNALS", "transformers_progress"]
+from bestk.train.config import ResolvedTrainConfig
+from bestk.train.run.directory import PREVIOUS_ATTEMPT
+
+__all__ = ["progress_bar", "StopRequest", "Stopped", "STOP_SIGNALS", "transformers_progress",
+           "start_line", "interrupted_line"]
 
 
 def progress_bar(console: Console, enabled: bool) -> Progress:
@@ -98,3 +103,31 @@ def transformers_progress(enabled: bool) -> Iterator[None]:
         yield
     finally:
         (hf_logging.enable_progress_bar if was else hf_logging.disable_progress_bar)()
+
+
+def interrupted_line(where: str, out: Path, step: int | None) -> str:
+    """What a run stopped by Ctrl-C / SIGTERM says: after ``step`` (checkpointed: continue
+    with ``--resume``), or, ``step`` ``None``, during ``where`` before its first checkpoint
+    (the same command starts it over, keeping the attempt's files in ``previous-attempt/``)."""
+    if step is None:
+        return (f"interrupted during {where or 'start-up'}, before the run's first checkpoint: "
+                "nothing to continue from; the same command starts the run over (keeping this "
+                f"attempt's files in {out / PREVIOUS_ATTEMPT})")
+    return (f"interrupted after step {step}; checkpoint saved. Continue with "
+            f"`bestk train --resume {out}`")
+
+
+def start_line(cfg: ResolvedTrainConfig, *, task: str, uses_estimator: bool, params: int,
+               trainable: int | None, out: Path, resuming_at: int | None) -> str:
+    """The line a run starts with: task, estimator (``uses_estimator``: the algorithm's
+    updates come from one) or algorithm and KAPPO k, beta, size (``trainable``: the LoRA
+    adapters' parameters, ``None`` without adapters), run directory and the step a resumed run
+    continues from."""
+    what = (f"estimator={cfg.estimator}" if uses_estimator else
+            f"algorithm={cfg.algorithm} k={cfg.kappo.k} beta={cfg.kappo.beta}")
+    return (
+        f"[bold]bestk train[/] task={task} {what} params={params:,}"
+        + (f" (LoRA: {trainable:,} train)" if trainable is not None else "")
+        + f" out={out}"
+        + (f" (resuming at step {resuming_at})" if resuming_at is not None else "")
+    )

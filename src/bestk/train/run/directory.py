@@ -16,11 +16,13 @@
 
 from __future__ import annotations
 
+import copy
 import errno
 import json
 import os
 import shutil
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ import yaml
 from bestk._atomic import write_text_atomic
 from bestk.train.config import (
     TrainConfig,
+    apply_overrides,
     config_from_dict,
     config_to_dict,
     parse_yaml_config,
@@ -43,6 +46,8 @@ from bestk.train.run.checkpoint import (
 )
 
 __all__ = [
+    "RunDirectory",
+    "resume_config",
     "RunLock",
     "RunDirectoryBusy",
     "RunState",
@@ -237,6 +242,57 @@ def _read_pid(fd: int) -> int | None:
 
 
 # -- config.yaml ------------------------------------------------------------------------------
+class RunDirectory:
+    """The run directory ``out`` of one run, held from :meth:`open` to :meth:`release` (its
+    :class:`RunLock`)."""
+
+    def __init__(self, out: Path):
+        self.out = out
+        self._created = False
+        self._lock: RunLock | None = None
+
+    def open(self, cfg: TrainConfig, mode: str, stored: TrainConfig | None,
+             say: Callable[[str, str], None]) -> RunState:
+        """Create the directory if needed, take its lock, remove temporary files an
+        interrupted write left (``say``-ing so) and decide what to do with it
+        (:func:`inspect_run` in ``mode``; its warnings and notes ``say``-ed)."""
+        self._created = not self.out.exists()
+        self._lock = RunLock(prepare_directory(self.out))
+        self._lock.acquire()
+        removed = clean_temporaries(self.out)
+        if removed:
+            say("note", f"removed {len(removed)} temporary file(s) left by an interrupted "
+                f"write: {', '.join(p.name for p in removed[:4])}")
+        state = inspect_run(cfg, mode, stored)
+        for msg in state.warnings:
+            say("warning", msg)
+        for msg in state.notes:
+            say("note", msg)
+        return state
+
+    def begin(self, cfg: TrainConfig, *, restart: bool, say: Callable[[str, str], None]
+              ) -> None:
+        """Write ``config.yaml`` of a run that starts; one that starts over first keeps the
+        files of the attempt before it (:func:`keep_previous_attempt`, ``say``-ing where):
+        starting over never truncates what the last attempt wrote."""
+        kept = keep_previous_attempt(self.out) if restart else None
+        if kept is not None:
+            say("note", f"the files of the attempt started over are kept in {kept}")
+        write_run_config(self.out, cfg)
+
+    def discard_if_unused(self) -> None:
+        """Remove the directory when this run created it and wrote nothing but its lock (a run
+        refused or failed before it started leaves no trace)."""
+        if self._created and self._lock is not None and self._lock.held and \
+                {p.name for p in self.out.iterdir()} <= {".lock"}:
+            shutil.rmtree(self.out, ignore_errors=True)
+
+    def release(self) -> None:
+        """Release the lock (idempotent)."""
+        if self._lock is not None:
+            self._lock.release()
+
+
 def read_run_config(directory: str | os.PathLike) -> TrainConfig:
     """The :class:`TrainConfig` of the run in ``directory`` (its ``config.yaml``).
 
@@ -266,6 +322,24 @@ def read_run_config(directory: str | os.PathLike) -> TrainConfig:
         return config_from_dict(data)
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from None
+
+
+def resume_config(directory: str | os.PathLike,
+                  overrides: Mapping[str, Any] | list[str] | None = None
+                  ) -> tuple[TrainConfig, TrainConfig]:
+    """``(config, stored)`` to continue the run in ``directory``: its ``config.yaml`` (read
+    once: ``stored``) with ``overrides`` applied (a nested dict, e.g. ``{"max_steps": 200}``,
+    or ``key=value`` strings as ``--set`` takes them) and ``out`` set to ``directory``. What
+    the overrides may change is checked later, against ``stored``
+    (:func:`check_resume`)."""
+    stored = read_run_config(directory)
+    cfg = copy.deepcopy(stored)
+    if isinstance(overrides, Mapping):
+        cfg = config_from_dict(overrides, base=cfg)
+    elif overrides:
+        apply_overrides(cfg, list(overrides))
+    cfg.out = str(directory)
+    return cfg, stored
 
 
 def write_run_config(directory: str | os.PathLike, cfg: TrainConfig) -> None:

@@ -1,0 +1,97 @@
+"""The log of a run: ``metrics.jsonl``, ``samples.jsonl`` and the live reporters, in one place.
+
+* ``metrics.jsonl`` -- one strict-JSON line per record (``phase``: ``sft``, ``train``,
+  ``eval``), flushed and fsync'ed as it is written (:func:`append_record`); a resumed run drops
+  the records after its checkpoint's step (they are redone);
+* ``samples.jsonl`` -- a few evaluated prompts with their completions and rewards per
+  evaluation (:mod:`bestk.train.rollout.sample_log`);
+* the live reporters of ``report_to`` (TensorBoard, W&B: :mod:`bestk.train.run.reporters`),
+  each record sent to them after it is on disk.
+
+:class:`RunLog` holds the three for a :class:`~bestk.train.trainer.Trainer`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bestk._atomic import write_text_atomic
+from bestk.train.config import ResolvedTrainConfig, config_to_dict
+from bestk.train.rollout.sample_log import SAMPLES_FILE, append_samples, drop_samples_after
+from bestk.train.run.directory import drop_metrics_after, read_metrics
+from bestk.train.run.reporters import Reporters, resolve_report_to
+
+__all__ = ["RunLog", "append_record", "METRICS_FILE"]
+
+#: The run's log of records, one JSON object per line.
+METRICS_FILE = "metrics.jsonl"
+
+
+def append_record(path: Path, record: Mapping[str, Any]) -> None:
+    """Append ``record`` as one JSON line to ``path``, flushed and fsync'ed (an ``OSError``
+    names the file). The line is strict JSON: a value that is not a finite number (``nan``,
+    ``inf``) is written as ``null``, never as the bare ``NaN`` / ``Infinity`` strict readers
+    reject."""
+    line = json.dumps({k: None if isinstance(v, float) and not math.isfinite(v) else v
+                       for k, v in record.items()}, allow_nan=False)
+    try:
+        with open(path, "a") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        if e.filename is None and e.errno is not None:  # write() errors name no file
+            raise OSError(e.errno, e.strerror, str(path)) from e
+        raise
+
+
+class RunLog:
+    """The log of the run in ``out`` (module docstring), sending every record to
+    ``reporters`` too."""
+
+    def __init__(self, out: Path, reporters: Reporters):
+        self.metrics_file = out / METRICS_FILE
+        self.samples_file = out / SAMPLES_FILE
+        self.reporters = reporters
+
+    @classmethod
+    def of_run(cls, out: Path, cfg: ResolvedTrainConfig) -> RunLog:
+        """The log of the run of ``cfg`` in ``out``, with the reporters of its ``report_to``
+        (not opened yet; a resumed run sets their ``resume_step`` before they open)."""
+        return cls(out, Reporters(resolve_report_to(cfg.report_to), out,
+                                  config=config_to_dict(cfg), run_name=cfg.run_name))
+
+    def start(self) -> None:
+        """An empty ``metrics.jsonl`` for a run that starts (or starts over)."""
+        write_text_atomic(self.metrics_file, "")
+
+    def truncate(self, step: int) -> None:
+        """Drop the records and samples of the steps after ``step`` (a resumed run redoes
+        them)."""
+        drop_metrics_after(self.metrics_file, step)
+        drop_samples_after(self.samples_file, step)
+
+    def record(self, record: Mapping[str, Any]) -> None:
+        """Append one record to ``metrics.jsonl`` (flushed and fsync'ed), then send it to
+        the live reporters."""
+        append_record(self.metrics_file, record)
+        self.reporters.log(dict(record))
+
+    def samples(self, step: int, samples: Sequence[Mapping[str, Any]]) -> None:
+        """Append an evaluation's samples to ``samples.jsonl`` and show them live."""
+        append_samples(self.samples_file, samples)
+        self.reporters.log_samples(step, [dict(s) for s in samples])
+
+    def last_evaluation(self) -> dict[str, Any]:
+        """The newest ``phase: eval`` record of ``metrics.jsonl`` (``{}`` if none)."""
+        evals = [r for r in read_metrics(self.metrics_file) if r["phase"] == "eval"]
+        return evals[-1] if evals else {}
+
+    def close(self) -> None:
+        """Close the live reporters (idempotent)."""
+        self.reporters.close()
