@@ -51,7 +51,7 @@ def test_null_sampling_keys_take_the_model_generation_config(tmp_path):
         "sampling: temperature=0.7 (generation_config) top_p=1.0 (config) top_k=20 "
         "(generation_config); eval: temperature=1.0 (config) top_p=1.0 (config) top_k=20 "
         "(generation_config)")
-    # The default config reads nothing and keeps 1.0 / 1.0 / 0.
+    # The default config keeps 1.0 / 1.0 / 0 (the file sets none of them for it).
     plain = resolve_defaults(apply_overrides(TrainConfig(), [f"model.path={tmp_path}"]))
     assert (plain.rollout.temperature, plain.rollout.top_p, plain.rollout.top_k) == (1.0, 1.0, 0)
     (tmp_path / "generation_config.json").write_text(json.dumps({"top_p": 3}))

@@ -1,5 +1,6 @@
-"""Issue 19's config checks (``bestk.train.validation``): a ``.gguf`` ``model.path`` and its
-extra; ``model.gradient_checkpointing`` reaches the loaded policy (``bestk.train.setup``)."""
+"""The config checks and the resolution of ``bestk.train.validation``: a ``.gguf``
+``model.path`` and its extra; ``model.gradient_checkpointing`` reaching the loaded policy
+(``bestk.train.setup``); one resolution per command."""
 
 from __future__ import annotations
 
@@ -47,3 +48,67 @@ def test_gradient_checkpointing_reaches_the_policy(tmp_path, lora):
     assert base.is_gradient_checkpointing
     off, _ = load_run_policy(tiny_config(tmp_path), task, torch.device("cpu"))
     assert not off.is_gradient_checkpointing
+
+
+def test_one_command_resolves_its_config_once(tiny_hf_model, gsm8k_parquet, tmp_path,
+                                              monkeypatch):
+    """``bestk train`` (a new run, then its resume) and ``bestk eval`` resolve their config
+    once each: one :func:`resolve_defaults`, one read of the model's ``generation_config``;
+    everything downstream takes the :class:`ResolvedTrainConfig`. A second resolution
+    anywhere in the command fails this test."""
+    import json
+    import shutil
+
+    from typer.testing import CliRunner
+
+    import bestk.train.rollout.settings as settings
+    import bestk.train.validation as validation
+    from bestk.cli import app
+    from bestk.train.config import ResolvedTrainConfig
+
+    model = shutil.copytree(tiny_hf_model, tmp_path / "model")  # the fixture is shared
+    (model / "generation_config.json").write_text(json.dumps(
+        {"do_sample": True, "temperature": 0.9, "top_k": 5}))
+    resolutions, reads = [], []
+    real_fill, real_read = validation.fill_sampling, settings.model_generation_config
+
+    def counted_fill(cfg, generation_config):
+        resolutions.append(cfg.out)
+        return real_fill(cfg, generation_config)
+
+    def counted_read(path):
+        reads.append(path)
+        return real_read(path)
+
+    monkeypatch.setattr(validation, "fill_sampling", counted_fill)
+    monkeypatch.setattr(validation, "model_generation_config", counted_read)
+    monkeypatch.setattr(settings, "model_generation_config", counted_read)
+    train, test = gsm8k_parquet
+    out = tmp_path / "run"
+    args = ["train", "--quiet", "--out", str(out), "--max-steps", "1",
+            "--set", f"model.path={model}", "--set", "task.name=dataset",
+            "--set", f"task.options={{path: {train}, eval_path: {test}}}",
+            "--set", "rollout.temperature=null", "--set", "rollout.top_k=null",
+            *[x for kv in ("sft.steps=0", "rollout.prompts_per_step=2", "rollout.n=2",
+                           "rollout.max_new_tokens=4", "eval.n=2", "eval.num_prompts=2",
+                           "estimator=grpo", "threads=1") for x in ("--set", kv)]]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert len(resolutions) == 1 and len(reads) == 1, (resolutions, reads)
+    resolutions.clear(), reads.clear()
+    result = CliRunner().invoke(app, ["train", "--quiet", "--resume", str(out),
+                                      "--max-steps", "2"])
+    assert result.exit_code == 0, result.output
+    assert len(resolutions) == 1 and len(reads) == 1, (resolutions, reads)
+    resolutions.clear(), reads.clear()
+    result = CliRunner().invoke(app, ["eval", "--run", str(out), "-n", "2"])
+    assert result.exit_code == 0, result.output
+    assert len(resolutions) == 1 and len(reads) == 1, (resolutions, reads)
+    # The resolved type has no null where the run needs a value.
+    from bestk.train.run.directory import read_run_config
+    from bestk.train.validation import resolve_config
+
+    resolutions.clear()
+    resolved = resolve_config(read_run_config(out))
+    assert isinstance(resolved, ResolvedTrainConfig) and resolved.rollout.temperature == 0.9
+    assert resolve_config(resolved) is not resolved and len(resolutions) == 1  # not resolved again
