@@ -1,5 +1,5 @@
 """bestk.train.run.guards: a non-finite loss or gradient norm stops the run at that step, before
-the optimizer step, naming the step, its reward range and the fix (issue 22.2); the log stays
+the optimizer step, naming the step, its reward range and the fix; the log stays
 strict JSON."""
 
 from __future__ import annotations

@@ -409,7 +409,7 @@ def test_maxrl_on_a_graded_task_uses_success_indicators(tmp_path):
     from bestk.tasks import register_reward
 
     register_reward("half_for_test", graded=True)(lambda prompt, completion, **ex: 0.5)
-    # raw graded rewards to maxrl: refused when the task loads, before any work (issue 22.4)
+    # raw graded rewards to maxrl: refused when the task loads, before any work
     with pytest.raises(ValueError, match="estimator 'maxrl' needs 0/1 rewards, but task "
                        ".* is graded and advantage_reward is 'raw'"):
         Trainer(tiny_config(tmp_path / "r", "max_steps=1", "estimator=maxrl",
@@ -498,7 +498,7 @@ def _sft_logged(out: Path) -> bool:
 @pytest.mark.parametrize("signame, status", [("SIGINT", 130), ("SIGTERM", 143)])
 def test_a_signal_during_sft_is_acknowledged_and_stops_at_the_next_sft_step(
         tmp_path, signame, status):
-    """Issue 22.3: Ctrl-C (or SIGTERM) at SFT step 10 of 3000 is acknowledged at once and
+    """Ctrl-C (or SIGTERM) at SFT step 10 of 3000 is acknowledged at once and
     stops the run at the next SFT step: no more SFT, no step-0 evaluation, no checkpoint."""
     import signal
 

@@ -460,7 +460,7 @@ def _chat_dataset(tmp_path, tok):
 
 def test_real_data_rewards_samples_and_eval_of_the_run(tiny_hf_model, tmp_path, capsys,
                                                         monkeypatch):
-    """Issue 20 end to end: a chat-format ``save_to_disk`` dataset with a system prompt, two
+    """Chat datasets end to end: a chat-format ``save_to_disk`` dataset with a system prompt, two
     reward functions from a file path with weights, a prompt length limit cutting the long
     prompts from the left, top-k, LoRA with adapter-only checkpoints, the evaluation samples,
     and ``bestk eval --run`` evaluating on exactly the training run's prompts."""

@@ -1,4 +1,4 @@
-"""``bestk.train.sft``: the optimizer factory (``optim.implementation``)."""
+"""``bestk.train.optim``: the optimizer factory (``optim.implementation``)."""
 
 from __future__ import annotations
 

@@ -298,7 +298,7 @@ def test_checkpoints_carry_a_sha256sum_compatible_checksum(tmp_path):
          "prompts_per_step \\(64\\) exceeds the 8 calibrated prompts .*kappo.bank_prompts"),
         (["--estimator", "kappo_grpo", "--set", "kappo.k=1.5"],
          "config key 'kappo.k' must be an integer"),
-        # issue 22.4: each of these used to fail only after SFT (or crash)
+        # each of these used to fail only after SFT (or crash): refused before any work
         (["--estimator", "maxrl", "--set", "advantage_reward=raw"],
          "estimator 'maxrl' needs 0/1 rewards, but task 'strings/reverse' is graded"),
         (["--set", "task.reward=os:system"],
@@ -535,7 +535,7 @@ def _files(d: Path) -> dict[Path, bytes]:
 
 
 def test_a_finished_run_without_checkpoints_is_complete_and_nothing_is_retrained(run):
-    """Issue 22.1: ``rm -rf RUN/checkpoints`` (to save disk), then the same command: final/
+    """Checkpoints deleted after the end: ``rm -rf RUN/checkpoints`` (to save disk), then the same command: final/
     and the completion marker make the run complete; nothing is retrained or rewritten."""
     shutil.rmtree(run / "checkpoints")
     before = _files(run)
@@ -778,7 +778,7 @@ def test_run_files_respect_the_umask(tmp_path, mask, mode):
         assert f.stat().st_mode & 0o777 == mode, f
 
 
-# -- 8. third reliability pass (issue 22) --------------------------------------------------------
+# -- 11. the lock file, refused directories and commands, torn checkpoints ---------------------
 def test_a_refused_out_in_an_existing_directory_leaves_no_lock_file(tmp_path, monkeypatch):
     """``bestk train --out .`` in a directory holding someone else's config.yaml is refused,
     and the directory is left as it was (no stray ``.lock``)."""
