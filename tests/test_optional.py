@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from bestk._optional import MissingDependency, available, missing_from, require
 from bestk.cli import app
 from tests.conftest import TINY
-from tests.test_train_rundir import one_line_error
+from tests.test_train_run_directory import one_line_error
 
 pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 

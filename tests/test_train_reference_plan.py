@@ -24,7 +24,7 @@ from bestk.train.run.directory import read_metrics
 from bestk.train.trainer import Trainer
 from bestk.train.validation import resolve_defaults
 from tests.conftest import KAPPO_TINY, kappo_config
-from tests.test_train_rundir import invoke, one_line_error
+from tests.test_train_run_directory import invoke, one_line_error
 
 pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 

@@ -535,8 +535,9 @@ def _files(d: Path) -> dict[Path, bytes]:
 
 
 def test_a_finished_run_without_checkpoints_is_complete_and_nothing_is_retrained(run):
-    """Checkpoints deleted after the end: ``rm -rf RUN/checkpoints`` (to save disk), then the same command: final/
-    and the completion marker make the run complete; nothing is retrained or rewritten."""
+    """Checkpoints deleted after the end: ``rm -rf RUN/checkpoints`` (to save disk), then the same
+    command: final/ and the completion marker make the run complete; nothing is retrained or
+    rewritten."""
     shutil.rmtree(run / "checkpoints")
     before = _files(run)
     r = invoke(*cli_args(run))

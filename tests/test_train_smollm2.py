@@ -1,6 +1,6 @@
-"""A real pretrained model end to end: ``bestk train`` on a real model, SmolLM2-135M-Instruct from its GGUF
-file (the ``smollm2_gguf`` fixture), with LoRA, micro-batches of one completion and gradient
-checkpointing, on CPU."""
+"""A real pretrained model end to end: ``bestk train`` on a real model, SmolLM2-135M-Instruct
+from its GGUF file (the ``smollm2_gguf`` fixture), with LoRA, micro-batches of one completion and
+gradient checkpointing, on CPU."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ samples share the KV cache (``num_return_sequences`` expands the prompts before 
 (3) the log-probability and entropy of every sampled token under the temperature-scaled
 distribution come out of the same loop (from ``generate`` they would be rebuilt from its
 returned logits). The loop is short, batched per token, and tested against a full forward
-pass (``tests/test_train_rollout.py``).
+pass (``tests/test_train_rollout_sampler.py``).
 """
 
 from __future__ import annotations
