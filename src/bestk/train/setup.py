@@ -44,7 +44,7 @@ def load_run_policy(cfg: TrainConfig, task: Task, device: torch.device) -> tuple
         enable_gradient_checkpointing(model)
     render_task_prompts(task, tokenizer, cfg.model.chat_template)
     check_run_prompts(cfg, task, tokenizer)
-    model.to(device)
+    model.to(device)  # type: ignore[arg-type]  # transformers' wrapped .to is typed without self
     return model, tokenizer
 
 

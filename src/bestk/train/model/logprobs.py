@@ -60,6 +60,7 @@ def sequence_logprobs(
         cache = output_cache(out)
         shared = cache is not None and hasattr(cache, "batch_repeat_interleave")
     if shared:
+        assert cache is not None  # shared: the prefill returned a cache with the helper
         cache.batch_repeat_interleave(n)
         first = out.logits[:, -1:, :].repeat_interleave(n, 0)
         if T > 1:

@@ -118,6 +118,7 @@ def sample(
     next_logits = out.logits[:, -1, :]
     if n > 1:
         if hasattr(past, "batch_repeat_interleave"):
+            assert past is not None  # None has no batch_repeat_interleave
             past.batch_repeat_interleave(n)
             next_logits = next_logits.repeat_interleave(n, 0)
             pos = pos.repeat_interleave(n, 0)
