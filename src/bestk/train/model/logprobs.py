@@ -9,18 +9,21 @@ chunked variant) are :mod:`bestk.losses`'.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from bestk.losses import chunked_token_logprobs, entropy_from_logits, token_logprobs
 from bestk.train.model.hf import cache_kwarg, output_cache, positions
 
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from bestk.train.model.policy import Policy, Reference
+
 __all__ = ["sequence_logprobs", "completion_logprobs"]
 
 
 def sequence_logprobs(
-    model: Any,
+    model: Policy | Reference,
     prompt_ids: torch.Tensor,
     prompt_mask: torch.Tensor,
     completion_ids: torch.Tensor,
@@ -88,7 +91,7 @@ def sequence_logprobs(
 
 
 def completion_logprobs(
-    model: Any,
+    model: Policy | Reference,
     prompt_ids: torch.Tensor,
     prompt_mask: torch.Tensor,
     completion_ids: torch.Tensor,
