@@ -31,7 +31,6 @@ from bestk.tasks import Example
 from bestk.train.algorithms import ALGORITHMS
 from bestk.train.config import (
     ResolvedTrainConfig,
-    TrainConfig,
     resolved_from_dict,
 )
 from bestk.train.reference.bank import (
@@ -86,7 +85,7 @@ def _calibrate(cfg: ResolvedTrainConfig, sft_path: str, kp: KappoAuto, cal_path:
     calibrate(bank, k=kp.k, beta=kp.beta, kind=kp.kind).save(cal_path)
 
 
-def samples_bank(cfg: TrainConfig) -> tuple[bool, bool]:
+def samples_bank(cfg: ResolvedTrainConfig) -> tuple[bool, bool]:
     """``(samples a reference bank in-run, keeps its completions)`` for a run config."""
     spec = ALGORITHMS[cfg.algorithm]
     samples = spec.samples_bank(cfg)
