@@ -183,7 +183,7 @@ class RunLock:
     def __enter__(self) -> RunLock:
         return self.acquire()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
     def __del__(self) -> None:
@@ -325,7 +325,7 @@ def read_run_config(directory: str | os.PathLike) -> TrainConfig:
 
 
 def resume_config(directory: str | os.PathLike,
-                  overrides: Mapping[str, Any] | list[str] | None = None
+                  overrides: Mapping[str, object] | list[str] | None = None
                   ) -> tuple[TrainConfig, TrainConfig]:
     """``(config, stored)`` to continue the run in ``directory``: its ``config.yaml`` (read
     once: ``stored``) with ``overrides`` applied (a nested dict, e.g. ``{"max_steps": 200}``,
@@ -353,11 +353,11 @@ def write_run_config(directory: str | os.PathLike, cfg: TrainConfig) -> None:
 _STEP_KEY = {"sft": "sft_step", "train": "step", "eval": "step"}
 
 
-def _is_number(x: Any) -> bool:
+def _is_number(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def _check_record(row: Any, where: str) -> None:
+def _check_record(row: object, where: str) -> None:
     if not isinstance(row, dict):
         raise ValueError(f"{where}: expected a JSON object, got {json.dumps(row)[:60]}")
     phase = row.get("phase")
@@ -375,7 +375,7 @@ def _check_record(row: Any, where: str) -> None:
 def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
     """The records of a ``metrics.jsonl``; ``[]`` when the file does not exist.
 
-    A torn last line (no newline: a write cut short by a crash) is skipped. Any other line
+    A torn last line (no newline: a write cut short by a crash) is skipped. Every other line
     that is not a well-formed record (a JSON object with a ``phase`` of sft / train / eval, an
     integer step and numeric values) raises ``ValueError`` naming the file and line.
     """
@@ -441,9 +441,9 @@ def check_history(rows: list[dict[str, Any]], step: int, path: str | os.PathLike
 _MISSING = object()
 
 
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def _flatten(d: Mapping[str, object], prefix: str = "") -> dict[str, object]:
     """Dotted leaf keys of a nested dict (an empty mapping contributes no key)."""
-    flat: dict[str, Any] = {}
+    flat: dict[str, object] = {}
     for k, v in d.items():
         key = f"{prefix}{k}"
         if isinstance(v, dict):
@@ -453,7 +453,7 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def config_changes(old: TrainConfig, new: TrainConfig) -> list[tuple[str, Any, Any]]:
+def config_changes(old: TrainConfig, new: TrainConfig) -> list[tuple[str, object, object]]:
     """``[(dotted key, old value, new value), ...]`` of every differing leaf (mappings such as
     ``task.options`` are compared key by key), ``out`` excluded."""
     a, b = _flatten(config_to_dict(old)), _flatten(config_to_dict(new))
@@ -467,7 +467,7 @@ def config_changes(old: TrainConfig, new: TrainConfig) -> list[tuple[str, Any, A
     return changes
 
 
-def _show(v: Any) -> str:
+def _show(v: object) -> str:
     text = "(unset)" if v is _MISSING else repr(v)
     return text if len(text) <= 40 else text[:37] + "..."
 

@@ -22,7 +22,12 @@ from typing import Any, TypeAlias
 
 from bestk._atomic import write_text_atomic
 from bestk.train.config import ResolvedTrainConfig, config_to_dict
-from bestk.train.rollout.sample_log import SAMPLES_FILE, append_samples, drop_samples_after
+from bestk.train.rollout.sample_log import (
+    SAMPLES_FILE,
+    SampleRecord,
+    append_samples,
+    drop_samples_after,
+)
 from bestk.train.run.directory import drop_metrics_after, read_metrics
 from bestk.train.run.reporters import Reporters, resolve_report_to
 
@@ -86,7 +91,7 @@ class RunLog:
         append_record(self.metrics_file, record)
         self.reporters.log(dict(record))
 
-    def samples(self, step: int, samples: Sequence[Mapping[str, Any]]) -> None:
+    def samples(self, step: int, samples: Sequence[SampleRecord]) -> None:
         """Append an evaluation's samples to ``samples.jsonl`` and show them live."""
         append_samples(self.samples_file, samples)
         self.reporters.log_samples(step, [dict(s) for s in samples])
