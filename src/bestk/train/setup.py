@@ -50,7 +50,7 @@ def load_run_policy(cfg: ResolvedTrainConfig, task: Task, device: torch.device
         enable_gradient_checkpointing(model)
     render_task_prompts(task, tokenizer, cfg.model.chat_template)
     check_run_prompts(cfg, task, tokenizer)
-    model.to(device)  # type: ignore[arg-type]  # transformers' wrapped .to is typed without self
+    model.to(device)  # type: ignore[arg-type]  # @wraps(Module.to): typed unbound (self first)
     return model, tokenizer
 
 
