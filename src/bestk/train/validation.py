@@ -290,7 +290,7 @@ def check_paths(cfg: ResolvedTrainConfig) -> None:
             raise ValueError(f"{flag} {shown!r} {why}; choose another path")
 
 
-def tiny_model_parameters(cfg: TrainConfig) -> int:
+def tiny_model_parameters(cfg: ResolvedTrainConfig) -> int:
     """A lower bound on the parameters of the tiny default model of ``cfg.model`` (no
     ``model.path``): per layer the attention projections :math:`4h^2` (+ Qwen2's biases
     :math:`3h`), the gated MLP :math:`3hI` and two norms :math:`2h`; plus the final norm (the
@@ -390,7 +390,7 @@ def check_device(device: str) -> None:
         )
 
 
-def check_dependencies(cfg: TrainConfig) -> None:
+def check_dependencies(cfg: ResolvedTrainConfig) -> None:
     """The optional packages this config needs are installed (else
     :class:`bestk._optional.MissingDependency`, an ``ImportError`` naming the extra): the
     ``train`` extra's transformers, tokenizers, safetensors and matplotlib, PEFT for

@@ -31,6 +31,7 @@ import yaml
 
 from bestk._atomic import write_text_atomic
 from bestk.train.config import (
+    ResolvedTrainConfig,
     TrainConfig,
     apply_overrides,
     config_from_dict,
@@ -251,7 +252,7 @@ class RunDirectory:
         self._created = False
         self._lock: RunLock | None = None
 
-    def open(self, cfg: TrainConfig, mode: str, stored: TrainConfig | None,
+    def open(self, cfg: ResolvedTrainConfig, mode: str, stored: TrainConfig | None,
              say: Callable[[str, str], None]) -> RunState:
         """Create the directory if needed, take its lock, remove temporary files an
         interrupted write left (``say``-ing so) and decide what to do with it
@@ -270,7 +271,7 @@ class RunDirectory:
             say("note", msg)
         return state
 
-    def begin(self, cfg: TrainConfig, *, restart: bool, say: Callable[[str, str], None]
+    def begin(self, cfg: ResolvedTrainConfig, *, restart: bool, say: Callable[[str, str], None]
               ) -> None:
         """Write ``config.yaml`` of a run that starts; one that starts over first keeps the
         files of the attempt before it (:func:`keep_previous_attempt`, ``say``-ing where):
@@ -596,7 +597,7 @@ def prepare_directory(directory: str | os.PathLike) -> Path:
     return directory
 
 
-def inspect_run(cfg: TrainConfig, mode: str = "auto", stored: TrainConfig | None = None
+def inspect_run(cfg: ResolvedTrainConfig, mode: str = "auto", stored: TrainConfig | None = None
                 ) -> RunState:
     """Decide what to do with the run directory ``cfg.out`` for a run configured by ``cfg``.
 
