@@ -62,7 +62,8 @@ __all__ = ["autocast", "cache_kwarg", "enable_gradient_checkpointing", "output_c
 
 
 # -- mixed precision ------------------------------------------------------------------------------
-def autocast(device: torch.device | str, mode: str = "auto") -> contextlib.AbstractContextManager:
+def autocast(device: torch.device | str, mode: str = "auto"
+             ) -> contextlib.AbstractContextManager[object]:
     """The mixed-precision context of forward passes (``model.autocast``).
 
     ``"bf16"``: ``torch.autocast("cuda", dtype=torch.bfloat16)``; ``"auto"``: the same on a

@@ -108,7 +108,7 @@ def sample_records(
     return out
 
 
-def append_samples(path: str | os.PathLike, records: Sequence[Mapping[str, object]]) -> None:
+def append_samples(path: str | os.PathLike[str], records: Sequence[Mapping[str, object]]) -> None:
     """Append ``records`` to the JSON-lines file ``path`` (created if missing), one line each,
     flushed and fsync'ed (a crash leaves at most a torn last line)."""
     if not records:
@@ -169,7 +169,7 @@ def eval_samples(step: int, result: EvalResult, task: Task, *, num_prompts: int 
                           num_prompts=num_prompts, per_prompt=per_prompt)
 
 
-def drop_samples_after(path: str | os.PathLike, step: int) -> None:
+def drop_samples_after(path: str | os.PathLike[str], step: int) -> None:
     """Rewrite the JSON-lines file ``path`` without the records of steps after ``step`` (and
     without a torn last line); nothing when it does not exist."""
     path = Path(path)

@@ -118,7 +118,7 @@ class RunLock:
     locked).
     """
 
-    def __init__(self, directory: str | os.PathLike):
+    def __init__(self, directory: str | os.PathLike[str]):
         self.directory = Path(directory)
         self.path = self.directory / LOCK_NAME
         self._fd: int | None = None
@@ -294,7 +294,7 @@ class RunDirectory:
             self._lock.release()
 
 
-def read_run_config(directory: str | os.PathLike) -> TrainConfig:
+def read_run_config(directory: str | os.PathLike[str]) -> TrainConfig:
     """The :class:`TrainConfig` of the run in ``directory`` (its ``config.yaml``).
 
     A missing, empty, non-YAML, non-mapping or unknown-key file raises a one-line
@@ -325,7 +325,7 @@ def read_run_config(directory: str | os.PathLike) -> TrainConfig:
         raise ValueError(f"{path}: {e}") from None
 
 
-def resume_config(directory: str | os.PathLike,
+def resume_config(directory: str | os.PathLike[str],
                   overrides: Mapping[str, object] | list[str] | None = None
                   ) -> tuple[TrainConfig, TrainConfig]:
     """``(config, stored)`` to continue the run in ``directory``: its ``config.yaml`` (read
@@ -343,7 +343,7 @@ def resume_config(directory: str | os.PathLike,
     return cfg, stored
 
 
-def write_run_config(directory: str | os.PathLike, cfg: TrainConfig) -> None:
+def write_run_config(directory: str | os.PathLike[str], cfg: TrainConfig) -> None:
     """Write ``cfg`` as ``directory/config.yaml`` atomically."""
     write_text_atomic(
         Path(directory) / "config.yaml", yaml.safe_dump(config_to_dict(cfg), sort_keys=False)
@@ -373,7 +373,7 @@ def _check_record(row: object, where: str) -> None:
             raise ValueError(f"{where}: {k!r} must be a number, got {v!r}")
 
 
-def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
+def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The records of a ``metrics.jsonl``; ``[]`` when the file does not exist.
 
     A torn last line (no newline: a write cut short by a crash) is skipped. Every other line
@@ -405,14 +405,14 @@ def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
     return rows
 
 
-def drop_metrics_after(path: str | os.PathLike, step: int) -> None:
+def drop_metrics_after(path: str | os.PathLike[str], step: int) -> None:
     """Rewrite ``metrics.jsonl`` without the records of the RL steps after ``step`` (a run
     resumed from the checkpoint of ``step`` redoes them), atomically."""
     rows = [r for r in read_metrics(path) if r["phase"] == "sft" or r["step"] <= step]
     write_text_atomic(Path(path), "".join(json.dumps(r, allow_nan=False) + "\n" for r in rows))
 
 
-def check_history(rows: list[dict[str, Any]], step: int, path: str | os.PathLike) -> None:
+def check_history(rows: list[dict[str, Any]], step: int, path: str | os.PathLike[str]) -> None:
     """The log holds what checkpoint ``step`` continues: the step-0 evaluation and exactly one
     training record for each of the steps 1..``step`` (raises ``ValueError`` otherwise)."""
     p = Path(path)
@@ -512,7 +512,7 @@ _TOP_TEMP_PREFIXES = (".config.yaml.", ".metrics.jsonl.", ".report.md.", ".calib
                       ".bank.jsonl.", ".bank_tokens.safetensors.")
 
 
-def clean_temporaries(directory: str | os.PathLike) -> list[Path]:
+def clean_temporaries(directory: str | os.PathLike[str]) -> list[Path]:
     """Remove what killed atomic writes left in a run directory (call it holding the lock):
     ``checkpoints/.*`` (checkpoint and safetensors temporaries), checksum files whose
     checkpoint never landed, ``.final-tmp`` / ``.final-old`` and ``.config.yaml.*`` /
@@ -563,13 +563,13 @@ _RUN_FILES = ("metrics.jsonl", "checkpoints", "final", "report.md", "calibration
 _FINISHED = ".finished"
 
 
-def mark_finished(directory: str | os.PathLike, step: int) -> None:
+def mark_finished(directory: str | os.PathLike[str], step: int) -> None:
     """Record that ``final/`` and the report of ``directory`` are those of ``step`` (the last
     act of a run; a run extended later is complete again only once it is re-marked)."""
     write_text_atomic(Path(directory) / _FINISHED, f"{int(step)}\n")
 
 
-def finished_step(directory: str | os.PathLike) -> int | None:
+def finished_step(directory: str | os.PathLike[str]) -> int | None:
     """The step :func:`mark_finished` recorded, if ``final/`` is there too; else ``None``."""
     directory = Path(directory)
     try:
@@ -581,7 +581,7 @@ def finished_step(directory: str | os.PathLike) -> int | None:
     return int(text)
 
 
-def prepare_directory(directory: str | os.PathLike) -> Path:
+def prepare_directory(directory: str | os.PathLike[str]) -> Path:
     """Create the run directory (``ValueError`` if the path, or a parent, is an existing
     file)."""
     directory = Path(directory)
@@ -672,7 +672,7 @@ def inspect_run(cfg: ResolvedTrainConfig, mode: str = "auto", stored: TrainConfi
 PREVIOUS_ATTEMPT = "previous-attempt"
 
 
-def keep_previous_attempt(directory: str | os.PathLike) -> Path | None:
+def keep_previous_attempt(directory: str | os.PathLike[str]) -> Path | None:
     """Move the files a run stopped before its first checkpoint left (``metrics.jsonl``,
     ``final/``, reports, calibration, logs: everything but ``config.yaml``, the lock and this
     folder) into ``DIR/previous-attempt/`` before the run starts over, so that starting over

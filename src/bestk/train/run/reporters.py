@@ -250,7 +250,7 @@ class Reporters:
     the run's config as a dict (W&B run config, TensorBoard text).
     """
 
-    def __init__(self, names: Iterable[str], out: str | os.PathLike, *,
+    def __init__(self, names: Iterable[str], out: str | os.PathLike[str], *,
                  resume_step: int | None = None, config: Mapping[str, object] | None = None,
                  run_name: str | None = None):
         self.names = list(names)
