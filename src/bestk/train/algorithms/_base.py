@@ -109,7 +109,7 @@ class AlgorithmSpec:
     ----------
     name: the ``algorithm`` config value.
     title: what the report calls it.
-    make: ``make(run: RunContext) -> algorithm object`` with ``step(step) -> metrics``,
+    make: ``make(run: RunContext) -> Algorithm``, an object with ``step(step) -> metrics``,
         ``prepare(calibration, bank)`` and ``describe(metrics) -> str``.
     default_n: ``rollout.n`` when the config leaves it ``null``.
     calibrated: ``calibrated(cfg)``: whether the run needs a KAPPO calibration from the

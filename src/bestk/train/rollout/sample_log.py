@@ -97,8 +97,8 @@ def sample_records(
         ex = examples[i]
         for j in range(min(per_prompt, n)):
             rec: SampleRecord = {"step": int(step), "prompt_id": ex.get("id"),
-                                   "prompt": ex["prompt"], "completion": texts[i * n + j],
-                                   "reward": float(rewards[i, j])}
+                                 "prompt": ex["prompt"], "completion": texts[i * n + j],
+                                 "reward": float(rewards[i, j])}
             if success is not None:
                 rec["success"] = bool(np.asarray(success)[i, j])
             if columns:
