@@ -8,7 +8,7 @@ import copy
 import json
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,15 @@ import numpy as np
 
 from bestk._atomic import write_text_atomic
 from bestk._seeds import COMPARE_SEEDS, SWEEP_SEEDS
-from bestk.compare.jobs import bank_job, execute, rl_job, samples_bank, sft_job
+from bestk.compare.jobs import (
+    RunResult,
+    SeedResult,
+    bank_job,
+    execute,
+    rl_job,
+    samples_bank,
+    sft_job,
+)
 from bestk.compare.keys import (
     bank_key,
     config_key,
@@ -104,7 +112,7 @@ def sweep_score(end: dict[str, float], n: int) -> float:
 def _grid(methods: list[Method], base: TrainConfig, seeds: Sequence[int], out: Path,
           lrs: dict[str, float] | None, kappo: KappoAuto | None, workers: int,
           progress: bool, resume: bool, what: str, shared: Path | None = None,
-          share_bank: bool = True) -> dict[str, dict[str, Any]]:
+          share_bank: bool = True) -> dict[str, dict[str, RunResult]]:
     """SFT (and KAPPO calibration) per seed under ``shared`` (default ``out``), the seeds'
     shared reference banks, then every (method, seed) run under ``out``; returns
     ``{label: {"seedS": result}}``."""
@@ -173,7 +181,7 @@ def _grid(methods: list[Method], base: TrainConfig, seeds: Sequence[int], out: P
     results = execute([(rl_job, config_to_dict(cfg), sft, label, with_weights(key, sft),
                          None if sft is None else digests[sft])
                         for _, label, cfg, sft, key in runs], workers, progress, f"{what}: RL")
-    grid: dict[str, dict[str, Any]] = {m.label: {} for m in methods}
+    grid: dict[str, dict[str, RunResult]] = {m.label: {} for m in methods}
     for (i, label, *_), res in zip(runs, results, strict=True):
         grid[label][f"seed{i}"] = res
     return grid
@@ -188,7 +196,7 @@ def run_compare(
     max_steps: int | None = None,
     overrides: list[str] | None = None,
     progress: bool = True,
-    estimator_options: dict[str, dict[str, Any]] | None = None,
+    estimator_options: dict[str, dict[str, object]] | None = None,
     controls: Sequence[str] = (),
     workers: int = 1,
     lr_sweep: Sequence[float] | None = None,
@@ -249,8 +257,9 @@ def run_compare(
         raise ValueError("common_lr_from / select_by need an lr_sweep")
     grid = _grid(methods, base, test_seeds, out, lrs, kappo, workers, progress, resume, "test",
                  share_bank=share_bank)
-    results = {label: {s: {"start": r["start"], "end": r["end"], "run": r["run"]}
-                       for s, r in runs.items()} for label, runs in grid.items()}
+    results: dict[str, dict[str, SeedResult]] = {
+        label: {s: {"start": r["start"], "end": r["end"], "run": r["run"]}
+                for s, r in runs.items()} for label, runs in grid.items()}
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out / "results.json", json.dumps(results, indent=1))
     write_text_atomic(out / "compare.json", json.dumps({
@@ -283,7 +292,7 @@ def validation_runs(
     kappo: KappoAuto | None = None,
     workers: int = 1,
     progress: bool = False,
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, dict[str, RunResult]]:
     """Every method at one learning rate on the validation split, exactly as one rate of
     ``run_compare``'s sweep runs it (same split, sweep seeds, shared SFT weights and banks):
     a pilot of a testbed design before its grid, which never touches the test prompts.
@@ -325,7 +334,7 @@ def _sweep(methods: list[Method], base: TrainConfig, out: Path, grid: list[float
     seeds = [SWEEP_SEEDS.seed(base.seed, index=j) for j in range(sweep_seeds)]
     by_label = {m.label: m for m in tuned}
 
-    def score(want: Any) -> dict[str, dict[float, float]]:
+    def score(want: Mapping[str, Sequence[float]]) -> dict[str, dict[float, float]]:
         by_rate: dict[float, list[str]] = {}
         for lb, rates in want.items():
             for lr in rates:

@@ -10,9 +10,10 @@ import json
 import multiprocessing as mp
 import shutil
 import time
+from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from rich.progress import Progress
@@ -31,7 +32,6 @@ from bestk.tasks import Example
 from bestk.train.algorithms import ALGORITHMS
 from bestk.train.config import (
     ResolvedTrainConfig,
-    TrainConfig,
     resolved_from_dict,
 )
 from bestk.train.reference.bank import (
@@ -55,7 +55,33 @@ from bestk.train.validation import (
 )
 
 
-def sft_job(cfg_dict: dict[str, Any], path: str, kappo: dict[str, Any] | None,
+class SeedResult(TypedDict):
+    """What a comparison keeps of one run (``OUT/results.json``: ``{label: {"seedS": ...}}``):
+    its first and last evaluation records (CI bounds dropped) and what it was."""
+
+    start: dict[str, float]
+    end: dict[str, float]
+    run: dict[str, object]
+
+
+class RunResult(SeedResult):
+    """``OUT/<label>/seed<S>/result.json`` (:func:`rl_job`): the method's label and the run's
+    key besides."""
+
+    label: str
+    key: str
+
+
+class KappoFields(TypedDict):
+    """The fields of a :class:`~bestk.compare.methods.KappoAuto` as :func:`sft_job` gets them."""
+
+    k: int
+    beta: float
+    bank_n: int
+    kind: str
+
+
+def sft_job(cfg_dict: Mapping[str, object], path: str, kappo: KappoFields | None,
              cal_path: str | None) -> str:
     """SFT of one seed (saved atomically to ``path``) and, if asked, its KAPPO calibration."""
     cfg = resolved_from_dict(copy.deepcopy(cfg_dict))
@@ -86,14 +112,14 @@ def _calibrate(cfg: ResolvedTrainConfig, sft_path: str, kp: KappoAuto, cal_path:
     calibrate(bank, k=kp.k, beta=kp.beta, kind=kp.kind).save(cal_path)
 
 
-def samples_bank(cfg: TrainConfig) -> tuple[bool, bool]:
+def samples_bank(cfg: ResolvedTrainConfig) -> tuple[bool, bool]:
     """``(samples a reference bank in-run, keeps its completions)`` for a run config."""
     spec = ALGORITHMS[cfg.algorithm]
     samples = spec.samples_bank(cfg)
     return samples, samples and spec.bank_completions
 
 
-def bank_job(cfg_dict: dict[str, Any], sft_path: str | None, bank_dir: str, key: str,
+def bank_job(cfg_dict: Mapping[str, object], sft_path: str | None, bank_dir: str, key: str,
               completions: bool) -> str:
     """Sample the reference bank of ``cfg``'s run from the seed's SFT weights once, with the
     trainer's own code (the run's :class:`~bestk.train.reference.plan.ReferencePlan`), into
@@ -140,8 +166,8 @@ def _prompt_fingerprint(task: str, rl_prompts: list[Example], eval_examples: lis
     return fingerprint({"task": task, "train": ids, "eval": ev})
 
 
-def rl_job(cfg_dict: dict[str, Any], sft_path: str | None, label: str, key: str,
-            weights: str | None = None) -> dict:
+def rl_job(cfg_dict: Mapping[str, object], sft_path: str | None, label: str, key: str,
+            weights: str | None = None) -> RunResult:
     """One RL run from the seed's SFT weights (resumed from its checkpoint if it has one);
     writes ``result.json`` atomically and returns it. ``key`` identifies the run (its
     configuration and, with SFT, the digest ``weights`` of the SFT weights): a finished result
@@ -178,7 +204,7 @@ def rl_job(cfg_dict: dict[str, Any], sft_path: str | None, label: str, key: str,
     binary = tr.binary_advantages or not task.graded or (
         not tr.spec.uses_estimator and tr.kappo_kind is not None
         and calibration_kind(tr.kappo_kind).binary)
-    run = {
+    run: dict[str, object] = {
         "estimator": cfg.estimator if tr.spec.uses_estimator else None,
         "options": {k: (v if not hasattr(v, "kind") else f"calibration ({v.kind})")
                     for k, v in tr.estimator_options.items()},
@@ -197,7 +223,7 @@ def rl_job(cfg_dict: dict[str, Any], sft_path: str | None, label: str, key: str,
         "reference_weights": weights,  # weights_digest of the SFT warm start (None: none)
         "wall_seconds": time.perf_counter() - t0,
     }
-    out = {"label": label, "key": key, "run": run,
+    out: RunResult = {"label": label, "key": key, "run": run,
            "start": {k: evals[0][k] for k in keep if k in evals[0]},
            "end": {k: evals[-1][k] for k in keep}}
     write_text_atomic(result_path, json.dumps(out, indent=1))

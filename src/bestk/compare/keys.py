@@ -24,7 +24,7 @@ from bestk.train.validation import (
 )
 
 
-def fingerprint(obj: Any) -> str:
+def fingerprint(obj: object) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -45,7 +45,7 @@ def weights_digest(path: str | Path) -> str:
     return h.hexdigest()[:16]
 
 
-def non_default(value: Any, default: Any) -> Any:
+def non_default(value: object, default: object) -> object:
     """The parts of a nested config dict that differ from the defaults (``None`` if none).
 
     Run keys are fingerprints of these, so a config key that a later bestk version adds with
@@ -66,7 +66,7 @@ def _defaults() -> dict[str, Any]:
     return config_to_dict(resolve_defaults(TrainConfig()))
 
 
-def config_key(cfg: ResolvedTrainConfig, sections: Sequence[str] | None = None) -> Any:
+def config_key(cfg: ResolvedTrainConfig, sections: Sequence[str] | None = None) -> object:
     """What sets ``cfg`` apart from the resolved defaults (:func:`non_default`), over
     ``sections`` only when given."""
     d, base = config_to_dict(cfg), _defaults()

@@ -10,7 +10,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from bestk._seeds import CONTROL_SAMPLING
 from bestk.estimators import ESTIMATORS, estimator_info
@@ -46,7 +45,7 @@ class Method:
 
     label: str
     estimator: str
-    options: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, object] = field(default_factory=dict)
     overrides: tuple[str, ...] = ()
     control_of: str | None = None
 
@@ -79,7 +78,8 @@ def base_config(config: Path | None, max_steps: int | None, overrides: list[str]
     return cfg
 
 
-def make_methods(estimators: Sequence[str | Method], estimator_options: dict[str, dict] | None,
+def make_methods(estimators: Sequence[str | Method],
+                 estimator_options: dict[str, dict[str, object]] | None,
              controls: Sequence[str]) -> list[Method]:
     methods: list[Method] = []
     for e in estimators:

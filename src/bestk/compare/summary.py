@@ -5,7 +5,7 @@ over seeds) and ``compare.png`` (pass@k over k, per method).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -15,6 +15,9 @@ from bestk.figures import save_figure
 from bestk.stats import mean_ci
 from bestk.train.run.report import curve_of
 
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from bestk.compare.jobs import SeedResult
+
 
 def summarize(values: np.ndarray) -> tuple[float, float]:
     """Mean and the half-width of a 95% t-interval over seeds (``nan`` for one seed):
@@ -22,7 +25,7 @@ def summarize(values: np.ndarray) -> tuple[float, float]:
     return mean_ci(values)
 
 
-def write_summary(out: Path, results: dict[str, dict[str, Any]], n: int) -> str:
+def write_summary(out: Path, results: dict[str, dict[str, SeedResult]], n: int) -> str:
     """Write ``compare.md`` / ``compare.png`` for ``results`` (``{estimator: {"seedS": {"start":
     eval record, "end": eval record}}}``, as in ``results.json``); return the tables."""
     ks = [k for k in (1, 2, 4, 8, 16, 32, 64) if k <= n]
@@ -72,7 +75,7 @@ def write_summary(out: Path, results: dict[str, dict[str, Any]], n: int) -> str:
     return "\n".join(lines).replace("± nan", "± –")
 
 
-def _plot(path: Path, results: dict[str, dict[str, Any]]) -> None:
+def _plot(path: Path, results: dict[str, dict[str, SeedResult]]) -> None:
     plt = pyplot(extra="train")
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     start_done = False

@@ -11,11 +11,17 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 
 from bestk._typer import cli_errors, fail, out_file
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only (bestk --help imports no torch)
+    from transformers import PreTrainedTokenizerBase
+
+    from bestk.train.config import ResolvedTrainConfig, TrainConfig
+    from bestk.train.model.policy import Policy
 
 __all__ = ["register"]
 
@@ -230,7 +236,7 @@ def check_eval_overrides(overrides: list[str]) -> None:
 
 
 def eval_config(model: Path | None, task: str | None, n: int | None, overrides: list[str],
-                seed: int, run: Path | None) -> tuple[Any, Path | None, int]:
+                seed: int, run: Path | None) -> tuple[TrainConfig, Path | None, int]:
     """The config ``bestk eval`` evaluates with, the LoRA adapter directory to load (or
     ``None``) and the seed its base model was built with (the run's; a tiny model's base
     weights are drawn from it).
@@ -287,8 +293,8 @@ def eval_config(model: Path | None, task: str | None, n: int | None, overrides: 
     return cfg, adapter, base_seed
 
 
-def load_eval_policy(cfg: Any, adapter: Path | None, alphabet: str | None,
-                     base_seed: int = 0) -> tuple[Any, Any]:
+def load_eval_policy(cfg: ResolvedTrainConfig, adapter: Path | None, alphabet: str | None,
+                     base_seed: int = 0) -> tuple[Policy, PreTrainedTokenizerBase]:
     """``(model, tokenizer)`` that ``bestk eval`` evaluates: ``model.path`` as it is, or with
     a LoRA ``adapter`` directory loaded onto it through PEFT (the base rebuilt as the run
     built it: its ``model.path`` or the seeded tiny model)."""
@@ -304,7 +310,8 @@ def load_eval_policy(cfg: Any, adapter: Path | None, alphabet: str | None,
     return PeftModel.from_pretrained(base, str(adapter)).eval(), tok
 
 
-def unknown_characters(tokenizer: Any, prompts: list[str]) -> tuple[int, str, str] | None:
+def unknown_characters(tokenizer: PreTrainedTokenizerBase, prompts: list[str]
+                       ) -> tuple[int, str, str] | None:
     """``(prompts holding a character the tokenizer cannot encode, one such character, its
     prompt)``, or ``None`` when it encodes every character.
 
@@ -351,7 +358,7 @@ def _eval(
     t = load_task(cfg.task.name, cfg.task.options, seed=cfg.seed, reward=cfg.task.reward,
                   reward_weights=cfg.task.reward_weights, system_prompt=cfg.task.system_prompt)
     mdl, tok = load_eval_policy(cfg, adapter, t.alphabet, base_seed)
-    mdl.to(cfg.device)
+    mdl.to(cfg.device)  # type: ignore[arg-type]  # @wraps(Module.to): typed unbound (self first)
     render_task_prompts(t, tok, cfg.model.chat_template)
     check_run_prompts(cfg, t, tok)
     n = cfg.eval.n
@@ -407,7 +414,7 @@ def register(app: typer.Typer) -> None:
     app.command("eval")(eval_command)
 
 
-def _main(argv: list[str] | None = None) -> Any:  # pragma: no cover - debugging helper
+def _main(argv: list[str] | None = None) -> object:  # pragma: no cover - debugging helper
     app = typer.Typer()
     register(app)
     return app(argv or sys.argv[1:])

@@ -81,7 +81,7 @@ CALIBRATION_KINDS = ("auto", "binary", "winrate")
 DEFAULT_OUT = "runs/bestk"
 
 
-def _mapping_input(value: Any) -> Any:
+def _mapping_input(value: object) -> object:
     return {} if value is None else value  # ``null`` empties a mapping
 
 
@@ -107,13 +107,13 @@ class _Section(BaseModel):
     model_config = SCHEMA_CONFIG
     key: ClassVar[str] = ""
 
-    def __init__(self, **data: Any) -> None:
+    def __init__(self, **data: object) -> None:
         try:
             super().__init__(**data)
         except ValidationError as e:
             raise ValueError(_message(e, self.key, data)) from None
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         try:
             super().__setattr__(name, value)
         except ValidationError as e:
@@ -545,7 +545,7 @@ class ResolvedTrainConfig(TrainConfig):
         return self._generation_config
 
 
-def resolved_from_dict(data: Mapping[str, Any],
+def resolved_from_dict(data: Mapping[str, object],
                        generation_config: SimpleNamespace | None = None) -> ResolvedTrainConfig:
     """The :class:`ResolvedTrainConfig` of a nested dict that is already resolved (a run's
     ``config.yaml``, a job's config): checked by the schema, nothing filled in (a ``None`` where
@@ -561,11 +561,11 @@ def resolved_from_dict(data: Mapping[str, Any],
 
 # -- messages: pydantic's errors as one line naming the key --------------------------------------
 
-def _is_section(tp: Any) -> TypeGuard[type[_Section]]:
+def _is_section(tp: object) -> TypeGuard[type[_Section]]:
     return isinstance(tp, type) and issubclass(tp, _Section)
 
 
-def _is_mapping(tp: Any) -> bool:
+def _is_mapping(tp: object) -> bool:
     while get_origin(tp) is Annotated:
         tp = get_args(tp)[0]
     return tp is dict or get_origin(tp) is dict
@@ -599,7 +599,7 @@ def _field_at(parts: list[str]) -> tuple[str, FieldInfo | None, int]:
     return ".".join(parts), None, len(parts)
 
 
-def _message(e: ValidationError, where: str = "", data: Any = None) -> str:
+def _message(e: ValidationError, where: str = "", data: object = None) -> str:
     """The first error of ``e`` as one line naming the dotted key (``where``: the key of a
     section validated on its own; ``data``: what was validated, for the value of a field an
     item of which failed)."""
@@ -626,7 +626,7 @@ def _message(e: ValidationError, where: str = "", data: Any = None) -> str:
     return f"config key {key!r} must be {want(info)}, got {value!r}"
 
 
-def _value_at(data: Any, path: list[str], default: Any) -> Any:
+def _value_at(data: object, path: list[str], default: object) -> object:
     """``data[path[0]][path[1]]...`` (the value given to a field), else ``default``."""
     for part in path:
         if not isinstance(data, Mapping) or part not in data:
@@ -646,7 +646,7 @@ def _section_class(key: str) -> type[_Section]:
 
 # -- reading configs: a tree of plain values, validated by the schema ----------------------------
 
-def config_to_dict(cfg: Any) -> dict[str, Any]:
+def config_to_dict(cfg: _Section) -> dict[str, Any]:
     """Plain nested dict of a config (what ``config.yaml`` holds), in field order."""
     return {name: config_to_dict(v) if isinstance(v, _Section) else copy.deepcopy(v)
             for name, v in cfg}
@@ -664,7 +664,7 @@ def config_keys(cls: type[_Section] = TrainConfig, prefix: str = "") -> dict[str
     return keys
 
 
-def _set(tree: dict[str, Any], key: str, value: Any) -> None:
+def _set(tree: dict[str, Any], key: str, value: object) -> None:
     """Set the dotted ``key`` of the plain config ``tree`` to ``value``: a section merges a
     mapping of its keys, a mapping field (``task.options``) is replaced (a key inside it,
     ``task.options.digits``, is set), any other field takes the value as given (the schema
@@ -701,7 +701,7 @@ def _tree(cfg: TrainConfig) -> dict[str, Any]:
     return config_to_dict(cfg)
 
 
-def _has_interpolation(value: Any) -> bool:
+def _has_interpolation(value: object) -> bool:
     if isinstance(value, str):
         return "${" in value
     if isinstance(value, Mapping):
@@ -738,7 +738,7 @@ def check_schema(cfg: TrainConfig) -> None:
     _validated(config_to_dict(cfg))
 
 
-def config_from_dict(data: Mapping[str, Any] | None, base: TrainConfig | None = None
+def config_from_dict(data: Mapping[str, object] | None, base: TrainConfig | None = None
                      ) -> TrainConfig:
     """A new :class:`TrainConfig` from a nested dict merged on ``base`` (default: the
     defaults); unknown keys and bad values raise ``ValueError`` naming the key."""
@@ -782,7 +782,7 @@ def yaml_error_line(e: yaml.YAMLError) -> str:
     return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark else problem
 
 
-def _dotlist_value(item: str) -> tuple[str, Any]:
+def _dotlist_value(item: str) -> tuple[str, object]:
     """``(key, value)`` of a ``key=value`` item, the value read as YAML by OmegaConf's dotlist
     reader (a value that is not YAML stays a string)."""
     key, sep, raw = item.partition("=")

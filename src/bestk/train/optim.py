@@ -22,13 +22,14 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 
-from bestk.train.config import OptimConfig, TrainConfig
+from bestk.train.config import OptimConfig, ResolvedTrainConfig
 from bestk.train.run.guards import check_update
 
 __all__ = ["make_optimizer", "PolicyOptimizer", "backward"]
 
 
-def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, lr: float) -> torch.optim.Optimizer:
+def make_optimizer(model: torch.nn.Module, cfg: ResolvedTrainConfig, lr: float
+                   ) -> torch.optim.Optimizer:
     """AdamW over the trainable parameters (LoRA: the adapters) with ``optim``'s betas,
     weight decay and kernel (``optim.implementation``)."""
     o = cfg.optim
@@ -44,7 +45,7 @@ class PolicyOptimizer:
     """RL's optimizer of ``model`` (module docstring): AdamW (:attr:`optimizer`, what a
     checkpoint saves) and the count of steps taken (:attr:`steps`)."""
 
-    def __init__(self, model: torch.nn.Module, cfg: TrainConfig):
+    def __init__(self, model: torch.nn.Module, cfg: ResolvedTrainConfig):
         self.model = model
         self.settings: OptimConfig = cfg.optim
         self.optimizer = make_optimizer(model, cfg, cfg.optim.lr)

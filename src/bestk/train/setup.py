@@ -7,23 +7,28 @@ built by either is the same tensor for tensor.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from bestk.tasks import Example, Task, load_task
-from bestk.train.config import ResolvedTrainConfig, TrainConfig
+from bestk.train.config import ResolvedTrainConfig
 from bestk.train.model.chat import render_task_prompts
 from bestk.train.model.hf import enable_gradient_checkpointing
 from bestk.train.model.policy import load_policy
 from bestk.train.rollout.prompts import check_prompt_lengths
 from bestk.train.rollout.settings import sampling_header
 
+if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers is optional)
+    from transformers import PreTrainedTokenizerBase
+
+    from bestk.train.model.policy import Policy
+
 __all__ = ["load_run_task", "load_run_policy", "max_new_tokens", "check_run_prompts",
            "check_prompt_pool", "run_header"]
 
 
-def load_run_task(cfg: TrainConfig) -> tuple[Task, torch.device]:
+def load_run_task(cfg: ResolvedTrainConfig) -> tuple[Task, torch.device]:
     """``(task, device)`` of a run of ``cfg``: sets ``threads`` and the global torch seed
     (``seed``), then loads the task (its options and sizes checked)."""
     if cfg.threads:
@@ -35,7 +40,8 @@ def load_run_task(cfg: TrainConfig) -> tuple[Task, torch.device]:
     return task, device
 
 
-def load_run_policy(cfg: TrainConfig, task: Task, device: torch.device) -> tuple[Any, Any]:
+def load_run_policy(cfg: ResolvedTrainConfig, task: Task, device: torch.device
+                    ) -> tuple[Policy, PreTrainedTokenizerBase]:
     """``(model, tokenizer)``: the policy of ``model`` (initialised from ``seed``) on
     ``device``, with the task's prompts rendered by its chat template and their lengths
     checked against ``rollout.max_prompt_length`` (:func:`check_run_prompts`)."""
@@ -44,7 +50,7 @@ def load_run_policy(cfg: TrainConfig, task: Task, device: torch.device) -> tuple
         enable_gradient_checkpointing(model)
     render_task_prompts(task, tokenizer, cfg.model.chat_template)
     check_run_prompts(cfg, task, tokenizer)
-    model.to(device)
+    model.to(device)  # type: ignore[arg-type]  # @wraps(Module.to): typed unbound (self first)
     return model, tokenizer
 
 
@@ -63,12 +69,13 @@ def check_prompt_pool(cfg: ResolvedTrainConfig, task: Task, prompts: list[Exampl
     )
 
 
-def max_new_tokens(cfg: TrainConfig, task: Task) -> int:
+def max_new_tokens(cfg: ResolvedTrainConfig, task: Task) -> int:
     """Completion length bound: ``rollout.max_new_tokens``, or the task's longest answer + 2."""
     return cfg.rollout.max_new_tokens or (task.max_answer_chars + 2)
 
 
-def check_run_prompts(cfg: TrainConfig, task: Task, tokenizer: Any) -> int:
+def check_run_prompts(cfg: ResolvedTrainConfig, task: Task, tokenizer: PreTrainedTokenizerBase
+                      ) -> int:
     """How many of the task's rendered prompts (training and held-out) are longer than
     ``rollout.max_prompt_length`` tokens and will be cut from the left (0 without a limit);
     with ``rollout.prompt_truncation: error`` a long prompt is a one-line ``ValueError``,
@@ -84,7 +91,7 @@ def check_run_prompts(cfg: TrainConfig, task: Task, tokenizer: Any) -> int:
 
 
 
-def run_header(cfg: ResolvedTrainConfig, task: Task, tokenizer: Any) -> str:
+def run_header(cfg: ResolvedTrainConfig, task: Task, tokenizer: PreTrainedTokenizerBase) -> str:
     """The run header's sampling line (:func:`bestk.train.rollout.settings.sampling_header`: the
     values used and where from) and, with ``rollout.max_prompt_length``, how many of the
     task's prompts are cut to it."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -26,13 +26,20 @@ from bestk.train.run.guards import check_sft_update
 from bestk.train.setup import load_run_policy, load_run_task
 from bestk.train.validation import resolve_config
 
+if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers is optional)
+    from rich.progress import Progress
+    from transformers import PreTrainedTokenizerBase
+
+    from bestk.train.model.policy import Policy
+
 __all__ = ["sft_warmup", "make_optimizer", "sft_weights"]
 
 
 
 
-def sft_warmup(model: Any, tokenizer: Any, task: Task, cfg: ResolvedTrainConfig,
-               device: torch.device, log: Callable[[dict[str, Any]], None], progress: Any = None,
+def sft_warmup(model: Policy, tokenizer: PreTrainedTokenizerBase, task: Task,
+               cfg: ResolvedTrainConfig, device: torch.device,
+               log: Callable[[dict[str, float | str]], None], progress: Progress | None = None,
                should_stop: Callable[[], bool] | None = None) -> None:
     """Cross-entropy warm-up of ``model`` on ``prompt + answer + EOS`` (loss on answer tokens;
     module docstring); every 10th step and the last are ``log``-ged as ``phase: sft``.
@@ -83,6 +90,7 @@ def sft_warmup(model: Any, tokenizer: Any, task: Task, cfg: ResolvedTrainConfig,
         if (i + 1) % 10 == 0 or i + 1 == s.steps:
             log({"phase": "sft", "sft_step": i + 1, "loss": loss.item(), "lr": lr})
         if progress:
+            assert task_id is not None  # added with the progress bar
             progress.update(task_id, advance=1, description=f"SFT warm-up loss={loss.item():.3f}")
 
 

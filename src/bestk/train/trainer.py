@@ -38,7 +38,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -49,6 +49,7 @@ from bestk._seeds import EVAL_SAMPLING, PROMPTS, SAMPLING
 from bestk.kappo import Calibration
 from bestk.tasks import Example
 from bestk.train.algorithms import ALGORITHMS
+from bestk.train.algorithms._base import StepMetrics
 from bestk.train.config import (
     ResolvedTrainConfig,
     TrainConfig,
@@ -81,7 +82,7 @@ from bestk.train.run.directory import (
     set_aside,
     write_run_config,
 )
-from bestk.train.run.log import RunLog
+from bestk.train.run.log import Record, RunLog
 from bestk.train.run.report import write_report
 from bestk.train.setup import (
     check_prompt_pool,
@@ -92,6 +93,9 @@ from bestk.train.setup import (
 )
 from bestk.train.sft import sft_warmup
 from bestk.train.validation import check_reward_domain, resolve_config
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from bestk.train.model.policy import Reference
 
 __all__ = ["Trainer", "train"]
 
@@ -113,7 +117,7 @@ class Trainer:
         cfg: TrainConfig,
         *,
         resume: bool | str = "auto",
-        on_step: Callable[[int, dict[str, Any]], None] | None = None,
+        on_step: Callable[[int, StepMetrics], None] | None = None,
         stored: TrainConfig | None = None,
         warm_start: Mapping[str, torch.Tensor] | str | Path | None = None,
     ):
@@ -143,7 +147,7 @@ class Trainer:
             raise
 
     @classmethod
-    def resume(cls, out: str | Path, *, overrides: Mapping[str, Any] | list[str] | None = None,
+    def resume(cls, out: str | Path, *, overrides: Mapping[str, object] | list[str] | None = None,
                **kw: Any) -> Trainer:
         """Reopen the run in ``out`` from its ``config.yaml`` (read once) and newest valid
         checkpoint; ``overrides`` may change what the resume policy allows
@@ -177,7 +181,7 @@ class Trainer:
     def _build(self) -> None:
         cfg, kind = self.cfg, self.state.kind
         self.model, self.tokenizer = load_run_policy(cfg, self.task, self.device)
-        self.ref_model: torch.nn.Module | None = None
+        self.ref_model: Reference | None = None
         self.optim = PolicyOptimizer(self.model, cfg)
         self.step = 0
         self.sft_done = cfg.sft.steps == 0
@@ -240,7 +244,7 @@ class Trainer:
         return None if self.plan is None else self.plan.kind
 
     @property
-    def estimator_options(self) -> dict[str, Any]:
+    def estimator_options(self) -> dict[str, object]:
         """``pg``: the options given to ``bestk.advantages`` (a calibration loaded); else {}."""
         return dict(getattr(self.algo, "options", {}))
 
@@ -255,7 +259,7 @@ class Trainer:
         return bool(getattr(self.algo, "binary", False))
 
     # -- the driver -----------------------------------------------------------------------------
-    def run(self, *, progress: bool = True) -> dict[str, Any]:
+    def run(self, *, progress: bool = True) -> Record:
         """Run (or continue) to ``max_steps``; returns the last evaluation record. Ctrl-C or
         SIGTERM finishes the current step (RL step; SFT step, bank batch or step-0 evaluation
         batch), checkpoints (once there is one to continue) and returns with
@@ -271,7 +275,7 @@ class Trainer:
         finally:
             self.close()
 
-    def _drive(self, progress: bool) -> dict[str, Any]:
+    def _drive(self, progress: bool) -> Record:
         cfg, stop = self.cfg, self.stop
         self.interrupted, where = False, ""
         console = Console(stderr=True, quiet=not progress)
@@ -281,7 +285,7 @@ class Trainer:
             trainable=count_parameters(self.model, trainable=True) if cfg.model.lora.r else None,
             out=self.out, resuming_at=self.step if self.state.kind == "resume" else None))
         console.print(run_header(cfg, self.task, self.tokenizer), markup=False)
-        last_eval: dict[str, Any] = {}
+        last_eval: Record = {}
         with stop:
             try:
                 with progress_bar(console, progress) as bar, autocast(self.device,
@@ -309,7 +313,7 @@ class Trainer:
                          f"run is complete (final model in {self.out / 'final'})")
         return last_eval or self.log.last_evaluation()
 
-    def _rl_steps(self, bar: Progress, last_eval: dict[str, Any]) -> dict[str, Any]:
+    def _rl_steps(self, bar: Progress, last_eval: Record) -> Record:
         """The RL steps after :attr:`step` until ``max_steps`` or a Ctrl-C, with their
         evaluations and checkpoints; returns the last evaluation (``last_eval`` if none)."""
         cfg = self.cfg
@@ -373,7 +377,7 @@ class Trainer:
         self.calibration, self.bank = cal, bank
         self.algo.prepare(cal, bank)
 
-    def evaluate(self, step: int) -> dict[str, Any]:
+    def evaluate(self, step: int) -> Record:
         """Held-out evaluation at ``step`` (logged as a ``phase: eval`` line, its samples to
         ``samples.jsonl``); the step-0 one, before the first checkpoint, stops at its next
         batch on Ctrl-C / SIGTERM."""
@@ -384,7 +388,7 @@ class Trainer:
             **sampling_options(self.cfg, "eval"),
             should_stop=self.stop.should_stop if step == 0 else None,
         )
-        rec = {"phase": "eval", "step": step, **res.metrics}
+        rec: Record = {"phase": "eval", "step": step, **res.metrics}
         self.log.record(rec)
         self.log.samples(step, eval_samples(step, res, self.task))  # what the model saw
         return rec
@@ -397,7 +401,7 @@ class Trainer:
             ref_model=self.ref_model, keep=self.cfg.keep_checkpoints,
         )
 
-    def rl_step(self, step: int) -> dict[str, Any]:
+    def rl_step(self, step: int) -> StepMetrics:
         """One RL step of the configured algorithm; returns its logged metrics."""
         return self.algo.step(step)
 
@@ -407,7 +411,7 @@ class Trainer:
         self.notes.append(f"{level}: {msg}")
         print(f"{level}: {msg}", file=sys.stderr, flush=True)
 
-    def restrict_prompts(self, ids: set[int], source: str) -> None:
+    def restrict_prompts(self, ids: set[int | str], source: str) -> None:
         """Let RL draw only the training prompts whose id is in ``ids`` (a calibration's)."""
         self.rl_prompts = restrict_prompts(self.rl_prompts, ids, source, self.task)
 
@@ -448,6 +452,6 @@ class Trainer:
         return self.optim.step(loss, rl_step=self.step + 1, rewards=self.step_rewards)
 
 
-def train(cfg: TrainConfig, *, progress: bool = True) -> dict[str, Any]:
+def train(cfg: TrainConfig, *, progress: bool = True) -> Record:
     """Run ``cfg`` to the end (a new run, or the one in ``cfg.out``; see :class:`Trainer`)."""
     return Trainer(cfg).run(progress=progress)

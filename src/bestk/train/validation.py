@@ -37,8 +37,8 @@ from bestk.estimators import (
     estimator_info,
     resolve_options,
 )
-from bestk.kappo.calibration import calibrate, calibration_kind, load_calibration
-from bestk.tasks import task_options
+from bestk.kappo.calibration import Calibration, calibrate, calibration_kind, load_calibration
+from bestk.tasks import Task, task_options
 from bestk.train.algorithms import ALGORITHMS
 from bestk.train.config import (
     DEFAULT_OUT,
@@ -178,7 +178,7 @@ def check_values(cfg: TrainConfig) -> None:
     resolve_report_to(cfg.report_to)
 
 
-def check_algorithm(cfg: TrainConfig) -> None:
+def check_algorithm(cfg: ResolvedTrainConfig) -> None:
     """What the algorithm accepts (its own ``check``), and the ``kappo`` section's use: a
     ``kappo.calibration`` file for a run that calibrates nothing, or next to an
     ``estimator_options.calibration``, is refused."""
@@ -208,7 +208,7 @@ def check_algorithm(cfg: TrainConfig) -> None:
         )
 
 
-def check_kappo_file(cfg: TrainConfig) -> None:
+def check_kappo_file(cfg: ResolvedTrainConfig) -> None:
     """A ``kappo.calibration`` file loads, and its k, beta and kind match the ``kappo``
     section (its prompt ids are checked against the task when the trainer loads it)."""
     if cfg.kappo.calibration is None:
@@ -216,7 +216,7 @@ def check_kappo_file(cfg: TrainConfig) -> None:
     load_kappo_file(cfg)
 
 
-def load_kappo_file(cfg: TrainConfig) -> Any:
+def load_kappo_file(cfg: ResolvedTrainConfig) -> Calibration:
     """The :class:`~bestk.kappo.Calibration` of ``kappo.calibration``, checked against the
     ``kappo`` section (``ValueError`` naming the mismatch)."""
     path = cfg.kappo.calibration
@@ -276,7 +276,7 @@ def _path_problem(path: str) -> str | None:
     return None
 
 
-def check_paths(cfg: TrainConfig) -> None:
+def check_paths(cfg: ResolvedTrainConfig) -> None:
     """``out`` and ``model.path`` can be used and recorded (:func:`_path_problem`): refused
     in one line before anything is written or trained (``~`` is expanded by
     :func:`resolve_defaults`)."""
@@ -290,7 +290,7 @@ def check_paths(cfg: TrainConfig) -> None:
             raise ValueError(f"{flag} {shown!r} {why}; choose another path")
 
 
-def tiny_model_parameters(cfg: TrainConfig) -> int:
+def tiny_model_parameters(cfg: ResolvedTrainConfig) -> int:
     """A lower bound on the parameters of the tiny default model of ``cfg.model`` (no
     ``model.path``): per layer the attention projections :math:`4h^2` (+ Qwen2's biases
     :math:`3h`), the gated MLP :math:`3hI` and two norms :math:`2h`; plus the final norm (the
@@ -316,7 +316,7 @@ def _gib(n: float) -> str:
     return f"{n / 2**30:,.1f} GiB" if n < 2**40 else f"{n / 2**40:,.1f} TiB"
 
 
-def check_machine(cfg: TrainConfig) -> None:
+def check_machine(cfg: ResolvedTrainConfig) -> None:
     """What this machine can hold: ``threads`` at most its CPUs (torch crashes on absurd
     counts), and the tiny default model's training memory -- weights, gradients and AdamW's
     two moments, :math:`4 \times` the parameters' bytes, at least
@@ -343,7 +343,8 @@ def check_machine(cfg: TrainConfig) -> None:
         )
 
 
-def check_reward_domain(cfg: TrainConfig, task: Any, calibration_kind: str | None) -> None:
+def check_reward_domain(cfg: ResolvedTrainConfig, task: Task, calibration_kind: str | None
+                        ) -> None:
     """An estimator that needs 0/1 rewards (``maxrl``; ``kappo_grpo`` with a binary
     calibration of kind ``calibration_kind``) and sees the raw reward
     (``advantage_reward: raw``) of a graded task would stop at the first graded reward, after
@@ -389,7 +390,7 @@ def check_device(device: str) -> None:
         )
 
 
-def check_dependencies(cfg: TrainConfig) -> None:
+def check_dependencies(cfg: ResolvedTrainConfig) -> None:
     """The optional packages this config needs are installed (else
     :class:`bestk._optional.MissingDependency`, an ``ImportError`` naming the extra): the
     ``train`` extra's transformers, tokenizers, safetensors and matplotlib, PEFT for
@@ -428,13 +429,14 @@ def check_estimator_runs(cfg: ResolvedTrainConfig, options: dict[str, Any] | Non
     work. An estimator the ``kappo`` section calibrates gets a dummy calibration of the
     configured k, beta and kind. The global RNG states are left untouched."""
     opts = resolve_options(cfg.estimator, cfg.estimator_options) if options is None else options
-    labels: list[Any] = [0, 1]
+    labels: list[int | str] = [0, 1]
     if "calibration" not in opts and estimator_info(cfg.estimator).calibrated:
         kind = {"auto": "binary"}.get(cfg.kappo.kind, cfg.kappo.kind)  # auto: a binary dummy
         opts = {**opts, "calibration": calibrate(
             {0: [0.0, 1.0], 1: [0.0, 1.0]}, k=cfg.kappo.k, beta=cfg.kappo.beta, kind=kind)}
     cal = opts.get("calibration")
     if hasattr(cal, "prompt_ids"):
+        assert cal is not None  # a calibration: None has no prompt_ids
         known = calibration_prompt_ids(cal)
         labels = [known[0], known[min(1, len(known) - 1)]]
     n = cfg.rollout.n

@@ -4,18 +4,30 @@ batch and the mean of their metrics."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
 import numpy as np
 import torch
 
-from bestk.tasks import Task
+from bestk.tasks import Example, Task
+from bestk.train.config import ResolvedTrainConfig
 from bestk.train.rollout.batch import Rollout
 
-__all__ = ["AlgorithmSpec", "RunContext", "rollout_batch_text", "refuse_pg_options",
-           "rollout_metrics"]
+if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers is optional)
+    from transformers import PreTrainedTokenizerBase
+
+    from bestk.kappo import Calibration
+    from bestk.train.model.policy import Policy, Reference
+    from bestk.train.reference.bank import ReferenceBank
+
+__all__ = ["Algorithm", "AlgorithmSpec", "RunContext", "StepMetrics", "rollout_batch_text",
+           "refuse_pg_options", "rollout_metrics"]
+
+#: The ``metrics.jsonl`` record of one RL step (``step(step)``): ``phase`` (``"train"``),
+#: ``step`` and the step's numbers.
+StepMetrics: TypeAlias = dict[str, float | str]
 
 
 @runtime_checkable
@@ -30,13 +42,13 @@ class RunContext(Protocol):
     ``kappo_kind`` (the planned KAPPO calibration kind, ``None`` without one).
     """
 
-    cfg: Any
+    cfg: ResolvedTrainConfig
     task: Task
     device: torch.device
-    model: Any
-    tokenizer: Any
-    ref_model: Any
-    rl_prompts: list[dict[str, Any]]
+    model: Policy
+    tokenizer: PreTrainedTokenizerBase
+    ref_model: Reference | None
+    rl_prompts: list[Example]
 
     @property
     def kappo_kind(self) -> str | None: ...
@@ -45,15 +57,15 @@ class RunContext(Protocol):
         """The generator of step ``step``'s prompt draws (a function of ``(seed, step)``)."""
         ...
 
-    def draw_prompts(self, step: int) -> list[dict[str, Any]]:
+    def draw_prompts(self, step: int) -> list[Example]:
         """``rollout.prompts_per_step`` distinct prompts of ``rl_prompts`` for ``step``."""
         ...
 
-    def sample_completions(self, examples: list[dict[str, Any]], step: int, n: int) -> Rollout:
+    def sample_completions(self, examples: list[Example], step: int, n: int) -> Rollout:
         """``n`` completions of the current policy per example (noise of ``(seed, step)``)."""
         ...
 
-    def score_rollout(self, examples: list[dict[str, Any]], ro: Rollout, n: int
+    def score_rollout(self, examples: list[Example], ro: Rollout, n: int
                       ) -> tuple[np.ndarray, np.ndarray]:
         """``(rewards, prompt ids)`` of ``ro``'s completions, ``n`` per example."""
         ...
@@ -64,12 +76,28 @@ class RunContext(Protocol):
         ``(gradient norm, learning rate)``."""
         ...
 
-    def restrict_prompts(self, ids: set[Any], source: str) -> None:
+    def restrict_prompts(self, ids: set[int | str], source: str) -> None:
         """Let RL draw only the training prompts whose id is in ``ids`` (a calibration's)."""
         ...
 
     def say(self, level: str, msg: str) -> None:
         """A one-line ``note`` / ``warning`` to the user."""
+        ...
+
+
+class Algorithm(Protocol):
+    """What :attr:`AlgorithmSpec.make` returns: an algorithm bound to its run."""
+
+    def prepare(self, calibration: Calibration, bank: ReferenceBank | None) -> None:
+        """Receive the run's KAPPO calibration and reference bank (``None`` without one)."""
+        ...
+
+    def step(self, step: int) -> StepMetrics:
+        """One RL step; returns its logged metrics."""
+        ...
+
+    def describe(self, metrics: StepMetrics) -> str:
+        """The progress bar's summary of a step's metrics."""
         ...
 
 
@@ -81,7 +109,7 @@ class AlgorithmSpec:
     ----------
     name: the ``algorithm`` config value.
     title: what the report calls it.
-    make: ``make(run: RunContext) -> algorithm object`` with ``step(step) -> metrics``,
+    make: ``make(run: RunContext) -> Algorithm``, an object with ``step(step) -> metrics``,
         ``prepare(calibration, bank)`` and ``describe(metrics) -> str``.
     default_n: ``rollout.n`` when the config leaves it ``null``.
     calibrated: ``calibrated(cfg)``: whether the run needs a KAPPO calibration from the
@@ -108,20 +136,20 @@ class AlgorithmSpec:
 
     name: str
     title: str
-    make: Callable[[RunContext], Any]
+    make: Callable[[RunContext], Algorithm]
     default_n: int
-    calibrated: Callable[[Any], bool]
-    keeps_reference: Callable[[Any], bool]
+    calibrated: Callable[[ResolvedTrainConfig], bool]
+    keeps_reference: Callable[[ResolvedTrainConfig], bool]
     bank_completions: bool = False
     binary_only: bool = False
     online: bool = True
-    check: Callable[[Any], None] = lambda cfg: None
+    check: Callable[[ResolvedTrainConfig], None] = lambda cfg: None
     uses_estimator: bool = False
-    batch_text: Callable[[dict[str, Any]], str] = lambda cfg: rollout_batch_text(cfg)
+    batch_text: Callable[[Mapping[str, Any]], str] = lambda cfg: rollout_batch_text(cfg)
     pool_note: str = ""
     out_suffix: str = ""
 
-    def samples_bank(self, cfg: Any) -> bool:
+    def samples_bank(self, cfg: ResolvedTrainConfig) -> bool:
         """Whether a run of ``cfg`` samples a reference bank of its own: it calibrates from
         the ``kappo`` section and has no ``kappo.calibration`` file, or it keeps the bank's
         completions (@k-DPO's pairs come from a bank even with a calibration file)."""
@@ -129,13 +157,13 @@ class AlgorithmSpec:
                                               or self.bank_completions))
 
 
-def rollout_batch_text(cfg: dict[str, Any]) -> str:
+def rollout_batch_text(cfg: Mapping[str, Any]) -> str:
     """A step's batch of an algorithm sampling ``rollout.n`` completions per prompt."""
     roll = cfg.get("rollout", {})
     return f"rollout {roll.get('prompts_per_step')} prompts x {roll.get('n')} samples"
 
 
-def refuse_pg_options(cfg: Any) -> None:
+def refuse_pg_options(cfg: ResolvedTrainConfig) -> None:
     """``loss.kl_coef``, ``loss.entropy_coef`` and ``estimator_options`` belong to ``pg``: a
     regression or preference loss that already ties the policy to the reference by beta
     would silently ignore them."""
@@ -159,7 +187,7 @@ def refuse_pg_options(cfg: Any) -> None:
 
 
 
-def rollout_metrics(ro: Any) -> dict[str, float]:
+def rollout_metrics(ro: Rollout) -> dict[str, float]:
     """A step's metrics of its sampled completions: ``entropy``, the mean token entropy over
     the completion tokens, and ``response_len``, the mean completion length in tokens; then
     the rollout's own ``metrics`` (``prompts_truncated`` with a prompt length limit,

@@ -32,21 +32,21 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 
-from bestk.kappo import kappo_apo_loss
+from bestk.kappo import Calibration, kappo_apo_loss
 from bestk.train.algorithms._base import (
     AlgorithmSpec,
     RunContext,
+    StepMetrics,
     refuse_pg_options,
     rollout_metrics,
 )
 from bestk.train.algorithms.update import items_in, optimizer_steps
 from bestk.train.model.logprobs import completion_logprobs
-from bestk.train.reference.bank import calibration_values
+from bestk.train.reference.bank import ReferenceBank, calibration_values
 from bestk.train.rollout.batch import Rollout
 
 __all__ = ["APO", "APOBatch", "SPEC"]
@@ -70,15 +70,16 @@ class APO:
 
     def __init__(self, run: RunContext):
         self.run = run
-        self.calibration: Any = None
+        self.calibration: Calibration | None = None
 
-    def prepare(self, calibration: Any, bank: Any) -> None:
+    def prepare(self, calibration: Calibration, bank: ReferenceBank | None) -> None:
         """Receive the run's calibration (its targets are the regression's)."""
         self.calibration = calibration
 
     def batch(self, step: int) -> APOBatch:
         """Sample and score the step's completions and look up their targets."""
         run, r, cal = self.run, self.run.cfg.rollout, self.calibration
+        assert cal is not None and run.ref_model is not None  # prepare() gave it; spec keeps one
         exs = run.draw_prompts(step)                                # x ~ D
         ro = run.sample_completions(exs, step, r.n)                 # y ~ pi_old(.|x)
         rewards, ids = run.score_rollout(exs, ro, r.n)              # R(y, x)
@@ -104,6 +105,7 @@ class APO:
               ) -> tuple[dict[str, float], torch.Tensor]:
         """``(metrics, loss)`` of rows ``sl``: Eq. 14's mean over ``sl``, or, given ``rows``
         (a minibatch's row count), the sum over ``sl`` divided by ``rows`` (a share)."""
+        assert self.calibration is not None  # given by prepare()
         cfg, beta, ro = self.run.cfg, self.calibration.beta, b.rollout
         logp = completion_logprobs(                                     # log pi_theta(y|x)
             self.run.model, ro.prompt_ids[sl], ro.prompt_mask[sl], ro.completion_ids[sl],
@@ -126,7 +128,7 @@ class APO:
             "residual_abs_mean": mean(resid.abs()), "log_ratio_mean": mean(log_ratio),
         }, loss
 
-    def step(self, step: int) -> dict[str, Any]:
+    def step(self, step: int) -> StepMetrics:
         """One @k-A*PO step; returns its logged metrics."""
         t0 = time.perf_counter()
         b = self.batch(step)
@@ -149,7 +151,7 @@ class APO:
         }
 
     @staticmethod
-    def describe(m: dict[str, Any]) -> str:
+    def describe(m: StepMetrics) -> str:
         """The progress bar's summary of a step."""
         return (f"@k-A*PO reward={m['reward_mean']:.3f} success={m['success_rate']:.3f} "
                 f"|resid|={m['residual_abs_mean']:.3f}")

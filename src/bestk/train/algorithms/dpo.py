@@ -35,16 +35,19 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from bestk.kappo import kappo_dpo_loss
-from bestk.train.algorithms._base import AlgorithmSpec, RunContext, refuse_pg_options
+from bestk.kappo import Calibration, kappo_dpo_loss
+from bestk.train.algorithms._base import AlgorithmSpec, RunContext, StepMetrics, refuse_pg_options
 from bestk.train.algorithms.update import items_in, optimizer_steps
+from bestk.train.config import ResolvedTrainConfig
 from bestk.train.model.logprobs import completion_logprobs
+from bestk.train.reference.bank import ReferenceBank
 from bestk.train.rollout.prompts import encode_prompts
 
 __all__ = ["DPO", "DPOBatch", "SPEC", "P_SUCCESS_WINS", "pair_rows"]
@@ -92,11 +95,12 @@ class DPO:
 
     def __init__(self, run: RunContext):
         self.run = run
-        self.calibration: Any = None
+        self.calibration: Calibration | None = None
 
-    def prepare(self, calibration: Any, bank: Any) -> None:
+    def prepare(self, calibration: Calibration, bank: ReferenceBank | None) -> None:
         """Build the pair pool from the bank: the prompts with a success and a failure."""
         run = self.run
+        assert bank is not None  # the spec's bank_completions: the run samples (or gets) one
         self.calibration = calibration
         self.bank = bank
         self.success = run.task.success(bank.rewards)  # (P, M)
@@ -129,6 +133,8 @@ class DPO:
         enc = encode_prompts(run.tokenizer, [self.prompts[p] for p in prompts for _ in range(2)],
                              max_length=cfg.rollout.max_prompt_length,
                              truncation=cfg.rollout.prompt_truncation)
+        assert self.bank.completion_ids is not None and self.bank.completion_mask is not None \
+            and self.bank.ref_logps is not None  # bank_completions: kept with the bank
         mask = self.bank.completion_mask[rows]
         width = int(mask.sum(1).max())
         ref = self.bank.ref_logps[rows]                             # log pi_ref(y|x)
@@ -194,7 +200,7 @@ class DPO:
             "reward_margin": mean(r_w - r_l), "reward_accuracy": mean((r_w > r_l).double()),
         }, loss
 
-    def step(self, step: int) -> dict[str, Any]:
+    def step(self, step: int) -> StepMetrics:
         """One @k-DPO step; returns its logged metrics."""
         t0 = time.perf_counter()
         b = self.batch(step)
@@ -211,20 +217,20 @@ class DPO:
         }
 
     @staticmethod
-    def describe(m: dict[str, Any]) -> str:
+    def describe(m: StepMetrics) -> str:
         """The progress bar's summary of a step."""
         return (f"@k-DPO loss={m['loss']:.3f} accuracy={m['reward_accuracy']:.3f} "
                 f"margin={m['reward_margin']:.3f}")
 
 
-def _batch_text(cfg: dict[str, Any]) -> str:
+def _batch_text(cfg: Mapping[str, Any]) -> str:
     """The report's description of a step's batch: pairs of the bank, not rollouts."""
     roll, kp = cfg.get("rollout", {}), cfg.get("kappo", {})
     return (f"{roll.get('prompts_per_step')} bank prompts x {kp.get('dpo_pairs')} "
             f"(success, failure) pair(s), {kp.get('dpo_labels')} labels")
 
 
-def _check(cfg: Any) -> None:
+def _check(cfg: ResolvedTrainConfig) -> None:
     refuse_pg_options(cfg)
     mb = cfg.loss.micro_batch_size
     if mb is not None and mb % 2:

@@ -24,19 +24,24 @@ calibrated one with a binary calibration, sees the 0/1 success (``advantage_rewa
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from bestk.estimators import EstimatorInfo, advantages, estimator_info, resolve_options
+from bestk.kappo import Calibration
 from bestk.losses import aggregate, kl_penalty, ppo_clip_loss
-from bestk.train.algorithms._base import AlgorithmSpec, RunContext, rollout_metrics
+from bestk.train.algorithms._base import AlgorithmSpec, RunContext, StepMetrics, rollout_metrics
 from bestk.train.algorithms.update import micro_slices, optimizer_steps
+from bestk.train.config import ResolvedTrainConfig
 from bestk.train.model.logprobs import sequence_logprobs
-from bestk.train.reference.bank import calibration_prompt_ids
+from bestk.train.reference.bank import ReferenceBank, calibration_prompt_ids
 from bestk.train.rollout.batch import Rollout
 from bestk.train.run.reporters import rollout_stats
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from bestk.train.model.policy import Policy, Reference
 
 __all__ = ["PolicyGradient", "SPEC"]
 
@@ -56,11 +61,11 @@ class PolicyGradient:
         kind = cal.kind if cal is not None else run.kappo_kind
         self.binary = binary_advantages(cfg.advantage_reward, self.info, kind)
 
-    def prepare(self, calibration: Any, bank: Any) -> None:
+    def prepare(self, calibration: Calibration, bank: ReferenceBank | None) -> None:
         """Receive the run's in-run (or ``kappo.calibration``) calibration."""
         self.options = {**self.options, "calibration": calibration}
 
-    def step(self, step: int) -> dict[str, Any]:
+    def step(self, step: int) -> StepMetrics:
         """One RL step (module docstring); returns its logged metrics."""
         run, cfg, r = self.run, self.run.cfg, self.run.cfg.rollout
         t0 = time.perf_counter()
@@ -120,7 +125,7 @@ class PolicyGradient:
 
         return optimizer_steps(run, B, loss_of, lc.micro_batch_size)
 
-    def _frozen_logprobs(self, model: torch.nn.Module, ro: Rollout, B: int) -> torch.Tensor:
+    def _frozen_logprobs(self, model: Policy | Reference, ro: Rollout, B: int) -> torch.Tensor:
         """``(B, T)`` log-probs of the completions under ``model`` without gradients, in
         micro-batches of ``loss.micro_batch_size`` rows when it is set."""
         cfg = self.run.cfg
@@ -165,7 +170,7 @@ class PolicyGradient:
         return st, loss
 
     @staticmethod
-    def describe(m: dict[str, Any]) -> str:
+    def describe(m: StepMetrics) -> str:
         """The progress bar's summary of a step."""
         return f"RL reward={m['reward_mean']:.3f} success={m['success_rate']:.3f}"
 
@@ -179,7 +184,7 @@ def binary_advantages(mode: str, info: EstimatorInfo, calibration_kind: str | No
     return info.binary_rewards(calibration_kind)
 
 
-def _calibrated(cfg: Any) -> bool:
+def _calibrated(cfg: ResolvedTrainConfig) -> bool:
     """The run calibrates from its ``kappo`` section: the estimator takes a calibration and
     ``estimator_options`` gives none."""
     return estimator_info(cfg.estimator).calibrated and "calibration" not in cfg.estimator_options

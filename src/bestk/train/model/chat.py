@@ -8,39 +8,44 @@ and each list of chat messages as it is (after the task's system prompt, if any)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers is optional)
+    from transformers import PreTrainedTokenizerBase
+
+    from bestk.tasks import Task
 
 __all__ = ["has_chat_template", "chat_prompt", "render_messages", "chat_messages",
            "render_task_prompts"]
 
 
 # -- chat templates -----------------------------------------------------------------------------
-def has_chat_template(tokenizer: Any) -> bool:
+def has_chat_template(tokenizer: PreTrainedTokenizerBase) -> bool:
     """Whether ``tokenizer`` carries a chat template."""
     return bool(getattr(tokenizer, "chat_template", None))
 
 
-def chat_prompt(tokenizer: Any, text: str) -> str:
+def chat_prompt(tokenizer: PreTrainedTokenizerBase, text: str) -> str:
     """``text`` as one user message, rendered by the tokenizer's chat template with the
     generation prompt appended (the text an instruct model continues)."""
-    return tokenizer.apply_chat_template(
+    return tokenizer.apply_chat_template(  # type: ignore[return-value]  # tokenize=False: text
         [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
     )
 
 
-def render_messages(tokenizer: Any, messages: list[dict[str, Any]]) -> str:
+def render_messages(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]) -> str:
     """A list of chat messages rendered by the tokenizer's chat template as the text the model
     continues: with the generation prompt appended, or, when the last message is the
     assistant's (a prefilled reply), continuing that message (as TRL renders prompts)."""
     prefilled = messages[-1]["role"] == "assistant"
-    return tokenizer.apply_chat_template(
+    return tokenizer.apply_chat_template(  # type: ignore[return-value]  # tokenize=False: text
         messages, tokenize=False, add_generation_prompt=not prefilled,
         continue_final_message=prefilled,
     )
 
 
-def chat_messages(prompt: str | list[dict[str, Any]],
-                  system_prompt: str | None = None) -> list[dict[str, Any]]:
+def chat_messages(prompt: str | list[dict[str, str]],
+                  system_prompt: str | None = None) -> list[dict[str, str]]:
     """The chat messages of a task prompt: a text prompt as one user message, a list of
     messages as it is; ``system_prompt`` (when given) first, unless the messages already
     begin with a system message of their own (which is kept)."""
@@ -51,7 +56,7 @@ def chat_messages(prompt: str | list[dict[str, Any]],
     return messages
 
 
-def render_task_prompts(task: Any, tokenizer: Any, mode: str) -> bool:
+def render_task_prompts(task: Task, tokenizer: PreTrainedTokenizerBase, mode: str) -> bool:
     """Apply ``model.chat_template`` to every example of ``task`` in place.
 
     ``mode`` ``"auto"``: when the tokenizer has a chat template, each example's ``prompt``

@@ -23,7 +23,7 @@ import inspect
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -32,6 +32,12 @@ from bestk._optional import require
 from bestk.train.model.lora import is_peft_model, merged_state_dict
 from bestk.train.run.checkpoint import as_os_error
 from bestk.train.run.console import transformers_progress
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers is optional)
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from transformers.cache_utils import Cache
+
+    from bestk.train.model.policy import Policy
 
 __all__ = ["autocast", "cache_kwarg", "enable_gradient_checkpointing", "output_cache",
            "positions", "save_final", "save_model", "stop_token_ids"]
@@ -56,7 +62,8 @@ __all__ = ["autocast", "cache_kwarg", "enable_gradient_checkpointing", "output_c
 
 
 # -- mixed precision ------------------------------------------------------------------------------
-def autocast(device: torch.device | str, mode: str = "auto") -> contextlib.AbstractContextManager:
+def autocast(device: torch.device | str, mode: str = "auto"
+             ) -> contextlib.AbstractContextManager[object]:
     """The mixed-precision context of forward passes (``model.autocast``).
 
     ``"bf16"``: ``torch.autocast("cuda", dtype=torch.bfloat16)``; ``"auto"``: the same on a
@@ -79,7 +86,7 @@ def autocast(device: torch.device | str, mode: str = "auto") -> contextlib.Abstr
 
 
 
-def save_model(model: Any, path: str | Path) -> None:
+def save_model(model: Policy, path: str | Path) -> None:
     """Save ``model`` as a Hugging Face model directory loadable with ``AutoModelForCausalLM``.
 
     A PEFT model is saved with its adapters merged into the weights (:func:`merged_state_dict`)
@@ -88,7 +95,8 @@ def save_model(model: Any, path: str | Path) -> None:
     """
     path = Path(path)
     if not is_peft_model(model):
-        model.save_pretrained(path)
+        # a PreTrainedModel here (a TypeGuard does not narrow this branch), which takes a path
+        model.save_pretrained(path)  # type: ignore[arg-type]  # PEFT's annotation says str
         return
     require("transformers", extra="train")
     from transformers import AutoModelForCausalLM
@@ -103,12 +111,13 @@ def save_model(model: Any, path: str | Path) -> None:
     if getattr(base, "generation_config", None) is not None:
         plain.generation_config = base.generation_config
     plain.save_pretrained(path)
-    model.save_pretrained(path / "adapter")
+    model.save_pretrained(path / "adapter")  # type: ignore[arg-type]  # annotated str, takes a path
 
 
 
 # -- stopping and gradient checkpointing ----------------------------------------------------------
-def save_final(out: Path, model: Any, tokenizer: Any, *, progress: bool = False) -> None:
+def save_final(out: Path, model: Policy, tokenizer: PreTrainedTokenizerBase, *,
+               progress: bool = False) -> None:
     """Save ``out/final/`` (HF model + tokenizer; a LoRA policy merged, + ``final/adapter/``).
 
     ``final/`` is written to ``.final-tmp`` and swapped in with two renames, so a crash leaves
@@ -134,7 +143,7 @@ def save_final(out: Path, model: Any, tokenizer: Any, *, progress: bool = False)
         shutil.rmtree(old)
 
 
-def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
+def stop_token_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """The token ids that end a completion: the tokenizer's EOS, then every id of the model's
     ``generation_config.eos_token_id`` (an int or a list: instruct models often list several
     end-of-turn ids, e.g. Llama 3's ``<|eot_id|>`` and ``<|end_of_text|>``), without
@@ -143,7 +152,7 @@ def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
     """
     ids: list[int] = []
 
-    def add(value: Any) -> None:
+    def add(value: int | list[int] | tuple[int, ...] | None) -> None:
         for v in value if isinstance(value, (list, tuple)) else [value]:
             if v is not None and int(v) not in ids:
                 ids.append(int(v))
@@ -159,7 +168,7 @@ def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
     return ids
 
 
-def enable_gradient_checkpointing(model: Any) -> Any:
+def enable_gradient_checkpointing(model: Policy) -> Policy:
     """Turn on gradient checkpointing (``model.gradient_checkpointing``) and return ``model``.
 
     Each decoder layer's activations are recomputed in the backward pass instead of being
@@ -173,7 +182,9 @@ def enable_gradient_checkpointing(model: Any) -> Any:
     ``prepare_model_for_kbit_training`` does. Raises ``ValueError`` for a model that does not
     support it.
     """
-    base = model.get_base_model() if is_peft_model(model) else model
+    # the causal LM itself: PEFT annotates get_base_model() as a plain Module, and a TypeGuard
+    # leaves the else branch a Policy
+    base: PreTrainedModel = model.get_base_model() if is_peft_model(model) else model  # type: ignore[assignment]
     if not getattr(base, "supports_gradient_checkpointing", False):
         raise ValueError(
             f"model.gradient_checkpointing: {type(base).__name__} does not support it"
@@ -184,16 +195,17 @@ def enable_gradient_checkpointing(model: Any) -> Any:
     return model
 
 
-def cache_kwarg(model: Any) -> str:
+def cache_kwarg(model: torch.nn.Module) -> str:
     """Name of the KV-cache argument of ``model.forward`` (``cache`` in transformers >= 5.2x,
     ``past_key_values`` before)."""
     if hasattr(model, "get_base_model"):  # a PEFT model forwards **kwargs to its base model
-        model = model.get_base_model()
+        # a PEFT model or the reference view; torch types other attributes Tensor | Module
+        model = model.get_base_model()  # type: ignore[operator]
     params = inspect.signature(model.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 
 
-def output_cache(out: Any) -> Any:
+def output_cache(out: object) -> Cache | None:
     cache = getattr(out, "cache", None)
     return cache if cache is not None else getattr(out, "past_key_values", None)
 

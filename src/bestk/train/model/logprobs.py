@@ -9,18 +9,21 @@ chunked variant) are :mod:`bestk.losses`'.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from bestk.losses import chunked_token_logprobs, entropy_from_logits, token_logprobs
 from bestk.train.model.hf import cache_kwarg, output_cache, positions
 
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from bestk.train.model.policy import Policy, Reference
+
 __all__ = ["sequence_logprobs", "completion_logprobs"]
 
 
 def sequence_logprobs(
-    model: Any,
+    model: Policy | Reference,
     prompt_ids: torch.Tensor,
     prompt_mask: torch.Tensor,
     completion_ids: torch.Tensor,
@@ -60,6 +63,7 @@ def sequence_logprobs(
         cache = output_cache(out)
         shared = cache is not None and hasattr(cache, "batch_repeat_interleave")
     if shared:
+        assert cache is not None  # shared: the prefill returned a cache with the helper
         cache.batch_repeat_interleave(n)
         first = out.logits[:, -1:, :].repeat_interleave(n, 0)
         if T > 1:
@@ -87,7 +91,7 @@ def sequence_logprobs(
 
 
 def completion_logprobs(
-    model: Any,
+    model: Policy | Reference,
     prompt_ids: torch.Tensor,
     prompt_mask: torch.Tensor,
     completion_ids: torch.Tensor,

@@ -11,23 +11,30 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Any
+from typing import TYPE_CHECKING, TypeGuard
 
 import torch
 
 from bestk._optional import require
 from bestk.train.config import LoRAConfig
 
+if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers and PEFT are optional)
+    from peft import PeftModel
+    from transformers import PreTrainedModel
+    from transformers.utils import ModelOutput
+
+    from bestk.train.model.policy import Policy, Reference
+
 __all__ = ["is_peft_model", "add_lora", "AdaptersDisabled", "reference_policy", "merged_state_dict"]
 
 
 # -- LoRA ---------------------------------------------------------------------------------------
-def is_peft_model(model: Any) -> bool:
+def is_peft_model(model: object) -> TypeGuard[PeftModel]:
     """Whether ``model`` is a PEFT model (has adapters that can be disabled)."""
     return hasattr(model, "disable_adapter") and hasattr(model, "get_base_model")
 
 
-def add_lora(model: Any, cfg: LoRAConfig, seed: int = 0) -> Any:
+def add_lora(model: PreTrainedModel, cfg: LoRAConfig, seed: int = 0) -> PeftModel:
     """``model`` wrapped in LoRA adapters (``peft.get_peft_model``); only the adapters train.
 
     Rank ``cfg.r``, scaling ``cfg.alpha / cfg.r``, dropout ``cfg.dropout`` on the adapters'
@@ -59,23 +66,23 @@ class AdaptersDisabled(torch.nn.Module):
     copy: the reference weights are the frozen base weights inside the policy itself.
     """
 
-    def __init__(self, model: Any):
+    def __init__(self, model: PeftModel):
         super().__init__()
         self._policy = (model,)  # a tuple: not registered as a submodule
 
     @property
-    def policy(self) -> Any:
+    def policy(self) -> PeftModel:
         return self._policy[0]
 
-    def get_base_model(self) -> Any:
+    def get_base_model(self) -> torch.nn.Module:
         return self.policy.get_base_model()
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
+    def forward(self, *args: object, **kwargs: object) -> ModelOutput:
         with self.policy.disable_adapter():
             return self.policy(*args, **kwargs)
 
 
-def reference_policy(model: Any) -> torch.nn.Module:
+def reference_policy(model: Policy) -> Reference:
     """The frozen reference policy of the KL penalty: the adapters-disabled view of a LoRA
     policy (no copy), else a frozen deep copy of ``model`` as it is now."""
     if is_peft_model(model):
@@ -83,7 +90,7 @@ def reference_policy(model: Any) -> torch.nn.Module:
     return copy.deepcopy(model).eval().requires_grad_(False)
 
 
-def merged_state_dict(model: Any) -> dict[str, torch.Tensor]:
+def merged_state_dict(model: PeftModel) -> dict[str, torch.Tensor]:
     """The plain Hugging Face state dict (CPU tensors) of a PEFT LoRA model with its active
     adapters merged, ``W + (alpha / r) B A`` per adapted layer, computed without modifying
     ``model`` (PEFT's ``get_delta_weight``)."""

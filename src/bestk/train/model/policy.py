@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import string
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -22,6 +22,21 @@ from bestk._optional import require
 from bestk.train.config import ModelConfig
 from bestk.train.model.lora import add_lora
 from bestk.train.model.source import GGUF_MODULES, check_model_source, is_gguf
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers and PEFT are optional)
+    from typing import TypeAlias
+
+    from peft import PeftModel
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase, PreTrainedTokenizerFast
+
+    from bestk.train.model.lora import AdaptersDisabled
+
+    #: A policy network: a Hugging Face causal LM (:func:`load_policy`), or one wrapped in
+    #: PEFT LoRA adapters (``model.lora``, :func:`~bestk.train.model.lora.add_lora`).
+    Policy: TypeAlias = PreTrainedModel | PeftModel
+    #: The frozen reference of a run (:func:`~bestk.train.model.lora.reference_policy`): a
+    #: frozen copy of the policy, or a LoRA policy's adapters-disabled view.
+    Reference: TypeAlias = Policy | AdaptersDisabled
 
 __all__ = [
     "build_char_tokenizer",
@@ -34,7 +49,7 @@ __all__ = [
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 
 
-def build_char_tokenizer(alphabet: str | None) -> Any:
+def build_char_tokenizer(alphabet: str | None) -> PreTrainedTokenizerFast:
     """A character-level ``PreTrainedTokenizerFast``: one token per character of ``alphabet``
     (printable ASCII when ``None``) plus ``<pad>``, ``<eos>``, ``<unk>``.
 
@@ -61,7 +76,8 @@ def build_char_tokenizer(alphabet: str | None) -> Any:
     return fast
 
 
-def build_tiny_model(cfg: ModelConfig, tokenizer: Any, seed: int = 0) -> Any:
+def build_tiny_model(cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase, seed: int = 0
+                     ) -> PreTrainedModel:
     """A freshly initialised Qwen2 / Llama causal LM sized by ``cfg`` for ``tokenizer``."""
     require("transformers", extra="train")
     from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
@@ -95,7 +111,8 @@ def _dtype(name: str) -> torch.dtype:
     return {"float32": torch.float32, "bfloat16": torch.bfloat16}[name]
 
 
-def load_policy(cfg: ModelConfig, alphabet: str | None, seed: int = 0) -> tuple[Any, Any]:
+def load_policy(cfg: ModelConfig, alphabet: str | None, seed: int = 0
+                ) -> tuple[Policy, PreTrainedTokenizerBase]:
     """``(model, tokenizer)``: from ``cfg.path`` if set, else the tiny default for ``alphabet``;
     wrapped in LoRA adapters when ``cfg.lora.r > 0``
     (:func:`~bestk.train.model.lora.add_lora`, adapter initialisation drawn from ``seed``).
@@ -103,13 +120,16 @@ def load_policy(cfg: ModelConfig, alphabet: str | None, seed: int = 0) -> tuple[
     A tokenizer without a pad token gets its EOS token as pad; padding is on the left (the
     rollout left-pads prompts).
     """
+    model: Policy
     model, tok = _load_base(cfg, alphabet, seed)
     if cfg.lora.r > 0:
         model = add_lora(model, cfg.lora, seed)
     return model, tok
 
 
-def _load_base(cfg: ModelConfig, alphabet: str | None, seed: int) -> tuple[Any, Any]:
+def _load_base(cfg: ModelConfig, alphabet: str | None, seed: int
+               ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    tok: PreTrainedTokenizerBase
     if cfg.path is None:
         tok = build_char_tokenizer(alphabet)
         return build_tiny_model(cfg, tok, seed), tok
@@ -143,7 +163,8 @@ def _load_base(cfg: ModelConfig, alphabet: str | None, seed: int) -> tuple[Any, 
     return model, tok
 
 
-def repair_gguf_special_tokens(model: Any, tokenizer: Any) -> None:
+def repair_gguf_special_tokens(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
+                               ) -> None:
     """Give a tokenizer rebuilt from a GGUF file the EOS and pad tokens the file declares.
 
     The file's ``tokenizer.ggml.eos_token_id`` / ``padding_token_id`` reach the model's config
@@ -153,7 +174,7 @@ def repair_gguf_special_tokens(model: Any, tokenizer: Any) -> None:
     model's ids win: an EOS of the wrong token would end sampling at the start of the next
     turn and save a wrong ``tokenizer_config.json`` into ``final/``.
     """
-    def first_id(value: Any) -> int | None:
+    def first_id(value: int | list[int] | tuple[int, ...] | None) -> int | None:
         if isinstance(value, (list, tuple)):
             value = value[0] if value else None
         return None if value is None else int(value)

@@ -35,18 +35,24 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from bestk._atomic import atomic_path, write_text_atomic
 from bestk.kappo import BINARY, WINRATE, Calibration, calibrate, calibration_kind
-from bestk.tasks import Task
+from bestk.tasks import Example, Task
 from bestk.train.model.logprobs import completion_logprobs
 from bestk.train.rollout.sampler import sample
 from bestk.train.run.checkpoint import as_os_error
 from bestk.train.run.console import Stopped
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers is optional)
+    from rich.progress import Progress
+    from transformers import PreTrainedTokenizerBase
+
+    from bestk.train.model.policy import Policy
 
 __all__ = [
     "ReferenceBank",
@@ -120,8 +126,8 @@ def calibration_values(task: Task, kind: str, rewards: np.ndarray) -> np.ndarray
 
 
 def bank_examples(
-    examples: Sequence[dict[str, Any]], bank_prompts: int | None, seed: int
-) -> list[dict[str, Any]]:
+    examples: Sequence[Example], bank_prompts: int | None, seed: int
+) -> list[Example]:
     """The bank's prompts: ``bank_prompts`` of ``examples`` drawn without replacement by a
     generator of ``seed`` (all of them when ``None`` or more), in their original order."""
     if bank_prompts is None or bank_prompts >= len(examples):
@@ -133,10 +139,10 @@ def bank_examples(
 
 @torch.no_grad()
 def sample_bank(
-    model: Any,
-    tokenizer: Any,
+    model: Policy,
+    tokenizer: PreTrainedTokenizerBase,
     task: Task,
-    examples: Sequence[dict[str, Any]],
+    examples: Sequence[Example],
     *,
     size: int,
     temperature: float,
@@ -144,7 +150,7 @@ def sample_bank(
     max_new_tokens: int,
     seed: int,
     completions: bool = False,
-    progress: Any = None,
+    progress: Progress | None = None,
     top_k: int = 0,
     max_prompt_length: int | None = None,
     prompt_truncation: str = "left",
@@ -190,6 +196,7 @@ def sample_bank(
                     temperature=temperature, group_size=size,
                 ).double().cpu())
             if progress is not None:
+                assert bar is not None  # added with the progress bar
                 progress.update(bar, advance=len(chunk))
     finally:
         model.train(was_training)
@@ -219,7 +226,7 @@ def calibrate_bank(bank: ReferenceBank, task: Task, kind: str, k: int, beta: flo
                      kind=kind)
 
 
-def calibration_prompt_ids(calibration: Any) -> list[Any]:
+def calibration_prompt_ids(calibration: Calibration) -> list[int | str]:
     """The prompt ids of a calibration as the trainer's examples carry them (digit strings
     become ints), in the calibration's order."""
     return [
@@ -227,7 +234,8 @@ def calibration_prompt_ids(calibration: Any) -> list[Any]:
     ]
 
 
-def check_prompt_ids(calibration: Calibration, train_ids: Sequence[Any], source: str) -> None:
+def check_prompt_ids(calibration: Calibration, train_ids: Sequence[int | str], source: str
+                     ) -> None:
     """Every prompt id of ``calibration`` is a training prompt id of the task (one-line
     ``ValueError`` naming the first that is not, and how many)."""
     known = set(train_ids)
@@ -246,7 +254,7 @@ def save_reference(out: str | Path, calibration: Calibration, bank: ReferenceBan
     if bank is not None:
         rows = []
         for i, pid in enumerate(bank.prompt_ids.tolist()):
-            row: dict[str, Any] = {"prompt_id": pid, "rewards": bank.rewards[i].tolist()}
+            row: dict[str, object] = {"prompt_id": pid, "rewards": bank.rewards[i].tolist()}
             if bank.texts is not None:
                 row["texts"] = bank.texts[i]
             rows.append(json.dumps(row) + "\n")

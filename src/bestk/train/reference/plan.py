@@ -23,12 +23,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bestk._seeds import BANK_PROMPTS, BANK_SAMPLING
 from bestk.kappo import Calibration
-from bestk.tasks import Task
-from bestk.train.config import TrainConfig
+from bestk.tasks import Example, Task
+from bestk.train.config import ResolvedTrainConfig
 from bestk.train.reference.bank import (
     CALIBRATION_FILE,
     ReferenceBank,
@@ -44,11 +44,18 @@ from bestk.train.reference.bank import (
 from bestk.train.rollout.settings import sampling_options
 from bestk.train.validation import load_kappo_file
 
+if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers is optional)
+    from rich.progress import Progress
+    from transformers import PreTrainedTokenizerBase
+
+    from bestk.train.algorithms._base import AlgorithmSpec
+    from bestk.train.model.policy import Policy
+
 __all__ = ["ReferencePlan", "plan_reference", "restrict_prompts"]
 
 
-def restrict_prompts(prompts: list[dict[str, Any]], ids: set[Any], source: str,
-                     task: Task) -> list[dict[str, Any]]:
+def restrict_prompts(prompts: list[Example], ids: set[int | str], source: str,
+                     task: Task) -> list[Example]:
     """The prompts of ``prompts`` whose id is in ``ids`` (a calibration's), in order;
     ``ValueError`` naming ``source`` when there are none."""
     kept = [e for e in prompts if e["id"] in ids]
@@ -69,12 +76,12 @@ class ReferencePlan:
     samples (``None``: it samples none); ``prompts``: the training prompts RL draws from.
     """
 
-    cfg: TrainConfig
+    cfg: ResolvedTrainConfig
     bank_completions: bool
     kind: str
     file_calibration: Calibration | None
-    bank_examples: list[dict[str, Any]] | None
-    prompts: list[dict[str, Any]]
+    bank_examples: list[Example] | None
+    prompts: list[Example]
 
     @property
     def bank_samples(self) -> int:
@@ -98,8 +105,9 @@ class ReferencePlan:
             )
         return bank
 
-    def reference_bank(self, model: Any, tokenizer: Any, task: Task, max_new_tokens: int,
-                       progress: Any = None, given: ReferenceBank | None = None,
+    def reference_bank(self, model: Policy, tokenizer: PreTrainedTokenizerBase, task: Task,
+                       max_new_tokens: int, progress: Progress | None = None,
+                       given: ReferenceBank | None = None,
                        should_stop: Callable[[], bool] | None = None) -> ReferenceBank | None:
         """The run's reference bank (``None`` when it needs none): ``kappo.bank``'s (``given``
         when already loaded), or ``kappo.bank_size`` samples of ``model`` (the reference:
@@ -155,7 +163,7 @@ class ReferencePlan:
         return cal, bank
 
 
-def plan_reference(cfg: TrainConfig, spec: Any, task: Task) -> ReferencePlan:
+def plan_reference(cfg: ResolvedTrainConfig, spec: AlgorithmSpec, task: Task) -> ReferencePlan:
     """The :class:`ReferencePlan` of a run of ``cfg`` (an algorithm ``spec`` that calibrates,
     :class:`~bestk.train.algorithms.AlgorithmSpec`) on ``task``, before any work: a
     ``kappo.calibration`` file is loaded and checked against the task; otherwise the bank's

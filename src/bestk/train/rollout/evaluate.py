@@ -10,15 +10,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from bestk.metrics import best_at_k_curve, pass_at_k_curve
-from bestk.tasks import Task
+from bestk.tasks import Example, Task
 from bestk.train.rollout.sampler import sample
 from bestk.train.run.console import Stopped
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers is optional)
+    from transformers import PreTrainedTokenizerBase
+
+    from bestk.train.model.policy import Policy
 
 __all__ = ["EvalResult", "evaluate"]
 
@@ -39,15 +44,15 @@ class EvalResult:
     metrics: dict[str, float]
     rewards: np.ndarray
     texts: list[str]
-    examples: list[dict[str, Any]]
+    examples: list[Example]
     columns: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def evaluate(
-    model: Any,
-    tokenizer: Any,
+    model: Policy,
+    tokenizer: PreTrainedTokenizerBase,
     task: Task,
-    examples: Sequence[dict[str, Any]],
+    examples: Sequence[Example],
     *,
     n: int = 8,
     temperature: float = 1.0,

@@ -19,9 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers is optional)
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["TRUNCATION", "EncodedPrompts", "left_truncate", "encode_prompts",
            "prompt_lengths", "check_prompt_lengths"]
@@ -62,7 +65,7 @@ def left_truncate(ids: Sequence[int], max_length: int) -> list[int]:
     return ids[-max_length:] if len(ids) > max_length else ids
 
 
-def prompt_lengths(tokenizer: Any, prompts: Sequence[str]) -> list[int]:
+def prompt_lengths(tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str]) -> list[int]:
     """The length in tokens of each prompt (no special tokens added, as the trainer encodes)."""
     return [len(ids) for ids in tokenizer(list(prompts), add_special_tokens=False)["input_ids"]]
 
@@ -75,8 +78,8 @@ def _too_long(n_long: int, total: int, longest: int, max_length: int) -> ValueEr
     )
 
 
-def encode_prompts(tokenizer: Any, prompts: Sequence[str], *, max_length: int | None = None,
-                   truncation: str = "left") -> EncodedPrompts:
+def encode_prompts(tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str], *,
+                   max_length: int | None = None, truncation: str = "left") -> EncodedPrompts:
     """The padded token ids of ``prompts``, each cut to its last ``max_length`` tokens.
 
     ``max_length=None`` (no limit), or no prompt longer than it: the tensors are exactly
@@ -106,8 +109,8 @@ def encode_prompts(tokenizer: Any, prompts: Sequence[str], *, max_length: int | 
     return EncodedPrompts(enc["input_ids"], enc["attention_mask"], lengths, len(long))
 
 
-def check_prompt_lengths(tokenizer: Any, prompts: Sequence[str], max_length: int | None,
-                         truncation: str = "left") -> int:
+def check_prompt_lengths(tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str],
+                         max_length: int | None, truncation: str = "left") -> int:
     """How many of ``prompts`` (a task's rendered prompts, training and held-out) are longer
     than ``max_length`` tokens, i.e. will be cut; ``0`` without a limit. In ``error`` mode a
     long prompt raises ``ValueError`` (one line), so a run refuses before any work."""

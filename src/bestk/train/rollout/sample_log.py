@@ -23,27 +23,47 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
 from bestk._atomic import write_text_atomic
+from bestk.tasks import Example, Task
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from bestk.train.rollout.evaluate import EvalResult
 
 __all__ = ["sample_records", "append_samples", "samples_table", "table_columns_rows",
-           "eval_samples", "drop_samples_after", "SAMPLES_FILE"]
+           "eval_samples", "drop_samples_after", "SAMPLES_FILE", "SampleRecord"]
 
 #: The file of a run directory holding the evaluation samples.
 SAMPLES_FILE = "samples.jsonl"
 
 
-def _number(x: Any) -> float | None:
+class _SampleKeys(TypedDict):
+    step: int
+    prompt_id: int | str | None
+    prompt: str
+    completion: str
+    reward: float
+
+
+class SampleRecord(_SampleKeys, total=False):
+    """One line of ``samples.jsonl`` (:func:`sample_records`): ``success`` when known,
+    ``rewards`` (each reward function's value, ``None`` where it gave none) with several."""
+
+    success: bool
+    rewards: dict[str, float | None]
+
+
+def _number(x: float) -> float | None:
     v = float(x)
     return None if math.isnan(v) else v
 
 
 def sample_records(
     step: int,
-    examples: Sequence[Mapping[str, Any]],
+    examples: Sequence[Example],
     texts: Sequence[str],
     rewards: np.ndarray,
     *,
@@ -51,7 +71,7 @@ def sample_records(
     columns: Mapping[str, np.ndarray] | None = None,
     num_prompts: int = 4,
     per_prompt: int = 2,
-) -> list[dict[str, Any]]:
+) -> list[SampleRecord]:
     """Records ``{"step", "prompt_id", "prompt", "completion", "reward"[, "success"][,
     "rewards": {name: value}]}`` of the first ``num_prompts`` examples and the first
     ``per_prompt`` of their completions.
@@ -76,9 +96,9 @@ def sample_records(
     for i in range(min(num_prompts, len(examples))):
         ex = examples[i]
         for j in range(min(per_prompt, n)):
-            rec: dict[str, Any] = {"step": int(step), "prompt_id": ex.get("id"),
-                                   "prompt": ex["prompt"], "completion": texts[i * n + j],
-                                   "reward": float(rewards[i, j])}
+            rec: SampleRecord = {"step": int(step), "prompt_id": ex.get("id"),
+                                 "prompt": ex["prompt"], "completion": texts[i * n + j],
+                                 "reward": float(rewards[i, j])}
             if success is not None:
                 rec["success"] = bool(np.asarray(success)[i, j])
             if columns:
@@ -88,7 +108,7 @@ def sample_records(
     return out
 
 
-def append_samples(path: str | os.PathLike, records: Sequence[Mapping[str, Any]]) -> None:
+def append_samples(path: str | os.PathLike[str], records: Sequence[Mapping[str, object]]) -> None:
     """Append ``records`` to the JSON-lines file ``path`` (created if missing), one line each,
     flushed and fsync'ed (a crash leaves at most a torn last line)."""
     if not records:
@@ -100,7 +120,8 @@ def append_samples(path: str | os.PathLike, records: Sequence[Mapping[str, Any]]
         os.fsync(f.fileno())
 
 
-def table_columns_rows(records: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+def table_columns_rows(records: Sequence[Mapping[str, Any]]
+                       ) -> tuple[list[str], list[list[object]]]:
     """``(columns, rows)`` of ``records``: step, prompt id, prompt, completion, reward, then
     success and each reward function's value when the records have them."""
     names: list[str] = []
@@ -121,7 +142,7 @@ def table_columns_rows(records: Sequence[Mapping[str, Any]]) -> tuple[list[str],
     return columns, rows
 
 
-def _cell(value: Any) -> str:
+def _cell(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     text = "" if value is None else str(value)
@@ -137,8 +158,8 @@ def samples_table(records: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def eval_samples(step: int, result: Any, task: Any, *, num_prompts: int = 4,
-                 per_prompt: int = 2) -> list[dict[str, Any]]:
+def eval_samples(step: int, result: EvalResult, task: Task, *, num_prompts: int = 4,
+                 per_prompt: int = 2) -> list[SampleRecord]:
     """:func:`sample_records` of an evaluation result (``result.examples``, ``.texts``,
     ``.rewards``, ``.columns``): success as ``task.success`` says, each reward function's
     value when the task has several."""
@@ -148,7 +169,7 @@ def eval_samples(step: int, result: Any, task: Any, *, num_prompts: int = 4,
                           num_prompts=num_prompts, per_prompt=per_prompt)
 
 
-def drop_samples_after(path: str | os.PathLike, step: int) -> None:
+def drop_samples_after(path: str | os.PathLike[str], step: int) -> None:
     """Rewrite the JSON-lines file ``path`` without the records of steps after ``step`` (and
     without a torn last line); nothing when it does not exist."""
     path = Path(path)

@@ -23,7 +23,7 @@ pass (``tests/test_train_rollout_sampler.py``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -31,6 +31,11 @@ from bestk.losses import entropy_from_logits
 from bestk.train.model.hf import cache_kwarg, output_cache, positions, stop_token_ids
 from bestk.train.rollout.batch import Rollout, concat_rollouts
 from bestk.train.rollout.prompts import encode_prompts
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers is optional)
+    from transformers import PreTrainedTokenizerBase
+
+    from bestk.train.model.policy import Policy
 
 __all__ = ["sample", "top_k_filter", "top_p_filter"]
 
@@ -58,8 +63,8 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 
 @torch.no_grad()
 def sample(
-    model: Any,
-    tokenizer: Any,
+    model: Policy,
+    tokenizer: PreTrainedTokenizerBase,
     prompts: Sequence[str],
     *,
     n: int = 1,
@@ -118,6 +123,7 @@ def sample(
     next_logits = out.logits[:, -1, :]
     if n > 1:
         if hasattr(past, "batch_repeat_interleave"):
+            assert past is not None  # None has no batch_repeat_interleave
             past.batch_repeat_interleave(n)
             next_logits = next_logits.repeat_interleave(n, 0)
             pos = pos.repeat_interleave(n, 0)
@@ -173,7 +179,7 @@ def sample(
     )
 
 
-def _pad_id(model: Any, tokenizer: Any) -> int:
+def _pad_id(model: Policy, tokenizer: PreTrainedTokenizerBase) -> int:
     pad = tokenizer.pad_token_id
     return int(pad) if pad is not None else stop_token_ids(model, tokenizer)[0]
 

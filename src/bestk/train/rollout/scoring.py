@@ -3,15 +3,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+import numpy as np
 
-from bestk.tasks import Task
+from bestk.tasks import Example, Task
 
 __all__ = ["score_batch"]
 
 
-def score_batch(task: Task, examples: list[dict[str, Any]], texts: list[str],
-                metrics: dict[str, float] | None = None) -> Any:
+def score_batch(task: Task, examples: list[Example], texts: list[str],
+                metrics: dict[str, float] | None = None) -> np.ndarray:
     """The task's rewards of ``texts`` (``examples[i]`` for ``texts[i]``), float64. With
     several reward functions each one's mean over the completions it scored is added to
     ``metrics`` as ``rewards/<name>/mean`` (TRL's name)."""

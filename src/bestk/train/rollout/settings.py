@@ -22,12 +22,17 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, TypedDict
 
-from bestk.train.config import ResolvedTrainConfig, TrainConfig
+from bestk.train.config import (
+    ResolvedEvalConfig,
+    ResolvedRolloutConfig,
+    ResolvedTrainConfig,
+    TrainConfig,
+)
 
 __all__ = ["SamplingParams", "resolve_sampling", "DEFAULTS", "model_generation_config",
-           "fill_sampling", "sampling_header", "sampling_options"]
+           "fill_sampling", "sampling_header", "sampling_options", "SamplingOptions"]
 
 #: The values used when neither the config nor the model's generation_config sets one.
 DEFAULTS: dict[str, float | int] = {"temperature": 1.0, "top_p": 1.0, "top_k": 0}
@@ -51,7 +56,7 @@ class SamplingParams:
                         for k in ("temperature", "top_p", "top_k"))
 
 
-def _check(name: str, value: Any, label: str) -> float | int:
+def _check(name: str, value: float, label: str) -> float | int:
     ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
     if ok and name == "temperature":
         ok = value > 0
@@ -66,7 +71,8 @@ def _check(name: str, value: Any, label: str) -> float | int:
 
 
 def resolve_sampling(temperature: float | None, top_p: float | None, top_k: int | None,
-                     generation_config: Any = None, *, where: str = "rollout") -> SamplingParams:
+                     generation_config: object = None, *, where: str = "rollout"
+                     ) -> SamplingParams:
     """The sampling settings of a run: each of ``temperature``, ``top_p``, ``top_k`` as given
     when it is not ``None``, else the model's ``generation_config`` value when it sets one
     (not ``None``), else :data:`DEFAULTS`. Values are checked (``temperature > 0``,
@@ -129,7 +135,7 @@ def sampling_header(cfg: ResolvedTrainConfig) -> str:
     values when they differ."""
     gen = cfg.generation_config
 
-    def line(sec: Any) -> str:
+    def line(sec: ResolvedRolloutConfig | ResolvedEvalConfig) -> str:
         parts = []
         for name in DEFAULTS:
             value = getattr(sec, name)
@@ -144,7 +150,17 @@ def sampling_header(cfg: ResolvedTrainConfig) -> str:
     return head
 
 
-def sampling_options(cfg: TrainConfig, section: str = "rollout") -> dict[str, Any]:
+class SamplingOptions(TypedDict):
+    """The sampling keyword arguments of a resolved config (:func:`sampling_options`)."""
+
+    temperature: float
+    top_p: float
+    top_k: int
+    max_prompt_length: int | None
+    prompt_truncation: str
+
+
+def sampling_options(cfg: ResolvedTrainConfig, section: str = "rollout") -> SamplingOptions:
     """The keyword arguments of :func:`bestk.train.rollout.sampler.sample` (and
     :func:`bestk.train.rollout.evaluate.evaluate`) for the training (``rollout``) or held-out
     (``eval``) sampling of a resolved config: temperature, top-p, top-k and the prompt

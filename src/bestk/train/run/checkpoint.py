@@ -32,6 +32,7 @@ import json
 import os
 import random
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +88,7 @@ def save_checkpoint(
     step: int,
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
-    state: dict[str, Any],
+    state: Mapping[str, object],
     *,
     ref_model: torch.nn.Module | None = None,
     keep: int = 2,
@@ -239,7 +240,7 @@ def _load_adapters(model: torch.nn.Module, tensors: dict[str, torch.Tensor], pat
     model.load_state_dict(tensors, strict=False)
 
 
-def _py_state_to_json(st: tuple) -> list:
+def _py_state_to_json(st: tuple[int, tuple[int, ...], float | None]) -> list[object]:
     version, internal, gauss = st
     return [version, list(internal), gauss]
 

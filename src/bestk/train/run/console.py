@@ -6,10 +6,10 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import (
@@ -23,6 +23,13 @@ from rich.progress import (
 
 from bestk.train.config import ResolvedTrainConfig
 from bestk.train.run.directory import PREVIOUS_ATTEMPT
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from types import FrameType
+    from typing import TypeAlias
+
+    #: What ``signal.getsignal`` returns: a handler, ``SIG_DFL`` / ``SIG_IGN``, or ``None``.
+    _Handler: TypeAlias = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
 
 __all__ = ["progress_bar", "StopRequest", "Stopped", "STOP_SIGNALS", "transformers_progress",
            "start_line", "interrupted_line"]
@@ -58,9 +65,9 @@ class StopRequest:
     def __init__(self) -> None:
         self.requested = False
         self.signum: int | None = None
-        self._previous: dict[int, Any] = {}
+        self._previous: dict[int, _Handler] = {}
 
-    def _handler(self, signum: int, frame: Any) -> None:
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
         if self.requested:
             raise KeyboardInterrupt
         self.requested, self.signum = True, signum
@@ -86,7 +93,7 @@ class StopRequest:
                 signal.signal(sig, self._handler)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         for sig, previous in self._previous.items():
             signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
         self._previous = {}

@@ -31,6 +31,7 @@ import yaml
 
 from bestk._atomic import write_text_atomic
 from bestk.train.config import (
+    ResolvedTrainConfig,
     TrainConfig,
     apply_overrides,
     config_from_dict,
@@ -117,7 +118,7 @@ class RunLock:
     locked).
     """
 
-    def __init__(self, directory: str | os.PathLike):
+    def __init__(self, directory: str | os.PathLike[str]):
         self.directory = Path(directory)
         self.path = self.directory / LOCK_NAME
         self._fd: int | None = None
@@ -183,7 +184,7 @@ class RunLock:
     def __enter__(self) -> RunLock:
         return self.acquire()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
     def __del__(self) -> None:
@@ -251,7 +252,7 @@ class RunDirectory:
         self._created = False
         self._lock: RunLock | None = None
 
-    def open(self, cfg: TrainConfig, mode: str, stored: TrainConfig | None,
+    def open(self, cfg: ResolvedTrainConfig, mode: str, stored: TrainConfig | None,
              say: Callable[[str, str], None]) -> RunState:
         """Create the directory if needed, take its lock, remove temporary files an
         interrupted write left (``say``-ing so) and decide what to do with it
@@ -270,7 +271,7 @@ class RunDirectory:
             say("note", msg)
         return state
 
-    def begin(self, cfg: TrainConfig, *, restart: bool, say: Callable[[str, str], None]
+    def begin(self, cfg: ResolvedTrainConfig, *, restart: bool, say: Callable[[str, str], None]
               ) -> None:
         """Write ``config.yaml`` of a run that starts; one that starts over first keeps the
         files of the attempt before it (:func:`keep_previous_attempt`, ``say``-ing where):
@@ -293,7 +294,7 @@ class RunDirectory:
             self._lock.release()
 
 
-def read_run_config(directory: str | os.PathLike) -> TrainConfig:
+def read_run_config(directory: str | os.PathLike[str]) -> TrainConfig:
     """The :class:`TrainConfig` of the run in ``directory`` (its ``config.yaml``).
 
     A missing, empty, non-YAML, non-mapping or unknown-key file raises a one-line
@@ -324,8 +325,8 @@ def read_run_config(directory: str | os.PathLike) -> TrainConfig:
         raise ValueError(f"{path}: {e}") from None
 
 
-def resume_config(directory: str | os.PathLike,
-                  overrides: Mapping[str, Any] | list[str] | None = None
+def resume_config(directory: str | os.PathLike[str],
+                  overrides: Mapping[str, object] | list[str] | None = None
                   ) -> tuple[TrainConfig, TrainConfig]:
     """``(config, stored)`` to continue the run in ``directory``: its ``config.yaml`` (read
     once: ``stored``) with ``overrides`` applied (a nested dict, e.g. ``{"max_steps": 200}``,
@@ -342,7 +343,7 @@ def resume_config(directory: str | os.PathLike,
     return cfg, stored
 
 
-def write_run_config(directory: str | os.PathLike, cfg: TrainConfig) -> None:
+def write_run_config(directory: str | os.PathLike[str], cfg: TrainConfig) -> None:
     """Write ``cfg`` as ``directory/config.yaml`` atomically."""
     write_text_atomic(
         Path(directory) / "config.yaml", yaml.safe_dump(config_to_dict(cfg), sort_keys=False)
@@ -353,11 +354,11 @@ def write_run_config(directory: str | os.PathLike, cfg: TrainConfig) -> None:
 _STEP_KEY = {"sft": "sft_step", "train": "step", "eval": "step"}
 
 
-def _is_number(x: Any) -> bool:
+def _is_number(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def _check_record(row: Any, where: str) -> None:
+def _check_record(row: object, where: str) -> None:
     if not isinstance(row, dict):
         raise ValueError(f"{where}: expected a JSON object, got {json.dumps(row)[:60]}")
     phase = row.get("phase")
@@ -372,10 +373,10 @@ def _check_record(row: Any, where: str) -> None:
             raise ValueError(f"{where}: {k!r} must be a number, got {v!r}")
 
 
-def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
+def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The records of a ``metrics.jsonl``; ``[]`` when the file does not exist.
 
-    A torn last line (no newline: a write cut short by a crash) is skipped. Any other line
+    A torn last line (no newline: a write cut short by a crash) is skipped. Every other line
     that is not a well-formed record (a JSON object with a ``phase`` of sft / train / eval, an
     integer step and numeric values) raises ``ValueError`` naming the file and line.
     """
@@ -404,14 +405,14 @@ def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
     return rows
 
 
-def drop_metrics_after(path: str | os.PathLike, step: int) -> None:
+def drop_metrics_after(path: str | os.PathLike[str], step: int) -> None:
     """Rewrite ``metrics.jsonl`` without the records of the RL steps after ``step`` (a run
     resumed from the checkpoint of ``step`` redoes them), atomically."""
     rows = [r for r in read_metrics(path) if r["phase"] == "sft" or r["step"] <= step]
     write_text_atomic(Path(path), "".join(json.dumps(r, allow_nan=False) + "\n" for r in rows))
 
 
-def check_history(rows: list[dict[str, Any]], step: int, path: str | os.PathLike) -> None:
+def check_history(rows: list[dict[str, Any]], step: int, path: str | os.PathLike[str]) -> None:
     """The log holds what checkpoint ``step`` continues: the step-0 evaluation and exactly one
     training record for each of the steps 1..``step`` (raises ``ValueError`` otherwise)."""
     p = Path(path)
@@ -441,9 +442,9 @@ def check_history(rows: list[dict[str, Any]], step: int, path: str | os.PathLike
 _MISSING = object()
 
 
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def _flatten(d: Mapping[str, object], prefix: str = "") -> dict[str, object]:
     """Dotted leaf keys of a nested dict (an empty mapping contributes no key)."""
-    flat: dict[str, Any] = {}
+    flat: dict[str, object] = {}
     for k, v in d.items():
         key = f"{prefix}{k}"
         if isinstance(v, dict):
@@ -453,7 +454,7 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def config_changes(old: TrainConfig, new: TrainConfig) -> list[tuple[str, Any, Any]]:
+def config_changes(old: TrainConfig, new: TrainConfig) -> list[tuple[str, object, object]]:
     """``[(dotted key, old value, new value), ...]`` of every differing leaf (mappings such as
     ``task.options`` are compared key by key), ``out`` excluded."""
     a, b = _flatten(config_to_dict(old)), _flatten(config_to_dict(new))
@@ -467,7 +468,7 @@ def config_changes(old: TrainConfig, new: TrainConfig) -> list[tuple[str, Any, A
     return changes
 
 
-def _show(v: Any) -> str:
+def _show(v: object) -> str:
     text = "(unset)" if v is _MISSING else repr(v)
     return text if len(text) <= 40 else text[:37] + "..."
 
@@ -511,7 +512,7 @@ _TOP_TEMP_PREFIXES = (".config.yaml.", ".metrics.jsonl.", ".report.md.", ".calib
                       ".bank.jsonl.", ".bank_tokens.safetensors.")
 
 
-def clean_temporaries(directory: str | os.PathLike) -> list[Path]:
+def clean_temporaries(directory: str | os.PathLike[str]) -> list[Path]:
     """Remove what killed atomic writes left in a run directory (call it holding the lock):
     ``checkpoints/.*`` (checkpoint and safetensors temporaries), checksum files whose
     checkpoint never landed, ``.final-tmp`` / ``.final-old`` and ``.config.yaml.*`` /
@@ -562,13 +563,13 @@ _RUN_FILES = ("metrics.jsonl", "checkpoints", "final", "report.md", "calibration
 _FINISHED = ".finished"
 
 
-def mark_finished(directory: str | os.PathLike, step: int) -> None:
+def mark_finished(directory: str | os.PathLike[str], step: int) -> None:
     """Record that ``final/`` and the report of ``directory`` are those of ``step`` (the last
     act of a run; a run extended later is complete again only once it is re-marked)."""
     write_text_atomic(Path(directory) / _FINISHED, f"{int(step)}\n")
 
 
-def finished_step(directory: str | os.PathLike) -> int | None:
+def finished_step(directory: str | os.PathLike[str]) -> int | None:
     """The step :func:`mark_finished` recorded, if ``final/`` is there too; else ``None``."""
     directory = Path(directory)
     try:
@@ -580,7 +581,7 @@ def finished_step(directory: str | os.PathLike) -> int | None:
     return int(text)
 
 
-def prepare_directory(directory: str | os.PathLike) -> Path:
+def prepare_directory(directory: str | os.PathLike[str]) -> Path:
     """Create the run directory (``ValueError`` if the path, or a parent, is an existing
     file)."""
     directory = Path(directory)
@@ -596,7 +597,7 @@ def prepare_directory(directory: str | os.PathLike) -> Path:
     return directory
 
 
-def inspect_run(cfg: TrainConfig, mode: str = "auto", stored: TrainConfig | None = None
+def inspect_run(cfg: ResolvedTrainConfig, mode: str = "auto", stored: TrainConfig | None = None
                 ) -> RunState:
     """Decide what to do with the run directory ``cfg.out`` for a run configured by ``cfg``.
 
@@ -671,7 +672,7 @@ def inspect_run(cfg: TrainConfig, mode: str = "auto", stored: TrainConfig | None
 PREVIOUS_ATTEMPT = "previous-attempt"
 
 
-def keep_previous_attempt(directory: str | os.PathLike) -> Path | None:
+def keep_previous_attempt(directory: str | os.PathLike[str]) -> Path | None:
     """Move the files a run stopped before its first checkpoint left (``metrics.jsonl``,
     ``final/``, reports, calibration, logs: everything but ``config.yaml``, the lock and this
     folder) into ``DIR/previous-attempt/`` before the run starts over, so that starting over

@@ -12,9 +12,13 @@ values the step computes anyway; they change no number of a run.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    import torch
+    from numpy.typing import ArrayLike
 
 __all__ = ["NonFiniteUpdate", "check_update", "check_sft_update"]
 
@@ -23,11 +27,11 @@ class NonFiniteUpdate(ValueError):
     """The loss or the gradient norm of an optimizer step is ``nan`` or infinite."""
 
 
-def _value(x: Any) -> float:
+def _value(x: torch.Tensor | float) -> float:
     return float(x.detach().float().item()) if hasattr(x, "detach") else float(x)
 
 
-def _bad(loss: Any, grad_norm: Any) -> str | None:
+def _bad(loss: torch.Tensor | float, grad_norm: torch.Tensor | float) -> str | None:
     """``"the loss is nan"`` / ``"the gradient norm is inf"`` (both when both), or ``None``."""
     what = [f"the {name} is {v}" for name, v in (("loss", _value(loss)),
                                                 ("gradient norm", _value(grad_norm)))
@@ -35,7 +39,8 @@ def _bad(loss: Any, grad_norm: Any) -> str | None:
     return " and ".join(what) or None
 
 
-def check_update(step: int, loss: Any, grad_norm: Any, rewards: Any = None) -> None:
+def check_update(step: int, loss: torch.Tensor | float, grad_norm: torch.Tensor | float,
+                 rewards: ArrayLike | None = None) -> None:
     """Raise :class:`NonFiniteUpdate` when ``loss`` or ``grad_norm`` (tensors or numbers) of
     RL step ``step`` is not finite; ``rewards`` (that step's rewards, if known) gives the
     range the message names."""
@@ -52,7 +57,8 @@ def check_update(step: int, loss: Any, grad_norm: Any, rewards: Any = None) -> N
     )
 
 
-def check_sft_update(step: int, total: int, loss: Any, grad_norm: Any) -> None:
+def check_sft_update(step: int, total: int, loss: torch.Tensor | float,
+                     grad_norm: torch.Tensor | float | None) -> None:
     """Raise :class:`NonFiniteUpdate` when the loss or gradient norm of SFT step ``step`` (of
     ``total``) is not finite (``grad_norm`` may be ``None``: not computed)."""
     bad = _bad(loss, 0.0 if grad_norm is None else grad_norm)

@@ -18,21 +18,30 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from bestk._atomic import write_text_atomic
 from bestk.train.config import ResolvedTrainConfig, config_to_dict
-from bestk.train.rollout.sample_log import SAMPLES_FILE, append_samples, drop_samples_after
+from bestk.train.rollout.sample_log import (
+    SAMPLES_FILE,
+    SampleRecord,
+    append_samples,
+    drop_samples_after,
+)
 from bestk.train.run.directory import drop_metrics_after, read_metrics
 from bestk.train.run.reporters import Reporters, resolve_report_to
 
-__all__ = ["RunLog", "append_record", "METRICS_FILE"]
+__all__ = ["RunLog", "Record", "append_record", "METRICS_FILE"]
 
 #: The run's log of records, one JSON object per line.
 METRICS_FILE = "metrics.jsonl"
 
+#: One record of ``metrics.jsonl``: its ``phase`` (``sft``, ``train`` or ``eval``), its step
+#: (``sft_step`` or ``step``) and numbers (``None``, read back, where one was not finite).
+Record: TypeAlias = dict[str, float | str | None]
 
-def append_record(path: Path, record: Mapping[str, Any]) -> None:
+
+def append_record(path: Path, record: Mapping[str, object]) -> None:
     """Append ``record`` as one JSON line to ``path``, flushed and fsync'ed (an ``OSError``
     names the file). The line is strict JSON: a value that is not a finite number (``nan``,
     ``inf``) is written as ``null``, never as the bare ``NaN`` / ``Infinity`` strict readers
@@ -82,12 +91,12 @@ class RunLog:
         append_record(self.metrics_file, record)
         self.reporters.log(dict(record))
 
-    def samples(self, step: int, samples: Sequence[Mapping[str, Any]]) -> None:
+    def samples(self, step: int, samples: Sequence[SampleRecord]) -> None:
         """Append an evaluation's samples to ``samples.jsonl`` and show them live."""
         append_samples(self.samples_file, samples)
         self.reporters.log_samples(step, [dict(s) for s in samples])
 
-    def last_evaluation(self) -> dict[str, Any]:
+    def last_evaluation(self) -> Record:
         """The newest ``phase: eval`` record of ``metrics.jsonl`` (``{}`` if none)."""
         evals = [r for r in read_metrics(self.metrics_file) if r["phase"] == "eval"]
         return evals[-1] if evals else {}

@@ -9,8 +9,8 @@ held-out pass@1 / pass@n per evaluation). A KAPPO run's report also describes it
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from bestk._atomic import write_text_atomic
 from bestk._optional import pyplot
@@ -24,7 +24,8 @@ from bestk.train.run.directory import read_metrics, read_run_config
 __all__ = ["write_report", "curve_of"]
 
 
-def curve_of(record: dict[str, Any], prefix: str) -> tuple[list[int], list[float], list, list]:
+def curve_of(record: Mapping[str, float], prefix: str
+             ) -> tuple[list[int], list[float], list[float], list[float]]:
     """``(ks, means, lo, hi)`` of ``prefix@k`` keys in an evaluation record (k ascending)."""
     ks = sorted(
         int(k.split("@")[1]) for k in record
@@ -36,7 +37,8 @@ def curve_of(record: dict[str, Any], prefix: str) -> tuple[list[int], list[float
     return ks, mean, lo, hi
 
 
-def _plot_curves(path: Path, start: dict, end: dict, prefix: str, title: str) -> None:
+def _plot_curves(path: Path, start: Mapping[str, float], end: Mapping[str, float], prefix: str,
+                 title: str) -> None:
     plt = pyplot(extra="train")
 
     fig, ax = plt.subplots(figsize=(5, 3.6))
@@ -70,7 +72,8 @@ _DPO_PANELS = (
 )
 
 
-def _plot_training(path: Path, train: list[dict], evals: list[dict], n: int) -> None:
+def _plot_training(path: Path, train: Sequence[Mapping[str, float]],
+                   evals: Sequence[Mapping[str, float]], n: int) -> None:
     plt = pyplot(extra="train")
 
     chosen = _ROLLOUT_PANELS if "reward_mean" in train[0] else _DPO_PANELS
@@ -98,7 +101,7 @@ def _plot_training(path: Path, train: list[dict], evals: list[dict], n: int) -> 
     plt.close(fig)
 
 
-def _table(start: dict, end: dict, prefix: str) -> list[str]:
+def _table(start: Mapping[str, float], end: Mapping[str, float], prefix: str) -> list[str]:
     ks, m0, lo0, hi0 = curve_of(start, prefix)
     _, m1, lo1, hi1 = curve_of(end, prefix)
     lines = [
@@ -196,7 +199,7 @@ def write_report(out: str | Path) -> Path:
     return path
 
 
-def _kappo_lines(out: Path, pool_note: str, kp: dict[str, Any]) -> list[str]:
+def _kappo_lines(out: Path, pool_note: str, kp: Mapping[str, object]) -> list[str]:
     """The report's description of a KAPPO run's calibration (none without one)."""
     path = out / CALIBRATION_FILE
     if not path.is_file():

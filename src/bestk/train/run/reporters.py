@@ -34,9 +34,9 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import yaml
@@ -44,6 +44,9 @@ import yaml
 from bestk._atomic import write_text_atomic
 from bestk._optional import available, require
 from bestk.train.rollout.sample_log import samples_table, table_columns_rows
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only (tensorboard is optional)
+    from torch.utils.tensorboard import SummaryWriter
 
 __all__ = [
     "INTEGRATIONS",
@@ -84,7 +87,7 @@ _SKIP = {"phase", "step", "sft_step", "n", "num_prompts"}
 _PREFIX = {"train": "train/", "eval": "eval/", "sft": "sft/"}
 
 
-def resolve_report_to(value: Any) -> list[str]:
+def resolve_report_to(value: object) -> list[str]:
     """The integrations ``report_to`` asks for, TRL-style: ``None`` / ``"none"`` / ``[]`` ->
     ``[]``; ``"all"`` -> every one of :data:`INTEGRATIONS` whose package is installed; a name
     or a list of names (duplicates dropped). Raises ``ValueError`` naming an unknown one."""
@@ -130,7 +133,7 @@ def rollout_stats(rewards: np.ndarray, n: int, lengths: np.ndarray,
     }
 
 
-def scalars(record: dict[str, Any]) -> tuple[str, int, dict[str, float]]:
+def scalars(record: Mapping[str, Any]) -> tuple[str, int, dict[str, float]]:
     """``(axis, step, {tag: value})`` of a ``metrics.jsonl`` record for the dashboards.
 
     ``axis`` is ``"train"`` (train and eval records, at the RL step) or ``"sft"``. Tags are
@@ -167,9 +170,9 @@ class _TensorBoard:
             shutil.rmtree(self.log_dir)  # a new (or restarted) run starts new curves
         self.resume_step = resume_step
         self.config_text = config_text
-        self.writers: dict[str, Any] = {}
+        self.writers: dict[str, SummaryWriter] = {}
 
-    def _writer(self, axis: str) -> Any:
+    def _writer(self, axis: str) -> SummaryWriter:
         if axis not in self.writers:
             if axis == "sft":
                 self.writers[axis] = self._writer_cls(str(self.log_dir / "sft"), flush_secs=10)
@@ -186,7 +189,7 @@ class _TensorBoard:
         for tag, v in values.items():
             writer.add_scalar(tag, v, step)
 
-    def log_samples(self, step: int, records: list[dict[str, Any]]) -> None:
+    def log_samples(self, step: int, records: Sequence[Mapping[str, Any]]) -> None:
         self._writer("train").add_text("eval/samples", samples_table(records), step)
 
     def close(self) -> None:
@@ -195,7 +198,7 @@ class _TensorBoard:
 
 
 class _Wandb:
-    def __init__(self, out: Path, resume_step: int | None, config: dict[str, Any],
+    def __init__(self, out: Path, resume_step: int | None, config: Mapping[str, object],
                  run_name: str | None):
         wandb = require("wandb", extra="wandb")
         wdir = out / "wandb"
@@ -227,7 +230,7 @@ class _Wandb:
     def log(self, axis: str, step: int, values: dict[str, float]) -> None:
         self.run.log({**values, f"{axis}/{'global_step' if axis == 'train' else 'step'}": step})
 
-    def log_samples(self, step: int, records: list[dict[str, Any]]) -> None:
+    def log_samples(self, step: int, records: Sequence[Mapping[str, Any]]) -> None:
         import wandb
 
         columns, rows = table_columns_rows(records)
@@ -247,15 +250,15 @@ class Reporters:
     the run's config as a dict (W&B run config, TensorBoard text).
     """
 
-    def __init__(self, names: Iterable[str], out: str | os.PathLike, *,
-                 resume_step: int | None = None, config: dict[str, Any] | None = None,
+    def __init__(self, names: Iterable[str], out: str | os.PathLike[str], *,
+                 resume_step: int | None = None, config: Mapping[str, object] | None = None,
                  run_name: str | None = None):
         self.names = list(names)
         self.out = Path(out)
         self.resume_step = resume_step
         self.config = config or {}
         self.run_name = run_name
-        self._backends: list[Any] | None = None
+        self._backends: list[_TensorBoard | _Wandb] | None = None
 
     def open(self) -> None:
         """Start every backend now (else on the first record); idempotent. Raises
@@ -263,8 +266,8 @@ class Reporters:
         if self._backends is None:
             self._backends = self._open()
 
-    def _open(self) -> list[Any]:
-        backends: list[Any] = []
+    def _open(self) -> list[_TensorBoard | _Wandb]:
+        backends: list[_TensorBoard | _Wandb] = []
         try:
             for name in self.names:
                 if name == "tensorboard":
@@ -279,7 +282,7 @@ class Reporters:
             raise
         return backends
 
-    def log(self, record: dict[str, Any]) -> None:
+    def log(self, record: Mapping[str, Any]) -> None:
         """Send one record (a ``metrics.jsonl`` line) to every backend."""
         if not self.names:
             return
@@ -288,7 +291,7 @@ class Reporters:
         for backend in self._backends or []:
             backend.log(axis, step, values)
 
-    def log_samples(self, step: int, records: list[dict[str, Any]]) -> None:
+    def log_samples(self, step: int, records: Sequence[Mapping[str, Any]]) -> None:
         """Show an evaluation's samples (:mod:`bestk.train.rollout.sample_log` records): a Markdown
         table in TensorBoard's text tab (``eval/samples``), a W&B table (``eval/samples``)."""
         if not self.names or not records:
