@@ -30,22 +30,18 @@ from bestk._optional import pyplot
 from bestk._schema import Float, Int, SchemaChecks, schema_dataclass
 from bestk.figures import save_figure
 from bestk.lab._optim import torch_threads
-from bestk.lab.digits import (
+from bestk.lab.digits.data import learner_data, record_sweep
+from bestk.lab.digits.engine import RunSpec, make_problem
+from bestk.lab.digits.report import render_testbed
+from bestk.lab.digits.run import Ticker, run_settings, write_outputs
+from bestk.lab.digits.settings import (
     LEARNERS,
-    RunSpec,
-    Ticker,
     config_key,
     known_learners,
-    learner_data,
     learning_rates,
-    make_problem,
     positive_ks,
-    record_sweep,
-    render_testbed,
-    run_settings,
-    sweep_and_test,
-    write_outputs,
 )
+from bestk.lab.digits.sweep import sweep_and_test
 from bestk.lab.io import markdown_table, write_text_atomic
 
 __all__ = ["SparseConfig", "run_sparse", "testbed_data"]
