@@ -6,7 +6,7 @@ Where each part lives (every name below is importable from ``bestk.lab.claims``)
   (:class:`Metric`, :class:`Arm`, :class:`ClaimSpec`, :class:`TestbedSpec`, :func:`arm_id`);
 * :mod:`~bestk.lab.claims.table` -- the declared claims and testbeds (:data:`CLAIMS`,
   :data:`TESTBEDS`, :data:`PAPER_EFFECTS`): a new claim or testbed goes here;
-* :mod:`~bestk.lab.claims.verdict` -- the verdict rule of one arm (:func:`verdict`) and why a
+* :mod:`~bestk.lab.claims.rule` -- the verdict rule of one arm (:func:`verdict`) and why a
   design or an experiment cannot support one (:func:`design_reasons`,
   :func:`inconclusive_reasons`), the A/A control check (:func:`check_controls`);
 * :mod:`~bestk.lab.claims.exact` -- the rules of the claims decided by exact computation;
@@ -15,8 +15,8 @@ Where each part lives (every name below is importable from ``bestk.lab.claims``)
 * :mod:`~bestk.lab.claims.render` -- reading a ``claims.json`` document: its markdown
   (:func:`render_claims`), each arm's outcome, the verdict counts.
 
-The layers inside the package run one way: ``specs`` <- ``table``, ``verdict``, ``exact`` <-
-``evaluate``; ``render`` reads ``table`` and ``verdict``.
+The layers inside the package run one way: ``specs`` <- ``table``, ``rule``, ``exact`` <-
+``evaluate``; ``render`` reads ``table`` and ``rule``.
 
 The package's public names are those of :data:`__all__` (the API of the single module it
 replaced); the other names live in their module (``bestk.lab.claims.specs.GREATER``, ...).
@@ -26,6 +26,16 @@ from __future__ import annotations
 
 from bestk.lab.claims.evaluate import derived_metrics, evaluate_claims, learning_rates
 from bestk.lab.claims.render import arm_outcome, bimodal_arms, counts, render_claims
+from bestk.lab.claims.rule import (
+    ALPHA,
+    POWER,
+    VERDICTS,
+    ControlFailed,
+    check_controls,
+    design_reasons,
+    inconclusive_reasons,
+    verdict,
+)
 from bestk.lab.claims.specs import (
     BUDGETS,
     DIVERSITY,
@@ -37,16 +47,6 @@ from bestk.lab.claims.specs import (
     arm_id,
 )
 from bestk.lab.claims.table import CLAIMS, PAPER_EFFECTS, TESTBEDS, check_registry
-from bestk.lab.claims.verdict import (
-    ALPHA,
-    POWER,
-    VERDICTS,
-    ControlFailed,
-    check_controls,
-    design_reasons,
-    inconclusive_reasons,
-    verdict,
-)
 
 __all__ = [
     "ALPHA",

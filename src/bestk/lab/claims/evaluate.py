@@ -3,7 +3,7 @@
 :func:`evaluate_claims` builds one entry per arm: the paired tests of the primary and
 secondary metrics (Holm-adjusted over the family and within the arm), the power fields
 (``mde``, ``paper_effect``, ``headroom``, ``seeds_needed``), the learning rates and the
-testbed's checks, and the verdict of :func:`bestk.lab.claims.verdict.verdict`.
+testbed's checks, and the verdict of :func:`bestk.lab.claims.rule.verdict`.
 
 Exact claims are decided by a deterministic threshold on an exactly computed quantity
 (:mod:`bestk.lab.claims.exact`; no sampling, no test). Arms whose testbed has no data yet, or
@@ -24,9 +24,7 @@ from typing import Any
 import numpy as np
 
 from bestk.lab.claims.exact import EXACT_RULES
-from bestk.lab.claims.specs import DIVERSITY, GREATER, Arm, ClaimSpec, arm_id
-from bestk.lab.claims.table import CLAIMS, PAPER_EFFECTS, TESTBEDS
-from bestk.lab.claims.verdict import (
+from bestk.lab.claims.rule import (
     ALPHA,
     POWER,
     VERDICTS,
@@ -34,6 +32,8 @@ from bestk.lab.claims.verdict import (
     inconclusive_reasons,
     verdict,
 )
+from bestk.lab.claims.specs import DIVERSITY, GREATER, Arm, ClaimSpec, arm_id
+from bestk.lab.claims.table import CLAIMS, PAPER_EFFECTS, TESTBEDS
 from bestk.lab.io import fmt
 from bestk.lr_sweep import is_interior
 from bestk.stats import (

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bestk.lab.claims.rule import significantly_worse
 from bestk.lab.claims.table import PAPER_EFFECTS
-from bestk.lab.claims.verdict import significantly_worse
 from bestk.lab.io import fmt, markdown_table
 from bestk.stats import BIMODAL_ABOVE
 

@@ -94,7 +94,7 @@ class Arm:
 @dataclass(frozen=True)
 class ClaimSpec:
     """A claim, declared before the runs (this module's docstring; the rule:
-    :mod:`bestk.lab.claims.verdict`)."""
+    :mod:`bestk.lab.claims.rule`)."""
 
     id: str
     claim: str
@@ -110,7 +110,7 @@ class ClaimSpec:
     status: str | None = None
     exact_rule: str | None = None
     #: Non-inferiority primary: ``a`` at most this much worse than ``b``
-    #: (:mod:`bestk.lab.claims.verdict`).
+    #: (:mod:`bestk.lab.claims.rule`).
     margin: float | None = None
     #: ``"matched"``: the two methods must use the same rollout budget; ``"by design"``: the
     #: claim compares different budgets on purpose (both are recorded).
