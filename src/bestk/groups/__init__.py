@@ -58,8 +58,8 @@ Modules
 from __future__ import annotations
 
 from bestk.groups.core import Groups
-from bestk.groups.labels import GroupLabels, block_groups, make_groups
+from bestk.groups.labels import GroupLabels, Labels, block_groups, make_groups
 from bestk.groups.layout import Rows as Rows  # for the estimators: not in __all__
 from bestk.groups.layout import SortedGroups
 
-__all__ = ["Groups", "SortedGroups", "GroupLabels", "make_groups", "block_groups"]
+__all__ = ["Groups", "SortedGroups", "GroupLabels", "Labels", "make_groups", "block_groups"]

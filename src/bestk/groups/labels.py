@@ -21,6 +21,8 @@ from bestk.groups.layout import Layout
 #: Group labels as the public functions take them: ``None`` (one group), or a 1-D sequence,
 #: numpy array or tensor of hashable labels (see :func:`make_groups`).
 GroupLabels: TypeAlias = Sequence[Hashable] | np.ndarray | torch.Tensor | None
+#: Labels that must be given (prompt ids): a 1-D sequence, numpy array or tensor of hashables.
+Labels: TypeAlias = Sequence[Hashable] | np.ndarray | torch.Tensor
 
 
 _hash = hash  # module-level so that tests can force hash collisions
