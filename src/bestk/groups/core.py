@@ -9,8 +9,8 @@ samples, and :meth:`Groups.sort` into a :class:`~bestk.groups.layout.SortedGroup
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from functools import cached_property
-from typing import Any
 
 import numpy as np
 import torch
@@ -80,7 +80,7 @@ class Groups:
     def __repr__(self) -> str:
         return f"Groups(B={len(self)}, G={self.num_groups}, uniform_block={self._block})"
 
-    def label(self, g: int) -> Any:
+    def label(self, g: int) -> Hashable:
         """The original label of group ``g`` as a plain Python object (for messages)."""
         v = self.labels[g]
         return v.item() if isinstance(v, np.generic) else v
@@ -215,7 +215,8 @@ class Groups:
         m = p + self.sum(xs - self.broadcast(p)) / self.sizes.to(x.dtype)
         return m if scale is None else m * scale
 
-    def _scaled_dev(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Any]:
+    def _scaled_dev(self, x: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor, float | torch.Tensor]:
         """``(z, spread, scale)``: deviations divided by the group spread (0 for constant
         groups), so ``|z| <= n`` and ``max |z| >= 1`` -- their squares neither overflow nor
         vanish; ``spread`` is in units of the per-group power-of-two ``scale`` (1.0 when no

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 import numpy as np
 import torch
@@ -140,9 +140,9 @@ def _factor_objects(a: np.ndarray) -> _Factor:
                                          f.layout.seg_size, None))
 
 
-def _factor_dict(items: list[Any]) -> _Factor:
+def _factor_dict(items: list[Hashable]) -> _Factor:
     """Exact fallback: codes by first appearance through a dict (hash + Python equality)."""
-    codes: dict[Any, int] = {}
+    codes: dict[Hashable, int] = {}
     index = np.fromiter((codes.setdefault(v, len(codes)) for v in items), np.int64, len(items))
     labels = np.empty(len(codes), dtype=object)
     labels[:] = list(codes)
@@ -155,7 +155,7 @@ def _factor_dict(items: list[Any]) -> _Factor:
     return _Factor(torch.from_numpy(index), labels, None)
 
 
-def _as_label_array(group: Any) -> np.ndarray:
+def _as_label_array(group: object) -> np.ndarray:
     if isinstance(group, np.ndarray):
         return group
     if isinstance(group, Sequence) and not isinstance(group, (str, bytes)):
@@ -178,7 +178,7 @@ def _as_label_array(group: Any) -> np.ndarray:
     )
 
 
-def factorize_labels(group: Any) -> _Factor:
+def factorize_labels(group: Labels) -> _Factor:
     """Map arbitrary labels to dense ids ``0..G-1`` (sorted label order) without Python loops."""
     if isinstance(group, torch.Tensor):
         if group.ndim != 1:
