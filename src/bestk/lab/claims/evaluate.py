@@ -18,8 +18,8 @@ false, and only reward and prompts must match.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TypedDict
 
 import numpy as np
 
@@ -32,9 +32,17 @@ from bestk.lab.claims.rule import (
     inconclusive_reasons,
     verdict,
 )
-from bestk.lab.claims.specs import DIVERSITY, GREATER, Arm, ClaimSpec, arm_id
+from bestk.lab.claims.specs import (
+    DIVERSITY,
+    GREATER,
+    Arm,
+    ArmEntry,
+    ClaimsDoc,
+    ClaimSpec,
+    arm_id,
+)
 from bestk.lab.claims.table import CLAIMS, PAPER_EFFECTS, TESTBEDS
-from bestk.lab.io import fmt
+from bestk.lab.io import TestbedData, fmt
 from bestk.lr_sweep import is_interior
 from bestk.stats import (
     EXACT_MAX_N,
@@ -49,7 +57,44 @@ from bestk.stats import (
 )
 
 
-def _matched(tb: dict[str, Any], a: str, b: str) -> dict[str, Any]:
+class _PairedTestKeys(TypedDict):
+    diff: float
+    ci95: list[float]
+    p: float
+
+
+class PairedTest(_PairedTestKeys, total=False):
+    """A paired test in ``claims.json``: the mean difference ``a - b``, its 95% interval, the
+    t-test's p and (``perm``) the sign-flip p (:func:`_test_json`)."""
+
+    p_perm: float
+
+
+class SecondaryTest(PairedTest, total=False):
+    """A secondary metric's test in an arm: its key, its better direction, the
+    :class:`PairedTest` and the p-values Holm-adjusted within the arm."""
+
+    metric: str
+    better: str
+    p_holm: float
+    p_perm_holm: float
+
+
+class TrainsCheck(TypedDict):
+    """:attr:`~bestk.lab.claims.specs.TestbedSpec.trains_if` on the data: ``method``'s mean
+    ``metric`` at the start and the end, their ratio and the ``factor`` it must reach."""
+
+    method: str
+    metric: str
+    start: float
+    end: float
+    ratio: float
+    factor: float
+    trains: bool
+
+
+def _matched(tb: TestbedData, a: str, b: str) -> dict[str, object]:
+    """The matching fields of an arm: same reward, prompts and budget, and both budgets."""
     ca, cb = tb["methods"][a]["config"], tb["methods"][b]["config"]
     return {"reward_matched": ca["reward"] == cb["reward"],
             "prompt_matched": ca["prompts"] == cb["prompts"],
@@ -60,12 +105,12 @@ def _matched(tb: dict[str, Any], a: str, b: str) -> dict[str, Any]:
 
 
 def _test_json(a: Sequence[float], b: Sequence[float], *, perm: bool = False,
-               shift: float = 0.0) -> dict[str, Any]:
+               shift: float = 0.0) -> PairedTest:
     """Difference, 95% interval and p of the paired t-test of ``a - b``; with ``perm`` also
     the sign-flip p. ``shift`` (a non-inferiority margin) is added to ``a - b`` for the
     p-values only: the difference and interval stay those of ``a - b``."""
     t = paired_test(a, b)
-    out: dict[str, Any] = {"diff": t.diff, "ci95": [t.ci95[0], t.ci95[1]], "p": t.p}
+    out: PairedTest = {"diff": t.diff, "ci95": [t.ci95[0], t.ci95[1]], "p": t.p}
     if shift:
         out["p"] = paired_test(np.add(a, shift), b).p
     if perm:
@@ -73,11 +118,11 @@ def _test_json(a: Sequence[float], b: Sequence[float], *, perm: bool = False,
     return out
 
 
-def _trained_entry(spec: ClaimSpec, arm: Arm, tb: dict[str, Any] | None,
-                   min_seeds: int | None = None) -> dict[str, Any]:
+def _trained_entry(spec: ClaimSpec, arm: Arm, tb: TestbedData | None,
+                   min_seeds: int | None = None) -> ArmEntry:
     tspec = TESTBEDS[arm.testbed]
     need = tspec.min_seeds if min_seeds is None else min_seeds
-    e: dict[str, Any] = {
+    e: ArmEntry = {
         "id": arm_id(spec, arm), "claim_id": spec.id, "claim": spec.claim,
         "source": spec.source, "testbed": arm.testbed, "kind": spec.kind, "a": arm.a,
         "b": arm.b, "reward": spec.reward, "seeds": 0,
@@ -127,7 +172,7 @@ def _trained_entry(spec: ClaimSpec, arm: Arm, tb: dict[str, Any] | None,
     if key in ma.get("start", {}):
         e["change_from_start"] = {side: _test_json(m["end"][key], m["start"][key])
                                   for side, m in (("a", ma), ("b", mb))}
-    sec = []
+    sec: list[SecondaryTest] = []
     for metric in spec.secondary:
         for k2 in metric.keys(ks, tspec.primary_k):
             if k2 == key or k2 not in ma["end"] or k2 not in mb["end"]:
@@ -154,7 +199,7 @@ def _trained_entry(spec: ClaimSpec, arm: Arm, tb: dict[str, Any] | None,
     return e
 
 
-def _exact_entry(spec: ClaimSpec, arm: Arm, tb: dict[str, Any] | None) -> dict[str, Any]:
+def _exact_entry(spec: ClaimSpec, arm: Arm, tb: TestbedData | None) -> ArmEntry:
     if spec.exact_rule is None or spec.exact_rule not in EXACT_RULES:
         raise ValueError(f"exact claim {spec.id} has exact_rule {spec.exact_rule!r}; "
                          f"known: {sorted(EXACT_RULES)}")
@@ -169,7 +214,7 @@ def _exact_entry(spec: ClaimSpec, arm: Arm, tb: dict[str, Any] | None) -> dict[s
     return e
 
 
-def _lr_grid(tb: dict[str, Any], label: str) -> list[float]:
+def _lr_grid(tb: TestbedData, label: str) -> list[float]:
     """The grid a method's learning rate was chosen from (an A/A control: its method's)."""
     cfg = tb["methods"][label]["config"]
     if cfg.get("lr_grid"):
@@ -180,18 +225,20 @@ def _lr_grid(tb: dict[str, Any], label: str) -> list[float]:
     return [float(v) for v in grid] if grid else [float(cfg["lr"])]
 
 
-def learning_rates(tb: dict[str, Any], a: str, b: str) -> dict[str, Any]:
+def learning_rates(tb: TestbedData, a: str, b: str) -> dict[str, object]:
     """An arm's learning rates: ``lr_a``, ``lr_b``, the grids they were chosen from
     (``lr_grid``), whether each is interior to its grid (``lr_interior``; ``None`` for a rate
     set by hand, which has no grid to be interior to) and how they were chosen
     (``lr_rule``)."""
-    out: dict[str, Any] = {"lr_grid": {}, "lr_interior": {}}
+    grids: dict[str, list[float]] = {}
+    interior: dict[str, bool | None] = {}
+    out: dict[str, object] = {"lr_grid": grids, "lr_interior": interior}
     for side, label in (("a", a), ("b", b)):
         lr = float(tb["methods"][label]["config"]["lr"])
         grid = _lr_grid(tb, label)
         out[f"lr_{side}"] = lr
-        out["lr_grid"][side] = grid
-        out["lr_interior"][side] = is_interior(lr, grid) if len(grid) > 1 else None
+        grids[side] = grid
+        interior[side] = is_interior(lr, grid) if len(grid) > 1 else None
     sweep = tb.get("sweep") or {}
     if sweep.get("common_lr_from"):
         out["lr_rule"] = (f"one rate for every method: the rate of "
@@ -208,7 +255,7 @@ def learning_rates(tb: dict[str, Any], a: str, b: str) -> dict[str, Any]:
     return out
 
 
-def _lr_reasons(e: dict[str, Any]) -> list[str]:
+def _lr_reasons(e: ArmEntry) -> list[str]:
     """A learning rate at the edge of its grid: the method may be untuned, so the
     comparison says nothing about the method."""
     out = []
@@ -219,7 +266,7 @@ def _lr_reasons(e: dict[str, Any]) -> list[str]:
     return out
 
 
-def _trains_reason(testbed: str, tb: dict[str, Any]) -> tuple[list[str], dict[str, Any] | None]:
+def _trains_reason(testbed: str, tb: TestbedData) -> tuple[list[str], TrainsCheck | None]:
     """:attr:`TestbedSpec.trains_if` checked on the data: ``([reason], record)``."""
     rule = TESTBEDS[testbed].trains_if
     if rule is None:
@@ -230,7 +277,7 @@ def _trains_reason(testbed: str, tb: dict[str, Any]) -> tuple[list[str], dict[st
         return [f"the training check ({method} {key}) cannot be made: not in the data"], None
     start, end = float(np.mean(m["start"][key])), float(np.mean(m["end"][key]))
     ratio = end / start if start > 0 else math.inf
-    rec = {"method": method, "metric": key, "start": start, "end": end, "ratio": ratio,
+    rec: TrainsCheck = {"method": method, "metric": key, "start": start, "end": end, "ratio": ratio,
            "factor": factor, "trains": bool(ratio >= factor)}
     if ratio >= factor:
         return [], rec
@@ -238,7 +285,7 @@ def _trains_reason(testbed: str, tb: dict[str, Any]) -> tuple[list[str], dict[st
             f"(x{ratio:.2f} < {factor:g})"], rec
 
 
-def _start_reason(e: dict[str, Any], spec: ClaimSpec, tb: dict[str, Any]) -> list[str]:
+def _start_reason(e: ArmEntry, spec: ClaimSpec, tb: TestbedData) -> list[str]:
     """:attr:`TestbedSpec.start_range` checked for an arm whose primary is pass@k / best@k at
     the testbed's primary k (a pass@1 accuracy claim is judged by the training check)."""
     rng = TESTBEDS[e["testbed"]].start_range
@@ -253,7 +300,7 @@ def _start_reason(e: dict[str, Any], spec: ClaimSpec, tb: dict[str, Any]) -> lis
             "primary starts too close to a bound to show the effect"]
 
 
-def derived_metrics(tb: dict[str, Any]) -> dict[str, Any]:
+def derived_metrics(tb: TestbedData) -> TestbedData:
     """A copy of a testbed's data with the derived per-seed metrics added: :data:`DIVERSITY`
     = ``distinct_correct / (n * pass@1)`` where both are measured and every pass@1 > 0."""
     n = tb.get("n")
@@ -275,7 +322,7 @@ def derived_metrics(tb: dict[str, Any]) -> dict[str, Any]:
     return {**tb, "methods": methods}
 
 
-def _bounds(key: str, testbed: str, tb: dict[str, Any]) -> tuple[float, float] | None:
+def _bounds(key: str, testbed: str, tb: TestbedData) -> tuple[float, float] | None:
     """The range of a per-seed metric: pass@k and allocation shares in [0, 1], best@k in the
     testbed's reward range, distinct correct completions in [0, samples per prompt]."""
     if key.startswith("pass@") or key.startswith("alloc"):
@@ -289,7 +336,7 @@ def _bounds(key: str, testbed: str, tb: dict[str, Any]) -> tuple[float, float] |
     return None
 
 
-def _power_fields(e: dict[str, Any], spec: ClaimSpec, tb: dict[str, Any],
+def _power_fields(e: ArmEntry, spec: ClaimSpec, tb: TestbedData,
                   alpha: float) -> tuple[list[str], list[str]]:
     """Fill an evaluated arm's ``mde``, ``paper_effect``, ``headroom``, ``seeds_needed`` and
     ``power`` (details); return ``(design, underpowered)``: the reasons no verdict can stand
@@ -352,8 +399,8 @@ def _power_fields(e: dict[str, Any], spec: ClaimSpec, tb: dict[str, Any],
     return design, reasons
 
 
-def evaluate_claims(data: dict[str, dict[str, Any]], claims: Sequence[ClaimSpec] = CLAIMS,
-                    *, min_seeds: int | None = None) -> dict[str, Any]:
+def evaluate_claims(data: Mapping[str, TestbedData], claims: Sequence[ClaimSpec] = CLAIMS,
+                    *, min_seeds: int | None = None) -> ClaimsDoc:
     """``claims.json`` from the per-seed data of the testbeds (``{testbed id: data}``).
 
     ``min_seeds`` overrides every testbed's required seed count (smoke runs only; the

@@ -9,12 +9,11 @@ reproduced, what the data show, and the rule in words.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from bestk.lab.io import fmt
+from bestk.lab.io import BiasRow, TestbedData, fmt
 
 
-def _rel_weight_errors(rows: list[dict[str, Any]]) -> list[tuple[int, str, float, float, float]]:
+def _rel_weight_errors(rows: list[BiasRow]) -> list[tuple[int, str, float, float, float]]:
     out = []
     binary = [r for r in rows if r["bandit"] == "binary"]
     for n in sorted({r["N"] for r in binary}):
@@ -27,7 +26,7 @@ def _rel_weight_errors(rows: list[dict[str, Any]]) -> list[tuple[int, str, float
     return out
 
 
-def _exact_unbiased(tb: dict[str, Any]) -> tuple[float, bool, str, str]:
+def _exact_unbiased(tb: TestbedData) -> tuple[float, bool, str, str]:
     rows = tb["bias"]
     claimed = [r for r in rows if r["unbiased_claim"] and " vs " not in r["estimator"]]
     worst = max(r["rel_bias"] for r in claimed)
@@ -45,7 +44,7 @@ def _exact_unbiased(tb: dict[str, Any]) -> tuple[float, bool, str, str]:
     return worst, ok, text, rule
 
 
-def _exact_softmax_limit(tb: dict[str, Any]) -> tuple[float, bool, str, str]:
+def _exact_softmax_limit(tb: TestbedData) -> tuple[float, bool, str, str]:
     errs = [e for n, lb, *_, e in _rel_weight_errors(tb["bias"]) if lb.endswith("0.1)")]
     worst = max(errs)
     text = (f"at tau = 0.1 the exact implied prompt weights of SoftmaxGRPO and of ArgMaxRL with "
@@ -61,7 +60,7 @@ KAPPO_EXACT_KS = (1, 2, 4)
 KAPPO_EXACT_TOL = 1e-3
 
 
-def _exact_kappo(tb: dict[str, Any]) -> tuple[float, bool, str, str]:
+def _exact_kappo(tb: TestbedData) -> tuple[float, bool, str, str]:
     cases = tb["cases"]
     claimed = [c for c in cases if c["claims_closed_form"] and c["method"] != "direct"]
     have = {(c["kind"], c["k"], c["method"]) for c in claimed}
@@ -96,6 +95,6 @@ def _exact_kappo(tb: dict[str, Any]) -> tuple[float, bool, str, str]:
     return worst, ok, text, rule
 
 
-EXACT_RULES: dict[str, Callable[[dict[str, Any]], tuple[float, bool, str, str]]] = {
+EXACT_RULES: dict[str, Callable[[TestbedData], tuple[float, bool, str, str]]] = {
     "unbiased": _exact_unbiased, "softmax_limit": _exact_softmax_limit,
     "kappo_closed_form": _exact_kappo}

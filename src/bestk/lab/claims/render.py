@@ -7,22 +7,24 @@ the document elsewhere.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from bestk.lab.claims.rule import significantly_worse
+from bestk.lab.claims.specs import ArmEntry, ClaimsDoc
 from bestk.lab.claims.table import PAPER_EFFECTS
 from bestk.lab.io import fmt, markdown_table
 from bestk.stats import BIMODAL_ABOVE
 
 
-def _pm(t: dict[str, Any] | None) -> str:
+def _pm(t: Mapping[str, Any] | None) -> str:
     if t is None or t.get("diff") is None:
         return "–"
     lo, hi = t["ci95"]
     return f"{t['diff']:+.4f} [{lo:+.4f}, {hi:+.4f}]"
 
 
-def _control_outcome(e: dict[str, Any], failed: set[str]) -> str:
+def _control_outcome(e: ArmEntry, failed: set[str]) -> str:
     """An A/A control arm's outcome: ``pending``, ``failed`` (its id in ``failed``) or
     ``passed``."""
     if e["verdict"] == "pending":
@@ -30,7 +32,7 @@ def _control_outcome(e: dict[str, Any], failed: set[str]) -> str:
     return "failed" if e["id"] in failed else "passed"
 
 
-def arm_outcome(e: dict[str, Any], doc: dict[str, Any]) -> str:
+def arm_outcome(e: ArmEntry, doc: ClaimsDoc) -> str:
     """What an arm of ``doc`` came to, in words: its verdict, or for an A/A control (which
     claims nothing) ``control passed`` / ``control FAILED`` (``pending`` while unjudged)."""
     if not e["control"]:
@@ -39,7 +41,7 @@ def arm_outcome(e: dict[str, Any], doc: dict[str, Any]) -> str:
     return {"passed": "control passed", "failed": "control FAILED"}.get(out, out)
 
 
-def counts(doc: dict[str, Any]) -> dict[str, dict[str, int]]:
+def counts(doc: ClaimsDoc) -> dict[str, dict[str, int]]:
     """Verdict counts kept apart: ``claims`` (trained arms of the papers' claims), ``controls``
     (A/A arms: ``passed`` = not significant, ``failed``, ``pending``) and ``exact`` (arms
     decided by exact computation)."""
@@ -54,7 +56,7 @@ def counts(doc: dict[str, Any]) -> dict[str, dict[str, int]]:
     return out
 
 
-def _verdict_cell(e: dict[str, Any], doc: dict[str, Any]) -> str:
+def _verdict_cell(e: ArmEntry, doc: ClaimsDoc) -> str:
     out = arm_outcome(e, doc)
     if out == "control FAILED":
         return f"**control FAILED** ({e['verdict']})"
@@ -65,17 +67,17 @@ def _num(x: float | None) -> str:
     return "–" if x is None else fmt(x)
 
 
-def _budget(b: dict[str, Any] | None) -> str:
+def _budget(b: Mapping[str, Mapping[str, int]] | None) -> str:
     if not b:
         return "–"
 
-    def one(x: dict[str, Any]) -> str:
+    def one(x: Mapping[str, int]) -> str:
         return f"{x['rollouts']:,}" + (f" + bank {x['bank']:,}" if x.get("bank") else "")
 
     return f"{one(b['a'])} / {one(b['b'])}"
 
 
-def bimodal_arms(doc: dict[str, Any]) -> list[tuple[str, str, float]]:
+def bimodal_arms(doc: ClaimsDoc) -> list[tuple[str, str, float]]:
     """``(arm id, method, coefficient)`` for every judged side whose per-seed primary values
     have Sarle's bimodality coefficient above 5/9 (:func:`bestk.stats.bimodality_coefficient`)."""
     out = []
@@ -88,7 +90,7 @@ def bimodal_arms(doc: dict[str, Any]) -> list[tuple[str, str, float]]:
     return out
 
 
-def render_claims(doc: dict[str, Any]) -> str:
+def render_claims(doc: ClaimsDoc) -> str:
     """Markdown of a claims.json document: the verdict summary, then one section per claim
     with every arm (testbed) it ran on."""
     entries = doc["claims"]

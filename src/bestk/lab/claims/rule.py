@@ -44,9 +44,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
-from bestk.lab.claims.specs import GREATER, LESS
+from bestk.lab.claims.specs import GREATER, LESS, ClaimsDoc
 from bestk.lab.io import fmt
 
 ALPHA = 0.05
@@ -208,7 +207,7 @@ class ControlFailed(ValueError):
     so the whole results file fails."""
 
 
-def check_controls(doc: dict[str, Any]) -> None:
+def check_controls(doc: ClaimsDoc) -> None:
     """Raise :class:`ControlFailed` when any A/A control of a claims document is significant
     (Holm-adjusted t-test or sign-flip p below ``alpha``, either direction)."""
     failed = doc["controls"]["failed"]

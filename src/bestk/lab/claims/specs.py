@@ -15,8 +15,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, TypeAlias
 
 from bestk.lab.io import metric_key
+
+#: One arm's entry of ``claims.json`` (:func:`bestk.lab.claims.evaluate_claims`): its id, the
+#: claim's fields, ``primary`` / ``secondary`` tests, ``noninferiority``, ``power``, the
+#: learning rates, the matching of reward / prompts / budget, ``verdict`` and ``why``.
+ArmEntry: TypeAlias = dict[str, Any]
+#: A ``claims.json`` document: ``family``, ``controls``, ``verdicts`` and ``claims`` (its
+#: :data:`ArmEntry` s), read by key.
+ClaimsDoc: TypeAlias = dict[str, Any]
 
 #: The two directions of a metric's improvement, or of a claimed difference ``a - b``.
 GREATER, LESS = "greater", "less"
