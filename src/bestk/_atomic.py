@@ -22,9 +22,10 @@ __all__ = [
 ]
 
 #: A JSON value as ``json.dumps`` takes it. The containers are read-only views (``Sequence``,
-#: ``Mapping``), so a ``list[float]`` or a ``dict[str, list[int]]`` is one too.
-JSONValue: TypeAlias = (
-    "None | bool | int | float | str | Sequence[JSONValue] | Mapping[str, JSONValue]")
+#: ``Mapping``), so a ``list[float]`` or a ``dict[str, list[int]]`` is one too; integer keys
+#: are written as strings.
+JSONValue: TypeAlias = ("None | bool | int | float | str | Sequence[JSONValue] "
+                        "| Mapping[str, JSONValue] | Mapping[int, JSONValue]")
 #: A JSON object (a results file, a calibration file): string keys, JSON values.
 JSONObject: TypeAlias = Mapping[str, JSONValue]
 

@@ -15,7 +15,7 @@ from bestk._atomic import JSONValue, write_text_atomic
 from bestk._optional import pyplot
 
 __all__ = ["write_text_atomic", "write_json_atomic", "markdown_table", "fmt", "metric_key",
-           "alloc_key", "pyplot", "TestbedData", "BiasRow"]
+           "alloc_key", "pyplot", "TestbedData", "MethodData", "BiasRow"]
 
 #: One testbed's per-seed data, as the lab commands write it (``testbeds.json``) and the claims
 #: read it (``docs/results/data/<name>.json``): ``ks``, ``seeds``, ``n``, ``methods`` (label ->
@@ -23,6 +23,9 @@ __all__ = ["write_text_atomic", "write_json_atomic", "markdown_table", "fmt", "m
 #: ``sweep``; an exact testbed's ``bias`` rows or KAPPO ``cases`` instead. JSON values, read
 #: by key.
 TestbedData: TypeAlias = dict[str, Any]
+#: One method's entry of a testbed's ``methods``: ``config`` (its run configuration: reward,
+#: prompts, rollouts, lr, ...) and ``start`` / ``end`` (metric key -> per-seed values).
+MethodData: TypeAlias = dict[str, Any]
 #: One row of the exact bias table (``bestk lab bandit``; the ``bias`` rows of the ``bandit``
 #: testbed data): ``bandit``, ``estimator``, ``N``, ``rel_bias``, ``implied_weight``, ...
 BiasRow: TypeAlias = dict[str, Any]

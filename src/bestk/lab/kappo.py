@@ -110,7 +110,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias, TypedDict
 
 import numpy as np
 import torch
@@ -118,6 +118,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from bestk._atomic import write_text_atomic
+from bestk._inputs import Numbers
 from bestk.estimators import advantages
 from bestk.kappo import (
     calibration_kind,
@@ -161,6 +162,32 @@ __all__ = [
 ]
 
 _GRPO_EPS = 1e-6  # kappo_grpo's epsilon in (S - mean) / (std + eps)
+
+#: A ``bestk lab kappo`` result: ``cases`` (:class:`KappoCase` s) and ``skipped`` (kind,
+#: method, reason), and from :func:`run_kappo` also ``config``, ``tolerance``, ``metric`` and
+#: ``wall_seconds``; JSON values, read by key.
+KappoResult: TypeAlias = dict[str, Any]
+
+
+class _KappoCaseKeys(TypedDict):
+    kind: str
+    k: int
+    beta: float
+    method: str
+    limit: str
+    claims_closed_form: bool
+    error: float
+    closed_form_error: float
+    limit_vs_closed_form: float
+    pass_rate_error: float | None
+    steps: int
+    converged: bool
+
+
+class KappoCase(_KappoCaseKeys, total=False):
+    """One trained (kind, k, method) case (:func:`kappo_convergence` says what each key is)."""
+
+    passed: bool
 
 
 # ---------------------------------------------------------------------------------------------
@@ -246,7 +273,7 @@ def _linear_weight(name: str, n: int, **options: Any) -> float:
 
 
 # (estimator, options) of each GRPO-family lab method; it runs on the transformed rewards.
-_GRPO_FAMILY: dict[str, tuple[str, dict[str, Any]]] = {
+_GRPO_FAMILY: dict[str, tuple[str, dict[str, str]]] = {
     "rloo": ("rloo", {}),
     "drgrpo": ("grpo", {"scale": "none"}),
 }
@@ -356,7 +383,7 @@ def expected_update(method: str, problem: KappoProblem, cfg: KappoLabConfig) -> 
 # predicted limits
 
 
-def grpo_std_weight(p: Any, n: int, eps: float = _GRPO_EPS) -> np.ndarray:
+def grpo_std_weight(p: Numbers, n: int, eps: float = _GRPO_EPS) -> np.ndarray:
     """omega_std(p) of std-normalised GRPO on 0/1 rewards, group size n (independent formula).
 
     ``E_s[(s z+(s)/p - (n-s) z-(s)/(1-p))/n]``, s ~ Bin(n, p), with
@@ -514,7 +541,7 @@ def _tv(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(0.5 * (a - b).abs().sum(-1).max())
 
 
-def _run_case(method: str, problem: KappoProblem, cfg: KappoLabConfig) -> dict[str, Any]:
+def _run_case(method: str, problem: KappoProblem, cfg: KappoLabConfig) -> KappoCase:
     dynamics = expected_update(method, problem, cfg)
     limit, description = predicted_limit(method, problem, cfg)
     theta, steps, done = natural_descent(
@@ -522,7 +549,7 @@ def _run_case(method: str, problem: KappoProblem, cfg: KappoLabConfig) -> dict[s
     )
     pi = torch.softmax(theta, -1)
     error = _tv(pi, limit)
-    out: dict[str, Any] = {
+    out: KappoCase = {
         "kind": problem.kind,
         "k": problem.k,
         "beta": problem.beta,
@@ -549,7 +576,7 @@ def _run_case(method: str, problem: KappoProblem, cfg: KappoLabConfig) -> dict[s
 
 def kappo_convergence(
     cfg: KappoLabConfig | None = None, *, progress: Callable[[str], None] | None = None
-) -> dict[str, Any]:
+) -> KappoResult:
     """Train every (kind, k, method) case; returns ``{"cases": [...], "skipped": [...]}``.
 
     Each case is a dict: ``kind``, ``k``, ``beta``, ``method``, ``limit`` (what the method
@@ -570,9 +597,9 @@ def kappo_convergence(
 
 def _convergence(
     cfg: KappoLabConfig, progress: Callable[[str], None] | None
-) -> dict[str, Any]:
+) -> KappoResult:
     """:func:`kappo_convergence` of a validated ``cfg``."""
-    cases: list[dict[str, Any]] = []
+    cases: list[KappoCase] = []
     skipped = [{"kind": kind, "method": method, "reason": BINARY_ONLY[method]}
                for kind in cfg.kinds for method in cfg.methods if not is_run(kind, method)]
     with torch_threads(1):  # tiny tensors: threads only add overhead
@@ -593,7 +620,7 @@ def _convergence(
 # output
 
 
-def render_markdown(result: dict[str, Any]) -> str:
+def render_markdown(result: KappoResult) -> str:
     """The results as markdown (one table per reward kind)."""
     lines = [
         "# KAPPO on exact softmax bandits",
@@ -624,7 +651,7 @@ def render_markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def rich_table(result: dict[str, Any]) -> Any:
+def rich_table(result: KappoResult) -> Table:
     """The cases as a ``rich.table.Table`` (what ``bestk lab kappo`` prints)."""
     table = Table(title=f"KAPPO on exact softmax bandits (total variation; tolerance "
                         f"{TOLERANCE:g})")
@@ -642,7 +669,7 @@ def rich_table(result: dict[str, Any]) -> Any:
 
 def run_kappo(
     cfg: KappoLabConfig, out: str | Path, *, progress: bool = True
-) -> dict[str, Any]:
+) -> KappoResult:
     """Run :func:`kappo_convergence`; write ``OUT/results.json`` and ``OUT/results.md``
     atomically. Returns the result dict (``config``, ``tolerance``, ``cases``, ``skipped``,
     ``wall_seconds``)."""
@@ -659,7 +686,7 @@ def run_kappo(
             bar.update(task, advance=1, description=label)
 
         res = _convergence(cfg, progress=tick)  # cfg validated above
-    result = {
+    result: KappoResult = {
         "config": asdict(cfg),
         "tolerance": TOLERANCE,
         "metric": "total variation 0.5 sum |pi - pi_hat|, max over prompts",

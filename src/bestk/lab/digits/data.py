@@ -7,19 +7,23 @@ start and the end of RL (:mod:`bestk.lab.claims` reads them).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
+from bestk.lab.digits.engine import SlotResults
 from bestk.lab.digits.settings import (
     LEARNERS,
     DigitsConfig,
     Learner,
 )
+from bestk.lab.digits.sweep import SettingResult
 from bestk.lab.io import (
+    MethodData,
+    TestbedData,
     alloc_key,
 )
 
 
-def per_learner(test: dict[str, Any], label: str, when: str) -> dict[str, list[float]]:
+def per_learner(test: SlotResults, label: str, when: str) -> dict[str, list[float]]:
     """Per-seed values (seed order) of every metric of one learner at ``when`` (start / end)."""
     idx = [i for i, s in enumerate(test["slots"]) if s["learner"] == label]
     idx.sort(key=lambda i: test["slots"][i]["seed"])
@@ -30,7 +34,7 @@ def per_learner(test: dict[str, Any], label: str, when: str) -> dict[str, list[f
 
 
 def learner_config(lrn: Learner, reward: str, lr: float, *, n: int, steps: int, batch: int,
-                   data_id: str) -> dict[str, Any]:
+                   data_id: str) -> dict[str, object]:
     """The run configuration recorded with each learner's per-seed data: what the estimator
     sees (``reward``), the data it trains on (``prompts``) and the rollout budget."""
     rl = lrn.estimator is not None
@@ -47,8 +51,8 @@ def learner_config(lrn: Learner, reward: str, lr: float, *, n: int, steps: int, 
     }
 
 
-def learner_data(test: dict[str, Any], label: str, reward: str, lr: float, *, n: int,
-                 steps: int, batch: int) -> dict[str, Any]:
+def learner_data(test: SlotResults, label: str, reward: str, lr: float, *, n: int,
+                 steps: int, batch: int) -> MethodData:
     """One learner's entry in the claims data: ``{"config", "start", "end"}`` (its run
     configuration from :func:`learner_config` and its per-seed metrics from
     :func:`per_learner`)."""
@@ -60,7 +64,7 @@ def learner_data(test: dict[str, Any], label: str, reward: str, lr: float, *, n:
     }
 
 
-def record_sweep(methods: dict[str, dict[str, Any]], setting: dict[str, Any]) -> None:
+def record_sweep(methods: Mapping[str, MethodData], setting: SettingResult) -> None:
     """Add to each learner's run configuration the grid its rate was chosen from
     (``lr_grid``; an A/A control: its learner's), whether the rate is interior to it
     (``lr_interior``) and @k-GRPO's chosen KL strength (``kappo_beta``)."""
@@ -73,7 +77,8 @@ def record_sweep(methods: dict[str, dict[str, Any]], setting: dict[str, Any]) ->
             m["config"]["kappo_beta"] = setting["beta"][lb]
 
 
-def testbed_data(cfg: DigitsConfig, settings: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def testbed_data(cfg: DigitsConfig, settings: Mapping[str, SettingResult]
+                 ) -> dict[str, TestbedData]:
     """``{testbed id: {"ks", "seeds", "methods": {label: {"config", "start", "end"}}, "sweep"}}``
     for the claims (testbed ids ``digits-binary`` / ``digits-graded``)."""
     out = {}

@@ -13,7 +13,7 @@ import hashlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import torch
@@ -29,7 +29,7 @@ from bestk._seeds import (
     LAB_DIGITS_VALIDATION_SPLIT,
 )
 from bestk.estimators import ESTIMATORS, advantages, estimator_info
-from bestk.kappo.calibration import calibrate
+from bestk.kappo.calibration import Calibration, calibrate
 from bestk.lab._optim import SlotAdam
 from bestk.lab.digits.settings import (
     AT_K,
@@ -44,6 +44,12 @@ from bestk.lab.exact import best_at_k_exact
 from bestk.lab.io import (
     metric_key,
 )
+
+#: What :func:`run_slots` returns: ``slots`` (learner, lr, seed, beta of each), ``start`` /
+#: ``end`` (metric key -> per-slot values), ``allocation`` (pass-rate bin -> per-slot gradient
+#: shares), ``curve_steps`` / ``curve_pass@1`` and, for calibrated learners,
+#: ``kappo_calibration``; JSON values, read by key.
+SlotResults: TypeAlias = dict[str, Any]
 
 
 def load_digits_split(test_fraction: float, seed: int):
@@ -215,7 +221,7 @@ class RunSpec:
 
 def _kappo_calibration(spec: RunSpec, problem: Problem, model: BatchedMLP, slots: list[int],
                        slot_seed_pos: list[int], gen: torch.Generator,
-                       betas: Sequence[float]) -> dict[float, Any]:
+                       betas: Sequence[float]) -> dict[float, Calibration]:
     """Calibrate @k-GRPO from the policy RL starts from (the SFT policy when
     ``spec.sft_steps > 0``) of each seed, once per KL strength in ``betas``: bank id = seed
     position x n_train + image index (the group ids the training loop uses)."""
@@ -240,9 +246,9 @@ def _slot_logits(model: BatchedMLP, slot: int, x: torch.Tensor) -> torch.Tensor:
     return torch.addmm(model.b2[slot], h, model.w2[slot])
 
 
-def _calibration_summary(cal: Any) -> dict[str, Any]:
+def _calibration_summary(cal: Calibration) -> dict[str, object]:
     """What the KAPPO calibration from the initial policy looked like (for the report)."""
-    summary: dict[str, Any] = {"kind": cal.kind, "k": cal.k, "beta": cal.beta,
+    summary: dict[str, object] = {"kind": cal.kind, "k": cal.k, "beta": cal.beta,
                                "prompts": cal.num_prompts}
     if cal.kind_spec.binary:
         a_k = np.asarray(cal.values["a_k"], dtype=np.float64)
@@ -284,7 +290,7 @@ def evaluate_slots(model: BatchedMLP, problem: Problem, ks: Sequence[int],
 
 
 def run_slots(problem: Problem, slots: Sequence[Slot], spec: RunSpec,
-              progress: Callable[[], None] | None = None) -> dict[str, Any]:
+              progress: Callable[[], None] | None = None) -> SlotResults:
     """Train every slot for ``spec.steps`` steps; return per-slot metrics at the start and the
     end (``{"start": {key: [P]}, "end": {key: [P]}}``, keys from :func:`metric_key`), the
     gradient allocation shares, training curves of pass@1 and the KAPPO calibration summary."""
@@ -318,7 +324,7 @@ def run_slots(problem: Problem, slots: Sequence[Slot], spec: RunSpec,
     groups: dict[tuple[str, float | None], list[int]] = {}
     for i, s in enumerate(slots):
         groups.setdefault((s.learner.label, s.beta), []).append(i)
-    calibrations: dict[float, Any] = {}
+    calibrations: dict[float, Calibration] = {}
     kappo = [i for i, s in enumerate(slots) if s.learner.calibrated]
     if kappo:
         no_beta = sorted({slots[i].learner.label for i in kappo if slots[i].beta is None})
@@ -388,7 +394,7 @@ def run_slots(problem: Problem, slots: Sequence[Slot], spec: RunSpec,
     end = ev
     tot = alloc.sum(1, keepdim=True)
     share = torch.where(tot > 0, alloc / tot.clamp_min(1e-300), torch.zeros_like(alloc))
-    out: dict[str, Any] = {
+    out: SlotResults = {
         "slots": [{"learner": s.learner.label, "lr": s.lr, "seed": s.seed, "beta": s.beta}
                   for s in slots],
         "start": _metrics(start, spec.ks),

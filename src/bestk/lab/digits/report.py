@@ -8,9 +8,8 @@ learner (:func:`learner_colour`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -21,7 +20,9 @@ from bestk.lab.digits.settings import (
     LEARNERS,
     REWARD_KINDS,
 )
+from bestk.lab.digits.sweep import SettingResult
 from bestk.lab.io import (
+    TestbedData,
     alloc_key,
     fmt,
     markdown_table,
@@ -35,7 +36,7 @@ def _cell(values: Sequence[float]) -> str:
     return f"{m:.3f} ± {fmt(h)}"
 
 
-def render_testbed(tb: dict[str, Any], title: str | None = None,
+def render_testbed(tb: TestbedData, title: str | None = None,
                    name: str | None = None,
                    measure: str = "test split at the end of training, exact") -> str:
     """Markdown of one testbed's data: selected learning rates, end metrics, change from the
@@ -106,7 +107,7 @@ def learner_colour(label: str) -> str:
 _EXTRA_COLOURS = ("#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5")
 
 
-def plot(results: dict[str, Any], path: Path) -> None:
+def plot(results: Mapping[str, SettingResult], path: Path) -> None:
     """Per reward: test pass@k / best@k vs k, and test pass@1 along training (mean over seeds).
     Each learner keeps its colour (:func:`learner_colour`) in every panel, and every top panel
     has its own legend (the reward variants train different learners)."""

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from rich.progress import Progress
 
@@ -27,8 +27,9 @@ from bestk.lab.digits.settings import (
     LEARNERS,
     DigitsConfig,
 )
-from bestk.lab.digits.sweep import sweep_and_test
+from bestk.lab.digits.sweep import SettingResult, sweep_and_test
 from bestk.lab.io import (
+    TestbedData,
     write_json_atomic,
     write_text_atomic,
 )
@@ -41,7 +42,7 @@ def _spec(cfg: DigitsConfig) -> RunSpec:
 
 
 def run_digits(cfg: DigitsConfig, out: str | Path, *, progress: bool = True,
-               resume: bool = True) -> dict[str, Any]:
+               resume: bool = True) -> dict[str, SettingResult]:
     """Sweep and test every reward variant; write ``results.json`` (per reward: the sweep, the
     selected rates and the per-slot test results), ``testbeds.json`` (per-seed data for the
     claims), ``results.md``, ``digits.png`` and ``config.json`` under ``out``.
@@ -56,15 +57,26 @@ def run_digits(cfg: DigitsConfig, out: str | Path, *, progress: bool = True,
 
 
 Ticker = Callable[[str, int], Callable[[], None]]
+#: What the settings of a command are keyed by (a reward variant's name, a group size).
+K = TypeVar("K", str, int)
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from _typeshed import DataclassInstance
+
+    class LabConfig(DataclassInstance, Protocol):
+        """A classification command's settings (:class:`DigitsConfig`, ``SparseConfig``): a
+        dataclass with the :meth:`key` of the fields that change its results."""
+
+        def key(self) -> str: ...
 
 
-def run_settings(out: Path, items: Sequence[tuple[Any, str]], key: str, *, resume: bool,
+def run_settings(out: Path, items: Sequence[tuple[K, str]], key: str, *, resume: bool,
                  progress: bool, prefix: str,
-                 compute: Callable[[Any, Ticker], dict[str, Any]]) -> dict[Any, dict[str, Any]]:
+                 compute: Callable[[K, Ticker], SettingResult]) -> dict[K, SettingResult]:
     """``{item: compute(item, tick)}`` for ``(item, file name)`` pairs, each result saved
     atomically to ``out/settings/<file name>`` with its wall time and the config ``key``;
     with ``resume`` a saved result of the same key is reused instead of recomputed."""
-    results: dict[Any, dict[str, Any]] = {}
+    results: dict[K, SettingResult] = {}
     with Progress(disable=not progress, transient=True) as bar:
         def tick(desc: str, total: int) -> Callable[[], None]:
             task = bar.add_task(f"{prefix} {desc}", total=total)
@@ -85,8 +97,8 @@ def run_settings(out: Path, items: Sequence[tuple[Any, str]], key: str, *, resum
     return results
 
 
-def write_outputs(out: Path, cfg: Any, results: dict[Any, dict[str, Any]],
-                  data: dict[str, Any]) -> None:
+def write_outputs(out: Path, cfg: LabConfig, results: Mapping[K, SettingResult],
+                  data: Mapping[str, TestbedData]) -> None:
     """``config.json`` (with the summed training time), ``results.json`` and the per-seed
     ``testbeds.json`` of a classification command."""
     wall = sum(st.get("wall_seconds", 0.0) for st in results.values())
@@ -96,11 +108,12 @@ def write_outputs(out: Path, cfg: Any, results: dict[Any, dict[str, Any]],
     write_json_atomic(out / "testbeds.json", data)
 
 
-def _run_digits(cfg: DigitsConfig, out: Path, *, progress: bool, resume: bool) -> dict[str, Any]:
+def _run_digits(cfg: DigitsConfig, out: Path, *, progress: bool, resume: bool
+                ) -> dict[str, SettingResult]:
     key = cfg.key()
     spec = _spec(cfg)
 
-    def compute(reward: str, tick: Ticker) -> dict[str, Any]:
+    def compute(reward: str, tick: Ticker) -> SettingResult:
         learners = [LEARNERS[lb] for lb in cfg.learners if LEARNERS[lb].applies(reward, cfg.n)]
         res = sweep_and_test(
             lambda split: make_problem(reward, split=split, test_fraction=cfg.test_fraction,

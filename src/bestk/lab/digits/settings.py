@@ -14,7 +14,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, field_validator
 
@@ -22,6 +22,9 @@ from bestk._schema import Float, Int, SchemaChecks, schema_dataclass
 from bestk.estimators import EstimatorInfo, estimator_info
 from bestk.kappo.calibration import BINARY, WINRATE, CalibrationKind
 from bestk.metrics import PASS_RATE_BINS
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from _typeshed import DataclassInstance
 
 N_CLASSES = 10
 #: Pass-rate bins of SoftmaxGRPO Table 3 (:data:`bestk.metrics.PASS_RATE_BINS`).
@@ -102,7 +105,7 @@ LEARNERS: dict[str, Learner] = {
 }
 
 
-def known_learners(cls: Any, learners: tuple[str, ...]) -> tuple[str, ...]:
+def known_learners(cls: object, learners: tuple[str, ...]) -> tuple[str, ...]:
     """The ``learners`` rule of the classification configs: labels from :data:`LEARNERS`,
     each A/A control with its learner."""
     unknown = [x for x in learners if x not in LEARNERS]
@@ -120,7 +123,7 @@ def known_learners(cls: Any, learners: tuple[str, ...]) -> tuple[str, ...]:
     return learners
 
 
-def learning_rates(cls: Any, grid: Any) -> Any:
+def learning_rates(cls: object, grid: object) -> object:
     """The ``lr_grid`` rule: a non-empty sequence of positive finite numbers."""
     if not isinstance(grid, (list, tuple)) or any(isinstance(v, bool) for v in grid):
         raise ValueError(f"lr_grid must be a list of positive numbers, got {grid!r}")
@@ -128,7 +131,7 @@ def learning_rates(cls: Any, grid: Any) -> Any:
     return grid
 
 
-def positive_ks(cls: Any, ks: tuple[int, ...]) -> tuple[int, ...]:
+def positive_ks(cls: object, ks: tuple[int, ...]) -> tuple[int, ...]:
     """The ``ks`` rule: a non-empty sequence of integers >= 1."""
     if not ks or min(ks) < 1:
         raise ValueError(f"ks must be positive integers, got {ks}")
@@ -199,7 +202,7 @@ class DigitsConfig(SchemaChecks):
     _lrs = field_validator("lr_grid", mode="before")(learning_rates)
     @field_validator("kappo_betas", mode="before")
     @classmethod
-    def _positive_betas(cls, v: Any) -> Any:
+    def _positive_betas(cls, v: object) -> object:
         if (not isinstance(v, (list, tuple)) or not v or any(isinstance(b, bool) for b in v)
                 or not all(isinstance(b, (int, float)) and math.isfinite(b) and b > 0
                            for b in v)):
@@ -220,7 +223,7 @@ class DigitsConfig(SchemaChecks):
         return config_key(self)
 
 
-def config_key(cfg: Any) -> str:
+def config_key(cfg: DataclassInstance) -> str:
     """Hash of a lab config's fields (``threads`` excluded: it does not change results)."""
     d = asdict(cfg)
     d.pop("threads", None)

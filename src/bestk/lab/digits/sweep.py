@@ -8,8 +8,8 @@ rate on the test split for the paired seeds.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeAlias
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from bestk.lab.digits.engine import (
     Problem,
     RunSpec,
     Slot,
+    SlotResults,
     run_slots,
 )
 from bestk.lab.digits.settings import (
@@ -30,8 +31,15 @@ from bestk.lab.io import (
 )
 from bestk.lr_sweep import fixed_rate, sweep_until_interior
 
+#: One finished setting (a reward variant of ``bestk lab digits``, a group size of ``bestk lab
+#: sparse``) as ``results.json`` holds it: ``sweep`` (the :class:`~bestk.lr_sweep.SweepRecord`
+#: and how it was scored), ``selected`` / ``beta`` (each learner's rate and KL strength) and
+#: ``test`` (:data:`~bestk.lab.digits.engine.SlotResults`), plus what the command adds (the
+#: setting, ``ks``, ``learners``, ``wall_seconds``, ``config_key``); JSON values, read by key.
+SettingResult: TypeAlias = dict[str, Any]
 
-def selection_score(result: dict[str, Any], reward: str, ks: Sequence[int]) -> np.ndarray:
+
+def selection_score(result: SlotResults, reward: str, ks: Sequence[int]) -> np.ndarray:
     """Per slot: mean over ``ks`` of pass@k (binary) or best@k (graded) at the end."""
     name = REWARD_KINDS[reward].metric
     return np.mean([result["end"][metric_key(name, k)] for k in ks], axis=0)
@@ -41,7 +49,7 @@ def sweep_and_test(make: Callable[[str], Problem], learners: Sequence[Learner],
                    spec: RunSpec, *, seeds: int, lr_grid: Sequence[float], sweep_seeds: int,
                    progress: Callable[[str, int], Callable[[], None] | None] | None = None,
                    max_extensions: int = 3, kappo_betas: Sequence[float] = (1e-3,),
-                   ) -> dict[str, Any]:
+                   ) -> SettingResult:
     """Choose each learner's learning rate on ``make("validation")``, then train every learner
     with its rate on ``make("test")`` for ``seeds`` paired seeds.
 
@@ -75,7 +83,7 @@ def sweep_and_test(make: Callable[[str], Problem], learners: Sequence[Learner],
         problem = make("validation")
         rounds = [0]
 
-        def score(want: Any) -> dict[str, dict[float, float]]:
+        def score(want: Mapping[str, Sequence[float]]) -> dict[str, dict[float, float]]:
             slots = [Slot(arms[a][0], float(v), SWEEP_SEED0 + j, arms[a][1])
                      for a, rates in want.items() for v in rates for j in range(sweep_seeds)]
             rounds[0] += 1
