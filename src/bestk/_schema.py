@@ -56,7 +56,7 @@ def _str_input(value: object) -> object:
 
 def names_input(value: object) -> object:
     """A list (or tuple) must hold names (strings) only; it becomes a list (error type
-    ``names_type`` otherwise). Any other value is left to the field's type."""
+    ``names_type`` otherwise). Every other value is left to the field's type."""
     if isinstance(value, (list, tuple)):
         if not all(isinstance(v, str) for v in value):
             raise PydanticCustomError("names_type", "not a list of names")

@@ -130,7 +130,7 @@ class Group(TyperGroup):
       :data:`bestk._optional.OPTIONAL`), becomes one line
       ``error: bestk lab digits needs scikit-learn: pip install "bestk[lab]"`` on stderr and
       exit status 2, without a traceback.
-    * Any ``ValueError`` or ``OSError`` a subcommand lets out is one line ``error: ...`` and
+    * Every ``ValueError`` or ``OSError`` a subcommand lets out is one line ``error: ...`` and
       exit status 2 (:func:`cli_errors`): ``--out`` naming a file, a read-only or full disk,
       bad values found deep in a library call.
     * The group's own ``--help`` flag defaults to ``False`` rather than typer's ``None``: typer

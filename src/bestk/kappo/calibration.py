@@ -477,8 +477,8 @@ class BinaryKind(CalibrationKind):
 
 
 class WinrateKind(CalibrationKind):
-    r"""Any finite rewards, max@k (Algorithm 2): the sorted reference rewards of each prompt and
-    the shared table :math:`T_0..T_M`; adaptive reward :math:`T_j`,
+    r"""Finite rewards of any value, max@k (Algorithm 2): the sorted reference rewards of each
+    prompt and the shared table :math:`T_0..T_M`; adaptive reward :math:`T_j`,
     :math:`j = \#\{\text{reference rewards} \le r\}` (Eq. 146), with :math:`Z = 1`."""
 
     name = "winrate"

@@ -147,7 +147,7 @@ class Task:
         (:class:`~bestk.tasks.rewards.WeightedRewards`) a function may return ``None``, which
         is skipped as TRL skips it: ``total = sum_j w_j r_j`` over the functions that returned
         a number (TRL's ``nansum``); a completion that no function scored is a ``ValueError``
-        (there is no reward to give the estimator). Any other non-number, and ``NaN`` or
+        (there is no reward to give the estimator). Every other non-number, and ``NaN`` or
         infinity, is a ``ValueError`` naming the function and the prompt.
         """
         if len(examples) != len(completions):

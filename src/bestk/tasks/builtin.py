@@ -169,7 +169,7 @@ def reasoning_gym_task(
     template: str = "{question}\nAnswer: ",
     max_answer_chars: int = 64,
 ) -> Task:
-    """Any reasoning-gym dataset by name and config (``reasoning_gym.create_dataset``).
+    """A reasoning-gym dataset (any of them) by name and config (``reasoning_gym.create_dataset``).
 
     Training prompts: ``size`` items generated with ``seed``; held-out prompts: ``num_eval``
     items generated with seed ``seed + 1_000_003`` (a different stream, so a different set).
