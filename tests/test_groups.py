@@ -107,7 +107,7 @@ def test_bad_group_labels(group, msg):
 
 
 def test_string_labels_survive_hash_collisions(monkeypatch):
-    import bestk.groups as mod
+    import bestk.groups.labels as mod
 
     lab = np.array(["b", "a", "c", "a", "b"], dtype=object)
     monkeypatch.setattr(mod, "_hash", lambda v: 7)  # everything collides
@@ -267,7 +267,8 @@ def test_accelerator_code_paths_agree_with_the_cpu_ones(monkeypatch):
     """The branches taken on devices without numpy sorts or sequential scans (torch.sort,
     explicit tie canonicalisation, torch.unique factorisation) give the same advantages."""
     import bestk
-    import bestk.groups as mod
+    import bestk.groups.labels as labels_mod
+    import bestk.groups.layout as mod
 
     rng = np.random.default_rng(8)
     lab = rng.permutation(np.repeat(np.arange(40), rng.integers(1, 30, 40)))
@@ -288,6 +289,6 @@ def test_accelerator_code_paths_agree_with_the_cpu_ones(monkeypatch):
             for g in np.unique(lab):
                 tied = got[(lab == g) & (x == v)]
                 assert np.all(tied == tied[:1])
-    f = mod._factor_tensor(torch.tensor(lab))
+    f = labels_mod._factor_tensor(torch.tensor(lab))
     np.testing.assert_array_equal(f.labels, np.unique(lab))
     np.testing.assert_array_equal(f.index.numpy(), np.searchsorted(np.unique(lab), lab))

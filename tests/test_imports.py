@@ -10,10 +10,19 @@ How imports become edges (``docs/design.md``, "Imports"):
   ``bestk.a`` importing ``bestk.a.x`` is already inside ``bestk.a``'s ``__init__``).
 * A name of a package's PEP 562 lazy table (``_LAZY = {name: module}``, :mod:`bestk._lazy`)
   is an edge to the module that defines it: ``from bestk import advantages`` and
-  ``bestk.advantages(...)`` after ``import bestk`` both import ``bestk.estimators``. The
-  package's own ``__init__`` gets no edge for its lazy names (it imports nothing until used).
+  ``bestk.advantages(...)`` after ``import bestk`` both import ``bestk.estimators``.
+* The package's own ``__init__`` gets an edge to each module of its lazy table too: it imports
+  nothing until a name is used, but then it is the package that imports it, so a lazy name is
+  held to the layer order like any import (``bestk.kappo`` may not expose a name of
+  ``bestk.estimators``). The one exemption is the root package ``bestk``: its lazy table is
+  the public facade over every layer (``bestk.advantages``, ``bestk.Trainer``, ...), meant to
+  reach upwards, and nothing inside ``bestk`` imports a name through it; its
+  ``if TYPE_CHECKING:`` imports of those same names (what type checkers see of the facade)
+  are exempt with it.
 * ``importlib.import_module("bestk....")`` with a literal name is an import like the others.
-* Imports under ``if TYPE_CHECKING:`` are not run and are left out.
+* Imports under ``if TYPE_CHECKING:`` are never run, so they stay out of the cycle check, but
+  they are held to the layer order: an annotation naming a class of a higher layer is a
+  dependency on that layer all the same (a lower layer takes a ``Protocol`` of its own).
 
 The layers (``docs/design.md``, "Layers", :data:`LAYERS`): every module belongs to one, and no
 import -- module-level or inside a function -- points to a higher layer.
@@ -92,8 +101,14 @@ def upward_imports(imports: list[Import], layers: list[tuple[str, tuple[str, ...
         a, b = layer_of(imp.importer, layers), layer_of(imp.target, layers)
         if a is not None and b is not None and b > a:
             bad.add(f"{imp.importer}:{imp.line} ({layers[a][0]}) imports {imp.target} "
-                    f"({layers[b][0]})" + (" inside a function" if imp.lazy else ""))
+                    f"({layers[b][0]})" + (" inside a function" if imp.lazy else "")
+                    + (f" ({imp.via})" if imp.via else ""))
     return sorted(bad)
+
+
+#: How an import is written, besides a plain import statement (for messages and the checks).
+LAZY_TABLE = "lazy table"  # a name of the importing package's own ``_LAZY`` table
+TYPE_ONLY = "TYPE_CHECKING"  # under ``if TYPE_CHECKING:``: never run
 
 
 @dataclass(frozen=True)
@@ -103,28 +118,37 @@ class Import:
     line: int
     lazy: bool  # inside a function
     what: str  # the imported name as written (for messages)
+    via: str = ""  # "", LAZY_TABLE or TYPE_ONLY
 
 
-def module_name(path: Path) -> str:
-    rel = path.relative_to(SRC).with_suffix("")
+def module_name(path: Path, src: Path = SRC) -> str:
+    rel = path.relative_to(src).with_suffix("")
     parts = list(rel.parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def all_modules() -> dict[str, Path]:
-    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+def all_modules(src: Path = SRC) -> dict[str, Path]:
+    return {module_name(p, src): p for p in sorted((src / "bestk").rglob("*.py"))}
 
 
 def lazy_table(path: Path) -> dict[str, str]:
     """A package's ``_LAZY = {name: module}`` literal (empty if it has none)."""
+    return {name: module for name, (module, _) in lazy_table_lines(path).items()}
+
+
+def lazy_table_lines(path: Path) -> dict[str, tuple[str, int]]:
+    """A package's ``_LAZY`` literal with the line of each entry: ``{name: (module, line)}``."""
     tree = ast.parse(path.read_text())
     for node in tree.body:
         target = node.target if isinstance(node, ast.AnnAssign) else (
             node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
         if isinstance(target, ast.Name) and target.id == "_LAZY":
-            return ast.literal_eval(node.value)
+            assert isinstance(node.value, ast.Dict)
+            return {ast.literal_eval(k): (ast.literal_eval(v), k.lineno)
+                    for k, v in zip(node.value.keys, node.value.values, strict=True)
+                    if k is not None}
     return {}
 
 
@@ -135,17 +159,23 @@ def _is_type_checking(node: ast.AST) -> bool:
 
 
 class _Collector(ast.NodeVisitor):
-    """Every import statement of a module with its line and whether it runs in a function;
-    the names bound by ``import bestk...`` and the attribute chains read from them."""
+    """Every import statement of a module with its line, whether it runs in a function and
+    whether it sits under ``if TYPE_CHECKING:``; the names bound by ``import bestk...`` and the
+    attribute chains read from them."""
 
     def __init__(self) -> None:
-        self.imports: list[tuple[ast.AST, bool]] = []
+        self.imports: list[tuple[ast.AST, bool, bool]] = []
         self.depth = 0
+        self.type_checking = 0  # > 0 inside ``if TYPE_CHECKING:``
         self.module_aliases: dict[str, str] = {}  # local name -> module it names
         self.chains: list[tuple[list[str], int, bool]] = []
 
     def visit_If(self, node: ast.If) -> None:
         if _is_type_checking(node):
+            self.type_checking += 1
+            for child in node.body:
+                self.visit(child)
+            self.type_checking -= 1
             for child in node.orelse:
                 self.visit(child)
             return
@@ -158,21 +188,26 @@ class _Collector(ast.NodeVisitor):
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
 
+    def _record(self, node: ast.AST) -> None:
+        self.imports.append((node, self.depth > 0, self.type_checking > 0))
+
     def visit_Import(self, node: ast.Import) -> None:
-        self.imports.append((node, self.depth > 0))
+        self._record(node)
+        if self.type_checking:  # binds names for annotations only: no attribute reads
+            return
         for alias in node.names:
             if alias.name.split(".")[0] == "bestk":
                 local = alias.asname or alias.name.split(".")[0]
                 self.module_aliases[local] = alias.name if alias.asname else "bestk"
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        self.imports.append((node, self.depth > 0))
+        self._record(node)
 
     def visit_Call(self, node: ast.Call) -> None:
         f = node.func
         if (isinstance(f, ast.Attribute) and f.attr == "import_module" and node.args
                 and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
-            self.imports.append((node, self.depth > 0))
+            self._record(node)
         self.generic_visit(node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
@@ -189,15 +224,26 @@ class _Collector(ast.NodeVisitor):
 
 
 class Graph:
-    def __init__(self) -> None:
-        self.modules = all_modules()
+    """The module graph of the ``bestk`` package under ``src``.
+
+    ``lazy_tables`` (a package's ``__init__`` imports the modules of its own ``_LAZY`` table,
+    the root package excepted) and ``type_checking`` (imports under ``if TYPE_CHECKING:``
+    count for the layer order) are on for the real check; both off is the checker as it was
+    before it saw them (the tests below show what that missed).
+    """
+
+    def __init__(self, src: Path = SRC, *, lazy_tables: bool = True,
+                 type_checking: bool = True) -> None:
+        self.modules = all_modules(src)
+        self.see_lazy_tables, self.see_type_checking = lazy_tables, type_checking
         self.lazy = {m: lazy_table(p) for m, p in self.modules.items() if p.name == "__init__.py"}
         self.imports: list[Import] = []
         for name, path in self.modules.items():
             self._collect(name, path)
+        # the cycle check: imports that run (not those under TYPE_CHECKING)
         self.edges: dict[str, set[str]] = {m: set() for m in self.modules}
         for imp in self.imports:
-            if imp.target in self.modules and imp.target != imp.importer:
+            if imp.target in self.modules and imp.target != imp.importer and imp.via != TYPE_ONLY:
                 self.edges[imp.importer].add(imp.target)
 
     def resolve(self, dotted: str) -> str | None:
@@ -216,49 +262,67 @@ class Graph:
                 break
         return mod
 
-    def _add(self, importer: str, target: str, line: int, lazy: bool, what: str) -> None:
+    def _add(self, importer: str, target: str | None, line: int, lazy: bool, what: str,
+             via: str = "") -> None:
         if target is None:
             return
-        self.imports.append(Import(importer, target, line, lazy, what))
+        self.imports.append(Import(importer, target, line, lazy, what, via))
         parts = target.split(".")
         for i in range(1, len(parts)):  # the packages above the target run their __init__
             pkg = ".".join(parts[:i])
             if pkg in self.modules and not (importer == pkg or importer.startswith(pkg + ".")):
-                self.imports.append(Import(importer, pkg, line, lazy, what))
+                self.imports.append(Import(importer, pkg, line, lazy, what, via))
 
     def _collect(self, name: str, path: Path) -> None:
         tree = ast.parse(path.read_text(), filename=str(path))
         col = _Collector()
         col.visit(tree)
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node, lazy in col.imports:
+        if path.name == "__init__.py" and name != "bestk" and self.see_lazy_tables:
+            for attr, (module, line) in lazy_table_lines(path).items():
+                self._add(name, module, line, False, f"{name}.{attr}", LAZY_TABLE)
+        for node, lazy, type_only in col.imports:
+            if type_only and not self.see_type_checking:
+                continue
+            via = TYPE_ONLY if type_only else ""
             if isinstance(node, ast.Import):
                 for alias in node.names:
-                    self.imports.append(Import(name, alias.name, node.lineno, lazy, alias.name))
+                    self.imports.append(Import(name, alias.name, node.lineno, lazy, alias.name,
+                                               via))
                     if alias.name.split(".")[0] == "bestk":
-                        self._add(name, self.resolve(alias.name), node.lineno, lazy, alias.name)
+                        self._add(name, self.resolve(alias.name), node.lineno, lazy, alias.name,
+                                  via)
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
                     anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                     base = ".".join([*anchor, *([base] if base else [])])
-                self.imports.append(Import(name, base, node.lineno, lazy, base))
+                if type_only and all(self._facade(name, a.name, self.resolve(f"{base}.{a.name}"))
+                                     for a in node.names):
+                    continue  # the root facade's mirror of its lazy table
+                self.imports.append(Import(name, base, node.lineno, lazy, base, via))
                 if base.split(".")[0] != "bestk":
                     continue
                 for alias in node.names:
                     self._add(name, self.resolve(f"{base}.{alias.name}"), node.lineno, lazy,
-                              f"{base}.{alias.name}")
+                              f"{base}.{alias.name}", via)
             else:  # importlib.import_module("...")
                 target = node.args[0].value
-                self.imports.append(Import(name, target, node.lineno, lazy, target))
+                self.imports.append(Import(name, target, node.lineno, lazy, target, via))
                 if target.split(".")[0] == "bestk":
-                    self._add(name, self.resolve(target), node.lineno, lazy, target)
+                    self._add(name, self.resolve(target), node.lineno, lazy, target, via)
         for chain, line, lazy in col.chains:  # bestk.advantages(...) after `import bestk`
             base = col.module_aliases.get(chain[0])
             if base is not None and len(chain) > 1:
                 target = self.resolve(".".join([base, *chain[1:]]))
                 if target != base:
                     self._add(name, target, line, lazy, ".".join(chain))
+
+    def _facade(self, importer: str, attr: str, target: str | None) -> bool:
+        """Whether ``importer`` is the root package and ``attr`` a name of its lazy table
+        defined by ``target`` (the facade's ``if TYPE_CHECKING:`` mirror of that table)."""
+        return importer == "bestk" and target is not None and \
+            self.lazy.get("bestk", {}).get(attr) == target
 
     def cycles(self) -> list[list[str]]:
         """Strongly connected components with more than one module (Tarjan)."""
@@ -402,3 +466,72 @@ def test_the_layer_check_finds_upward_imports():
 def test_no_module_imports_from_a_higher_layer(graph):
     bad = upward_imports(graph.imports)
     assert not bad, "imports against the layer order of docs/design.md:\n" + "\n".join(bad)
+
+
+#: A fake two-layer source tree for the checks below: ``bestk.low`` may not import
+#: ``bestk.high``.
+FAKE_LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("helpers", ("bestk",)), ("low", ("bestk.low",)), ("high", ("bestk.high",))]
+
+
+def fake_tree(root: Path, files: dict[str, str]) -> Path:
+    """Write ``{relative path: source}`` under ``root/src/bestk`` (with the ``high`` package
+    every case imports from); return ``root/src``."""
+    base = {"__init__.py": '"""root"""\n', "low/__init__.py": '"""low"""\n',
+            "high/__init__.py": '"""high"""\n', "high/mod.py": '"""high.mod"""\nThing = 1\n'}
+    for rel, text in {**base, **files}.items():
+        path = root / "src" / "bestk" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root / "src"
+
+
+def test_the_layer_check_sees_an_upward_name_of_a_lazy_table(tmp_path):
+    """A lower package exposing a higher layer's name lazily imports that layer when the name
+    is used: the new checker flags it (and sees the cycle it may close); the checker that gave
+    a package's ``__init__`` no edge for its own lazy names did not."""
+    src = fake_tree(tmp_path, {"low/__init__.py": (
+        '"""low"""\nfrom bestk._lazy import lazy_attributes\n\n'
+        '_LAZY = {\n    "Thing": "bestk.high.mod",\n}\n'
+        '__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, ["Thing"])\n')})
+    new = upward_imports(Graph(src).imports, FAKE_LAYERS)
+    assert new == ["bestk.low:5 (low) imports bestk.high (high) (lazy table)",
+                   "bestk.low:5 (low) imports bestk.high.mod (high) (lazy table)"]
+    old = Graph(src, lazy_tables=False, type_checking=False)
+    assert upward_imports(old.imports, FAKE_LAYERS) == []
+
+
+def test_the_root_package_lazy_table_is_exempt(tmp_path):
+    """The root's lazy table (and its ``TYPE_CHECKING`` mirror of it) is the public facade over
+    every layer: no upward import, whereas the same in a lower package is one."""
+    facade = ('"""root"""\nfrom typing import TYPE_CHECKING\n\n'
+              '_LAZY = {"Thing": "bestk.high.mod"}\n\n'
+              'if TYPE_CHECKING:\n    from bestk.high.mod import Thing\n')
+    src = fake_tree(tmp_path, {"__init__.py": facade})
+    assert upward_imports(Graph(src).imports, FAKE_LAYERS) == []
+    graph = Graph(src)
+    assert graph.resolve("bestk.Thing") == "bestk.high.mod"  # still resolved for importers
+    lowered = fake_tree(tmp_path / "b", {"low/__init__.py": facade.replace("root", "low")})
+    assert "bestk.low:4 (low) imports bestk.high.mod (high) (lazy table)" in \
+        upward_imports(Graph(lowered).imports, FAKE_LAYERS)
+
+
+def test_the_layer_check_sees_an_upward_type_checking_import(tmp_path):
+    """An annotation-only import of a higher layer is a dependency on it: the new checker
+    flags it, leaves it out of the cycle check (it never runs), and the checker that skipped
+    ``if TYPE_CHECKING:`` blocks did not see it."""
+    src = fake_tree(tmp_path, {
+        "low/a.py": ('"""a"""\nfrom __future__ import annotations\n\nimport typing\n'
+                     'from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n'
+                     '    from bestk.high.mod import Thing\n'
+                     'if typing.TYPE_CHECKING:\n    import bestk.high\n\n\n'
+                     'def f(x: Thing) -> Thing:\n    return x\n'),
+        "high/mod.py": '"""high.mod"""\nfrom bestk.low import a\n\nThing = 1\n'})
+    graph = Graph(src)
+    assert upward_imports(graph.imports, FAKE_LAYERS) == [
+        "bestk.low.a:10 (low) imports bestk.high (high) (TYPE_CHECKING)",
+        "bestk.low.a:8 (low) imports bestk.high (high) (TYPE_CHECKING)",
+        "bestk.low.a:8 (low) imports bestk.high.mod (high) (TYPE_CHECKING)"]
+    assert graph.cycles() == []  # bestk.high.mod -> bestk.low.a runs; the way back does not
+    old = Graph(src, lazy_tables=False, type_checking=False)
+    assert upward_imports(old.imports, FAKE_LAYERS) == []

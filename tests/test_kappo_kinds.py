@@ -165,7 +165,7 @@ NOT_A_KIND = {
     "bestk/kappo/sensitivity.py": {
         "quantity": "finite_bank_error's quantity 'winrate' (T(N/M)), a quantity name",
     },
-    "bestk/lab/claims.py": {
+    "bestk/lab/claims/exact.py": {
         "r['bandit']": "the exact bandit testbed 'binary' of bestk.lab.bandit, a testbed id",
     },
 }

@@ -87,7 +87,9 @@ def test_rerun_resumes_finished_settings(fast_run, monkeypatch):
     def boom(*a, **k):
         raise AssertionError("a finished setting was recomputed")
 
-    monkeypatch.setattr(dg, "sweep_and_test", boom)
+    import bestk.lab.digits.run as run_mod
+
+    monkeypatch.setattr(run_mod, "sweep_and_test", boom)
     again = run_digits(cfg, out, progress=False)
     assert again == json.loads(json.dumps(results))
 
@@ -185,7 +187,10 @@ def test_plot_gives_each_learner_one_colour_and_every_panel_a_legend(tmp_path, m
             "slots": slots, "end": {metric_key(name, k): [0.5] * len(lbs) for k in ks},
             "curve_pass@1": [[0.1, 0.2]] * len(lbs), "curve_steps": [0, 1]}}
     captured = {}
-    monkeypatch.setattr(dg, "save_figure", lambda fig, path: captured.setdefault("fig", fig))
+    import bestk.lab.digits.report as report_mod
+
+    monkeypatch.setattr(report_mod, "save_figure",
+                        lambda fig, path: captured.setdefault("fig", fig))
     plot(results, tmp_path / "d.png")
     axes = captured["fig"].axes
     colours = {}

@@ -190,7 +190,7 @@ def test_best_at_k_float16_input_fits():
     assert got.dtype == torch.float16 and torch.isfinite(got)
 
 
-# -- issue 22, item 8: one rule for parameters -----------------------------------------------------
+# -- one rule for integer parameters: k of pass_at_k, best_at_k and pkpo, curve options ------------
 @pytest.mark.parametrize("k", [2.0, np.float64(2.0), True, "2", torch.tensor(2.0)])
 def test_k_follows_one_rule_in_pass_at_k_best_at_k_and_pkpo(k):
     """An integral float, a bool, a string: refused by all three, naming k."""

@@ -3,20 +3,31 @@
 Everything bestk persists (calibrations, checkpoints, run metadata, lab results) goes through
 :func:`atomic_path`: the content is written to a temporary file in the destination directory,
 flushed to disk, given the permissions the process umask asks for, then moved into place with
-``os.replace`` (atomic on POSIX and Windows).
+``os.replace`` (atomic on POSIX and Windows). :data:`JSONValue` is the type of what the JSON
+files among them hold.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeAlias
 
 __all__ = [
     "atomic_path", "write_text_atomic", "current_umask", "respect_umask", "os_error_line",
+    "JSONValue", "JSONObject",
 ]
+
+#: A JSON value as ``json.dumps`` takes it. The containers are read-only views (``Sequence``,
+#: ``Mapping``), so a ``list[float]`` or a ``dict[str, list[int]]`` is one too; integer keys
+#: are written as strings.
+JSONValue: TypeAlias = ("None | bool | int | float | str | Sequence[JSONValue] "
+                        "| Mapping[str, JSONValue] | Mapping[int, JSONValue]")
+#: A JSON object (a results file, a calibration file): string keys, JSON values.
+JSONObject: TypeAlias = Mapping[str, JSONValue]
 
 
 def current_umask() -> int:

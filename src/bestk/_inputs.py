@@ -10,15 +10,31 @@ their own; :func:`first_non_binary` is the one 0/1 check.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TypeAlias
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 from bestk.groups import GroupLabels, Groups, block_groups, make_groups
 
-__all__ = ["prepare", "rewards_to_tensor", "to_output", "first_non_binary"]
+__all__ = ["prepare", "rewards_to_tensor", "to_output", "first_non_binary", "Numbers",
+           "ArrayInput", "NumbersOut", "Finish"]
+
+#: Numbers as the public batch functions take them: a tensor, or anything numpy reads as an
+#: array (a numpy array, a nested sequence of numbers, a scalar).
+Numbers: TypeAlias = torch.Tensor | ArrayLike
+#: Numbers that are not a tensor: a numpy array, a number or a (nested) sequence of numbers
+#: (the inputs whose results are float64 numpy arrays; the non-tensor ``@overload`` of a
+#: function that returns what it was given).
+ArrayInput: TypeAlias = np.ndarray | float | Sequence[float] | Sequence[Sequence[float]]
+#: What they return: a tensor (of the input tensor's dtype and device) for tensor input, else a
+#: float64 numpy array.
+NumbersOut: TypeAlias = torch.Tensor | np.ndarray
+#: ``finish(a, shape=None, what="advantages")`` of :func:`prepare`: a flat float64 result back
+#: in the caller's type and shape.
+Finish: TypeAlias = Callable[..., NumbersOut]
 
 
 #: Integers above this magnitude do not convert to float64 exactly.
@@ -33,7 +49,7 @@ def _integer_range_check(lo: float, hi: float) -> None:
         )
 
 
-def rewards_to_tensor(rewards: Any) -> tuple[torch.Tensor, torch.dtype | None]:
+def rewards_to_tensor(rewards: Numbers) -> tuple[torch.Tensor, torch.dtype | None]:
     """Conversion to a float64 tensor, and the dtype of tensor input (``None`` otherwise)."""
     if isinstance(rewards, torch.Tensor):
         if rewards.is_complex():
@@ -76,7 +92,8 @@ def _validate(r: torch.Tensor) -> None:
         raise ValueError(f"reward at index {where} is {r[tuple(bad)].item()} (must be finite)")
 
 
-def to_output(a: torch.Tensor, dtype: torch.dtype | None, what: str = "advantages") -> Any:
+def to_output(a: torch.Tensor, dtype: torch.dtype | None, what: str = "advantages"
+              ) -> NumbersOut:
     """A float64 result in the caller's type: a tensor of ``dtype`` (tensor input, ``dtype``
     not ``None``) or a float64 numpy array.
 
@@ -100,8 +117,7 @@ def to_output(a: torch.Tensor, dtype: torch.dtype | None, what: str = "advantage
     return out
 
 
-def prepare(rewards: Any, group: GroupLabels = None
-            ) -> tuple[torch.Tensor, Groups, Callable[..., Any]]:
+def prepare(rewards: Numbers, group: GroupLabels = None) -> tuple[torch.Tensor, Groups, Finish]:
     """Validate ``rewards``/``group`` as :func:`advantages` does.
 
     Returns the flat float64 reward tensor, its :class:`Groups`, and ``finish(a, shape=None,
@@ -121,13 +137,14 @@ def prepare(rewards: Any, group: GroupLabels = None
         flat = r
         groups = make_groups(group, shape[0], r.device)
 
-    def finish(a: torch.Tensor, out_shape: Any = None, what: str = "advantages") -> Any:
+    def finish(a: torch.Tensor, out_shape: tuple[int, ...] | None = None,
+               what: str = "advantages") -> NumbersOut:
         return to_output(a.reshape(shape if out_shape is None else out_shape), dtype, what)
 
     return flat, groups, finish
 
 
-def first_non_binary(values: Any) -> int | None:
+def first_non_binary(values: Numbers) -> int | None:
     """Flat index of the first value of ``values`` (tensor or array) that is neither 0 nor 1,
     or ``None`` when all are 0/1 (NaN counts as not 0/1)."""
     if isinstance(values, torch.Tensor):

@@ -12,20 +12,19 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any
 
 __all__ = ["lazy_attributes"]
 
 
 def lazy_attributes(
     package: str, table: Mapping[str, str], exported: list[str]
-) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
     """``(__getattr__, __dir__)`` for ``package``: attribute ``name`` of ``table`` is
     ``getattr(import_module(table[name]), name)``, or the module itself when ``table[name]`` is
     ``f"{package}.{name}"`` (a lazily imported submodule); it is then cached in the package's
     namespace so later lookups bypass ``__getattr__``."""
 
-    def __getattr__(name: str) -> Any:
+    def __getattr__(name: str) -> object:
         if name not in table:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         module = importlib.import_module(table[name])

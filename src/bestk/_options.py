@@ -23,8 +23,8 @@ import numbers
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar, cast
 
 import numpy as np
 import torch
@@ -32,15 +32,19 @@ import torch
 __all__ = ["check_option_names", "real_option", "int_option", "load_path_cached",
            "PATH_CACHE_SIZE"]
 
+#: What a loader of :func:`load_path_cached` returns.
+T = TypeVar("T")
+
 #: Most files :func:`load_path_cached` keeps loaded (least recently used evicted first).
 PATH_CACHE_SIZE = 32
 
 #: (loader, absolute path) -> ((st_mtime_ns, st_size), loaded value), least recently used first.
-_PATH_CACHE: OrderedDict[tuple[Any, str], tuple[tuple[int, int], Any]] = OrderedDict()
+_PATH_CACHE: OrderedDict[tuple[Callable[..., object], str], tuple[tuple[int, int], object]] = \
+    OrderedDict()
 _PATH_CACHE_LOCK = threading.Lock()
 
 
-def load_path_cached(loader: Callable[[Any], Any], path: str | os.PathLike) -> Any:
+def load_path_cached(loader: Callable[[str | os.PathLike], T], path: str | os.PathLike) -> T:
     """``loader(path)``, cached by (``loader``, absolute path, ``st_mtime_ns``, ``st_size``).
 
     The file is read again when its modification time or size changes (one entry per loader
@@ -60,7 +64,7 @@ def load_path_cached(loader: Callable[[Any], Any], path: str | os.PathLike) -> A
         hit = _PATH_CACHE.get(key)
         if hit is not None and hit[0] == stamp:
             _PATH_CACHE.move_to_end(key)
-            return hit[1]
+            return cast(T, hit[1])  # stored by this loader
     value = loader(path)  # outside the lock: loaders may be slow
     with _PATH_CACHE_LOCK:
         _PATH_CACHE[key] = (stamp, value)
@@ -70,7 +74,8 @@ def load_path_cached(loader: Callable[[Any], Any], path: str | os.PathLike) -> A
     return value
 
 
-def check_option_names(kind: str, name: str, given: Any, valid: dict[str, Any]) -> None:
+def check_option_names(kind: str, name: str, given: Iterable[str],
+                       valid: Mapping[str, object]) -> None:
     """Raise ``ValueError`` for option names of ``kind`` ``name`` (an estimator, a task...)
     that are unknown, or required (default ``inspect.Parameter.empty``) and missing.
 
@@ -88,7 +93,7 @@ def check_option_names(kind: str, name: str, given: Any, valid: dict[str, Any]) 
         raise ValueError(f"{kind} {name!r} requires option(s): {', '.join(missing)}")
 
 
-def _unwrap(value: Any) -> Any:
+def _unwrap(value: object) -> object:
     """0-d tensors / arrays -> their Python scalar; everything else unchanged."""
     if isinstance(value, torch.Tensor) and value.ndim == 0:
         return value.item()
@@ -97,11 +102,11 @@ def _unwrap(value: Any) -> Any:
     return value
 
 
-def _describe(value: Any) -> str:
+def _describe(value: object) -> str:
     return f"{type(value).__name__} {value!r}"
 
 
-def real_option(owner: str, name: str, value: Any, *, minimum: float | None = None,
+def real_option(owner: str, name: str, value: object, *, minimum: float | None = None,
                 strict: bool = False) -> float:
     """``value`` as a finite ``float``; ``>= minimum`` (``> minimum`` when ``strict``)."""
     v = _unwrap(value)
@@ -119,7 +124,7 @@ def real_option(owner: str, name: str, value: Any, *, minimum: float | None = No
     return f
 
 
-def int_option(owner: str, name: str, value: Any, *, minimum: int | None = None) -> int:
+def int_option(owner: str, name: str, value: object, *, minimum: int | None = None) -> int:
     """``value`` as an ``int`` (Python or numpy integers, 0-d integer arrays / tensors)."""
     v = _unwrap(value)
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):

@@ -38,25 +38,25 @@ __all__ = [
 ]
 
 
-def _int_input(value: Any) -> Any:
+def _int_input(value: object) -> object:
     if isinstance(value, (bool, float)):
         raise PydanticCustomError("int_type", "not an integer")
     return value
 
 
-def _float_input(value: Any) -> Any:
+def _float_input(value: object) -> object:
     if isinstance(value, bool):
         raise PydanticCustomError("float_type", "not a number")
     return value
 
 
-def _str_input(value: Any) -> Any:
+def _str_input(value: object) -> object:
     return str(value) if isinstance(value, (bool, int, float)) else value
 
 
-def names_input(value: Any) -> Any:
+def names_input(value: object) -> object:
     """A list (or tuple) must hold names (strings) only; it becomes a list (error type
-    ``names_type`` otherwise). Any other value is left to the field's type."""
+    ``names_type`` otherwise). Every other value is left to the field's type."""
     if isinstance(value, (list, tuple)):
         if not all(isinstance(v, str) for v in value):
             raise PydanticCustomError("names_type", "not a list of names")
@@ -81,7 +81,7 @@ SCHEMA_CONFIG = ConfigDict(
 )
 
 
-def choices(values: tuple[Any, ...]) -> str:
+def choices(values: tuple[object, ...]) -> str:
     """``a or b``, ``a, b or c``."""
     names = [str(c) for c in values]
     return " or ".join(names) if len(names) < 3 else ", ".join(names[:-1]) + " or " + names[-1]
@@ -104,7 +104,7 @@ def _bounds(info: FieldInfo) -> str:
     return ""
 
 
-def _unwrap(tp: Any) -> Any:
+def _unwrap(tp: object) -> object:
     while get_origin(tp) is Annotated:
         tp = get_args(tp)[0]
     return tp
@@ -124,7 +124,8 @@ def want(info: FieldInfo) -> str:
     if get_origin(tp) is Literal:
         text = choices(get_args(tp))
     else:
-        kind = {int: "an integer", float: "a number", str: "a string"}.get(tp)
+        kind = {int: "an integer", float: "a number", str: "a string"}.get(tp) \
+            if isinstance(tp, type) else None
         if kind is None:
             kind = "a mapping" if tp is dict or get_origin(tp) is dict else "a list"
         bounds = _bounds(info)
@@ -176,6 +177,7 @@ def schema_dataclass(cls: type[T]) -> type[T]:
     on assignment (:data:`SCHEMA_CONFIG`), whose errors are one-line ``ValueError`` s naming
     the field; a plain dataclass for everything else (``dataclasses.asdict``, ``fields``).
     Type checkers see a dataclass (``dataclass_transform``)."""
+    # pydantic's dataclass type has no __init__ / __setattr__ to replace as far as typing goes
     model: Any = pydantic_dataclass(config=SCHEMA_CONFIG)(cls)
     init: Callable[..., None] = model.__init__
     setattr_: Callable[..., None] = model.__setattr__
@@ -183,13 +185,13 @@ def schema_dataclass(cls: type[T]) -> type[T]:
     def fields() -> dict[str, FieldInfo]:
         return model.__pydantic_fields__
 
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+    def __init__(self: object, *args: object, **kwargs: object) -> None:
         try:
             init(self, *args, **kwargs)
         except ValidationError as e:
             raise ValueError(_field_message(e, fields())) from None
 
-    def __setattr__(self: Any, name: str, value: Any) -> None:
+    def __setattr__(self: object, name: str, value: object) -> None:
         try:
             setattr_(self, name, value)
         except ValidationError as e:

@@ -7,16 +7,22 @@ manager, for a command that describes OS errors its own way) and :func:`number_l
 from __future__ import annotations
 
 import errno
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar, overload
 
 import typer
 from typer.core import TyperGroup
 
 from bestk._atomic import os_error_line
 from bestk._optional import missing_from
+
+#: A path as the ``--out`` checks take and return it (a ``str`` or a ``Path``).
+PathT = TypeVar("PathT", bound="str | os.PathLike[str]")
+#: The numbers of :func:`number_list` (``int`` or ``float``).
+N = TypeVar("N", bound=float)
 
 __all__ = ["Group", "fail", "cli_errors", "os_error_message", "out_directory", "out_file",
            "number_list"]
@@ -58,7 +64,7 @@ def cli_errors(describe: Callable[[OSError], str] = os_error_message) -> Iterato
         fail(describe(e))
 
 
-def _blocking_file(path: Any) -> Any:
+def _blocking_file(path: str | os.PathLike[str]) -> Path | None:
     """The existing non-directory that ``path`` or one of its parents is, if any."""
     for p in (Path(path), *Path(path).parents):
         if p.exists():
@@ -66,7 +72,7 @@ def _blocking_file(path: Any) -> Any:
     return None
 
 
-def out_directory(path: Any, option: str = "--out") -> Any:
+def out_directory(path: PathT, option: str = "--out") -> PathT:
     """``path`` unchanged if it is a directory or can be made one; a ``ValueError`` naming
     ``option`` when it, or a parent of it, is an existing file (checked before any work)."""
     block = _blocking_file(path)
@@ -78,7 +84,7 @@ def out_directory(path: Any, option: str = "--out") -> Any:
     return path
 
 
-def out_file(path: Any, option: str) -> Any:
+def out_file(path: PathT, option: str) -> PathT:
     """``path`` unchanged if a file can be written there; a ``ValueError`` naming ``option``
     when it is a directory or a parent of it is an existing file (checked before any work)."""
     if Path(path).is_dir():
@@ -90,8 +96,17 @@ def out_file(path: Any, option: str) -> Any:
     return path
 
 
-def number_list(text: str, name: str, kind: Callable[[str], Any] = float, *,
-                positive: bool = False) -> tuple[Any, ...]:
+@overload
+def number_list(text: str, name: str, *, positive: bool = False) -> tuple[float, ...]: ...
+
+
+@overload
+def number_list(text: str, name: str, kind: Callable[[str], N], *,
+                positive: bool = False) -> tuple[N, ...]: ...
+
+
+def number_list(text: str, name: str, kind: Callable[[str], float] = float, *,
+                positive: bool = False) -> tuple[float, ...]:
     """``"1,2,4"`` -> ``(1, 2, 4)`` with ``kind`` (``int`` or ``float``); a
     ``typer.BadParameter`` naming the option ``name`` when it is empty, not numbers, or (with
     ``positive``) not all > 0."""
@@ -115,7 +130,7 @@ class Group(TyperGroup):
       :data:`bestk._optional.OPTIONAL`), becomes one line
       ``error: bestk lab digits needs scikit-learn: pip install "bestk[lab]"`` on stderr and
       exit status 2, without a traceback.
-    * Any ``ValueError`` or ``OSError`` a subcommand lets out is one line ``error: ...`` and
+    * Every ``ValueError`` or ``OSError`` a subcommand lets out is one line ``error: ...`` and
       exit status 2 (:func:`cli_errors`): ``--out`` naming a file, a read-only or full disk,
       bad values found deep in a library call.
     * The group's own ``--help`` flag defaults to ``False`` rather than typer's ``None``: typer
@@ -124,6 +139,7 @@ class Group(TyperGroup):
       (``benchmarks/cli_startup.py``).
     """
 
+    # ``ctx``: typer's vendored click Context (typer._click), which typer does not export
     def invoke(self, ctx: Any) -> Any:
         try:
             with cli_errors():

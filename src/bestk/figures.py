@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bestk._atomic import atomic_path
 from bestk._optional import pyplot
 
+if TYPE_CHECKING:  # pragma: no cover - matplotlib is optional
+    from matplotlib.figure import Figure
+
 __all__ = ["save_figure"]
 
 
-def save_figure(fig: Any, path: str | os.PathLike, dpi: int = 110) -> None:
+def save_figure(fig: Figure, path: str | os.PathLike, dpi: int = 110) -> None:
     """Save a matplotlib figure as PNG atomically (:func:`bestk._atomic.atomic_path`) and
     close it."""
     plt = pyplot()

@@ -19,9 +19,39 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TypedDict
 
-__all__ = ["best_rate", "fixed_rate", "is_interior", "next_rate", "sweep_until_interior"]
+__all__ = ["best_rate", "fixed_rate", "is_interior", "next_rate", "sweep_until_interior",
+           "SweepRecord", "RateScore"]
+
+
+class RateScore(TypedDict):
+    """One rate a method was tried at, and its validation score."""
+
+    lr: float
+    score: float
+
+
+class _SweepKeys(TypedDict):
+    #: The starting grid.
+    grid: list[float]
+    #: Per method: the sorted rates it was tried at.
+    grids: dict[str, list[float]]
+    #: Per method: its :class:`RateScore` s, by rate (empty for an unscored fixed rate).
+    scores: dict[str, list[RateScore]]
+    #: Per method: its chosen rate.
+    selected: dict[str, float]
+    #: Per method: whether the chosen rate is interior to its grid (``None``: one rate).
+    interior: dict[str, bool | None]
+    #: Rounds of extension past the grid's edges.
+    extensions: int
+
+
+class SweepRecord(_SweepKeys, total=False):
+    """The record of a learning-rate sweep (:func:`sweep_until_interior`, :func:`fixed_rate`)."""
+
+    #: Scores within this of the best count as tied (:func:`best_rate`); not in a fixed rate's.
+    tolerance: float
 
 
 def _check_grid(grid: Sequence[float]) -> list[float]:
@@ -78,7 +108,7 @@ def sweep_until_interior(
     score: Callable[[Mapping[str, Sequence[float]]], Mapping[str, Mapping[float, float]]],
     labels: Sequence[str], grid: Sequence[float], *, max_extensions: int = 3,
     tol: float = 0.0,
-) -> dict[str, Any]:
+) -> SweepRecord:
     """Run the protocol (module docstring) for ``labels``.
 
     ``score({label: [rates]})`` trains each named method at each listed rate on the
@@ -128,7 +158,7 @@ def sweep_until_interior(
 
 
 def fixed_rate(labels: Sequence[str], rate: float,
-               scores: Mapping[str, float] | None = None) -> dict[str, Any]:
+               scores: Mapping[str, float] | None = None) -> SweepRecord:
     """The record of a one-rate "sweep": every method of ``labels`` runs at ``rate``, nothing
     is extended, and ``interior`` is ``None`` (one rate has no sides). ``scores``, when the
     caller scored the rate anyway, is ``{label: score}``; without it ``scores`` is empty.

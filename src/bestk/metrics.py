@@ -15,14 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 import torch
 
-from bestk._inputs import prepare
+from bestk._inputs import Numbers, NumbersOut, prepare
 from bestk._options import int_option, real_option
-from bestk.groups import Rows
+from bestk.groups import GroupLabels, Groups, Rows, SortedGroups
 
 __all__ = [
     "pass_at_k",
@@ -41,6 +41,19 @@ PASS_RATE_BINS: tuple[float, ...] = (0.0, 0.2, 0.5, 0.7, 0.9, 1.0)
 
 
 _INT64_LIMIT = 2**63
+
+
+class Allocation(TypedDict):
+    """What :func:`gradient_allocation` returns, one entry per pass-rate bin."""
+
+    #: The bins' labels, ``"[0,0.2)"`` ... ``"[0.9,1]"``.
+    bins: list[str]
+    #: Each bin's share of ``sum |A_i| x tokens_i`` (they sum to 1 unless every ``A_i`` is 0).
+    share: list[float]
+    #: Prompts (groups) whose pass rate falls in the bin.
+    prompts: list[int]
+    #: Samples of those prompts.
+    samples: list[int]
 
 
 def maxk_weights(rows: Rows, k: int, *, leave_one_out: bool = False) -> torch.Tensor:
@@ -67,7 +80,7 @@ def maxk_weights(rows: Rows, k: int, *, leave_one_out: bool = False) -> torch.Te
     return torch.where(valid, torch.exp(torch.where(valid, logw, -one)), torch.zeros_like(logw))
 
 
-def _int_array(name: str, x: Any) -> np.ndarray:
+def _int_array(name: str, x: Numbers) -> np.ndarray:
     """``x`` as an int64 array; floats must be integral, everything must fit int64."""
     if isinstance(x, torch.Tensor):
         x = x.detach().cpu().numpy()
@@ -94,7 +107,7 @@ def _int_array(name: str, x: Any) -> np.ndarray:
     return arr.astype(np.int64)
 
 
-def _int_param(owner: str, name: str, x: Any) -> np.ndarray:
+def _int_param(owner: str, name: str, x: Numbers) -> np.ndarray:
     """A parameter such as ``k``: a Python / numpy integer (checked by
     :func:`bestk._options.int_option`, the rule of :func:`best_at_k` and ``pkpo``: no float,
     not even an integral one, no bool) or an array of an integer dtype; as an int64 array.
@@ -153,7 +166,7 @@ def _log_fail_product(
     return out
 
 
-def pass_at_k(n: Any, c: Any, k: Any) -> Any:
+def pass_at_k(n: Numbers, c: Numbers, k: Numbers) -> float | np.ndarray:
     """Unbiased pass@k estimate ``1 - C(n-c, k) / C(n, k)``; broadcasts over arrays.
 
     Evaluated in the stable product form ``1 - prod_{i=n-c+1}^{n} (1 - k/i)`` (or the
@@ -192,13 +205,13 @@ def pass_at_k(n: Any, c: Any, k: Any) -> Any:
     return float(out) if out.ndim == 0 else out
 
 
-def _best_at_k_sorted(groups, s, k: int) -> torch.Tensor:
+def _best_at_k_sorted(groups: Groups, s: SortedGroups, k: int) -> torch.Tensor:
     """``(G,)`` best@k estimates from an ascending within-group sort ``s``, each summed in
     sorted order (a function of the group's sorted values alone)."""
     return s.row_totals(lambda rows: maxk_weights(rows, k) * rows.values, groups.num_groups)
 
 
-def best_at_k(rewards: Any, k: int, group: Any = None) -> Any:
+def best_at_k(rewards: Numbers, k: int, group: GroupLabels = None) -> float | NumbersOut:
     """Unbiased best@k (max@k) estimate per group.
 
     For a group of ``n`` rewards sorted ascending, ``sum_{i>=k} r_(i) C(i-1,k-1)/C(n,k)``
@@ -237,7 +250,7 @@ def best_at_k(rewards: Any, k: int, group: Any = None) -> Any:
     return finish(est, (groups.num_groups,), what="best@k")
 
 
-def _ndim(x: Any) -> int:
+def _ndim(x: Numbers) -> int:
     return x.ndim if hasattr(x, "ndim") else np.ndim(x)
 
 
@@ -258,7 +271,7 @@ class Curve:
         return {f"{prefix}@{int(k)}": float(m) for k, m in zip(self.ks, self.mean, strict=True)}
 
 
-def resolve_ks(ks: Any, n: int) -> np.ndarray:
+def resolve_ks(ks: str | Numbers | None, n: int) -> np.ndarray:
     """``None`` or ``"all"`` -> 1..n; ``"pow2"`` -> 1, 2, 4, ... <= n; else the given ks."""
     if ks is None or (isinstance(ks, str) and ks == "all"):
         return np.arange(1, n + 1)
@@ -274,7 +287,8 @@ def resolve_ks(ks: Any, n: int) -> np.ndarray:
     return arr
 
 
-def curve_options(owner: str, n_boot: Any, ci: Any, seed: Any) -> tuple[int, float, int]:
+def curve_options(owner: str, n_boot: object, ci: object, seed: object
+                  ) -> tuple[int, float, int]:
     """``n_boot`` (an integer >= 1), ``ci`` (a real number in (0, 1)) and ``seed`` (an integer
     >= 0) of a curve, checked with :mod:`bestk._options` (bools refused); a ``ValueError``
     naming ``owner`` and the parameter otherwise."""
@@ -300,9 +314,9 @@ def _bootstrap(
 
 
 def pass_at_k_curve(
-    n: Any,
-    c: Any,
-    ks: Any = None,
+    n: Numbers,
+    c: Numbers,
+    ks: str | Numbers | None = None,
     *,
     n_boot: int = 1000,
     ci: float = 0.95,
@@ -330,9 +344,9 @@ def pass_at_k_curve(
 
 
 def best_at_k_curve(
-    rewards: Any,
-    group: Any = None,
-    ks: Any = None,
+    rewards: Numbers,
+    group: GroupLabels = None,
+    ks: str | Numbers | None = None,
     *,
     n_boot: int = 1000,
     ci: float = 0.95,
@@ -353,12 +367,12 @@ def best_at_k_curve(
 
 
 def gradient_allocation(
-    advantages: Any,
-    rewards: Any,
-    group: Any = None,
-    tokens: Any = None,
+    advantages: Numbers,
+    rewards: Numbers,
+    group: GroupLabels = None,
+    tokens: Numbers | None = None,
     bins: Sequence[float] = PASS_RATE_BINS,
-) -> dict[str, Any]:
+) -> Allocation:
     """Share of the gradient magnitude ``sum |A_i| x tokens_i`` by prompt pass rate.
 
     The pass rate of a prompt is the mean reward of its group (the empirical pass rate on

@@ -31,10 +31,12 @@ from __future__ import annotations
 
 import math
 from numbers import Integral, Real
-from typing import Any
+from typing import overload
 
 import numpy as np
 import torch
+
+from bestk._inputs import ArrayInput, Numbers, NumbersOut
 
 __all__ = [
     "softmax_grpo_weight",
@@ -47,10 +49,11 @@ __all__ = [
 ]
 
 
-def _prob(p: Any) -> tuple[torch.Tensor, bool]:
+def _prob(p: Numbers) -> tuple[torch.Tensor, bool]:
     is_t = isinstance(p, torch.Tensor)
     try:
-        t = p.detach().to(torch.float64) if is_t else torch.as_tensor(np.asarray(p, np.float64))
+        t = p.detach().to(torch.float64) if isinstance(p, torch.Tensor) else \
+            torch.as_tensor(np.asarray(p, np.float64))
     except (TypeError, ValueError):
         raise ValueError("p must be a number or an array of numbers in [0, 1]") from None
     if t.numel() == 0:
@@ -62,17 +65,17 @@ def _prob(p: Any) -> tuple[torch.Tensor, bool]:
     return t, is_t
 
 
-def _out(t: torch.Tensor, is_t: bool) -> Any:
+def _out(t: torch.Tensor, is_t: bool) -> NumbersOut:
     return t if is_t else t.cpu().numpy()
 
 
-def _check_int(x: Any, name: str, lo: int) -> int:
+def _check_int(x: object, name: str, lo: int) -> int:
     if isinstance(x, bool) or not isinstance(x, Integral) or int(x) < lo:
         raise ValueError(f"{name} must be an integer >= {lo}, got {x!r}")
     return int(x)
 
 
-def _check_tau(tau: Any) -> float:
+def _check_tau(tau: object) -> float:
     if isinstance(tau, bool) or not isinstance(tau, Real) or not math.isfinite(tau) or tau <= 0:
         raise ValueError(f"tau must be a finite number > 0, got {tau!r}")
     return float(tau)
@@ -84,7 +87,15 @@ def _log_d(tau: float) -> float:
     return x + math.log(-math.expm1(-x))
 
 
-def softmax_grpo_weight(p: Any, M: int, tau: float) -> Any:
+@overload
+def softmax_grpo_weight(p: torch.Tensor, M: int, tau: float) -> torch.Tensor: ...
+
+
+@overload
+def softmax_grpo_weight(p: ArrayInput, M: int, tau: float) -> np.ndarray: ...
+
+
+def softmax_grpo_weight(p: Numbers, M: int, tau: float) -> NumbersOut:
     """Exact SoftmaxGRPO prompt weight :math:`\\omega_{M,\\tau}(p)` (see the module docstring).
 
     The expected SoftmaxGRPO update of a group of ``M`` binary-reward samples is
@@ -117,7 +128,15 @@ def softmax_grpo_weight(p: Any, M: int, tau: float) -> Any:
     return _out(w.reshape(pt.shape), is_t)
 
 
-def softmax_grpo_weight_large_m(p: Any, tau: float) -> Any:
+@overload
+def softmax_grpo_weight_large_m(p: torch.Tensor, tau: float) -> torch.Tensor: ...
+
+
+@overload
+def softmax_grpo_weight_large_m(p: ArrayInput, tau: float) -> np.ndarray: ...
+
+
+def softmax_grpo_weight_large_m(p: Numbers, tau: float) -> NumbersOut:
     """Large-group SoftmaxGRPO shape :math:`(c-1)/(1-p+pc)`, :math:`c = e^{1/\\tau}` (Table 1).
 
     Computed as :math:`(1 - e^{-1/\\tau}) / ((1-p)e^{-1/\\tau} + p)`; at p = 0 it is
@@ -133,7 +152,15 @@ def softmax_grpo_weight_large_m(p: Any, tau: float) -> Any:
     return _out(w, is_t)
 
 
-def maxrl_weight(p: Any, T: int) -> Any:
+@overload
+def maxrl_weight(p: torch.Tensor, T: int) -> torch.Tensor: ...
+
+
+@overload
+def maxrl_weight(p: ArrayInput, T: int) -> np.ndarray: ...
+
+
+def maxrl_weight(p: Numbers, T: int) -> NumbersOut:
     """MaxRL(T) weight :math:`(1-(1-p)^T)/p` (= T at p = 0), via ``expm1``/``log1p``."""
     T = _check_int(T, "T", 1)
     pt, is_t = _prob(p)
@@ -146,26 +173,51 @@ def maxrl_weight(p: Any, T: int) -> Any:
     return _out(w, is_t)
 
 
-def reinforce_weight(p: Any) -> Any:
+@overload
+def reinforce_weight(p: torch.Tensor) -> torch.Tensor: ...
+
+
+@overload
+def reinforce_weight(p: ArrayInput) -> np.ndarray: ...
+
+
+def reinforce_weight(p: Numbers) -> NumbersOut:
     """REINFORCE weight: 1 (uniform over difficulty)."""
     pt, is_t = _prob(p)
     return _out(torch.ones_like(pt), is_t)
 
 
-def ml_weight(p: Any) -> Any:
+@overload
+def ml_weight(p: torch.Tensor) -> torch.Tensor: ...
+
+
+@overload
+def ml_weight(p: ArrayInput) -> np.ndarray: ...
+
+
+def ml_weight(p: Numbers) -> NumbersOut:
     """Maximum-likelihood weight :math:`1/p` (``inf`` at p = 0)."""
     pt, is_t = _prob(p)
     with np.errstate(divide="ignore"):
         return _out(1.0 / pt, is_t)
 
 
-def grpo_weight(p: Any) -> Any:
+@overload
+def grpo_weight(p: torch.Tensor) -> torch.Tensor: ...
+
+
+@overload
+def grpo_weight(p: ArrayInput) -> np.ndarray: ...
+
+
+def grpo_weight(p: Numbers) -> NumbersOut:
     """GRPO weight :math:`1/\\sqrt{p(1-p)}` (``inf`` at p = 0 and p = 1)."""
     pt, is_t = _prob(p)
     return _out(torch.rsqrt(pt * (1 - pt)), is_t)
 
 
-def table1_weights(p: Any, *, T: int = 7, tau: float = 0.1) -> dict[str, Any]:
+def table1_weights(p: torch.Tensor | ArrayInput, *, T: int = 7, tau: float = 0.1
+                   ) -> dict[str, NumbersOut]:
     """All Table-1 weights at ``p``: REINFORCE, ML, GRPO, MaxRL(T), SoftmaxGRPO (large M)."""
     return {
         "reinforce": reinforce_weight(p),

@@ -26,14 +26,14 @@ import functools
 import inspect
 import math
 import os
-from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import Any, TypeAlias, overload
 
 import numpy as np
 import torch
 
-from bestk._inputs import first_non_binary, prepare, to_output
+from bestk._inputs import Numbers, NumbersOut, first_non_binary, prepare, to_output
 from bestk._options import check_option_names, load_path_cached
 from bestk.estimators.objectives import ByOption, Objective
 from bestk.groups import GroupLabels
@@ -58,6 +58,11 @@ __all__ = [
 ]
 
 EstimatorFn = Callable[..., torch.Tensor]
+#: An estimator's options: option name -> value (a number, a name, a loaded file's value such
+#: as a KAPPO calibration), as its keyword-only parameters take them.
+Options: TypeAlias = Mapping[str, object]
+#: A path-valued option's loader: the option's file path -> the value the estimator takes.
+PathLoader: TypeAlias = Callable[[str | os.PathLike[str]], object]
 
 #: ``any``: any finite rewards; ``binary``: 0/1 rewards only; ``calibrated``: the estimator
 #: takes a KAPPO calibration (option ``calibration``) and its rewards are 0/1 when that
@@ -96,21 +101,22 @@ class EstimatorInfo:
     objective: Objective | ByOption | None = None
     reward_domain: str = "any"
     needs_prompt_ids: bool = False
-    path_options: Mapping[str, Callable[[Any], Any]] = field(default_factory=dict)
+    path_options: Mapping[str, PathLoader] = field(default_factory=dict)
     prompt_weight: Callable[..., float] | None = None
-    default_options: Mapping[str, Any] = field(default_factory=dict)
+    default_options: Options = field(default_factory=dict)
     group_bounded: tuple[str, ...] = ()
 
-    def fit_group(self, options: Mapping[str, Any], n: int) -> dict[str, Any]:
+    def fit_group(self, options: Options, n: int) -> dict[str, object]:
         """``options`` with each integer :attr:`group_bounded` option at most ``n``."""
         out = dict(options)
         for key in self.group_bounded:
-            if isinstance(out.get(key), int):
-                out[key] = min(out[key], n)
+            value = out.get(key)
+            if isinstance(value, int):
+                out[key] = min(value, n)
         return out
 
     @property
-    def options(self) -> dict[str, Any]:
+    def options(self) -> dict[str, object]:
         """Option names with their defaults (``inspect.Parameter.empty`` when required)."""
         return dict(_keyword_options(self.fn))
 
@@ -119,13 +125,13 @@ class EstimatorInfo:
         """The first line of the estimator's docstring."""
         return (inspect.getdoc(self.fn) or "").split("\n", 1)[0].strip()
 
-    def with_defaults(self, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def with_defaults(self, options: Options | None = None) -> dict[str, object]:
         """``options`` completed with the defaults of the options not given."""
         out = {k: v for k, v in self.options.items() if v is not inspect.Parameter.empty}
         out.update(options or {})
         return out
 
-    def objective_for(self, options: Mapping[str, Any] | None = None) -> Objective | None:
+    def objective_for(self, options: Options | None = None) -> Objective | None:
         """The objective of the estimator run with ``options`` (defaults filled in), with an
         option-named ``k`` bound to its value; ``None`` if it claims none."""
         opts = self.with_defaults(options)
@@ -154,7 +160,7 @@ class EstimatorInfo:
         return self.reward_domain == "binary"
 
     def binary_prompt_weight(self, p: float, n: int,
-                             options: Mapping[str, Any] | None = None) -> float | None:
+                             options: Options | None = None) -> float | None:
         """The prompt weight ``omega(p)`` of the expected update on 0/1 rewards at group size
         ``n``: from the objective, else from ``prompt_weight``; ``None`` if neither says."""
         obj = self.objective_for(options)
@@ -211,9 +217,9 @@ def register_estimator(
     objective: Objective | ByOption | None = None,
     reward_domain: str = "any",
     needs_prompt_ids: bool = False,
-    path_options: Mapping[str, Callable[[Any], Any]] | None = None,
+    path_options: Mapping[str, PathLoader] | None = None,
     prompt_weight: Callable[..., float] | None = None,
-    default_options: Mapping[str, Any] | None = None,
+    default_options: Options | None = None,
     group_bounded: Sequence[str] = (),
     overwrite: bool = False,
 ) -> Callable[[EstimatorFn], EstimatorFn]:
@@ -283,7 +289,7 @@ def register_estimator(
 
 
 @functools.cache
-def _keyword_options(fn: EstimatorFn) -> tuple[tuple[str, Any], ...]:
+def _keyword_options(fn: EstimatorFn) -> tuple[tuple[str, object], ...]:
     return tuple(
         (p.name, p.default)
         for p in inspect.signature(fn).parameters.values()
@@ -301,7 +307,7 @@ def estimator_info(name: str) -> EstimatorInfo:
         raise ValueError(f"unknown estimator {name!r}; valid estimators: {valid}") from None
 
 
-def estimator_options(name: str) -> dict[str, Any]:
+def estimator_options(name: str) -> dict[str, object]:
     """Option names of estimator ``name`` with their defaults (``inspect.Parameter.empty``
     for a required option)."""
     return estimator_info(name).options
@@ -326,20 +332,21 @@ def estimator_table() -> list[tuple[str, str, str, str, str]]:
     return rows
 
 
-def check_estimator_options(name: str, options: Any) -> None:
+def check_estimator_options(name: str, options: Iterable[str]) -> None:
     """Validate an estimator name and its option *names* (values are checked when it runs)."""
     check_option_names("estimator", name, options, estimator_options(name))
 
 
-def resolve_options(name: str, options: Mapping[str, Any]) -> dict[str, Any]:
+def resolve_options(name: str, options: Options) -> dict[str, Any]:
     """``options`` with each path-valued option of estimator ``name`` that is given as a
     ``str`` / ``PathLike`` loaded by its loader (``kappo_grpo``'s ``calibration`` file).
     Loads are cached by loader, absolute path, modification time and size
     (:func:`bestk._options.load_path_cached`): calling this every step (the trainer, verl, TRL,
     :func:`advantages`) reads each file once, and again after it is rewritten. A file that
-    cannot be loaded is a ``ValueError`` ``cannot load OPTION 'PATH': why``."""
+    cannot be loaded is a ``ValueError`` ``cannot load OPTION 'PATH': why``. The values are
+    the estimator's to read (a loaded calibration is used as one by the trainer), hence ``Any``."""
     info = estimator_info(name)
-    out = dict(options)
+    out: dict[str, Any] = dict(options)
     for option, loader in info.path_options.items():
         value = out.get(option)
         if isinstance(value, (str, os.PathLike)):
@@ -350,7 +357,7 @@ def resolve_options(name: str, options: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _check_domain(info: EstimatorInfo, rewards: torch.Tensor, options: Mapping[str, Any],
+def _check_domain(info: EstimatorInfo, rewards: torch.Tensor, options: Options,
                   from_labels: bool) -> None:
     if info.needs_prompt_ids and not from_labels:
         raise ValueError(
@@ -372,15 +379,16 @@ def _check_domain(info: EstimatorInfo, rewards: torch.Tensor, options: Mapping[s
 # A tensor's advantages are a tensor (its dtype and device), anything else's a numpy array.
 @overload
 def advantages(name: str, rewards: torch.Tensor, group: GroupLabels = None,
-               **options: Any) -> torch.Tensor: ...
+               **options: object) -> torch.Tensor: ...
 
 
 @overload
 def advantages(name: str, rewards: np.ndarray | Sequence[float] | Sequence[Sequence[float]],
-               group: GroupLabels = None, **options: Any) -> np.ndarray: ...
+               group: GroupLabels = None, **options: object) -> np.ndarray: ...
 
 
-def advantages(name: str, rewards: Any, group: GroupLabels = None, **options: Any) -> Any:
+def advantages(name: str, rewards: Numbers, group: GroupLabels = None,
+               **options: object) -> NumbersOut:
     """Per-sample advantages of estimator ``name``.
 
     Parameters

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, SupportsInt, TypeVar, cast
 
 __all__ = ["Objective", "ByOption", "best_at", "joint"]
 
@@ -71,10 +71,11 @@ class Objective:
         if not isinstance(self.lag, int) or self.lag < 0:
             raise ValueError(f"objective lag must be an integer >= 0, got {self.lag!r}")
 
-    def bind(self, options: Mapping[str, Any]) -> Objective:
+    def bind(self, options: Mapping[str, object]) -> Objective:
         """This objective with an option-named ``k`` replaced by ``options[k]``."""
         if isinstance(self.k, str):
-            return Objective(self.kind, int(options[self.k]), self.lag, self.centred)
+            k = cast(SupportsInt, options[self.k])  # an estimator's integer option (int() checks)
+            return Objective(self.kind, int(k), self.lag, self.centred)
         return self
 
     @property
@@ -121,7 +122,7 @@ class ByOption:
     option: str
     cases: Mapping[Any, Objective | None]
 
-    def resolve(self, options: Mapping[str, Any]) -> Objective | None:
+    def resolve(self, options: Mapping[str, object]) -> Objective | None:
         value = options[self.option]
         if value not in self.cases:
             raise ValueError(

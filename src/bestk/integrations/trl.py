@@ -69,7 +69,8 @@ prompt id read from a dataset column.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -77,13 +78,14 @@ import torch
 
 from bestk._optional import require
 from bestk.estimators import (
+    Options,
     advantages,
     check_estimator_options,
     estimator_info,
     estimator_options,
     resolve_options,
 )
-from bestk.kappo.calibration import load_calibration
+from bestk.kappo.calibration import Calibration, load_calibration
 from bestk.kappo.transform import transform_rewards
 
 _trl = require("trl", extra="trl", who="bestk.integrations.trl")
@@ -106,7 +108,7 @@ __all__ = [
 TRL_STD_EPS = 1e-4
 
 
-def check_estimator(estimator: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
+def check_estimator(estimator: str, options: Options | None) -> dict[str, Any]:
     """Validate an estimator name and its option names up front; returns the options dict.
 
     Values are validated by the estimator itself on the first batch.
@@ -176,8 +178,8 @@ def bestk_advantages(
     reward_weights: torch.Tensor,
     num_generations: int,
     estimator: str,
-    estimator_options: Mapping[str, Any] | None = None,
-    prompt_ids: Sequence[Any] | None = None,
+    estimator_options: Options | None = None,
+    prompt_ids: Sequence[Hashable] | None = None,
     batch_std_eps: float | None = None,
 ) -> torch.Tensor:
     """Advantages of ``estimator`` for TRL's gathered ``(B, n_funcs)`` reward matrix.
@@ -416,7 +418,9 @@ class KappoReward:
         The dataset column with the calibration's prompt ids (default ``"prompt_id"``).
     """
 
-    def __init__(self, base: Any, calibration: Any, prompt_id_column: str = "prompt_id"):
+    def __init__(self, base: Callable[..., Sequence[float | None]],
+                 calibration: Calibration | str | os.PathLike[str],
+                 prompt_id_column: str = "prompt_id"):
         if not callable(base) or isinstance(base, (torch.nn.Module, str)):
             raise ValueError(
                 "base must be a reward function f(prompts, completions, **kwargs) -> list "
@@ -479,7 +483,8 @@ DPO_LOSS_TYPES = ("sigmoid", "sft")
 class _BetaEffCollator:
     """Wraps TRL's preference collator: adds ``beta_eff(x)`` of each pair's prompt id."""
 
-    def __init__(self, base: Any, calibration: Any, column: str):
+    def __init__(self, base: Callable[[list[dict[str, Any]]], dict[str, Any]],
+                 calibration: Calibration, column: str):
         self.base = base
         self.calibration = calibration
         self.column = column
@@ -500,7 +505,7 @@ class _BetaEffCollator:
         return out
 
 
-def _dataset_ids(dataset: Any, column: str, name: str) -> Any:
+def _dataset_ids(dataset: Any, column: str, name: str) -> Sequence[Hashable] | None:
     """All prompt ids of a map-style dataset (``None`` for iterable ones: checked per batch)."""
     names = getattr(dataset, "column_names", None)
     if names is None or not hasattr(dataset, "__len__"):
@@ -513,7 +518,7 @@ def _dataset_ids(dataset: Any, column: str, name: str) -> Any:
     return dataset[column]
 
 
-def check_dpo_args(args: Any, calibration: Any) -> None:
+def check_dpo_args(args: Any, calibration: Calibration) -> None:
     """Refuse ``DPOConfig`` settings @k-DPO does not define, in one line each.
 
     @k-DPO (KAPPO Eq. 13) is the DPO logistic loss with :math:`\\beta_{eff}(x)` in place of
@@ -594,7 +599,7 @@ class BestkDPOTrainer(DPOTrainer):
     def __init__(
         self,
         *args: Any,
-        calibration: Any,
+        calibration: Calibration | str | os.PathLike[str],
         prompt_id_column: str = "prompt_id",
         **kwargs: Any,
     ):

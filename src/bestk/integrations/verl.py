@@ -85,6 +85,7 @@ from bestk._optional import require
 from bestk.estimators import (
     ESTIMATORS,
     EstimatorInfo,
+    Options,
     advantages,
     check_estimator_options,
     estimator_info,
@@ -92,7 +93,7 @@ from bestk.estimators import (
     resolve_options,
 )
 from bestk.groups import GroupLabels
-from bestk.kappo.calibration import load_calibration
+from bestk.kappo.calibration import Calibration, load_calibration
 from bestk.kappo.transform import transform_rewards
 
 _core_algos = require("verl.trainer.ppo.core_algos", extra="verl", who="bestk.integrations.verl")
@@ -174,7 +175,7 @@ def outcome_advantages(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     index: GroupLabels,
-    options: Mapping[str, Any] | None = None,
+    options: Options | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """verl-shaped ``(advantages, returns)`` of bestk estimator ``name``.
 
@@ -344,12 +345,12 @@ def kappo_compute_score(
     ground_truth: Any,
     extra_info: Mapping[str, Any] | None = None,
     *,
-    calibration: Any = None,
+    calibration: Calibration | str | os.PathLike[str] | None = None,
     base: Any = "default",
     prompt_id_key: str = "index",
     train_split: str | None = "train",
     **kwargs: Any,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     r"""verl custom reward function: KAPPO's prompt-adaptive reward of a base score.
 
     Set it with ``reward.custom_reward_function.path=pkg://bestk.integrations.verl``,

@@ -1,10 +1,11 @@
 """KAPPO: @k adaptive pressure for policy optimisation (see ``docs/references.md``).
 
 Reference calibration (binary pass@k and continuous win-rate max@k), the closed-form optimal
-quantities, the ``kappo_grpo`` advantage estimator (:mod:`bestk.estimators.kappo_grpo`, a
-built-in of the estimator registry), the @k-A*PO /
-@k-DPO losses, the reward-side transform for any engine (:func:`transform_rewards`), the
-discrete max@k reconstruction and the finite-bank error analysis. See docs/kappo.md.
+quantities, the @k-A*PO / @k-DPO losses, the reward-side transform for any engine
+(:func:`transform_rewards`), the discrete max@k reconstruction and the finite-bank error
+analysis. See docs/kappo.md. The ``kappo_grpo`` advantage estimator built on them is a
+built-in of the estimator registry, a layer above this one
+(:func:`bestk.estimators.kappo_grpo.kappo_grpo`; ``bestk.advantages("kappo_grpo", ...)``).
 
 The names below load on first use (PEP 562, :mod:`bestk._lazy`): ``import bestk.kappo`` is
 cheap, so the ``bestk calibrate`` / ``bestk plot`` commands can be listed without importing
@@ -52,11 +53,9 @@ _LAZY: dict[str, str] = {
     "winrate_psi": "bestk.kappo.winrate",
     "winrate_T": "bestk.kappo.winrate",
     "winrate_table": "bestk.kappo.winrate",
-    "kappo_grpo": "bestk.estimators.kappo_grpo",
 }
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from bestk.estimators.kappo_grpo import kappo_grpo
     from bestk.kappo.bank import load_bank
     from bestk.kappo.binary import BinaryCalibration, binary_calibration, dpo_beta_eff, solve_p_star
     from bestk.kappo.calibration import (
@@ -114,7 +113,6 @@ __all__ = [
     "finite_bank_error",
     "kappo_apo_loss",
     "kappo_dpo_loss",
-    "kappo_grpo",
     "load_calibration",
     "load_bank",
     "reconstruct_from_bank",

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import math
 from numbers import Integral, Real
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+if TYPE_CHECKING:  # annotations only: this module imports no torch
+    from bestk._inputs import Numbers
 
-def check_k(k: Any, name: str = "k") -> int:
+
+def check_k(k: object, name: str = "k") -> int:
     """``k`` must be an integer >= 1 (bools rejected)."""
     if isinstance(k, bool) or not isinstance(k, Real):  # Real includes Integral
         raise ValueError(f"{name} must be an integer >= 1, got {k!r}")
@@ -25,7 +28,7 @@ def check_k(k: Any, name: str = "k") -> int:
     return n
 
 
-def check_positive(x: Any, name: str) -> float:
+def check_positive(x: object, name: str) -> float:
     """``x`` must be a finite real number > 0."""
     if isinstance(x, bool) or not isinstance(x, Real):
         raise ValueError(f"{name} must be a finite number > 0, got {x!r}")
@@ -35,7 +38,7 @@ def check_positive(x: Any, name: str) -> float:
     return x
 
 
-def as_probability_array(q: Any, name: str = "q") -> np.ndarray:
+def as_probability_array(q: Numbers, name: str = "q") -> np.ndarray:
     """Float64 array of values in [0, 1] (any shape, scalars become 0-d)."""
     try:
         if hasattr(q, "detach"):  # torch tensor

@@ -15,21 +15,28 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Real
 from pathlib import Path
-from typing import Any
+from typing import TypeAlias
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from bestk._inputs import first_non_binary
 from bestk._optional import require
 
-__all__ = ["Bank", "bank_from_mapping", "load_bank", "normalise_ids", "read_bank_rows"]
+__all__ = ["Bank", "BankMapping", "bank_from_mapping", "load_bank", "normalise_ids",
+           "read_bank_rows"]
+
+#: A reference bank as a mapping: prompt id (an int, a str or any other hashable) -> its
+#: reference rewards (a sequence or array of numbers).
+BankMapping: TypeAlias = (Mapping[int, ArrayLike] | Mapping[str, ArrayLike]
+                          | Mapping[Hashable, ArrayLike])
 
 
-def normalise_ids(ids: list[Any]) -> np.ndarray:
+def normalise_ids(ids: Sequence[object]) -> np.ndarray:
     """Prompt ids as a numpy array: int64 if all ids are ints, else their ``str``."""
     if all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in ids):
         return np.asarray(ids, dtype=np.int64)
@@ -46,21 +53,22 @@ class Bank:
     values: np.ndarray  # (sum sizes,) rewards, grouped by prompt in id order, sorted within
 
 
-def bank_from_mapping(bank: Mapping[Any, Any]) -> Bank:
+def bank_from_mapping(bank: BankMapping) -> Bank:
     if not isinstance(bank, Mapping):
         raise ValueError(
             f"bank must map prompt id -> sequence of reference rewards, got {type(bank).__name__}"
         )
     if len(bank) == 0:
         raise ValueError("bank is empty (no prompts)")
-    keys = list(bank.keys())
+    items = list(bank.items())
+    keys = [key for key, _ in items]
     ids = normalise_ids(keys)
     if len(np.unique(ids)) != len(ids):
         raise ValueError("bank has duplicate prompt ids after normalising ids to strings")
     arrays = []
-    for key in keys:  # one-off conversion of the user's mapping (not a training hot path)
+    for key, rewards in items:  # one-off conversion of the user's mapping (not a hot path)
         try:
-            a = np.asarray(bank[key], dtype=np.float64).reshape(-1)
+            a = np.asarray(rewards, dtype=np.float64).reshape(-1)
         except (TypeError, ValueError):
             raise ValueError(f"prompt {key!r}: rewards must be numbers") from None
         arrays.append(a)
@@ -107,7 +115,7 @@ def _reward_list(row: dict, where: str) -> list[float]:
     return out
 
 
-def _prompt_id(row: dict, where: str) -> Any:
+def _prompt_id(row: dict, where: str) -> int | str:
     if "prompt_id" not in row:
         raise ValueError(f"{where}: missing 'prompt_id'")
     pid = row["prompt_id"]
@@ -139,13 +147,13 @@ def _iter_parquet(path: Path):
         yield i, row
 
 
-def read_bank_rows(path: str | os.PathLike) -> tuple[list[Any], list[float], list[int]]:
+def read_bank_rows(path: str | os.PathLike) -> tuple[list[int | str], list[float], list[int]]:
     """Flat ``(prompt ids, rewards, row numbers)`` of a JSONL or parquet bank file."""
     path = Path(path)
     if not path.exists():
         raise ValueError(f"bank file {str(path)!r} does not exist")
     it = _iter_parquet(path) if path.suffix.lower() in (".parquet", ".pq") else _iter_jsonl(path)
-    ids: list[Any] = []
+    ids: list[int | str] = []
     rewards: list[float] = []
     rows: list[int] = []
     for line_no, row in it:

@@ -33,11 +33,14 @@ coefficient :math:`\hat\beta_{eff} = \min\{\beta / a_k(\hat q_D), 2\}` (:func:`d
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from bestk.kappo._validate import as_probability_array, check_k, check_positive
+
+if TYPE_CHECKING:  # annotations only: this module imports no torch
+    from bestk._inputs import Numbers
 
 __all__ = ["BinaryCalibration", "binary_calibration", "solve_p_star", "dpo_beta_eff"]
 
@@ -101,12 +104,12 @@ def _solve_logodds(t_q: np.ndarray, k: int, beta: float) -> np.ndarray:
     return 0.5 * (lo + hi)
 
 
-def solve_p_star(q: Any, k: int, beta: float) -> np.ndarray:
+def solve_p_star(q: Numbers, k: int, beta: float) -> np.ndarray:
     """The optimal pass rate :math:`p^*(q)` of Eq. 6 (boundaries as in Eq. 148)."""
     return binary_calibration(q, k, beta).p_star
 
 
-def binary_calibration(q: Any, k: int, beta: float) -> BinaryCalibration:
+def binary_calibration(q: Numbers, k: int, beta: float) -> BinaryCalibration:
     """Solve the KAPPO binary calibration for reference pass rate(s) ``q``.
 
     Parameters
@@ -172,7 +175,7 @@ def binary_calibration(q: Any, k: int, beta: float) -> BinaryCalibration:
 
 
 def dpo_beta_eff(
-    n_success: Any, M: Any, k: int, beta: float, *, alpha: float = 0.5, cap: float = 2.0
+    n_success: Numbers, M: Numbers, k: int, beta: float, *, alpha: float = 0.5, cap: float = 2.0
 ) -> np.ndarray:
     """@k-DPO coefficient :math:`\\min\\{\\beta / a_k(N/(M+\\alpha)), \\text{cap}\\}` (Eq. 149/153).
 

@@ -35,21 +35,28 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar, overload
 
 import numpy as np
 import torch
 
-from bestk._atomic import atomic_path
-from bestk._inputs import first_non_binary, rewards_to_tensor, to_output
+from bestk._atomic import JSONValue, atomic_path
+from bestk._inputs import (
+    ArrayInput,
+    Numbers,
+    NumbersOut,
+    first_non_binary,
+    rewards_to_tensor,
+    to_output,
+)
 from bestk._options import load_path_cached
 from bestk.kappo._validate import check_k, check_positive
-from bestk.kappo.bank import Bank, bank_from_mapping, load_bank, normalise_ids
+from bestk.kappo.bank import Bank, BankMapping, bank_from_mapping, load_bank, normalise_ids
 from bestk.kappo.binary import binary_calibration, dpo_beta_eff
 from bestk.kappo.winrate import winrate_log_constant, winrate_table
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
-    from bestk.groups import Groups
+    from bestk.groups import Groups, Labels
 
 __all__ = [
     "Calibration", "calibrate", "load_calibration", "bank_checksum", "check_beta",
@@ -67,7 +74,7 @@ FORMAT = "bestk.kappo.calibration"
 MIN_BETA = 1e-30
 
 
-def check_beta(beta: Any, name: str = "beta") -> float:
+def check_beta(beta: object, name: str = "beta") -> float:
     """``beta`` must be a finite number >= :data:`MIN_BETA`."""
     beta = check_positive(beta, name)
     if beta < MIN_BETA:
@@ -132,7 +139,7 @@ class Calibration:
         )
 
     # -- lookups -----------------------------------------------------------------------------
-    def index_of(self, prompt_ids: Any) -> np.ndarray:
+    def index_of(self, prompt_ids: Labels) -> np.ndarray:
         """Row of each prompt id (vectorised); ``ValueError`` naming the first missing id."""
         if isinstance(prompt_ids, torch.Tensor):
             prompt_ids = prompt_ids.detach().cpu().numpy()
@@ -166,7 +173,7 @@ class Calibration:
             )
         return pos_c if order is None else order[pos_c]
 
-    def get(self, name: str, prompt_ids: Any) -> np.ndarray:
+    def get(self, name: str, prompt_ids: Labels) -> np.ndarray:
         """Per-prompt value ``name`` (e.g. ``"a_k"``) for each id in ``prompt_ids``."""
         if name not in self.values:
             raise ValueError(
@@ -192,7 +199,7 @@ class Calibration:
         sub = ref_t[uniq][inv]  # (B, m_max) rows of the samples' prompts, +inf padded
         return torch.searchsorted(sub, rewards.unsqueeze(1).contiguous(), right=True).squeeze(1)
 
-    def transform_tensor(self, prompt_ids: Any, rewards: torch.Tensor) -> torch.Tensor:
+    def transform_tensor(self, prompt_ids: Labels, rewards: torch.Tensor) -> torch.Tensor:
         """:meth:`transform` on a float64 1-D tensor (no output conversion)."""
         rows = self.index_of(prompt_ids)
         if rewards.shape[0] != rows.shape[0]:
@@ -208,7 +215,13 @@ class Calibration:
             raise ValueError(f"reward at index {i} is {rewards[i].item()} (must be finite)")
         return self.kind_spec.transform_rows(self, rows, rewards)
 
-    def transform(self, prompt_ids: Any, rewards: Any) -> Any:
+    @overload
+    def transform(self, prompt_ids: Labels, rewards: torch.Tensor) -> torch.Tensor: ...
+
+    @overload
+    def transform(self, prompt_ids: Labels, rewards: ArrayInput) -> np.ndarray: ...
+
+    def transform(self, prompt_ids: Labels, rewards: Numbers) -> NumbersOut:
         """The KAPPO adaptive reward of each (prompt, online reward) pair.
 
         Binary: :math:`\\tilde R = \\hat a_k(x) R` (Eq. 7; rewards must be 0/1). Win-rate:
@@ -218,7 +231,13 @@ class Calibration:
         r, restore = _as_tensor(rewards)
         return restore(self.transform_tensor(prompt_ids, r))
 
-    def regression_target(self, prompt_ids: Any, rewards: Any) -> Any:
+    @overload
+    def regression_target(self, prompt_ids: Labels, rewards: torch.Tensor) -> torch.Tensor: ...
+
+    @overload
+    def regression_target(self, prompt_ids: Labels, rewards: ArrayInput) -> np.ndarray: ...
+
+    def regression_target(self, prompt_ids: Labels, rewards: Numbers) -> NumbersOut:
         """@k-A*PO target: :math:`\\hat a_k R - \\beta\\log\\hat Z` (binary) or :math:`T_j`
         (win-rate, :math:`Z = 1`); see :func:`bestk.kappo.kappo_apo_loss`."""
         r, restore = _as_tensor(rewards)
@@ -226,13 +245,15 @@ class Calibration:
         return restore(self.kind_spec.regression_target(self, prompt_ids, out))
 
     # -- persistence -------------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
-        def clean(a: np.ndarray) -> list[Any]:
+    def to_dict(self) -> dict[str, JSONValue]:
+        """The calibration file's JSON object (:meth:`save`)."""
+
+        def clean(a: np.ndarray) -> list[float | None]:
             if np.isfinite(a).all():
                 return a.tolist()
             return [None if not math.isfinite(x) else x for x in a.tolist()]  # JSON has no inf
 
-        per_prompt: dict[str, Any] = {}
+        per_prompt: dict[str, JSONValue] = {}
         for name, arr in self.values.items():
             per_prompt[name] = arr.tolist() if arr.dtype.kind == "i" else clean(arr)
         return {
@@ -271,7 +292,7 @@ class Calibration:
         return cls.from_dict(data, source=str(path))
 
     @classmethod
-    def from_dict(cls, data: Any, source: str = "<dict>") -> Calibration:
+    def from_dict(cls, data: object, source: str = "<dict>") -> Calibration:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ValueError(f"{source} is not a bestk calibration file (format != {FORMAT!r})")
         version = data.get("schema_version")
@@ -347,7 +368,8 @@ class CalibrationKind(ABC):
         return f"{type(self).__name__}()"
 
     @abstractmethod
-    def bank_values(self, rewards: Any, success: Callable[[Any], np.ndarray]) -> np.ndarray:
+    def bank_values(self, rewards: np.ndarray,
+                    success: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
         """What a calibration of this kind sees of raw ``rewards`` (float64): the 0/1
         ``success(rewards)`` or the rewards themselves."""
 
@@ -364,7 +386,7 @@ class CalibrationKind(ABC):
                        rewards: torch.Tensor) -> torch.Tensor:
         """The adaptive reward of finite float64 ``rewards`` at calibration ``rows``."""
 
-    def regression_target(self, cal: Calibration, prompt_ids: Any,
+    def regression_target(self, cal: Calibration, prompt_ids: Labels,
                           adaptive: torch.Tensor) -> torch.Tensor:
         """@k-A*PO's target from the adaptive reward: minus :math:`\\beta\\log\\hat Z(x)`
         where the optimum's partition function is not 1."""
@@ -392,7 +414,8 @@ class BinaryKind(CalibrationKind):
     std_cancels = True
     required_values = ("n_success", "a_k", "beta_log_z")
 
-    def bank_values(self, rewards: Any, success: Callable[[Any], np.ndarray]) -> np.ndarray:
+    def bank_values(self, rewards: np.ndarray,
+                    success: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
         return success(rewards).astype(np.float64)
 
     def build(self, bank: Bank, k: int, beta: float) -> Calibration:
@@ -428,7 +451,7 @@ class BinaryKind(CalibrationKind):
         a = torch.from_numpy(cal.values["a_k"][rows]).to(rewards)
         return a * rewards
 
-    def regression_target(self, cal: Calibration, prompt_ids: Any,
+    def regression_target(self, cal: Calibration, prompt_ids: Labels,
                           adaptive: torch.Tensor) -> torch.Tensor:
         return adaptive - torch.from_numpy(cal.get("beta_log_z", prompt_ids)).to(adaptive)
 
@@ -454,8 +477,8 @@ class BinaryKind(CalibrationKind):
 
 
 class WinrateKind(CalibrationKind):
-    r"""Any finite rewards, max@k (Algorithm 2): the sorted reference rewards of each prompt and
-    the shared table :math:`T_0..T_M`; adaptive reward :math:`T_j`,
+    r"""Finite rewards of any value, max@k (Algorithm 2): the sorted reference rewards of each
+    prompt and the shared table :math:`T_0..T_M`; adaptive reward :math:`T_j`,
     :math:`j = \#\{\text{reference rewards} \le r\}` (Eq. 146), with :math:`Z = 1`."""
 
     name = "winrate"
@@ -464,7 +487,8 @@ class WinrateKind(CalibrationKind):
     std_cancels = False
     required_values = ("rewards",)
 
-    def bank_values(self, rewards: Any, success: Callable[[Any], np.ndarray]) -> np.ndarray:
+    def bank_values(self, rewards: np.ndarray,
+                    success: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
         return np.asarray(rewards, dtype=np.float64)
 
     def build(self, bank: Bank, k: int, beta: float) -> Calibration:
@@ -511,7 +535,7 @@ KIND_SPECS: dict[str, CalibrationKind] = {kind.name: kind for kind in (BINARY, W
 KINDS = tuple(KIND_SPECS)
 
 
-def calibration_kind(kind: Any, what: str = "calibration kind") -> CalibrationKind:
+def calibration_kind(kind: object, what: str = "calibration kind") -> CalibrationKind:
     """The :class:`CalibrationKind` named ``kind`` (an instance is returned as is);
     ``ValueError`` naming ``what`` and the valid names otherwise."""
     if isinstance(kind, CalibrationKind):
@@ -529,13 +553,13 @@ def _check_binary(rewards: torch.Tensor) -> None:
         )
 
 
-def _as_tensor(rewards: Any) -> tuple[torch.Tensor, Any]:
+def _as_tensor(rewards: Numbers) -> tuple[torch.Tensor, Callable[[torch.Tensor], NumbersOut]]:
     """Flat float64 rewards and the function giving a result back in the caller's type."""
     t, dtype = rewards_to_tensor(rewards)
     return t.reshape(-1), lambda a: to_output(a, dtype, "transformed rewards")
 
 
-def calibrate(bank: Any, k: int, beta: float,
+def calibrate(bank: Bank | BankMapping | str | os.PathLike, k: int, beta: float,
               kind: str | CalibrationKind = "binary") -> Calibration:
     """Build a :class:`Calibration` from a reference bank.
 
@@ -561,7 +585,7 @@ def calibrate(bank: Any, k: int, beta: float,
     return spec.build(b, k, beta)
 
 
-def check_calibration_args(k: Any, beta: Any, kind: Any, *,
+def check_calibration_args(k: object, beta: object, kind: object, *,
                            names: tuple[str, str, str] = ("k", "beta", "calibration kind"),
                            ) -> tuple[int, float]:
     """The checks of :func:`calibrate`'s ``k``, ``beta`` and ``kind`` (``ValueError`` naming
@@ -573,7 +597,7 @@ def check_calibration_args(k: Any, beta: Any, kind: Any, *,
     return k, beta
 
 
-def load_calibration(value: Any) -> Calibration:
+def load_calibration(value: object) -> Calibration:
     """A :class:`Calibration` from itself or from the path of a ``bestk calibrate`` file.
 
     A file is loaded once per (absolute path, modification time, size) and cached

@@ -143,8 +143,8 @@ def plot_weights_cmd(
     written.append(_save(fig, out / "kappo_winrate_T.png", "reference win rate q = F_ref(r)",
                          "T(q) = beta log(C + G(q)^k / beta)",
                          f"KAPPO win-rate transform (beta={beta})"))
-    for w in written:
-        typer.echo(f"wrote {w}")
+    for path in written:
+        typer.echo(f"wrote {path}")
 
 
 def _save(fig, path: Path, xlabel: str, ylabel: str, title: str, *,

@@ -21,17 +21,17 @@ Log-probabilities are *sequence* log-probabilities (sum of token log-probs), sha
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import torch.nn.functional as F
+
+from bestk._inputs import Numbers
 
 __all__ = ["kappo_apo_loss", "kappo_dpo_loss", "REDUCTIONS"]
 
 REDUCTIONS = ("mean", "sum", "none")
 
 
-def _as_like(x: Any, ref: torch.Tensor, name: str) -> torch.Tensor:
+def _as_like(x: Numbers, ref: torch.Tensor, name: str) -> torch.Tensor:
     t = x if isinstance(x, torch.Tensor) else torch.as_tensor(x, dtype=ref.dtype)
     t = t.to(device=ref.device, dtype=ref.dtype)
     if t.ndim == 0:
@@ -66,7 +66,7 @@ def _reduce(loss: torch.Tensor, reduction: str) -> torch.Tensor:
 def kappo_apo_loss(
     policy_logps: torch.Tensor,
     ref_logps: torch.Tensor,
-    targets: Any,
+    targets: Numbers,
     beta: float,
     *,
     reduction: str = "mean",
@@ -102,9 +102,9 @@ def kappo_apo_loss(
 def kappo_dpo_loss(
     chosen_logps: torch.Tensor,
     rejected_logps: torch.Tensor,
-    ref_chosen_logps: Any,
-    ref_rejected_logps: Any,
-    beta_eff: Any,
+    ref_chosen_logps: Numbers,
+    ref_rejected_logps: Numbers,
+    beta_eff: Numbers,
     *,
     reduction: str = "mean",
 ) -> torch.Tensor:

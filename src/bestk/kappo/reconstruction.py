@@ -26,11 +26,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from bestk.kappo._validate import check_k, check_positive
+
+if TYPE_CHECKING:  # annotations only: this module imports no torch
+    from bestk._inputs import Numbers
 
 __all__ = ["MaxAtKReconstruction", "reconstruct_max_at_k", "reconstruct_from_bank"]
 
@@ -66,7 +69,7 @@ class MaxAtKReconstruction:
     k: int
     beta: float
 
-    def score(self, r: Any) -> np.ndarray:
+    def score(self, r: Numbers) -> np.ndarray:
         """:math:`H(r)` at arbitrary rewards, linear between levels (Eq. 109); 0 below ``r_1``."""
         r = np.asarray(r, dtype=np.float64)
         if not np.isfinite(r).all():
@@ -96,7 +99,8 @@ def _forward(log_c: float, levels: np.ndarray, q: np.ndarray, k: int, beta: floa
     return P[-1], p, P, H
 
 
-def reconstruct_max_at_k(levels: Any, q: Any, k: int, beta: float) -> MaxAtKReconstruction:
+def reconstruct_max_at_k(levels: Numbers, q: Numbers, k: int, beta: float
+                         ) -> MaxAtKReconstruction:
     """Solve Eqs. 104-105 for the max@k optimal distribution over discrete reward levels.
 
     Parameters
@@ -147,7 +151,7 @@ def reconstruct_max_at_k(levels: Any, q: Any, k: int, beta: float) -> MaxAtKReco
     )
 
 
-def reconstruct_from_bank(rewards: Any, k: int, beta: float) -> MaxAtKReconstruction:
+def reconstruct_from_bank(rewards: Numbers, k: int, beta: float) -> MaxAtKReconstruction:
     """Reconstruction with the empirical masses of a reference bank (Eq. 110)."""
     x = np.asarray(rewards, dtype=np.float64).reshape(-1)
     if x.size == 0:

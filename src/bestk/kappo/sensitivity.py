@@ -19,11 +19,11 @@ unsmoothed estimate is infinite with probability :math:`q^M`), and ``"winrate"``
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 
+from bestk._inputs import Numbers
 from bestk.kappo._validate import as_probability_array, check_k, check_positive
 from bestk.kappo.binary import binary_calibration, dpo_beta_eff
 from bestk.kappo.winrate import winrate_T
@@ -52,7 +52,7 @@ class BankError:
     estimates: np.ndarray
 
 
-def binomial_weights(q: Any, M: int) -> np.ndarray:
+def binomial_weights(q: Numbers, M: int) -> np.ndarray:
     """``(..., M+1)`` array of :math:`\\Pr(N = j)`, :math:`N \\sim \\mathrm{Bin}(M, q)`."""
     if isinstance(M, bool) or not isinstance(M, (int, np.integer)) or M < 1:
         raise ValueError(f"M must be an integer >= 1, got {M!r}")
@@ -66,7 +66,8 @@ def binomial_weights(q: Any, M: int) -> np.ndarray:
     return np.exp(log_binom + lq + l1q)
 
 
-def finite_bank_error(q: Any, M: int, k: int, beta: float, quantity: str = "a_k") -> BankError:
+def finite_bank_error(q: Numbers, M: int, k: int, beta: float, quantity: str = "a_k"
+                      ) -> BankError:
     """Exact noise and bias of a bank-of-``M`` calibration of ``quantity`` at true ``q`` (Eq. 151).
 
     Examples

@@ -22,17 +22,32 @@ standardised form).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, overload
 
 import numpy as np
 import torch
 
+from bestk._inputs import ArrayInput, Numbers, NumbersOut
 from bestk.kappo.calibration import Calibration
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from bestk.groups import Labels
 
 __all__ = ["transform_rewards"]
 
 
-def transform_rewards(calibration: Calibration, prompt_ids: Any, rewards: Any) -> Any:
+@overload
+def transform_rewards(calibration: Calibration, prompt_ids: Labels,
+                      rewards: torch.Tensor) -> torch.Tensor: ...
+
+
+@overload
+def transform_rewards(calibration: Calibration, prompt_ids: Labels,
+                      rewards: ArrayInput) -> np.ndarray: ...
+
+
+def transform_rewards(calibration: Calibration, prompt_ids: Labels,
+                      rewards: Numbers) -> NumbersOut:
     """KAPPO's adaptive reward of each (prompt, reward) pair, from a reference calibration.
 
     Parameters
@@ -65,8 +80,7 @@ def transform_rewards(calibration: Calibration, prompt_ids: Any, rewards: Any) -
             "calibration must be a bestk.kappo.Calibration (bestk.kappo.calibrate or "
             f"Calibration.load), got {type(calibration).__name__}"
         )
-    is_tensor = isinstance(rewards, torch.Tensor)
-    r = rewards if is_tensor else np.asarray(rewards, dtype=np.float64)
+    r = rewards if isinstance(rewards, torch.Tensor) else np.asarray(rewards, dtype=np.float64)
     if r.ndim not in (1, 2):
         raise ValueError(f"rewards must be (B,) or (G, N), got shape {tuple(r.shape)}")
     ids = prompt_ids.detach().cpu().numpy() if isinstance(prompt_ids, torch.Tensor) else prompt_ids
@@ -81,6 +95,4 @@ def transform_rewards(calibration: Calibration, prompt_ids: Any, rewards: Any) -
         ids = np.repeat(rows, r.shape[1])
     flat = r.reshape(-1)
     out = calibration.transform(ids, flat)
-    if is_tensor:
-        return out.reshape(rewards.shape)  # already on the rewards' device
-    return out.reshape(r.shape)
+    return out.reshape(r.shape)  # a tensor's: already on the rewards' device

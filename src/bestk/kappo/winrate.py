@@ -30,11 +30,14 @@ from __future__ import annotations
 
 import math
 from functools import cache, lru_cache
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from bestk.kappo._validate import as_probability_array, check_k, check_positive
+
+if TYPE_CHECKING:  # annotations only: this module imports no torch
+    from bestk._inputs import Numbers
 
 __all__ = [
     "winrate_constant",
@@ -151,7 +154,7 @@ def winrate_constant(k: int, beta: float) -> float:
     return math.exp(winrate_log_constant(k, beta))
 
 
-def winrate_psi(z: Any, k: int, beta: float) -> np.ndarray:
+def winrate_psi(z: Numbers, k: int, beta: float) -> np.ndarray:
     """:math:`\\Psi(z) = \\int_0^z du/(C + u^k/\\beta)` for ``z`` in [0, 1] (Eq. 130)."""
     k = check_k(k)
     beta = check_positive(beta, "beta")
@@ -186,7 +189,7 @@ def _G(q: np.ndarray, k: int, beta: float, log_c: float) -> np.ndarray:
     return np.where(q <= 0, 0.0, np.where(q >= 1, 1.0, z))
 
 
-def winrate_G(q: Any, k: int, beta: float) -> np.ndarray:
+def winrate_G(q: Numbers, k: int, beta: float) -> np.ndarray:
     """Optimal win-rate CDF :math:`G = \\Psi^{-1}` (Eq. 132), for ``q`` in [0, 1]."""
     k = check_k(k)
     beta = check_positive(beta, "beta")
@@ -198,7 +201,7 @@ def winrate_G(q: Any, k: int, beta: float) -> np.ndarray:
     return _G(qa, k, beta, log_c)
 
 
-def winrate_T(q: Any, k: int, beta: float) -> np.ndarray:
+def winrate_T(q: Numbers, k: int, beta: float) -> np.ndarray:
     """Win-rate transform :math:`T(q) = \\beta\\log(C + G(q)^k/\\beta)` (Eq. 155), q in [0, 1].
 
     The transformed reward of a completion with reference quantile ``q`` (Eq. 12 / Eq. 134).

@@ -37,10 +37,10 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias, TypedDict
 
 import numpy as np
 import torch
@@ -56,14 +56,39 @@ from bestk.figures import save_figure
 from bestk.lab._optim import SlotAdam, torch_threads
 from bestk.lab.exact import best_at_k_exact
 from bestk.lab.io import (
+    BiasRow,
+    TestbedData,
     fmt,
     markdown_table,
     metric_key,
     write_json_atomic,
     write_text_atomic,
 )
-from bestk.lr_sweep import fixed_rate, sweep_until_interior
+from bestk.lr_sweep import SweepRecord, fixed_rate, sweep_until_interior
 from bestk.stats import mean_ci
+
+#: ``results.json`` of ``bestk lab bandit``: ``config``, ``bias`` (the :data:`BiasRow` s),
+#: ``sweep`` and ``curves`` per bandit (:class:`BanditSweep`, :class:`Curves`),
+#: ``wall_seconds``; JSON values, read by key.
+BanditResult: TypeAlias = dict[str, Any]
+
+
+class Curves(TypedDict):
+    """:func:`learning_curves`' record: the rollouts at each recorded point, the ks, each
+    estimator's rate and its curve (points x seeds x ks, exact best@k)."""
+
+    rollouts: list[int]
+    ks: list[int]
+    lr: dict[str, float]
+    curves: dict[str, list[list[list[float]]]]
+
+
+class BanditSweep(SweepRecord, total=False):
+    """:func:`sweep_learning_rates`' record: the :class:`~bestk.lr_sweep.SweepRecord`, its
+    seeds and score, and ``selected`` with the A/A controls' rates."""
+
+    seeds: int
+    select_by: str
 
 __all__ = [
     "Bandit",
@@ -291,7 +316,7 @@ def ordered_moments(spec: EstimatorSpec, logits: torch.Tensor, values: torch.Ten
 
 
 def bias_row(spec: EstimatorSpec, bandit: Bandit, n: int,
-             logits: torch.Tensor | None = None) -> dict[str, Any]:
+             logits: torch.Tensor | None = None) -> BiasRow:
     """Exact bias / variance of one estimator on one bandit at group size ``n``."""
     values = bandit.values()
     logits = bandit.init_logits() if logits is None else logits
@@ -301,7 +326,7 @@ def bias_row(spec: EstimatorSpec, bandit: Bandit, n: int,
     ref = objective_gradient(objective, logits, values, n)
     ref_norm = float(ref.norm())
     mean_norm = float(mean.norm())
-    row: dict[str, Any] = {
+    row: BiasRow = {
         "estimator": spec.label,
         "name": spec.name,
         "options": dict(spec.options),
@@ -335,7 +360,7 @@ def theory_weight(spec: EstimatorSpec, p: float, n: int) -> float | None:
 
 
 def bias_table(bandits: Sequence[Bandit], ns: Sequence[int],
-               specs: Sequence[EstimatorSpec] = BIAS_SPECS) -> list[dict[str, Any]]:
+               specs: Sequence[EstimatorSpec] = BIAS_SPECS) -> list[BiasRow]:
     """:func:`bias_row` for every applicable (bandit, N, estimator)."""
     rows = []
     for b in bandits:
@@ -353,7 +378,7 @@ def bias_table(bandits: Sequence[Bandit], ns: Sequence[int],
 def learning_curves(bandit: Bandit, specs: Sequence[EstimatorSpec], *, n: int, steps: int,
                     seeds: int, lr: float | dict[str, float],
                     ks: Sequence[int], eval_every: int, seed: int = 0,
-                    progress: Any = None) -> dict[str, Any]:
+                    progress: Callable[..., object] | None = None) -> Curves:
     """Train the softmax policy with each estimator (Adam on the logits, ``steps`` groups of
     ``n`` rollouts, ``seeds`` independent runs batched) and record the exact best@k.
 
@@ -412,14 +437,14 @@ def learning_curves(bandit: Bandit, specs: Sequence[EstimatorSpec], *, n: int, s
     }
 
 
-def curve_metrics(curves: dict[str, Any], label: str, binary: bool) -> dict[str, Any]:
+def curve_metrics(curves: Curves, label: str, binary: bool) -> dict[str, dict[str, list[float]]]:
     """Per-seed metrics of one estimator's learning curve: ``end`` = best@k (and pass@k on
     binary rewards) averaged over the recorded points of the curve (the area under the
     learning curve divided by its length, so every budget counts), ``start`` = the initial
     policy's values."""
     arr = np.asarray(curves["curves"][label])  # (T, S, K)
     auc, first = arr.mean(0), arr[0]
-    out: dict[str, Any] = {"start": {}, "end": {}}
+    out: dict[str, dict[str, list[float]]] = {"start": {}, "end": {}}
     names = ("best", "pass") if binary else ("best",)
     for j, k in enumerate(curves["ks"]):
         for name in names:
@@ -428,8 +453,8 @@ def curve_metrics(curves: dict[str, Any], label: str, binary: bool) -> dict[str,
     return out
 
 
-def sweep_learning_rates(bandit: Bandit, specs: Sequence[EstimatorSpec], config: Any,
-                         seed: int) -> dict[str, Any]:
+def sweep_learning_rates(bandit: Bandit, specs: Sequence[EstimatorSpec], config: BanditConfig,
+                         seed: int) -> BanditSweep:
     """Each estimator's learning rate from ``config.lr_grid``, extended until the chosen rate
     is interior (:func:`bestk.lr_sweep.sweep_until_interior`): the rate with the highest
     mean over k of the curve-averaged best@k on ``config.sweep_seeds`` seeds of their own (a
@@ -437,7 +462,7 @@ def sweep_learning_rates(bandit: Bandit, specs: Sequence[EstimatorSpec], config:
     specs = [s for s in specs if s.applies(bandit, config.curve_n)]
     tuned = {s.label: s for s in specs if s.control_of is None}
 
-    def score(want: Any) -> dict[str, dict[float, float]]:
+    def score(want: Mapping[str, Sequence[float]]) -> dict[str, dict[float, float]]:
         got: dict[str, dict[float, float]] = {lb: {} for lb in want}
         for j in range(max(len(v) for v in want.values())):
             labels = [lb for lb, v in want.items() if len(v) > j]
@@ -532,7 +557,7 @@ class BanditConfig(SchemaChecks):
 
     @field_validator("lr_grid", mode="before")
     @classmethod
-    def _positive_lrs(cls, v: Any) -> Any:
+    def _positive_lrs(cls, v: object) -> object:
         if not isinstance(v, (list, tuple)) or not v or not all(
                 isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
                 and math.isfinite(x) for x in v):
@@ -546,7 +571,7 @@ class BanditConfig(SchemaChecks):
                    lr_grid=(0.01, 0.05), sweep_seeds=2)
 
 
-def _summary_rows(curves: dict[str, Any], t: int) -> list[list[str]]:
+def _summary_rows(curves: Curves, t: int) -> list[list[str]]:
     """``mean ± CI`` of best@k over seeds at recorded point ``t`` for each estimator."""
     ks = curves["ks"]
     rows = []
@@ -560,7 +585,7 @@ def _summary_rows(curves: dict[str, Any], t: int) -> list[list[str]]:
     return rows
 
 
-def render_markdown(result: dict[str, Any]) -> str:
+def render_markdown(result: BanditResult) -> str:
     """The markdown report of a bandit run (bias table + final best@k)."""
     cfg = result["config"]
     out = ["# bestk lab bandit\n",
@@ -608,7 +633,7 @@ def render_markdown(result: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def plot_curves(result: dict[str, Any], path: Path) -> None:
+def plot_curves(result: BanditResult, path: Path) -> None:
     """One row per bandit, one column per plotted k: mean best@k vs rollouts."""
     plt = pyplot(extra="lab")
 
@@ -641,12 +666,12 @@ def plot_curves(result: dict[str, Any], path: Path) -> None:
     save_figure(fig, path)
 
 
-def testbed_data(result: dict[str, Any]) -> dict[str, Any]:
+def testbed_data(result: BanditResult) -> dict[str, TestbedData]:
     """Per-seed data for the claims: one testbed per bandit (``bandit-<name>``; metrics from
     :func:`curve_metrics`) and ``bandit-exact`` (the bias / variance table without the
     gradient vectors)."""
     cfg = result["config"]
-    out: dict[str, Any] = {}
+    out: dict[str, TestbedData] = {}
     for bname, cur in result["curves"].items():
         b = BANDITS[bname]
         methods = {}
@@ -676,7 +701,7 @@ def testbed_data(result: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def run_bandit(config: BanditConfig, out: str | Path, *, progress: bool = True) -> dict[str, Any]:
+def run_bandit(config: BanditConfig, out: str | Path, *, progress: bool = True) -> BanditResult:
     """Run the bias table and the learning curves; write ``results.json``, ``results.md``
     and ``curves.png`` under ``out``. Returns the result dictionary."""
     config.validate()
@@ -684,10 +709,10 @@ def run_bandit(config: BanditConfig, out: str | Path, *, progress: bool = True) 
         return _run_bandit(config, Path(out), progress=progress)
 
 
-def _run_bandit(config: BanditConfig, out: Path, *, progress: bool) -> dict[str, Any]:
+def _run_bandit(config: BanditConfig, out: Path, *, progress: bool) -> BanditResult:
     t0 = time.perf_counter()
     bandits = [BANDITS[b] for b in config.bandits]
-    result: dict[str, Any] = {"config": asdict(config), "bias": bias_table(bandits, config.ns),
+    result: BanditResult = {"config": asdict(config), "bias": bias_table(bandits, config.ns),
                               "curves": {}}
     with Progress(disable=not progress, transient=True) as bar:
         for i, b in enumerate(bandits):

@@ -110,32 +110,37 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias, TypedDict
 
 import numpy as np
 import torch
-from pydantic import Field, ValidationInfo, field_validator, model_validator
 from rich.progress import Progress
 from rich.table import Table
 
 from bestk._atomic import write_text_atomic
-from bestk._schema import Float, Int, SchemaChecks, schema_dataclass
-from bestk._seeds import LAB_KAPPO_BINARY, LAB_KAPPO_WINRATE
+from bestk._inputs import Numbers
 from bestk.estimators import advantages
 from bestk.kappo import (
-    Calibration,
-    calibrate,
     calibration_kind,
     kappo_apo_loss,
     kappo_dpo_loss,
     reconstruct_max_at_k,
-    solve_p_star,
     transform_rewards,
-    winrate_G,
 )
 from bestk.lab._optim import torch_threads
 from bestk.lab.exact import best_at_k_exact
 from bestk.lab.io import fmt, markdown_table, write_json_atomic
+from bestk.lab.kappo_bandits import (
+    BINARY_ONLY,
+    KINDS,
+    METHODS,
+    TOLERANCE,
+    KappoLabConfig,
+    KappoProblem,
+    binary_problem,
+    is_run,
+    winrate_problem,
+)
 
 __all__ = [
     "KINDS",
@@ -156,152 +161,33 @@ __all__ = [
     "rich_table",
 ]
 
-KINDS = ("binary", "winrate")
-METHODS = ("apo", "dpo", "kappo_grpo", "rloo", "drgrpo", "direct")
-#: Claimed accuracy: total variation between the trained policy and its limit.
-TOLERANCE = 1e-3
-_BINARY_ONLY = {
-    "dpo": "@k-DPO is the pass@k (binary) instantiation (KAPPO Sec. 5)",
-    "kappo_grpo": (
-        "std-normalised @k-GRPO on win-rate rewards has a policy-dependent stationary point "
-        "with no closed form (see the module docstring)"
-    ),
-}
-
-
-def _is_run(kind: str, method: str) -> bool:
-    """Whether ``method`` is run on ``kind`` rewards (:data:`_BINARY_ONLY` says why not)."""
-    return calibration_kind(kind).binary or method not in _BINARY_ONLY
-
-
 _GRPO_EPS = 1e-6  # kappo_grpo's epsilon in (S - mean) / (std + eps)
 
-
-@schema_dataclass
-class KappoLabConfig(SchemaChecks):
-    """Settings of ``bestk lab kappo`` (defaults: the full run; :meth:`fast` for tests)."""
-
-    #: Objective parameters k.
-    ks: tuple[Int, ...] = (1, 2, 4)
-    #: Methods to train (see the module docstring).
-    methods: tuple[str, ...] = METHODS
-    #: Reward kinds.
-    kinds: tuple[str, ...] = KINDS
-    #: KL strength of the binary bandits.
-    beta_binary: Float = Field(0.1, gt=0)
-    #: KL strength of the win-rate bandit.
-    beta_winrate: Float = Field(0.25, gt=0)
-    #: Reference bank size M of the binary prompts (their pass rates are N / M exactly).
-    bank_size: Int = Field(20, ge=2)
-    #: Reference successes N of each binary prompt (0 < N < M).
-    successes: tuple[Int, ...] = (1, 5, 12, 18)
-    #: Success / failure arms of each binary prompt.
-    success_arms: Int = Field(2, ge=2)
-    failure_arms: Int = Field(3, ge=2)
-    #: Arms of the win-rate bandit (its reference quantile grid).
-    winrate_arms: Int = Field(8192, ge=2)
-    #: Group size n of the GRPO-family estimators.
-    group_size: Int = Field(8, ge=2)
-    #: Natural-gradient step: the damping of centred updates, the first step of losses.
-    step_size: Float = Field(0.5, gt=0)
-    #: Converged when sum_a |g_a| < tol (per prompt).
-    tol: Float = Field(1e-9, gt=0)
-    #: Step budget per case.
-    max_steps: Int = Field(5000, ge=1)
-    #: Seed of the reference policies (within-class probabilities, win-rate rewards).
-    seed: Int = 0
-
-    @field_validator("ks")
-    @classmethod
-    def _positive_ks(cls, v: tuple[int, ...]) -> tuple[int, ...]:
-        if not v or min(v) < 1:
-            raise ValueError(f"ks must be integers >= 1, got {v!r}")
-        return v
-
-    @field_validator("methods", "kinds")
-    @classmethod
-    def _known(cls, v: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
-        allowed = METHODS if info.field_name == "methods" else KINDS
-        bad = [x for x in v if x not in allowed]
-        if not v or bad:
-            raise ValueError(f"unknown {info.field_name} {bad or v!r}; valid: {', '.join(allowed)}")
-        return v
-
-    @model_validator(mode="after")
-    def _successes_inside_the_bank(self) -> KappoLabConfig:
-        m = self.bank_size
-        if not self.successes or any(not 0 < n < m for n in self.successes):
-            raise ValueError(
-                f"successes must be integers strictly between 0 and bank_size={m}, got "
-                f"{self.successes!r}"
-            )
-        return self
-
-    @classmethod
-    def fast(cls) -> KappoLabConfig:
-        """Seconds-long settings for tests: fewer prompts, a coarser win-rate grid."""
-        return cls(successes=(2, 13), winrate_arms=2048)
+#: A ``bestk lab kappo`` result: ``cases`` (:class:`KappoCase` s) and ``skipped`` (kind,
+#: method, reason), and from :func:`run_kappo` also ``config``, ``tolerance``, ``metric`` and
+#: ``wall_seconds``; JSON values, read by key.
+KappoResult: TypeAlias = dict[str, Any]
 
 
-
-@dataclass
-class KappoProblem:
-    """One kind and one k: the bandits (one row per prompt), their calibration and optimum."""
-
+class _KappoCaseKeys(TypedDict):
     kind: str
     k: int
     beta: float
-    ref: torch.Tensor  # (P, K) reference policies
-    rewards: torch.Tensor  # (K,) rewards of the arms (shared by the prompts)
-    prompt_ids: list[str]
-    calibration: Calibration
-    adaptive: torch.Tensor  # (P, K) the adaptive reward of each arm (transform_rewards)
-    closed_form: torch.Tensor  # (P, K) the closed-form optimum
-    q: np.ndarray | None = None  # binary: reference pass rates
-    p_star: np.ndarray | None = None  # binary: optimal pass rates
+    method: str
+    limit: str
+    claims_closed_form: bool
+    error: float
+    closed_form_error: float
+    limit_vs_closed_form: float
+    pass_rate_error: float | None
+    steps: int
+    converged: bool
 
 
-def binary_problem(cfg: KappoLabConfig, k: int) -> KappoProblem:
-    """Binary prompts with reference pass rates N/M and their Prop. 4.1 optimum."""
-    rng = np.random.default_rng(LAB_KAPPO_BINARY.seed(cfg.seed))
-    m, s, f = cfg.bank_size, cfg.success_arms, cfg.failure_arms
-    q = np.asarray(cfg.successes, dtype=np.float64) / m
-    ref = np.empty((q.size, s + f))
-    for i, qi in enumerate(q):
-        ref[i, :s] = rng.dirichlet(np.ones(s)) * qi
-        ref[i, s:] = rng.dirichlet(np.ones(f)) * (1 - qi)
-    ids = [f"prompt-{n}-of-{m}" for n in cfg.successes]
-    bank = {pid: [1] * n + [0] * (m - n) for pid, n in zip(ids, cfg.successes, strict=True)}
-    cal = calibrate(bank, k=k, beta=cfg.beta_binary, kind="binary")
-    rewards = torch.tensor([1.0] * s + [0.0] * f, dtype=torch.float64)
-    adaptive = transform_rewards(cal, ids, rewards.expand(len(ids), -1).contiguous())
-    p_star = solve_p_star(q, k, cfg.beta_binary)
-    # Prop. 4.1 through p*: success arms scale by p*/q, failure arms by (1-p*)/(1-q).
-    scale = np.where(rewards.numpy()[None, :] == 1, (p_star / q)[:, None],
-                     ((1 - p_star) / (1 - q))[:, None])
-    return KappoProblem(
-        "binary", k, cfg.beta_binary, torch.from_numpy(ref), rewards, ids, cal, adaptive,
-        torch.from_numpy(ref * scale), q=q, p_star=p_star,
-    )
+class KappoCase(_KappoCaseKeys, total=False):
+    """One trained (kind, k, method) case (:func:`kappo_convergence` says what each key is)."""
 
-
-def winrate_problem(cfg: KappoLabConfig, k: int) -> KappoProblem:
-    """A K-arm bandit equiprobable under the reference, and Prop. 4.7's cell masses."""
-    rng = np.random.default_rng(LAB_KAPPO_WINRATE.seed(cfg.seed))
-    n_arms = cfg.winrate_arms
-    values = np.sort(rng.normal(size=n_arms))
-    if np.any(np.diff(values) <= 0):  # pragma: no cover - measure-zero event
-        raise ValueError("win-rate bandit rewards are not distinct; change the seed")
-    ids = ["winrate"]
-    cal = calibrate({ids[0]: values}, k=k, beta=cfg.beta_winrate, kind="winrate")
-    rewards = torch.from_numpy(values)
-    adaptive = transform_rewards(cal, ids, rewards[None, :])
-    cells = np.diff(winrate_G(np.arange(n_arms + 1) / n_arms, k, cfg.beta_winrate))
-    ref = torch.full((1, n_arms), 1.0 / n_arms, dtype=torch.float64)
-    return KappoProblem(
-        "winrate", k, cfg.beta_winrate, ref, rewards, ids, cal, adaptive,
-        torch.from_numpy(cells[None, :]),
-    )
+    passed: bool
 
 
 # ---------------------------------------------------------------------------------------------
@@ -387,7 +273,7 @@ def _linear_weight(name: str, n: int, **options: Any) -> float:
 
 
 # (estimator, options) of each GRPO-family lab method; it runs on the transformed rewards.
-_GRPO_FAMILY: dict[str, tuple[str, dict[str, Any]]] = {
+_GRPO_FAMILY: dict[str, tuple[str, dict[str, str]]] = {
     "rloo": ("rloo", {}),
     "drgrpo": ("grpo", {"scale": "none"}),
 }
@@ -403,8 +289,8 @@ def expected_update(method: str, problem: KappoProblem, cfg: KappoLabConfig) -> 
     """
     ref, beta, n = problem.ref, problem.beta, cfg.group_size
     log_ref = ref.log()
-    if not _is_run(problem.kind, method):
-        raise ValueError(f"{method} is not run on {problem.kind} rewards: {_BINARY_ONLY[method]}")
+    if not is_run(problem.kind, method):
+        raise ValueError(f"{method} is not run on {problem.kind} rewards: {BINARY_ONLY[method]}")
 
     if method == "apo":
         ids = np.repeat(np.asarray(problem.prompt_ids, dtype=object), ref.shape[1])
@@ -497,7 +383,7 @@ def expected_update(method: str, problem: KappoProblem, cfg: KappoLabConfig) -> 
 # predicted limits
 
 
-def grpo_std_weight(p: Any, n: int, eps: float = _GRPO_EPS) -> np.ndarray:
+def grpo_std_weight(p: Numbers, n: int, eps: float = _GRPO_EPS) -> np.ndarray:
     """omega_std(p) of std-normalised GRPO on 0/1 rewards, group size n (independent formula).
 
     ``E_s[(s z+(s)/p - (n-s) z-(s)/(1-p))/n]``, s ~ Bin(n, p), with
@@ -572,7 +458,7 @@ def predicted_limit(method: str, problem: KappoProblem, cfg: KappoLabConfig) -> 
         rec = reconstruct_max_at_k(np.arange(1, n_arms + 1) / n_arms, ref[0].numpy(), problem.k,
                                    beta)
         return torch.from_numpy(rec.p)[None, :], "discrete opt."
-    raise ValueError(f"{method} is not run on {problem.kind} rewards: {_BINARY_ONLY[method]}")
+    raise ValueError(f"{method} is not run on {problem.kind} rewards: {BINARY_ONLY[method]}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -655,7 +541,7 @@ def _tv(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(0.5 * (a - b).abs().sum(-1).max())
 
 
-def _run_case(method: str, problem: KappoProblem, cfg: KappoLabConfig) -> dict[str, Any]:
+def _run_case(method: str, problem: KappoProblem, cfg: KappoLabConfig) -> KappoCase:
     dynamics = expected_update(method, problem, cfg)
     limit, description = predicted_limit(method, problem, cfg)
     theta, steps, done = natural_descent(
@@ -663,7 +549,7 @@ def _run_case(method: str, problem: KappoProblem, cfg: KappoLabConfig) -> dict[s
     )
     pi = torch.softmax(theta, -1)
     error = _tv(pi, limit)
-    out: dict[str, Any] = {
+    out: KappoCase = {
         "kind": problem.kind,
         "k": problem.k,
         "beta": problem.beta,
@@ -690,7 +576,7 @@ def _run_case(method: str, problem: KappoProblem, cfg: KappoLabConfig) -> dict[s
 
 def kappo_convergence(
     cfg: KappoLabConfig | None = None, *, progress: Callable[[str], None] | None = None
-) -> dict[str, Any]:
+) -> KappoResult:
     """Train every (kind, k, method) case; returns ``{"cases": [...], "skipped": [...]}``.
 
     Each case is a dict: ``kind``, ``k``, ``beta``, ``method``, ``limit`` (what the method
@@ -711,18 +597,18 @@ def kappo_convergence(
 
 def _convergence(
     cfg: KappoLabConfig, progress: Callable[[str], None] | None
-) -> dict[str, Any]:
+) -> KappoResult:
     """:func:`kappo_convergence` of a validated ``cfg``."""
-    cases: list[dict[str, Any]] = []
-    skipped = [{"kind": kind, "method": method, "reason": _BINARY_ONLY[method]}
-               for kind in cfg.kinds for method in cfg.methods if not _is_run(kind, method)]
+    cases: list[KappoCase] = []
+    skipped = [{"kind": kind, "method": method, "reason": BINARY_ONLY[method]}
+               for kind in cfg.kinds for method in cfg.methods if not is_run(kind, method)]
     with torch_threads(1):  # tiny tensors: threads only add overhead
         for kind in cfg.kinds:
             for k in cfg.ks:
                 binary = calibration_kind(kind).binary
                 problem = binary_problem(cfg, k) if binary else winrate_problem(cfg, k)
                 for method in cfg.methods:
-                    if not _is_run(kind, method):
+                    if not is_run(kind, method):
                         continue
                     if progress is not None:
                         progress(f"{kind} k={k} {method}")
@@ -734,7 +620,7 @@ def _convergence(
 # output
 
 
-def render_markdown(result: dict[str, Any]) -> str:
+def render_markdown(result: KappoResult) -> str:
     """The results as markdown (one table per reward kind)."""
     lines = [
         "# KAPPO on exact softmax bandits",
@@ -765,7 +651,7 @@ def render_markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def rich_table(result: dict[str, Any]) -> Any:
+def rich_table(result: KappoResult) -> Table:
     """The cases as a ``rich.table.Table`` (what ``bestk lab kappo`` prints)."""
     table = Table(title=f"KAPPO on exact softmax bandits (total variation; tolerance "
                         f"{TOLERANCE:g})")
@@ -783,7 +669,7 @@ def rich_table(result: dict[str, Any]) -> Any:
 
 def run_kappo(
     cfg: KappoLabConfig, out: str | Path, *, progress: bool = True
-) -> dict[str, Any]:
+) -> KappoResult:
     """Run :func:`kappo_convergence`; write ``OUT/results.json`` and ``OUT/results.md``
     atomically. Returns the result dict (``config``, ``tolerance``, ``cases``, ``skipped``,
     ``wall_seconds``)."""
@@ -792,7 +678,7 @@ def run_kappo(
     t0 = time.perf_counter()
     with Progress(disable=not progress, transient=True) as bar:
         n_cases = sum(
-            _is_run(kind, method) for kind in cfg.kinds for method in cfg.methods
+            is_run(kind, method) for kind in cfg.kinds for method in cfg.methods
         ) * len(cfg.ks)
         task = bar.add_task("kappo bandits", total=n_cases)
 
@@ -800,7 +686,7 @@ def run_kappo(
             bar.update(task, advance=1, description=label)
 
         res = _convergence(cfg, progress=tick)  # cfg validated above
-    result = {
+    result: KappoResult = {
         "config": asdict(cfg),
         "tolerance": TOLERANCE,
         "metric": "total variation 0.5 sum |pi - pi_hat|, max over prompts",

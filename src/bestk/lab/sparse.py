@@ -20,8 +20,8 @@ the x axis of the paper's figure, and every ``N`` in ``ns`` is its own testbed
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from pydantic import Field, field_validator
@@ -30,23 +30,19 @@ from bestk._optional import pyplot
 from bestk._schema import Float, Int, SchemaChecks, schema_dataclass
 from bestk.figures import save_figure
 from bestk.lab._optim import torch_threads
-from bestk.lab.digits import (
+from bestk.lab.digits.data import learner_data, record_sweep
+from bestk.lab.digits.engine import RunSpec, make_problem
+from bestk.lab.digits.report import render_testbed
+from bestk.lab.digits.run import Ticker, run_settings, write_outputs
+from bestk.lab.digits.settings import (
     LEARNERS,
-    RunSpec,
-    Ticker,
     config_key,
     known_learners,
-    learner_data,
     learning_rates,
-    make_problem,
     positive_ks,
-    record_sweep,
-    render_testbed,
-    run_settings,
-    sweep_and_test,
-    write_outputs,
 )
-from bestk.lab.io import markdown_table, write_text_atomic
+from bestk.lab.digits.sweep import SettingResult, sweep_and_test
+from bestk.lab.io import TestbedData, markdown_table, write_text_atomic
 
 __all__ = ["SparseConfig", "run_sparse", "testbed_data"]
 
@@ -122,7 +118,8 @@ def testbed_id(n: int) -> str:
     return f"sparse-n{int(n)}"
 
 
-def testbed_data(cfg: SparseConfig, settings: dict[int, dict[str, Any]]) -> dict[str, Any]:
+def testbed_data(cfg: SparseConfig, settings: Mapping[int, SettingResult]
+                 ) -> dict[str, TestbedData]:
     """Per-seed data for the claims, one testbed per N (like ``digits.testbed_data``)."""
     out = {}
     for n, st in settings.items():
@@ -144,7 +141,7 @@ def testbed_data(cfg: SparseConfig, settings: dict[int, dict[str, Any]]) -> dict
     return out
 
 
-def plot(results: dict[int, dict[str, Any]], path: Path) -> None:
+def plot(results: Mapping[int, SettingResult], path: Path) -> None:
     """Test pass@1 along training per N (mean over seeds), as SoftmaxGRPO Figure 2."""
     plt = pyplot(extra="lab")
 
@@ -173,7 +170,7 @@ def plot(results: dict[int, dict[str, Any]], path: Path) -> None:
 
 
 def run_sparse(cfg: SparseConfig, out: str | Path, *, progress: bool = True,
-               resume: bool = True) -> dict[int, dict[str, Any]]:
+               resume: bool = True) -> dict[int, SettingResult]:
     """Sweep and test every N; write ``results.json``, ``testbeds.json``, ``results.md``,
     ``sparse.png`` and ``config.json`` under ``out`` (finished Ns saved atomically to
     ``out/settings/`` and reused by a rerun with the same configuration)."""
@@ -181,7 +178,7 @@ def run_sparse(cfg: SparseConfig, out: str | Path, *, progress: bool = True,
     out = Path(out)
     learners = [LEARNERS[lb] for lb in cfg.learners]
 
-    def compute(n: int, tick: Ticker) -> dict[str, Any]:
+    def compute(n: int, tick: Ticker) -> SettingResult:
         spec = RunSpec(n=n, steps=cfg.steps, batch_size=cfg.batch_size, hidden=cfg.hidden,
                        ks=tuple(cfg.ks), eval_every=cfg.eval_every, seed=cfg.seed, eval_chunk=4)
         active = [x for x in learners if x.applies("binary", n)]

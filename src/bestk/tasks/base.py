@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 
@@ -26,19 +26,26 @@ from bestk._optional import require
 from bestk._options import check_option_names
 from bestk.tasks.rewards import RewardSpec, WeightedRewards, get_rewards, reward_parts
 
-__all__ = ["Task", "Example", "RewardScores", "TASKS", "register_task", "load_task",
-           "task_options", "read_messages", "MESSAGES_FORMAT"]
+__all__ = ["Task", "RewardScores", "TASKS", "register_task", "load_task", "task_options",
+           "read_messages", "MESSAGES_FORMAT", "Example", "Message", "Row"]
 
-#: One prompt of a task: ``prompt`` (text or chat messages), ``answer``, ``id`` (int) and the
-#: fields its reward reads (their types are the task's own).
-Example = dict[str, Any]
+#: One prompt of a task: ``prompt`` (text, or a list of :data:`Message` s), ``answer`` (the
+#: reference completion), ``id`` (a stable integer) and whatever fields its reward function
+#: reads (values of any type, as the dataset or the task builder gives them).
+Example: TypeAlias = dict[str, Any]
+#: A row of a dataset (a JSON-lines object, a parquet or ``datasets`` row): field -> value.
+#: :func:`bestk.tasks.builtin.rows_to_examples` makes it an :data:`Example`.
+Row: TypeAlias = dict[str, object]
+#: A chat message: a text ``role`` and a text ``content``, and any other keys the chat
+#: template reads (TRL's conversational format).
+Message: TypeAlias = dict[str, object]
 
 #: How a list of chat messages looks, for error messages.
 MESSAGES_FORMAT = ("a list of chat messages [{'role': ..., 'content': text}, ...] (TRL's "
                    "conversational format)")
 
 
-def read_messages(value: Any) -> list[dict[str, Any]] | None:
+def read_messages(value: object) -> list[Message] | None:
     """``value`` as a list of chat messages, or ``None`` when it is not a list (text).
 
     A list of chat messages (TRL's conversational format) is a non-empty list of dicts, each
@@ -104,8 +111,8 @@ class Task:
     """
 
     name: str
-    train: list[dict[str, Any]]
-    eval: list[dict[str, Any]]
+    train: list[Example]
+    eval: list[Example]
     reward: RewardSpec | WeightedRewards
     alphabet: str | None = None
     max_answer_chars: int = 32
@@ -122,7 +129,7 @@ class Task:
         """The names of the reward functions, in order (one for a plain reward)."""
         return tuple(spec.name for spec in reward_parts(self.reward)[0])
 
-    def score(self, examples: Sequence[dict[str, Any]], completions: Sequence[str]) -> np.ndarray:
+    def score(self, examples: Sequence[Example], completions: Sequence[str]) -> np.ndarray:
         """Rewards of ``completions[i]`` for ``examples[i]`` as a float64 array
         (:meth:`score_detailed`'s ``total``).
 
@@ -131,7 +138,7 @@ class Task:
         """
         return self.score_detailed(examples, completions).total
 
-    def score_detailed(self, examples: Sequence[dict[str, Any]],
+    def score_detailed(self, examples: Sequence[Example],
                        completions: Sequence[str]) -> RewardScores:
         """The rewards of ``completions[i]`` for ``examples[i]`` and each function's own values.
 
@@ -140,7 +147,7 @@ class Task:
         (:class:`~bestk.tasks.rewards.WeightedRewards`) a function may return ``None``, which
         is skipped as TRL skips it: ``total = sum_j w_j r_j`` over the functions that returned
         a number (TRL's ``nansum``); a completion that no function scored is a ``ValueError``
-        (there is no reward to give the estimator). Any other non-number, and ``NaN`` or
+        (there is no reward to give the estimator). Every other non-number, and ``NaN`` or
         infinity, is a ``ValueError`` naming the function and the prompt.
         """
         if len(examples) != len(completions):
@@ -211,7 +218,7 @@ def register_task(name: str) -> Callable[[TaskBuilder], TaskBuilder]:
     return deco
 
 
-def task_options(name: str) -> dict[str, Any]:
+def task_options(name: str) -> dict[str, object]:
     """Options of task ``name`` with their defaults (``inspect.Parameter.empty`` if required)."""
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}; valid: {', '.join(sorted(TASKS))}")
@@ -224,7 +231,7 @@ def task_options(name: str) -> dict[str, Any]:
 
 def load_task(
     name: str,
-    options: dict[str, Any] | None = None,
+    options: Mapping[str, object] | None = None,
     *,
     seed: int = 0,
     reward: str | Sequence[str] | None = None,

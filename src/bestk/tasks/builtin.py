@@ -6,14 +6,23 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from bestk._optional import require
 from bestk._seeds import TASK_EVAL_PROMPTS
-from bestk.tasks.base import MESSAGES_FORMAT, Task, load_task, read_messages, register_task
+from bestk.tasks.base import (
+    MESSAGES_FORMAT,
+    Example,
+    Message,
+    Row,
+    Task,
+    load_task,
+    read_messages,
+    register_task,
+)
 from bestk.tasks.rewards import REWARDS, Reward, get_reward, register_reward
 
 __all__ = [
@@ -160,7 +169,7 @@ def reasoning_gym_task(
     template: str = "{question}\nAnswer: ",
     max_answer_chars: int = 64,
 ) -> Task:
-    """Any reasoning-gym dataset by name and config (``reasoning_gym.create_dataset``).
+    """A reasoning-gym dataset (any of them) by name and config (``reasoning_gym.create_dataset``).
 
     Training prompts: ``size`` items generated with ``seed``; held-out prompts: ``num_eval``
     items generated with seed ``seed + 1_000_003`` (a different stream, so a different set).
@@ -180,7 +189,7 @@ def reasoning_gym_task(
     except (KeyError, ValueError, TypeError, AssertionError) as e:
         raise ValueError(f"reasoning_gym dataset {dataset!r} with config {cfg}: {e}") from None
 
-    def convert(ds: Any, offset: int) -> list[dict[str, Any]]:
+    def convert(ds: Iterable[Mapping[str, object]], offset: int) -> list[Example]:
         out = []
         for i, entry in enumerate(ds):
             out.append({
@@ -203,7 +212,7 @@ def reasoning_gym_task(
     )
 
 
-def _read_jsonl(path: str) -> list[dict[str, Any]]:
+def _read_jsonl(path: str) -> list[Row]:
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"jsonl file {path!r} does not exist")
@@ -249,7 +258,7 @@ def jsonl_task(
     return Task(f"jsonl/{Path(path).stem}", train, held, spec, None, max_answer_chars)
 
 
-def _read_column(value: Any, where: str) -> list[dict[str, Any]] | None:
+def _read_column(value: object, where: str) -> list[Message] | None:
     """:func:`~bestk.tasks.base.read_messages` of a row's column, its error naming ``where``
     and the formats a column may hold."""
     try:
@@ -261,8 +270,8 @@ def _read_column(value: Any, where: str) -> list[dict[str, Any]] | None:
     return messages
 
 
-def _templated(value: Any, messages: list[dict[str, Any]] | None, template: str,
-               row: dict[str, Any]) -> str | list[dict[str, Any]]:
+def _templated(value: object, messages: list[Message] | None, template: str,
+               row: Row) -> str | list[Message]:
     """``template`` formatted with ``{prompt}`` = the text ``value``, or for chat messages
     the messages with ``template`` applied to the content of the last user message."""
     if messages is None:
@@ -274,21 +283,21 @@ def _templated(value: Any, messages: list[dict[str, Any]] | None, template: str,
     return messages
 
 
-def _answer_of(value: Any, where: str) -> str:
+def _answer_of(value: object, where: str) -> str:
     """The reference answer of a row: text as it is, or the content of the last assistant
     message of a list of chat messages (TRL's conversational ``completion``)."""
     messages = _read_column(value, where)
     if messages is None:
         return str(value)
-    replies = [m["content"] for m in messages if m["role"] == "assistant"]
+    replies = [str(m["content"]) for m in messages if m["role"] == "assistant"]  # text
     if not replies:
         raise ValueError(f"{where} holds chat messages without an assistant message (the "
                          f"reference answer)")
     return replies[-1]
 
 
-def rows_to_examples(rows: list[dict[str, Any]], src: str, offset: int, *, prompt_field: str,
-                     answer_field: str, template: str) -> list[dict[str, Any]]:
+def rows_to_examples(rows: Sequence[Row], src: str, offset: int, *, prompt_field: str,
+                     answer_field: str, template: str) -> list[Example]:
     """Task examples of data rows: every field of the row, plus ``prompt`` =
     ``template.format(prompt=row[prompt_field], **row)``, ``answer`` = ``str(row[answer_field])``
     and ``id`` = ``offset + row index``.
@@ -321,9 +330,9 @@ def rows_to_examples(rows: list[dict[str, Any]], src: str, offset: int, *, promp
     return out
 
 
-def split_rows(rows: list[dict[str, Any]], src: str, eval_rows: list[dict[str, Any]] | None,
+def split_rows(rows: Sequence[Row], src: str, eval_rows: Sequence[Row] | None,
                eval_src: str, *, num_eval: int, seed: int, **fields: str
-               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+               ) -> tuple[list[Example], list[Example]]:
     """``(train, held-out)`` examples (:func:`rows_to_examples`): ``eval_rows`` are the held-out
     ones when given (ids after the training rows'), else ``num_eval`` rows of ``rows`` drawn
     with ``seed`` (the rest train, in file order)."""
@@ -382,7 +391,7 @@ def similarity_task(
 
 
 @register_reward("multiset", graded=True)
-def multiset_reward(prompt: str, completion: str, *, letters: str = "", **_: Any) -> float:
+def multiset_reward(prompt: str, completion: str, *, letters: str = "", **_: object) -> float:
     """Graded anagram reward: the share of symbols that the stripped completion and the target
     multiset ``letters`` have in common, over the longer of the two lengths,
     ``|ms(completion) & ms(letters)| / max(|completion|, |letters|)``; 1 exactly when the
@@ -395,7 +404,8 @@ def multiset_reward(prompt: str, completion: str, *, letters: str = "", **_: Any
 
 
 @register_reward("exact_multiset", graded=False)
-def exact_multiset_reward(prompt: str, completion: str, *, letters: str = "", **_: Any) -> float:
+def exact_multiset_reward(prompt: str, completion: str, *, letters: str = "",
+                          **_: object) -> float:
     """1 when the stripped completion is a rearrangement of ``letters``, else 0."""
     return float(bool(letters) and sorted(completion.strip()) == sorted(letters))
 

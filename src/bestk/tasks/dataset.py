@@ -20,10 +20,11 @@ import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from bestk._optional import require
-from bestk.tasks.base import Task, register_task
+from bestk.tasks.base import Row, Task, register_task
 from bestk.tasks.builtin import split_rows
 from bestk.tasks.rewards import Reward, get_reward
 
@@ -42,7 +43,7 @@ _SHARD = re.compile(r"^(?P<split>.+?)-\d{5}-of-\d{5}\.")
 
 
 @contextlib.contextmanager
-def _quiet_datasets(datasets: Any) -> Iterator[None]:
+def _quiet_datasets(datasets: ModuleType) -> Iterator[None]:
     """``datasets``' progress bars and log messages off meanwhile (restored after): a bad file
     becomes one ``ValueError`` line, not a logged error plus the error."""
     was_off = datasets.are_progress_bars_disabled()
@@ -63,7 +64,8 @@ def _is_saved_dataset(d: Path) -> bool:
         (d / "state.json").is_file() and (d / "dataset_info.json").is_file())
 
 
-def _pick_split(datasets: Any, ds: Any, d: Path, option: str, splits: tuple[str, ...]) -> Any:
+def _pick_split(datasets: ModuleType, ds: Any, d: Path, option: str,
+                splits: tuple[str, ...]) -> Any:
     """``ds`` loaded from a ``save_to_disk`` directory ``d``; of a ``DatasetDict``, its first
     split among ``splits`` or its only split."""
     if not isinstance(ds, datasets.DatasetDict):
@@ -106,7 +108,7 @@ def _shards(d: Path, fmt: str, option: str) -> tuple[list[str], str]:
 
 
 def read_rows(path: str, fmt: str = "auto", *, option: str = "path",
-              splits: tuple[str, ...] = ("train",)) -> list[dict[str, Any]]:
+              splits: tuple[str, ...] = ("train",)) -> list[Row]:
     """The rows of local data as dicts, through ``datasets``.
 
     ``path`` is a data file, a glob pattern of them, a directory of shards of one format

@@ -41,7 +41,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache, reduce
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import Any, SupportsInt
 
 from bestk._optional import require
 
@@ -163,7 +164,7 @@ def _names_missing(e: ModuleNotFoundError, module: str) -> bool:
     return bool(e.name) and (module == e.name or module.startswith(f"{e.name}."))
 
 
-def _import_module(module: str, spec: str) -> Any:
+def _import_module(module: str, spec: str) -> ModuleType:
     """``importlib.import_module(module)``, falling back to the working directory.
 
     ``python -m bestk`` searches the working directory but the ``bestk`` console script does
@@ -196,7 +197,7 @@ def _import_module(module: str, spec: str) -> Any:
         raise ValueError(f"cannot load reward function {spec!r}: {_first_line(e)}") from None
 
 
-def _module_from_file(path: str, spec: str) -> Any:
+def _module_from_file(path: str, spec: str) -> ModuleType:
     """The module of the Python file ``path`` (relative to the working directory), executed
     once per process under a name derived from its absolute path (kept in ``sys.modules``)."""
     file = Path(path).expanduser()
@@ -226,7 +227,7 @@ def _is_file_target(target: str) -> bool:
     return target.endswith(".py") or "/" in target or os.sep in target
 
 
-def _check_signature(fn: Callable[..., Any], name: str) -> None:
+def _check_signature(fn: Callable[..., object], name: str) -> None:
     """A reward is called ``fn(prompt, completion, **fields)`` (every field of the example:
     ``answer``, ``id``, ...): ``ValueError`` naming ``fn``'s signature when it cannot take that
     (two positional arguments and any keywords), so a wrong function (``os:system``) is refused
@@ -327,7 +328,7 @@ def get_rewards(
 
 
 @register_reward("exact", graded=False)
-def exact_reward(prompt: str, completion: str, *, answer: Any, **_: Any) -> float:
+def exact_reward(prompt: str, completion: str, *, answer: object, **_: object) -> float:
     """1.0 if ``completion.strip() == str(answer).strip()``, else 0.0."""
     return float(completion.strip() == str(answer).strip())
 
@@ -336,7 +337,8 @@ _INT = re.compile(r"^\s*([+-]?\d+)")
 
 
 @register_reward("arithmetic", graded=True)
-def arithmetic_reward(prompt: str, completion: str, *, answer: Any, **_: Any) -> float:
+def arithmetic_reward(prompt: str, completion: str, *, answer: SupportsInt | str,
+                      **_: object) -> float:
     """Graded closeness ``1 / (1 + |pred - target|)`` of the integer the completion starts with.
 
     1.0 exactly when the answer is right (so success = ``reward == 1``); 0.0 when the
@@ -353,7 +355,7 @@ def arithmetic_reward(prompt: str, completion: str, *, answer: Any, **_: Any) ->
 
 
 @register_reward("positional", graded=True)
-def positional_reward(prompt: str, completion: str, *, answer: Any, **_: Any) -> float:
+def positional_reward(prompt: str, completion: str, *, answer: object, **_: object) -> float:
     """Graded string match: characters equal at the same position, divided by the longer
     length (``sum_i [c_i == a_i] / max(|c|, |a|)``); 1.0 exactly when ``c == a``.
 
@@ -393,7 +395,8 @@ def _parse_gold(answer: str) -> Any:
 
 
 @register_reward("math_verify", graded=False, requires=("math_verify",))
-def math_verify_reward(prompt: str, completion: str, *, answer: Any, **_: Any) -> float:
+def math_verify_reward(prompt: str, completion: str, *, answer: object,
+                       **_: object) -> float:
     """1.0 if math-verify judges the completion's final answer equal to ``answer``, else 0.0.
 
     Both sides first go through :func:`final_answer` (GSM8K's ``#### 72``: the reference may
@@ -444,7 +447,8 @@ def _rouge_scorer() -> Any:
 
 
 @register_reward("similarity", graded=True, requires=("rouge_score",))
-def similarity_reward(prompt: str, completion: str, *, answer: Any, **_: Any) -> float:
+def similarity_reward(prompt: str, completion: str, *, answer: object,
+                      **_: object) -> float:
     """SoftmaxGRPO's ``r_sim = 0.6 F1_SQuAD + 0.4 ROUGE-L`` (F-measure) against ``answer``."""
     ref = str(answer)
     rouge = _rouge_scorer().score(ref, completion)["rougeL"].fmeasure
@@ -452,7 +456,7 @@ def similarity_reward(prompt: str, completion: str, *, answer: Any, **_: Any) ->
 
 
 @register_reward("reasoning_gym", graded=True, requires=("reasoning_gym",))
-def reasoning_gym_reward(prompt: str, completion: str, *, entry: dict, **_: Any) -> float:
+def reasoning_gym_reward(prompt: str, completion: str, *, entry: dict, **_: object) -> float:
     """The reasoning-gym score of ``completion`` for ``entry`` (its dataset's ``score_answer``).
 
     ``entry`` is the dataset item (``question``, ``answer``, ``metadata`` with

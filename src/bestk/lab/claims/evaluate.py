@@ -1,0 +1,472 @@
+"""``claims.json`` from the testbeds' per-seed data: each arm's tests, power and verdict.
+
+:func:`evaluate_claims` builds one entry per arm: the paired tests of the primary and
+secondary metrics (Holm-adjusted over the family and within the arm), the power fields
+(``mde``, ``paper_effect``, ``headroom``, ``seeds_needed``), the learning rates and the
+testbed's checks, and the verdict of :func:`bestk.lab.claims.rule.verdict`.
+
+Exact claims are decided by a deterministic threshold on an exactly computed quantity
+(:mod:`bestk.lab.claims.exact`; no sampling, no test). Arms whose testbed has no data yet, or
+fewer seeds than the testbed needs, are **pending**; arms whose two methods did not see the
+same reward, prompts and rollout budget (read from the run configurations) are **not
+comparable**. Both stay out of the family. A claim that compares budgets on purpose
+(``ClaimSpec.budget = "by design"``, e.g. @k-A*PO with one on-policy completion per prompt
+against PKPO with eight) says so: its arms record both budgets and ``budget_matched`` is
+false, and only reward and prompts must match.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import TypedDict
+
+import numpy as np
+
+from bestk.lab.claims.exact import EXACT_RULES
+from bestk.lab.claims.rule import (
+    ALPHA,
+    POWER,
+    VERDICTS,
+    design_reasons,
+    inconclusive_reasons,
+    verdict,
+)
+from bestk.lab.claims.specs import (
+    DIVERSITY,
+    GREATER,
+    Arm,
+    ArmEntry,
+    ClaimsDoc,
+    ClaimSpec,
+    arm_id,
+)
+from bestk.lab.claims.table import CLAIMS, PAPER_EFFECTS, TESTBEDS
+from bestk.lab.io import TestbedData, fmt
+from bestk.lr_sweep import is_interior
+from bestk.stats import (
+    EXACT_MAX_N,
+    MC_DRAWS,
+    bimodality_coefficient,
+    holm,
+    paired_mde,
+    paired_test,
+    seeds_needed,
+    sign_flip_min_p,
+    sign_flip_p,
+)
+
+
+class _PairedTestKeys(TypedDict):
+    diff: float
+    ci95: list[float]
+    p: float
+
+
+class PairedTest(_PairedTestKeys, total=False):
+    """A paired test in ``claims.json``: the mean difference ``a - b``, its 95% interval, the
+    t-test's p and (``perm``) the sign-flip p (:func:`_test_json`)."""
+
+    p_perm: float
+
+
+class SecondaryTest(PairedTest, total=False):
+    """A secondary metric's test in an arm: its key, its better direction, the
+    :class:`PairedTest` and the p-values Holm-adjusted within the arm."""
+
+    metric: str
+    better: str
+    p_holm: float
+    p_perm_holm: float
+
+
+class TrainsCheck(TypedDict):
+    """:attr:`~bestk.lab.claims.specs.TestbedSpec.trains_if` on the data: ``method``'s mean
+    ``metric`` at the start and the end, their ratio and the ``factor`` it must reach."""
+
+    method: str
+    metric: str
+    start: float
+    end: float
+    ratio: float
+    factor: float
+    trains: bool
+
+
+def _matched(tb: TestbedData, a: str, b: str) -> dict[str, object]:
+    """The matching fields of an arm: same reward, prompts and budget, and both budgets."""
+    ca, cb = tb["methods"][a]["config"], tb["methods"][b]["config"]
+    return {"reward_matched": ca["reward"] == cb["reward"],
+            "prompt_matched": ca["prompts"] == cb["prompts"],
+            "budget_matched": ca["rollouts"] == cb["rollouts"],
+            "budget": {side: {"rollouts": c["rollouts"], "bank": c.get("bank", 0)}
+                       for side, c in (("a", ca), ("b", cb))}}
+
+
+
+def _test_json(a: Sequence[float], b: Sequence[float], *, perm: bool = False,
+               shift: float = 0.0) -> PairedTest:
+    """Difference, 95% interval and p of the paired t-test of ``a - b``; with ``perm`` also
+    the sign-flip p. ``shift`` (a non-inferiority margin) is added to ``a - b`` for the
+    p-values only: the difference and interval stay those of ``a - b``."""
+    t = paired_test(a, b)
+    out: PairedTest = {"diff": t.diff, "ci95": [t.ci95[0], t.ci95[1]], "p": t.p}
+    if shift:
+        out["p"] = paired_test(np.add(a, shift), b).p
+    if perm:
+        out["p_perm"] = sign_flip_p(np.subtract(a, b) + shift)
+    return out
+
+
+def _trained_entry(spec: ClaimSpec, arm: Arm, tb: TestbedData | None,
+                   min_seeds: int | None = None) -> ArmEntry:
+    tspec = TESTBEDS[arm.testbed]
+    need = tspec.min_seeds if min_seeds is None else min_seeds
+    e: ArmEntry = {
+        "id": arm_id(spec, arm), "claim_id": spec.id, "claim": spec.claim,
+        "source": spec.source, "testbed": arm.testbed, "kind": spec.kind, "a": arm.a,
+        "b": arm.b, "reward": spec.reward, "seeds": 0,
+        "primary": {"metric": spec.primary.label, "direction": spec.direction,
+                    "per_seed_a": [], "per_seed_b": [], "diff": None, "ci95": None, "p": None,
+                    "p_holm": None, "p_perm": None, "p_perm_holm": None,
+                    "margin": spec.margin,
+                    "test": "paired t-test of a - b" if spec.margin is None else
+                            f"non-inferiority: paired t-test of a - b + {spec.margin}",
+                    "test_perm": None},
+        "secondary": [], "noninferiority": None, "change_from_start": None,
+        "mde": None, "paper_effect": None, "paper_effect_why": None, "headroom": None,
+        "seeds_needed": None, "power": None, "robust": None,
+        "lr_a": None, "lr_b": None, "lr_grid": None, "lr_interior": None, "lr_rule": None,
+        "reward_matched": None, "prompt_matched": None, "budget_matched": None,
+        "budget_by_design": spec.budget == "by design", "budget": None,
+        "control": spec.control, "status": spec.status, "verdict": "pending", "why": "",
+        "command": tspec.command,
+    }
+    if tb is None or arm.a not in tb.get("methods", {}) or arm.b not in tb.get("methods", {}):
+        e["why"] = (tspec.pending_why or "no data for this testbed yet") if tb is None else \
+            f"methods {arm.a!r} / {arm.b!r} not in the testbed data"
+        return e
+    assert arm.a is not None and arm.b is not None  # None is no testbed's method
+    n_seeds = len(tb["seeds"])
+    e["seeds"] = n_seeds
+    if n_seeds < need:
+        e["why"] = f"{n_seeds} of {need} seeds done"
+        return e
+    e.update(_matched(tb, arm.a, arm.b))
+    e.update(learning_rates(tb, arm.a, arm.b))
+    ma, mb = tb["methods"][arm.a], tb["methods"][arm.b]
+    ks = tb["ks"]
+    (key,) = spec.primary.keys(ks, tspec.primary_k)
+    if key not in ma["end"] or key not in mb["end"]:
+        e["why"] = f"metric {key} not measured on this testbed"
+        return e
+    e["primary"]["test_perm"] = (
+        f"two-sided sign-flip permutation test of the same differences: exact over all "
+        f"2^{n_seeds} sign patterns" if n_seeds <= EXACT_MAX_N else
+        f"two-sided sign-flip permutation test of the same differences: Monte Carlo over "
+        f"{MC_DRAWS} sign patterns (numpy default_rng(0))")
+    e["primary"].update(metric=key, per_seed_a=list(ma["end"][key]),
+                        per_seed_b=list(mb["end"][key]),
+                        **_test_json(ma["end"][key], mb["end"][key], perm=True,
+                                     shift=spec.margin or 0.0))  # margin: H1 a - b > -margin
+    if key in ma.get("start", {}):
+        e["change_from_start"] = {side: _test_json(m["end"][key], m["start"][key])
+                                  for side, m in (("a", ma), ("b", mb))}
+    sec: list[SecondaryTest] = []
+    for metric in spec.secondary:
+        for k2 in metric.keys(ks, tspec.primary_k):
+            if k2 == key or k2 not in ma["end"] or k2 not in mb["end"]:
+                continue
+            sec.append({"metric": k2, "better": metric.better,
+                        **_test_json(ma["end"][k2], mb["end"][k2], perm=True)})
+    for s, p, pp in zip(sec, holm([s["p"] for s in sec]), holm([s["p_perm"] for s in sec]),
+                        strict=True):
+        s["p_holm"], s["p_perm_holm"] = p, pp
+    e["secondary"] = sec
+    if spec.noninferiority is not None:
+        (k3,) = spec.noninferiority.metric.keys(ks, tspec.primary_k)
+        if k3 in ma["end"] and k3 in mb["end"]:
+            t = _test_json(ma["end"][k3], mb["end"][k3])
+            e["noninferiority"] = {"metric": k3, "margin": spec.noninferiority.margin,
+                                   "diff": t["diff"], "ci95": t["ci95"],
+                                   "holds": bool(t["ci95"][0] > -spec.noninferiority.margin)}
+    matches = ["reward_matched", "prompt_matched"] + ([] if e["budget_by_design"] else
+                                                      ["budget_matched"])
+    if not all(e[k] for k in matches):
+        e["verdict"] = "not comparable"
+        e["why"] = ", ".join(k for k in matches if not e[k]).replace("_matched", "") + \
+            " not matched"
+    return e
+
+
+def _exact_entry(spec: ClaimSpec, arm: Arm, tb: TestbedData | None) -> ArmEntry:
+    if spec.exact_rule is None or spec.exact_rule not in EXACT_RULES:
+        raise ValueError(f"exact claim {spec.id} has exact_rule {spec.exact_rule!r}; "
+                         f"known: {sorted(EXACT_RULES)}")
+    e = _trained_entry(spec, arm, None)
+    e.update(reward_matched=True, prompt_matched=True, budget_matched=True)
+    if tb is None:
+        return e
+    value, ok, text, rule = EXACT_RULES[spec.exact_rule](tb)
+    e["primary"].update(diff=value, ci95=[value, value])
+    e["verdict"] = "reproduced" if ok else "not reproduced"
+    e["why"] = f"{text}; rule: {rule}"
+    return e
+
+
+def _lr_grid(tb: TestbedData, label: str) -> list[float]:
+    """The grid a method's learning rate was chosen from (an A/A control: its method's)."""
+    cfg = tb["methods"][label]["config"]
+    if cfg.get("lr_grid"):
+        return [float(v) for v in cfg["lr_grid"]]
+    sweep = tb.get("sweep") or {}
+    tuned = sweep.get("common_lr_from") or cfg.get("control_of") or label
+    grid = (sweep.get("grids") or {}).get(tuned) or sweep.get("grid")
+    return [float(v) for v in grid] if grid else [float(cfg["lr"])]
+
+
+def learning_rates(tb: TestbedData, a: str, b: str) -> dict[str, object]:
+    """An arm's learning rates: ``lr_a``, ``lr_b``, the grids they were chosen from
+    (``lr_grid``), whether each is interior to its grid (``lr_interior``; ``None`` for a rate
+    set by hand, which has no grid to be interior to) and how they were chosen
+    (``lr_rule``)."""
+    grids: dict[str, list[float]] = {}
+    interior: dict[str, bool | None] = {}
+    out: dict[str, object] = {"lr_grid": grids, "lr_interior": interior}
+    for side, label in (("a", a), ("b", b)):
+        lr = float(tb["methods"][label]["config"]["lr"])
+        grid = _lr_grid(tb, label)
+        out[f"lr_{side}"] = lr
+        grids[side] = grid
+        interior[side] = is_interior(lr, grid) if len(grid) > 1 else None
+    sweep = tb.get("sweep") or {}
+    if sweep.get("common_lr_from"):
+        out["lr_rule"] = (f"one rate for every method: the rate of "
+                          f"{sweep['common_lr_from']} chosen by a validation sweep over "
+                          f"{sweep.get('seeds')} seed(s), score: {sweep.get('select_by')}; "
+                          "grid extended until the chosen rate is interior")
+    elif sweep:
+        out["lr_rule"] = (f"per method, validation sweep over {sweep.get('seeds')} seed(s), "
+                          f"score: {sweep.get('select_by', 'see the testbed')}"
+                          + ("; grid extended until the chosen rate is interior"
+                             if "grids" in sweep else "; fixed grid"))
+    else:
+        out["lr_rule"] = "as configured"
+    return out
+
+
+def _lr_reasons(e: ArmEntry) -> list[str]:
+    """A learning rate at the edge of its grid: the method may be untuned, so the
+    comparison says nothing about the method."""
+    out = []
+    for side in ("a", "b"):
+        if (e.get("lr_interior") or {}).get(side) is False:
+            out.append(f"the learning rate of {e[side]} ({e[f'lr_{side}']:g}) is at the edge "
+                       f"of its grid {e['lr_grid'][side]}")
+    return out
+
+
+def _trains_reason(testbed: str, tb: TestbedData) -> tuple[list[str], TrainsCheck | None]:
+    """:attr:`TestbedSpec.trains_if` checked on the data: ``([reason], record)``."""
+    rule = TESTBEDS[testbed].trains_if
+    if rule is None:
+        return [], None
+    method, key, factor = rule
+    m = tb.get("methods", {}).get(method)
+    if m is None or key not in m.get("end", {}) or key not in m.get("start", {}):
+        return [f"the training check ({method} {key}) cannot be made: not in the data"], None
+    start, end = float(np.mean(m["start"][key])), float(np.mean(m["end"][key]))
+    ratio = end / start if start > 0 else math.inf
+    rec: TrainsCheck = {"method": method, "metric": key, "start": start, "end": end, "ratio": ratio,
+           "factor": factor, "trains": bool(ratio >= factor)}
+    if ratio >= factor:
+        return [], rec
+    return [f"the testbed did not train enough: {method} {key} {fmt(start)} -> {fmt(end)} "
+            f"(x{ratio:.2f} < {factor:g})"], rec
+
+
+def _start_reason(e: ArmEntry, spec: ClaimSpec, tb: TestbedData) -> list[str]:
+    """:attr:`TestbedSpec.start_range` checked for an arm whose primary is pass@k / best@k at
+    the testbed's primary k (a pass@1 accuracy claim is judged by the training check)."""
+    rng = TESTBEDS[e["testbed"]].start_range
+    key = e["primary"]["metric"]
+    start = tb["methods"][e["b"]].get("start", {}).get(key)
+    if rng is None or not spec.primary.at_k or spec.primary.k is not None or start is None:
+        return []
+    s0 = float(np.mean(start))
+    if rng[0] <= s0 <= rng[1]:
+        return []
+    return [f"b's start value of {key} is {fmt(s0)}, outside [{rng[0]:g}, {rng[1]:g}]: the "
+            "primary starts too close to a bound to show the effect"]
+
+
+def derived_metrics(tb: TestbedData) -> TestbedData:
+    """A copy of a testbed's data with the derived per-seed metrics added: :data:`DIVERSITY`
+    = ``distinct_correct / (n * pass@1)`` where both are measured and every pass@1 > 0."""
+    n = tb.get("n")
+    if not n or "methods" not in tb:
+        return tb
+    methods = {}
+    for label, m in tb["methods"].items():
+        m = {**m}
+        for when in ("start", "end"):
+            vals = m.get(when)
+            if not vals or "distinct_correct" not in vals or "pass@1" not in vals:
+                continue
+            p1 = np.asarray(vals["pass@1"], dtype=float)
+            if not (p1 > 0).all():
+                continue
+            m[when] = {**vals, DIVERSITY: (np.asarray(vals["distinct_correct"], dtype=float)
+                                           / (n * p1)).tolist()}
+        methods[label] = m
+    return {**tb, "methods": methods}
+
+
+def _bounds(key: str, testbed: str, tb: TestbedData) -> tuple[float, float] | None:
+    """The range of a per-seed metric: pass@k and allocation shares in [0, 1], best@k in the
+    testbed's reward range, distinct correct completions in [0, samples per prompt]."""
+    if key.startswith("pass@") or key.startswith("alloc"):
+        return 0.0, 1.0
+    if key.startswith("best@"):
+        return TESTBEDS[testbed].reward_range
+    if key == "distinct_correct" and tb.get("n"):
+        return 0.0, float(tb["n"])
+    if key == DIVERSITY:
+        return 0.0, 1.0
+    return None
+
+
+def _power_fields(e: ArmEntry, spec: ClaimSpec, tb: TestbedData,
+                  alpha: float) -> tuple[list[str], list[str]]:
+    """Fill an evaluated arm's ``mde``, ``paper_effect``, ``headroom``, ``seeds_needed`` and
+    ``power`` (details); return ``(design, underpowered)``: the reasons no verdict can stand
+    whatever the outcome (:func:`design_reasons`) and those that make a non-significant
+    primary inconclusive (:func:`inconclusive_reasons`)."""
+    p = e["primary"]
+    d = np.subtract(p["per_seed_a"], p["per_seed_b"])
+    n = int(d.size)
+    sd = float(d.std(ddof=1))
+    constant = paired_test(p["per_seed_a"], p["per_seed_b"]).exact
+    mde = None if constant else paired_mde(sd, n, alpha, POWER)
+    effect, effect_why = PAPER_EFFECTS.get(spec.id, (None, "no entry in PAPER_EFFECTS"))
+    mean_b = float(np.mean(p["per_seed_b"]))
+    rng = _bounds(p["metric"], e["testbed"], tb)
+    headroom = None if rng is None else max(
+        0.0, rng[1] - mean_b if spec.direction == GREATER else mean_b - rng[0])
+    cfs = e["change_from_start"]
+    b_moved = None
+    if cfs is not None:
+        lo, hi = cfs["b"]["ci95"]
+        b_moved = not (lo <= 0.0 <= hi)
+    margin_claim = spec.margin is not None
+    reasons = inconclusive_reasons(mde, None, headroom, b_moved, margin_claim=margin_claim,
+                                   p_floor=sign_flip_min_p(n), alpha=alpha)
+    trains, trains_rec = _trains_reason(e["testbed"], tb)
+    trains += _start_reason(e, spec, tb)
+    design = [] if spec.control else design_reasons(mde, effect, _lr_reasons(e), trains)
+    target, target_name = None, None
+    if spec.control:  # no effect to detect: nothing to size
+        pass
+    elif effect is not None:
+        target, target_name = effect, "the paper's effect"
+    elif headroom is not None and not margin_claim and mde is not None and mde > headroom:
+        target, target_name = headroom, "the headroom"
+    need, need_why = None, None
+    if target is not None and not constant:
+        try:
+            need = seeds_needed(sd, target, alpha, POWER)
+            need_why = f"seeds for MDE <= {target_name} {fmt(target)} at the observed SD"
+        except ValueError as err:  # a zero target (b at the bound) or beyond 10^7 seeds
+            need_why = f"not reachable: {err}"
+    e.update(mde=mde, paper_effect=effect, paper_effect_why=effect_why, headroom=headroom,
+             seeds_needed=need)
+    e["power"] = {
+        "alpha": alpha, "power": POWER, "sd_diff": sd, "n": n, "b_end_mean": mean_b,
+        "bounds": None if rng is None else list(rng), "b_moved": b_moved,
+        "sign_flip_min_p": sign_flip_min_p(n), "seeds_needed_for": need_why,
+        "mde_definition": "two-sided paired t-test, noncentral t: the mean difference "
+                          f"detected with probability {POWER} at the arm's level alpha = "
+                          "ALPHA / family size (Holm's first step) from the observed SD of "
+                          "the paired differences" + (" (not defined: the differences do "
+                                                      "not vary)" if constant else ""),
+        "powered": None if mde is None or effect is None else bool(mde <= effect),
+        "trains": trains_rec,
+        "bimodality": {side: bimodality_coefficient(p[f"per_seed_{side}"]) if n >= 4 else None
+                       for side in ("a", "b")},
+        "design_reasons": design,
+        "inconclusive_reasons": reasons,
+    }
+    return design, reasons
+
+
+def evaluate_claims(data: Mapping[str, TestbedData], claims: Sequence[ClaimSpec] = CLAIMS,
+                    *, min_seeds: int | None = None) -> ClaimsDoc:
+    """``claims.json`` from the per-seed data of the testbeds (``{testbed id: data}``).
+
+    ``min_seeds`` overrides every testbed's required seed count (smoke runs only; the
+    committed file uses the testbeds' own minimum, at least 10 on the lab testbeds and 8 on
+    the language tasks). The family's t-test and sign-flip p-values are Holm-adjusted
+    separately; the verdict follows the t-test, and ``robust`` says whether the sign-flip
+    test gives the same one. A significant A/A control is listed in ``controls.failed``
+    (:func:`check_controls` turns that into an error).
+    """
+    data = {k: derived_metrics(v) for k, v in data.items()}
+    entries = []
+    for spec in claims:
+        for arm in spec.arms:
+            tb = data.get(arm.testbed)
+            entries.append(_exact_entry(spec, arm, tb) if spec.kind == "exact"
+                           else _trained_entry(spec, arm, tb, min_seeds))
+    family = [e for e in entries if e["kind"] == "trained" and e["primary"]["p"] is not None
+              and e["verdict"] != "not comparable"]
+    alpha_arm = ALPHA / max(1, len(family))
+    failed = []
+    for e, p, pp in zip(family, holm([e["primary"]["p"] for e in family]),
+                        holm([e["primary"]["p_perm"] for e in family]), strict=True):
+        e["primary"]["p_holm"], e["primary"]["p_perm_holm"] = p, pp
+        spec = next(c for c in claims if c.id == e["claim_id"])
+        design, reasons = _power_fields(e, spec, data[e["testbed"]], alpha_arm)
+        ni = e["noninferiority"]
+        results = []
+        for p_key, s_key in (("p_holm", "p_holm"), ("p_perm_holm", "p_perm_holm")):
+            results.append(verdict(
+                e["primary"]["diff"] + (spec.margin or 0.0), e["primary"][p_key],
+                spec.direction,
+                [(s["metric"], s["diff"], s[s_key], s["better"]) for s in e["secondary"]],
+                None if ni is None else (ni["metric"], ni["ci95"][0], ni["margin"]),
+                underpowered=reasons, control=spec.control, design=design,
+                noninferiority_diff=None if ni is None else ni["diff"]))
+        (e["verdict"], e["why"]), (v_perm, _) = results
+        e["verdict_perm"] = v_perm
+        e["robust"] = v_perm == e["verdict"]
+        if spec.margin is not None:
+            e["why"] += (f"; non-inferiority margin {spec.margin}: 95% CI of a - b "
+                         f"[{fmt(e['primary']['ci95'][0])}, {fmt(e['primary']['ci95'][1])}]")
+            if paired_test(e["primary"]["per_seed_a"], e["primary"]["per_seed_b"]).exact:
+                e["why"] += ("; a - b does not vary across seeds, so a - b + margin is a "
+                             "constant the margin alone makes positive: its p-values are the "
+                             "exact sign-flip p 2/2^n, not a t-test")
+        if not e["robust"]:
+            e["why"] += (f"; not robust: the sign-flip permutation test gives "
+                         f"{v_perm} (Holm p_perm = {fmt(e['primary']['p_perm_holm'])})")
+        if spec.control and (p < ALPHA or pp < ALPHA):
+            failed.append(e["id"])
+    controls = [e for e in entries if e["control"]]
+    return {
+        "format": "bestk.claims", "version": 2, "alpha": ALPHA, "power": POWER,
+        "min_seeds_override": min_seeds,
+        "family": {"size": len(family), "members": [e["id"] for e in family],
+                   "alpha_per_arm": alpha_arm if family else None,
+                   "definition": "the primary tests of every evaluated trained arm of this "
+                                 "file (A/A controls included; pending and not-comparable "
+                                 "arms excluded), Holm-corrected together (t-test and "
+                                 "sign-flip p-values separately); alpha_per_arm = alpha / "
+                                 "size is the level each arm's MDE is computed at"},
+        "controls": {"arms": len(controls),
+                     "judged": sum(e["verdict"] != "pending" for e in controls),
+                     "failed": failed,
+                     "rule": "an A/A control whose Holm-adjusted t-test or sign-flip p is "
+                             "below alpha (either direction) fails the whole file"},
+        "verdicts": VERDICTS,
+        "claims": entries,
+    }

@@ -1,0 +1,195 @@
+"""Reading a ``claims.json`` document: its markdown, each arm's outcome, the verdict counts.
+
+:func:`render_claims` is the claims part of ``docs/results.md``; :func:`arm_outcome`,
+:func:`counts` and :func:`bimodal_arms` are what ``benchmarks/make_results.py`` says about
+the document elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from bestk.lab.claims.rule import significantly_worse
+from bestk.lab.claims.specs import ArmEntry, ClaimsDoc
+from bestk.lab.claims.table import PAPER_EFFECTS
+from bestk.lab.io import fmt, markdown_table
+from bestk.stats import BIMODAL_ABOVE
+
+
+def _pm(t: Mapping[str, Any] | None) -> str:
+    if t is None or t.get("diff") is None:
+        return "–"
+    lo, hi = t["ci95"]
+    return f"{t['diff']:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+
+
+def _control_outcome(e: ArmEntry, failed: set[str]) -> str:
+    """An A/A control arm's outcome: ``pending``, ``failed`` (its id in ``failed``) or
+    ``passed``."""
+    if e["verdict"] == "pending":
+        return "pending"
+    return "failed" if e["id"] in failed else "passed"
+
+
+def arm_outcome(e: ArmEntry, doc: ClaimsDoc) -> str:
+    """What an arm of ``doc`` came to, in words: its verdict, or for an A/A control (which
+    claims nothing) ``control passed`` / ``control FAILED`` (``pending`` while unjudged)."""
+    if not e["control"]:
+        return str(e["verdict"])
+    out = _control_outcome(e, set(doc["controls"]["failed"]))
+    return {"passed": "control passed", "failed": "control FAILED"}.get(out, out)
+
+
+def counts(doc: ClaimsDoc) -> dict[str, dict[str, int]]:
+    """Verdict counts kept apart: ``claims`` (trained arms of the papers' claims), ``controls``
+    (A/A arms: ``passed`` = not significant, ``failed``, ``pending``) and ``exact`` (arms
+    decided by exact computation)."""
+    out: dict[str, dict[str, int]] = {"claims": {}, "controls": {}, "exact": {}}
+    failed = set(doc["controls"]["failed"])
+    for e in doc["claims"]:
+        if e["control"]:
+            group, v = "controls", _control_outcome(e, failed)
+        else:
+            group, v = ("exact" if e["kind"] == "exact" else "claims"), e["verdict"]
+        out[group][v] = out[group].get(v, 0) + 1
+    return out
+
+
+def _verdict_cell(e: ArmEntry, doc: ClaimsDoc) -> str:
+    out = arm_outcome(e, doc)
+    if out == "control FAILED":
+        return f"**control FAILED** ({e['verdict']})"
+    return "control passed (not significant)" if out == "control passed" else f"**{out}**"
+
+
+def _num(x: float | None) -> str:
+    return "–" if x is None else fmt(x)
+
+
+def _budget(b: Mapping[str, Mapping[str, int]] | None) -> str:
+    if not b:
+        return "–"
+
+    def one(x: Mapping[str, int]) -> str:
+        return f"{x['rollouts']:,}" + (f" + bank {x['bank']:,}" if x.get("bank") else "")
+
+    return f"{one(b['a'])} / {one(b['b'])}"
+
+
+def bimodal_arms(doc: ClaimsDoc) -> list[tuple[str, str, float]]:
+    """``(arm id, method, coefficient)`` for every judged side whose per-seed primary values
+    have Sarle's bimodality coefficient above 5/9 (:func:`bestk.stats.bimodality_coefficient`)."""
+    out = []
+    for e in doc["claims"]:
+        bim = (e.get("power") or {}).get("bimodality") or {}
+        for side in ("a", "b"):
+            bc = bim.get(side)
+            if bc is not None and bc > BIMODAL_ABOVE:
+                out.append((e["id"], e[side], bc))
+    return out
+
+
+def render_claims(doc: ClaimsDoc) -> str:
+    """Markdown of a claims.json document: the verdict summary, then one section per claim
+    with every arm (testbed) it ran on."""
+    entries = doc["claims"]
+    order: list[str] = []
+    for e in entries:
+        if e["claim_id"] not in order:
+            order.append(e["claim_id"])
+    fam = doc["family"]
+    out = ["## Summary\n",
+           "One row per claim and testbed (an *arm*); the verdicts come from the rule in "
+           "`bestk.lab.claims.verdict` and `bestk.lab.claims.inconclusive_reasons`, never by "
+           "hand. MDE: the smallest difference the arm could detect (two-sided paired t-test, "
+           f"{doc['power']:.0%} power at α / {fam['size']} = "
+           f"{fmt(fam['alpha_per_arm']) if fam['alpha_per_arm'] else '–'}, Holm's first step, "
+           "from the observed SD of the paired differences); paper: the effect the source "
+           "reports (– where it reports none: then the MDE is compared with the headroom left "
+           "to b); robust: the exact sign-flip permutation test (Holm-corrected the same way) "
+           "gives the same verdict.\n",
+           markdown_table(["claim", "testbed", "a − b", "primary metric", "diff [95% CI]",
+                           "MDE", "paper", "verdict", "robust"], [
+               [e["claim_id"], e["testbed"], f"{e['a']} − {e['b']}" if e["a"] else "exact",
+                e["primary"]["metric"], _pm(e["primary"]) if e["kind"] == "trained" else "–",
+                _num(e.get("mde")), _num(e.get("paper_effect")),
+                _verdict_cell(e, doc) + (f" — {e['status']}" if e["status"] else ""),
+                "–" if e.get("robust") is None else ("yes" if e["robust"] else "**no**")]
+               for e in entries])]
+    need = [e for e in entries if e["verdict"] == "inconclusive"]
+    if need:
+        out += ["\n## What the inconclusive arms would need\n",
+                "An inconclusive arm is not evidence against its claim: the experiment could "
+                "not have detected the effect the claim is about. Seeds needed: paired seeds "
+                "for the MDE to reach the paper's effect (or, without one, the headroom) at "
+                "the SD observed here and the same α; a testbed with more headroom or a b "
+                "that trains is needed where the reason says so.\n",
+                markdown_table(["arm", "seeds", "MDE", "paper", "headroom", "seeds needed",
+                                "why inconclusive"], [
+                    [e["id"], e["seeds"], _num(e["mde"]), _num(e["paper_effect"]),
+                     _num(e["headroom"]),
+                     e["seeds_needed"] if e["seeds_needed"] is not None else
+                     ("–" if not (e.get("power") or {}).get("seeds_needed_for") else
+                      e["power"]["seeds_needed_for"]),
+                     "; ".join((e.get("power") or {}).get("inconclusive_reasons") or [])
+                     or e["why"]]
+                    for e in need])]
+    for cid in order:
+        arms = [e for e in entries if e["claim_id"] == cid]
+        first = arms[0]
+        out.append(f"\n## {cid}\n")
+        out.append(f"- Claim: {first['claim']}")
+        out.append(f"- Source: {first['source']}")
+        out.append(f"- Reward each method sees: {first['reward']}")
+        if first["status"]:
+            out.append(f"- Status: **{first['status']}**")
+        if first["kind"] == "exact":
+            for e in arms:
+                out.append(f"- {e['testbed']}: **{e['verdict']}** — {e['why']}")
+            continue
+        margin = first["primary"].get("margin")
+        claimed = (f"greater for a, or worse by less than {margin} (non-inferiority: paired "
+                   f"t-test of a - b + {margin})" if margin is not None else
+                   f"{first['primary']['direction']} for a, paired t-test")
+        out.append(f"- Primary metric: {first['primary']['metric']} ({claimed}) by seed, Holm "
+                   f"over the family of {doc['family']['size']} primary tests; beside it the "
+                   "exact sign-flip permutation test, Holm-corrected the same way")
+        pe = PAPER_EFFECTS.get(cid)
+        if pe is not None:
+            out.append(f"- Paper's effect: {_num(pe[0])} — {pe[1]}")
+        if first.get("budget_by_design"):
+            out.append("- Budget: different on purpose (the claim compares budgets); the "
+                       "rollouts column gives each arm's on-policy completions and reference "
+                       "bank, a / b")
+        rows = []
+        for e in arms:
+            p = e["primary"]
+            ni = e["noninferiority"]
+            sec_bad = [s["metric"] for s in e["secondary"]
+                       if significantly_worse(s["diff"], s["p_holm"], s["better"])
+                       and (ni is None or s["metric"] != ni["metric"])]
+            cfs = e["change_from_start"] or {}
+            bud = e.get("budget")
+            rows.append([
+                e["testbed"], f"{e['a']} − {e['b']}", e["seeds"], _budget(bud),
+                p["metric"], _pm(p),
+                fmt(p["p"]) if p["p"] is not None else "–",
+                fmt(p["p_holm"]) if p["p_holm"] is not None else "–",
+                _num(p.get("p_perm_holm")),
+                f"{_num(e.get('mde'))} / {_num(e.get('paper_effect'))} / "
+                f"{_num(e.get('headroom'))}",
+                "–" if e.get("seeds_needed") is None else e["seeds_needed"],
+                "–" if ni is None else (f"{ni['metric']} {_pm(ni)} "
+                                        f"{'holds' if ni['holds'] else 'fails'} "
+                                        f"(margin {ni['margin']})"),
+                ", ".join(sec_bad) or ("none" if e["secondary"] else "–"),
+                f"a {_pm(cfs.get('a'))}; b {_pm(cfs.get('b'))}" if cfs else "–",
+                f"{_verdict_cell(e, doc)}: {e['why']}"])
+        out.append("")
+        out.append(markdown_table(
+            ["testbed", "a − b", "seeds", "rollouts a / b", "metric", "diff [95% CI]", "p",
+             "p (Holm)", "p_perm (Holm)", "MDE / paper / headroom", "seeds needed",
+             "non-inferiority", "secondaries significantly worse", "change from start",
+             "verdict"], rows))
+    return "\n".join(out) + "\n"

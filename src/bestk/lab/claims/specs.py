@@ -1,0 +1,162 @@
+"""The vocabulary of a claim: metrics, arms, claim and testbed specs (what a spec may say).
+
+A claim is a :class:`ClaimSpec`: its id, the claim in words, the source, ``kind``
+(``"exact"``: decided by exact enumeration; ``"trained"``: decided from seeded training runs),
+the arms it runs on (:class:`Arm`: a testbed and the two methods ``a`` and ``b`` compared
+there), the reward each method sees, the primary metric and its claimed direction, the
+secondary metrics and, for "Pareto dominates" claims, a non-inferiority margin
+(:class:`NonInferiority`). Metrics are :class:`Metric` objects (``pass@k`` / ``best@k`` with an
+explicit k or the testbed's largest k, or a plain per-seed quantity), never strings to parse. A
+testbed is a :class:`TestbedSpec`. The declared claims and testbeds themselves are in
+:mod:`bestk.lab.claims.table`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from bestk.lab.io import metric_key
+
+#: One arm's entry of ``claims.json`` (:func:`bestk.lab.claims.evaluate_claims`): its id, the
+#: claim's fields, ``primary`` / ``secondary`` tests, ``noninferiority``, ``power``, the
+#: learning rates, the matching of reward / prompts / budget, ``verdict`` and ``why``.
+ArmEntry: TypeAlias = dict[str, Any]
+#: A ``claims.json`` document: ``family``, ``controls``, ``verdicts`` and ``claims`` (its
+#: :data:`ArmEntry` s), read by key.
+ClaimsDoc: TypeAlias = dict[str, Any]
+
+#: The two directions of a metric's improvement, or of a claimed difference ``a - b``.
+GREATER, LESS = "greater", "less"
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A per-seed metric of a testbed.
+
+    ``name`` is ``"pass"`` or ``"best"`` (then ``k`` is the k, ``None`` = the testbed's largest
+    k, and ``every=True`` expands to every k of the testbed) or a plain per-seed quantity
+    (``at_k=False``, e.g. ``"distinct_correct"``). ``better`` is the direction of improvement.
+    """
+
+    name: str
+    k: int | None = None
+    at_k: bool = True
+    better: str = GREATER
+    every: bool = False
+
+    def keys(self, ks: Sequence[int], primary_k: int | None = None) -> list[str]:
+        """The data keys this metric stands for on a testbed with k values ``ks`` ("the
+        largest k" is ``primary_k`` when the testbed sets one: :attr:`TestbedSpec.primary_k`)."""
+        if not self.at_k:
+            return [self.name]
+        if self.every:
+            return [metric_key(self.name, k) for k in ks]
+        top = max(ks) if primary_k is None else min(primary_k, max(ks))
+        return [metric_key(self.name, self.k if self.k is not None else top)]
+
+    @property
+    def label(self) -> str:
+        if not self.at_k:
+            return self.name
+        if self.every:
+            return f"{self.name}@k (every k)"
+        return f"{self.name}@{'k_max' if self.k is None else self.k}"
+
+
+PASS_MAX, BEST_MAX = Metric("pass"), Metric("best")
+#: Accuracy-normalised diversity: distinct correct completions per correct sample, per seed
+#: ``distinct_correct / (n * pass@1)`` (both averaged over the held-out prompts, n samples
+#: each), in [0, 1]; raw ``distinct_correct`` follows accuracy (it grows with the number of
+#: correct samples), this does not (:func:`derived_metrics`).
+DIVERSITY = "distinct_per_correct"
+PASS1, BEST1 = Metric("pass", 1), Metric("best", 1)
+PASS_EVERY, BEST_EVERY = Metric("pass", every=True), Metric("best", every=True)
+
+
+def plain(name: str, better: str = GREATER) -> Metric:
+    return Metric(name, at_k=False, better=better)
+
+
+@dataclass(frozen=True)
+class NonInferiority:
+    """``a`` may be worse than ``b`` on ``metric`` by less than ``margin`` (absolute): the 95%
+    interval of ``a - b`` must lie above ``-margin``."""
+
+    metric: Metric
+    margin: float
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One place a claim is tested: a testbed and the two methods (labels in its data).
+    ``tag`` tells apart several arms of one claim on the same testbed (the arm's id is
+    ``claim@testbed[tag]``)."""
+
+    testbed: str
+    a: str | None = None
+    b: str | None = None
+    tag: str | None = None
+
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    """A claim, declared before the runs (this module's docstring; the rule:
+    :mod:`bestk.lab.claims.rule`)."""
+
+    id: str
+    claim: str
+    source: str
+    kind: str
+    arms: tuple[Arm, ...]
+    reward: str
+    primary: Metric
+    direction: str = GREATER
+    secondary: tuple[Metric, ...] = ()
+    noninferiority: NonInferiority | None = None
+    control: bool = False
+    status: str | None = None
+    exact_rule: str | None = None
+    #: Non-inferiority primary: ``a`` at most this much worse than ``b``
+    #: (:mod:`bestk.lab.claims.rule`).
+    margin: float | None = None
+    #: ``"matched"``: the two methods must use the same rollout budget; ``"by design"``: the
+    #: claim compares different budgets on purpose (both are recorded).
+    budget: str = "matched"
+
+
+BUDGETS = ("matched", "by design")
+
+
+@dataclass(frozen=True)
+class TestbedSpec:
+    """A testbed: where its data comes from, how many seeds it needs, why it fits."""
+
+    id: str
+    kind: str
+    title: str
+    why: str
+    min_seeds: int
+    data: str
+    command: str
+    #: The range of one reward on this testbed: the bound of best@k (pass@k lies in [0, 1]).
+    reward_range: tuple[float, float] = (0.0, 1.0)
+    #: The k of "pass@k / best@k at the largest k" here (``None``: the largest measured k):
+    #: a k whose start value leaves room to move (``TestbedSpec.why`` says how it was chosen).
+    primary_k: int | None = None
+    #: ``(method, metric, factor)``: the testbed trains only if that method's mean end value
+    #: is at least ``factor`` times its start value (e.g. GRPO's pass@1 doubles); otherwise
+    #: every claim arm on it is inconclusive (:func:`inconclusive_reasons`).
+    trains_if: tuple[str, str, float] | None = None
+    #: ``(low, high)``: b's start value of a "pass@k / best@k at the primary k" primary must
+    #: lie inside, so the metric can move either way (near a bound it cannot show much).
+    start_range: tuple[float, float] | None = None
+    #: Why the testbed has no committed data, when it has none (its arms stay pending).
+    pending_why: str | None = None
+
+
+def arm_id(spec: ClaimSpec, arm: Arm) -> str:
+    """The id of an arm in claims.json: ``claim@testbed`` (``[tag]`` appended when set)."""
+    return f"{spec.id}@{arm.testbed}" + (f"[{arm.tag}]" if arm.tag else "")
+

@@ -1,0 +1,138 @@
+"""Learning rates from a sweep on the validation split, then the paired test run.
+
+:func:`sweep_and_test` trains every learner at each rate of a grid on the validation split
+(extended past an edge until the chosen rate is interior, :mod:`bestk.lr_sweep`; @k-GRPO's
+KL strength swept with it), keeps each learner's best rate, and trains every learner at its
+rate on the test split for the paired seeds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeAlias
+
+import numpy as np
+
+from bestk.lab.digits.engine import (
+    Problem,
+    RunSpec,
+    Slot,
+    SlotResults,
+    run_slots,
+)
+from bestk.lab.digits.settings import (
+    REWARD_KINDS,
+    SWEEP_SEED0,
+    Learner,
+    check_lrs,
+)
+from bestk.lab.io import (
+    metric_key,
+)
+from bestk.lr_sweep import fixed_rate, sweep_until_interior
+
+#: One finished setting (a reward variant of ``bestk lab digits``, a group size of ``bestk lab
+#: sparse``) as ``results.json`` holds it: ``sweep`` (the :class:`~bestk.lr_sweep.SweepRecord`
+#: and how it was scored), ``selected`` / ``beta`` (each learner's rate and KL strength) and
+#: ``test`` (:data:`~bestk.lab.digits.engine.SlotResults`), plus what the command adds (the
+#: setting, ``ks``, ``learners``, ``wall_seconds``, ``config_key``); JSON values, read by key.
+SettingResult: TypeAlias = dict[str, Any]
+
+
+def selection_score(result: SlotResults, reward: str, ks: Sequence[int]) -> np.ndarray:
+    """Per slot: mean over ``ks`` of pass@k (binary) or best@k (graded) at the end."""
+    name = REWARD_KINDS[reward].metric
+    return np.mean([result["end"][metric_key(name, k)] for k in ks], axis=0)
+
+
+def sweep_and_test(make: Callable[[str], Problem], learners: Sequence[Learner],
+                   spec: RunSpec, *, seeds: int, lr_grid: Sequence[float], sweep_seeds: int,
+                   progress: Callable[[str, int], Callable[[], None] | None] | None = None,
+                   max_extensions: int = 3, kappo_betas: Sequence[float] = (1e-3,),
+                   ) -> SettingResult:
+    """Choose each learner's learning rate on ``make("validation")``, then train every learner
+    with its rate on ``make("test")`` for ``seeds`` paired seeds.
+
+    The sweep trains every rate of ``lr_grid`` x ``sweep_seeds`` seeds of its own and extends
+    the grid past an edge until the chosen rate is interior (:mod:`bestk.lr_sweep`, at
+    most ``max_extensions`` rates per learner); a calibrated learner (@k-GRPO) is swept at
+    every KL strength of ``kappo_betas`` and keeps the (beta, rate) pair with the best score.
+    A/A controls take their learner's rate.
+
+    Returns ``{"sweep": {...}, "test": run_slots(...) result, "selected": {label: lr},
+    "beta": {label: beta}}``.
+    """
+    check_lrs(lr_grid)
+    tuned = [x for x in learners if x.control_of is None and x.rate_of is None]
+    # one sweep "arm" per (learner, beta): calibrated learners get one per KL strength
+    arms: dict[str, tuple[Learner, float | None]] = {}
+    for x in tuned:
+        if x.calibrated:
+            for b in kappo_betas:
+                arms[f"{x.label}|beta={b:g}"] = (x, float(b))
+        else:
+            arms[x.label] = (x, None)
+    selected: dict[str, float] = {}
+    betas: dict[str, float] = {}
+    if len(lr_grid) == 1:
+        sweep: dict[str, Any] = {**fixed_rate([x.label for x in tuned], float(lr_grid[0])),
+                                 "seeds": sweep_seeds}
+        selected = dict(sweep["selected"])
+        betas = {x.label: float(kappo_betas[0]) for x in tuned if x.calibrated}
+    else:
+        problem = make("validation")
+        rounds = [0]
+
+        def score(want: Mapping[str, Sequence[float]]) -> dict[str, dict[float, float]]:
+            slots = [Slot(arms[a][0], float(v), SWEEP_SEED0 + j, arms[a][1])
+                     for a, rates in want.items() for v in rates for j in range(sweep_seeds)]
+            rounds[0] += 1
+            tag = "" if rounds[0] == 1 else f" (extension {rounds[0] - 1})"
+            res = run_slots(problem, slots, spec,
+                            progress(f"sweep {problem.reward}{tag}", spec.steps)
+                            if progress else None)
+            sc = selection_score(res, problem.reward, spec.ks)
+            got: dict[str, dict[float, float]] = {}
+            for a, rates in want.items():
+                for v in rates:
+                    mask = [i for i, s in enumerate(slots) if s.learner is arms[a][0]
+                            and s.beta == arms[a][1] and s.lr == float(v)]
+                    got.setdefault(a, {})[float(v)] = float(np.mean(sc[mask]))
+            return got
+
+        raw = sweep_until_interior(score, list(arms), lr_grid, max_extensions=max_extensions)
+        sweep = {"grid": raw["grid"], "seeds": sweep_seeds, "scores": {}, "grids": {},
+                 "interior": {}, "extensions": raw["extensions"]}
+        for x in tuned:
+            mine = [a for a in arms if arms[a][0] is x]
+            best = max(mine, key=lambda a: (max(r["score"] for r in raw["scores"][a]),
+                                            -(arms[a][1] or 0.0)))
+            selected[x.label] = raw["selected"][best]
+            sweep["scores"][x.label] = raw["scores"][best]
+            sweep["grids"][x.label] = raw["grids"][best]
+            sweep["interior"][x.label] = raw["interior"][best]
+            chosen_beta = arms[best][1]
+            if chosen_beta is not None:  # calibrated learners: the KL strength of the pair
+                betas[x.label] = chosen_beta
+                sweep.setdefault("betas", {})[x.label] = [
+                    {"beta": arms[a][1], "lr": raw["selected"][a],
+                     "score": max(r["score"] for r in raw["scores"][a]),
+                     "interior": raw["interior"][a], "grid": raw["grids"][a]} for a in mine]
+        sweep["data_id"] = problem.data_id
+        sweep["select_by"] = f"mean over k of validation {REWARD_KINDS[problem.reward].metric}@k"
+    for x in learners:
+        source = x.control_of if x.control_of is not None else x.rate_of
+        if source is not None:
+            selected[x.label] = selected[source]
+            if x.calibrated:
+                betas[x.label] = betas[source]
+    sweep["selected"] = dict(selected)
+    if betas:
+        sweep["selected_beta"] = dict(betas)
+    problem = make("test")
+    slots = [Slot(x, selected[x.label], s, betas.get(x.label)) for x in learners
+             for s in range(seeds)]
+    test = run_slots(problem, slots, spec,
+                     progress(f"test {problem.reward}", spec.steps) if progress else None)
+    test["data_id"] = problem.data_id
+    return {"sweep": sweep, "selected": selected, "beta": betas, "test": test}
