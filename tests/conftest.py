@@ -189,3 +189,43 @@ def smollm2_gguf() -> Path:
         if not available(module):
             pytest.skip(f'reading a GGUF file needs {module}: pip install "bestk[gguf]"')
     return path
+
+
+class Crash(RuntimeError):
+    pass
+
+
+#: Metrics that measure time, not the run (left out when runs are compared).
+TIMING = ("time_generate", "time_score", "time_update", "completions_per_s", "pairs_per_s")
+
+
+def crash_then_resume(cfg: Any, at: int) -> Any:
+    """Run ``cfg`` until it crashes right after logging step ``at``, then resume it from its
+    last checkpoint to the end; returns the resumed trainer."""
+    from bestk.train.trainer import Trainer
+
+    def crash(step, metrics):
+        if step == at:
+            raise Crash
+
+    with pytest.raises(Crash):
+        Trainer(cfg, on_step=crash).run(progress=False)
+    resumed = Trainer.resume(cfg.out)
+    resumed.run(progress=False)
+    return resumed
+
+
+def assert_same_run(a: Any, b: Any) -> None:
+    """Bit-identical weights and ``phase: train`` records (timing left out)."""
+    import torch
+
+    from bestk.train.run.directory import read_metrics
+    sb = b.model.state_dict()
+    for k, v in a.model.state_dict().items():
+        torch.testing.assert_close(v, sb[k], rtol=0, atol=0)
+
+    def rows(t: Any) -> list[dict]:
+        return [{k: v for k, v in r.items() if k not in TIMING}
+                for r in read_metrics(t.out / "metrics.jsonl") if r["phase"] == "train"]
+
+    assert rows(a) == rows(b) and rows(a)

@@ -201,6 +201,7 @@ def test_evaluation_counts_distinct_correct_completions(tmp_path):
     import numpy as np
 
     from bestk.train.config import TrainConfig, apply_overrides
+    from bestk.train.rollout.engine import HFEngine
     from bestk.train.rollout.evaluate import evaluate
     from bestk.train.trainer import Trainer
 
@@ -211,7 +212,7 @@ def test_evaluation_counts_distinct_correct_completions(tmp_path):
                           "sft.steps=30", "sft.batch_size=32", f"out={tmp_path / 'run'}"])
     tr = Trainer(cfg)
     tr.sft()
-    res = evaluate(tr.model, tr.tokenizer, tr.task, tr.task.eval, n=16, max_new_tokens=5,
+    res = evaluate(HFEngine(tr.model, tr.tokenizer), tr.task, tr.task.eval, n=16, max_new_tokens=5,
                    seed=1)
     texts = np.asarray(res.texts, dtype=object).reshape(6, 16)
     ok = tr.task.success(res.rewards)

@@ -15,8 +15,7 @@ from bestk.kappo import Calibration, winrate_table
 from bestk.train.run.directory import read_metrics
 from bestk.train.trainer import Trainer
 from tests._kappo_ref import a_k_ref
-from tests.conftest import kappo_config, tiny_config
-from tests.test_train import Crash, assert_same_run, crash_then_resume
+from tests.conftest import Crash, assert_same_run, crash_then_resume, kappo_config, tiny_config
 
 pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 

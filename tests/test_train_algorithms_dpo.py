@@ -18,8 +18,7 @@ from bestk.cli import app
 from bestk.train.algorithms.dpo import P_SUCCESS_WINS, pair_rows
 from bestk.train.run.directory import read_metrics
 from bestk.train.trainer import Trainer
-from tests.conftest import KAPPO_TINY, kappo_config
-from tests.test_train import assert_same_run, crash_then_resume
+from tests.conftest import KAPPO_TINY, assert_same_run, crash_then_resume, kappo_config
 
 pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 

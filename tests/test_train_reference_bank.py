@@ -12,8 +12,7 @@ import pytest
 from bestk.kappo import Calibration
 from bestk.train.trainer import Trainer
 from bestk.train.validation import validate
-from tests.conftest import kappo_config
-from tests.test_train import Crash, assert_same_run
+from tests.conftest import Crash, assert_same_run, kappo_config
 
 pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 

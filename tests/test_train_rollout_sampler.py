@@ -14,6 +14,7 @@ from bestk.train.config import ModelConfig
 from bestk.train.model.logprobs import sequence_logprobs
 from bestk.train.model.policy import build_char_tokenizer, count_parameters, load_policy
 from bestk.train.rollout.batch import concat_rollouts
+from bestk.train.rollout.engine import HFEngine
 from bestk.train.rollout.evaluate import evaluate
 from bestk.train.rollout.sampler import sample, top_p_filter
 
@@ -170,7 +171,7 @@ def test_evaluate_pass_at_k_matches_brute_force(policy):
     from bestk.tasks.rewards import RewardSpec
 
     task.reward = RewardSpec(lambda p, c, **ex: float(len(c.strip()) % 2 == 1), graded=True)
-    res = evaluate(model, tok, task, task.eval, n=5, max_new_tokens=4, seed=0)
+    res = evaluate(HFEngine(model, tok), task, task.eval, n=5, max_new_tokens=4, seed=0)
     succ = res.rewards >= 1.0
     for k in range(1, 6):
         # brute force: average over all k-subsets of each prompt's samples

@@ -17,7 +17,13 @@ from bestk.train.run.checkpoint import latest_checkpoint, list_checkpoints, save
 from bestk.train.run.directory import read_metrics
 from bestk.train.trainer import Trainer
 from bestk.train.validation import validate
-from tests.conftest import KAPPO_TINY, TINY, kappo_config, tiny_config
+from tests.conftest import (
+    KAPPO_TINY,
+    TINY,
+    Crash,
+    kappo_config,
+    tiny_config,
+)
 
 pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 
@@ -85,42 +91,6 @@ def test_rollout_sample_batch_size_samples_the_step_in_chunks_of_whole_groups(
     assert seen == [16] and m["response_len"] > 0 and m["grad_norm"] >= 0
     ro = tr.sample_completions(tr.draw_prompts(1), 1, n)
     assert ro.completion_ids.shape[0] == tr.cfg.rollout.prompts_per_step * n
-
-
-class Crash(RuntimeError):
-    pass
-
-
-#: Metrics that measure time, not the run (left out when runs are compared).
-TIMING = ("time_generate", "time_score", "time_update", "completions_per_s", "pairs_per_s")
-
-
-def crash_then_resume(cfg: TrainConfig, at: int) -> Trainer:
-    """Run ``cfg`` until it crashes right after logging step ``at``, then resume it from its
-    last checkpoint to the end; returns the resumed trainer."""
-
-    def crash(step, metrics):
-        if step == at:
-            raise Crash
-
-    with pytest.raises(Crash):
-        Trainer(cfg, on_step=crash).run(progress=False)
-    resumed = Trainer.resume(cfg.out)
-    resumed.run(progress=False)
-    return resumed
-
-
-def assert_same_run(a: Trainer, b: Trainer) -> None:
-    """Bit-identical weights and ``phase: train`` records (timing left out)."""
-    sb = b.model.state_dict()
-    for k, v in a.model.state_dict().items():
-        torch.testing.assert_close(v, sb[k], rtol=0, atol=0)
-
-    def rows(t: Trainer) -> list[dict]:
-        return [{k: v for k, v in r.items() if k not in TIMING}
-                for r in read_metrics(t.out / "metrics.jsonl") if r["phase"] == "train"]
-
-    assert rows(a) == rows(b) and rows(a)
 
 
 def _params(model):

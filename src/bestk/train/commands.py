@@ -343,6 +343,7 @@ def _eval(
     from bestk.tasks import load_task
     from bestk.train.model.chat import render_task_prompts
     from bestk.train.model.hf import autocast
+    from bestk.train.rollout.engine import make_engine
     from bestk.train.rollout.evaluate import evaluate
     from bestk.train.rollout.settings import sampling_options
     from bestk.train.setup import check_run_prompts
@@ -374,9 +375,9 @@ def _eval(
             f"reads as unknown: was {str(cfg.model.path)!r} trained on task {t.name!r}?",
             err=True,
         )
-    opts = sampling_options(cfg, "eval")
+    engine = make_engine("hf", mdl, tok, sampling_options(cfg, "eval"))
     with autocast(cfg.device, cfg.model.autocast):
-        res = evaluate(mdl, tok, t, examples, n=n, max_new_tokens=max_new, seed=seed, **opts)
+        res = evaluate(engine, t, examples, n=n, max_new_tokens=max_new, seed=seed)
     table = Table(title=f"{t.name}: {len(examples)} held-out prompts x {n} samples")
     table.add_column("k")
     table.add_column("pass@k [95% CI]")
@@ -397,8 +398,8 @@ def _eval(
         write_text_atomic(json_out, json.dumps(m, indent=1))
     if bank_out is not None:
         with autocast(cfg.device, cfg.model.autocast):
-            b = evaluate(mdl, tok, t, bank_ex, n=n, max_new_tokens=max_new,
-                         seed=EVAL_BANK_SAMPLING.seed(seed), **opts)
+            b = evaluate(engine, t, bank_ex, n=n, max_new_tokens=max_new,
+                         seed=EVAL_BANK_SAMPLING.seed(seed))
         write_text_atomic(bank_out, "".join(
             json.dumps({"prompt_id": ex["id"], "rewards": row.tolist()}) + "\n"
             for ex, row in zip(bank_ex, b.rewards, strict=True)

@@ -2,6 +2,8 @@
 
 * :mod:`~bestk.train.rollout.batch` -- :class:`~bestk.train.rollout.batch.Rollout`, the batch
   of completions every sampler returns;
+* :mod:`~bestk.train.rollout.engine` -- the rollout engines (:class:`~bestk.train.rollout.
+  engine.RolloutEngine`: ``sample``, ``sync``, ``close``) and their registry;
 * :mod:`~bestk.train.rollout.sampler` -- the KV-cache sampling loop over a Hugging Face model
   (temperature, top-k, top-p, stop tokens, seeded generators);
 * :mod:`~bestk.train.rollout.settings` -- the sampling settings of a run (config, else the

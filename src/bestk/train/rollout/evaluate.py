@@ -17,13 +17,10 @@ import torch
 
 from bestk.metrics import best_at_k_curve, pass_at_k_curve
 from bestk.tasks import Example, Task
-from bestk.train.rollout.sampler import sample
 from bestk.train.run.console import Stopped
 
-if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers is optional)
-    from transformers import PreTrainedTokenizerBase
-
-    from bestk.train.model.policy import Policy
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from bestk.train.rollout.engine import RolloutEngine
 
 __all__ = ["EvalResult", "evaluate"]
 
@@ -49,30 +46,24 @@ class EvalResult:
 
 
 def evaluate(
-    model: Policy,
-    tokenizer: PreTrainedTokenizerBase,
+    engine: RolloutEngine,
     task: Task,
     examples: Sequence[Example],
     *,
     n: int = 8,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
     max_new_tokens: int = 16,
     batch_prompts: int = 64,
     seed: int = 0,
-    top_k: int = 0,
-    max_prompt_length: int | None = None,
-    prompt_truncation: str = "left",
     should_stop: Callable[[], bool] | None = None,
 ) -> EvalResult:
-    """Sample ``n`` completions for each example, score them, compute the curves (k = 1..n).
-    ``top_k``, ``max_prompt_length`` and ``prompt_truncation`` as in
-    :func:`bestk.train.rollout.sampler.sample`. ``should_stop`` (Ctrl-C, SIGTERM) is asked before
-    each batch of prompts: when it says so, :class:`~bestk.train.run.console.Stopped` is raised."""
+    """Sample ``n`` completions for each example with ``engine`` (its sampling settings:
+    temperature, top-p, top-k, prompt length limit), ``batch_prompts`` prompts at a time, the
+    noise drawn from one generator seeded by ``seed``; score them; compute the curves
+    (k = 1..n). ``should_stop`` (Ctrl-C, SIGTERM) is asked before each batch of prompts: when
+    it says so, :class:`~bestk.train.run.console.Stopped` is raised."""
     if not examples:
         raise ValueError("evaluate: no held-out prompts")
-    device = next(model.parameters()).device
-    gen = torch.Generator(device=device).manual_seed(int(seed))
+    gen = torch.Generator(device=engine.device).manual_seed(int(seed))
     several = len(task.reward_names) > 1
     rewards, texts, entropy, lengths = [], [], [], []
     parts: dict[str, list[np.ndarray]] = {}
@@ -80,11 +71,8 @@ def evaluate(
         if should_stop is not None and should_stop():
             raise Stopped(f"an evaluation ({start} of {len(examples)} prompts)")
         chunk = list(examples[start : start + batch_prompts])
-        ro = sample(
-            model, tokenizer, [ex["prompt"] for ex in chunk], n=n, temperature=temperature,
-            top_p=top_p, max_new_tokens=max_new_tokens, generator=gen, top_k=top_k,
-            max_prompt_length=max_prompt_length, prompt_truncation=prompt_truncation,
-        )
+        ro = engine.sample([ex["prompt"] for ex in chunk], n=n, max_new_tokens=max_new_tokens,
+                           generator=gen)
         exs = [ex for ex in chunk for _ in range(n)]
         if several:
             scores = task.score_detailed(exs, ro.texts)
