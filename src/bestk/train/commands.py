@@ -1,4 +1,4 @@
-"""``bestk train``, ``bestk eval`` and ``bestk compare`` (see ``docs/training.md``).
+"""``bestk train`` and ``bestk eval`` (see ``docs/training.md``).
 
 Heavy imports (transformers, matplotlib) happen inside the command bodies so ``bestk --help``
 stays fast. Configuration errors exit with status 2 and a one-line message naming the

@@ -1,13 +1,12 @@
-"""Batched sampling with a KV cache, and sequence log-probabilities for the update.
+"""Batched sampling with a KV cache: the loop of the ``hf`` rollout engine.
 
 :func:`sample` left-pads the prompts, repeats each ``n`` times, runs one prefill forward, then
 one single-token forward per new token reusing the model's KV cache (temperature, top-k, nucleus
 top-p, stop at any of the model's stop ids (:func:`bestk.train.model.hf.stop_token_ids`), a length
 cap; prompts longer than ``max_prompt_length`` tokens cut from the left or refused,
 :mod:`bestk.train.rollout.prompts`). It is a loop over *tokens* only; everything per token is one
-batched forward. :func:`sequence_logprobs` recomputes the log-probabilities (and token
-entropies) of the sampled completions in one forward pass, which the PPO update
-differentiates.
+batched forward. The update recomputes the log-probabilities of the sampled completions
+with gradients (:func:`bestk.train.model.logprobs.sequence_logprobs`).
 
 Why a hand-written loop and not ``model.generate``: (1) every draw comes from an explicit
 ``torch.Generator`` seeded by ``(seed, step)``, so a resumed run repeats the uninterrupted one
