@@ -284,3 +284,29 @@ def test_benchmarks_and_examples_use_only_public_names():
             if any(n.startswith("_") and n != "__version__" for n in names):
                 bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not bad, bad
+
+
+#: The longest a source file may be (docs/design.md, "Layout").
+MAX_SOURCE_LINES = 800
+
+
+def long_source_files(root: Path, limit: int = MAX_SOURCE_LINES) -> dict[str, int]:
+    """``{path: lines}`` of the ``.py`` files under ``root`` longer than ``limit`` lines."""
+    out = {}
+    for path in sorted(root.rglob("*.py")):
+        n = len(path.read_text(encoding="utf-8").splitlines())
+        if n > limit:
+            out[str(path.relative_to(root))] = n
+    return out
+
+
+def test_the_length_check_finds_a_long_file(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "long.py").write_text("x = 1\n" * 801)
+    (tmp_path / "short.py").write_text("x = 1\n" * 800)
+    assert long_source_files(tmp_path) == {"pkg/long.py": 801}
+
+
+def test_no_source_file_is_longer_than_the_limit():
+    src = Path(bestk.__file__).parent
+    assert long_source_files(src) == {}, "split these files by job (docs/design.md, Layout)"

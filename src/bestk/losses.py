@@ -115,6 +115,7 @@ def ppo_clip_loss(
     agg: str = "token-mean",
     num_tokens: int | None = None,
     num_seqs: int | None = None,
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO-clip surrogate loss with separate lower/upper clip ranges.
 
@@ -137,6 +138,10 @@ def ppo_clip_loss(
         the token count and number of sequences of the whole minibatch when these rows are
         one micro-batch of it (:func:`aggregate`); the stats are then also divided by
         ``num_tokens``, so that the micro-batches' losses and stats sum to the minibatch's.
+    weights:
+        ``(B, T)`` per-token weights of ``L_t`` (constants), e.g. truncated importance weights
+        ``min(pi_old / pi_sampler, C)`` when the rollouts came from another sampler than the
+        policy (Yao et al. 2025, TRL's ``vllm_importance_sampling_correction``); ``None`` = 1.
 
     Returns
     -------
@@ -157,6 +162,9 @@ def ppo_clip_loss(
     unclipped = -adv * ratio
     clipped = -adv * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
     token_loss = torch.maximum(unclipped, clipped)
+    if weights is not None:
+        _check_same_shape(logp=logp, weights=weights)
+        token_loss = token_loss * weights.to(logp.dtype).detach()
     loss = aggregate(token_loss, mask, agg, num_tokens=num_tokens, num_seqs=num_seqs)
     with torch.no_grad():
         m = mask.to(logp.dtype)

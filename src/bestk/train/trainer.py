@@ -61,11 +61,10 @@ from bestk.train.optim import PolicyOptimizer
 from bestk.train.reference.bank import ReferenceBank, save_reference
 from bestk.train.reference.plan import ReferencePlan, plan_reference, restrict_prompts
 from bestk.train.rollout.batch import Rollout
-from bestk.train.rollout.engine import make_engine
+from bestk.train.rollout.engine import open_engines
 from bestk.train.rollout.evaluate import evaluate
 from bestk.train.rollout.sample_log import eval_samples
 from bestk.train.rollout.scoring import score_batch
-from bestk.train.rollout.settings import sampling_options
 from bestk.train.run.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from bestk.train.run.console import (
     Stopped,
@@ -181,9 +180,7 @@ class Trainer:
     def _build(self) -> None:
         cfg, kind = self.cfg, self.state.kind
         self.model, self.tokenizer = load_run_policy(cfg, self.task, self.device)
-        self.rollout = make_engine("hf", self.model, self.tokenizer, sampling_options(cfg))
-        self.eval_engine = make_engine("hf", self.model, self.tokenizer,
-                                       sampling_options(cfg, "eval"))
+        self.engines = open_engines(cfg, self.model, self.tokenizer, self.max_new_tokens)
         self.ref_model: Reference | None = None
         self.optim = PolicyOptimizer(self.model, cfg)
         self.step = 0
@@ -233,9 +230,9 @@ class Trainer:
 
     def close(self) -> None:
         """Close the live reporters and release the run directory (:meth:`run` does)."""
-        for engine in (getattr(self, "rollout", None), getattr(self, "eval_engine", None)):
-            if engine is not None:
-                engine.close()
+        engines = getattr(self, "engines", None)
+        if engines is not None:
+            engines.close()
         log = getattr(self, "log", None)
         if log is not None:
             log.close()
@@ -388,9 +385,9 @@ class Trainer:
         ``samples.jsonl``); the step-0 one, before the first checkpoint, stops at its next
         batch on Ctrl-C / SIGTERM."""
         e = self.cfg.eval
-        self.eval_engine.sync()
+        self.engines.eval.sync()
         res = evaluate(
-            self.eval_engine, self.task, self.eval_examples, n=e.n,
+            self.engines.eval, self.task, self.eval_examples, n=e.n,
             max_new_tokens=self.max_new_tokens, seed=EVAL_SAMPLING.seed(self.sampling_seed, step),
             should_stop=self.stop.should_stop if step == 0 else None,
         )
@@ -437,8 +434,8 @@ class Trainer:
         from the run's rollout engine, synced with the policy first."""
         gen = torch.Generator(device=self.device).manual_seed(
             SAMPLING.seed(self.sampling_seed, step))
-        self.rollout.sync()
-        return self.rollout.sample([e["prompt"] for e in examples], n=n,
+        self.engines.rollout.sync()
+        return self.engines.rollout.sample([e["prompt"] for e in examples], n=n,
                                    max_new_tokens=self.max_new_tokens, generator=gen,
                                    batch_size=self.cfg.rollout.sample_batch_size)
 

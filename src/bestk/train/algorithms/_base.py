@@ -183,6 +183,11 @@ def refuse_pg_options(cfg: ResolvedTrainConfig) -> None:
             f"config key 'estimator_options' is a pg option; algorithm {name!r} uses no "
             "advantage estimator (remove it)"
         )
+    if cfg.loss.sampler_importance_cap is not None:
+        raise ValueError(
+            f"config key 'loss.sampler_importance_cap' is a pg option; algorithm {name!r} "
+            "has no per-token surrogate to weight (set it to null)"
+        )
 
 
 
@@ -191,13 +196,31 @@ def rollout_metrics(ro: Rollout) -> dict[str, float]:
     """A step's metrics of its sampled completions: ``entropy``, the mean token entropy over
     the completion tokens, and ``response_len``, the mean completion length in tokens; then
     the rollout's own ``metrics`` (``prompts_truncated`` with a prompt length limit,
-    ``rewards/<name>/mean`` with several reward functions)."""
+    ``rewards/<name>/mean`` with several reward functions); for a sampler that is not the
+    policy module (``Rollout.policy_logprobs`` set), :func:`sampler_mismatch`."""
     mask = ro.completion_mask.float()
     return {
         "entropy": float((ro.entropy * mask).sum() / mask.sum().clamp_min(1)),
         "response_len": float(mask.sum(1).mean()),
         **getattr(ro, "metrics", {}),
+        **sampler_mismatch(ro),
     }
+
+
+def sampler_mismatch(ro: Rollout) -> dict[str, float]:
+    """How far the sampler's log-probs are from the policy module's, over the completion
+    tokens (``{}`` when the sampler is the policy module): ``rollout/logprob_mismatch``, the
+    mean ``|log pi(y_t) - log q(y_t)|``, and ``rollout/logprob_kl``, the mean k3 estimate of
+    ``KL(q || pi)`` from the sampled tokens, ``r - 1 - log r`` with ``r = pi(y_t) / q(y_t)``
+    (``q`` the sampler, ``pi`` the policy module)."""
+    if ro.policy_logprobs is None:
+        return {}
+    mask = ro.completion_mask.float()
+    tokens = mask.sum().clamp_min(1)
+    d = (ro.policy_logprobs.float() - ro.logprobs.float()) * mask
+    k3 = (torch.expm1(d.clamp(-20, 20)) - d) * mask
+    return {"rollout/logprob_mismatch": float(d.abs().sum() / tokens),
+            "rollout/logprob_kl": float(k3.sum() / tokens)}
 
 
 

@@ -154,9 +154,13 @@ class PolicyGradient:
         )
         counts = {"num_tokens": num_tokens, "num_seqs": num_seqs}
         old = logp.detach() if old_logp is None else old_logp[sl]
+        weights = None
+        if lc.sampler_importance_cap is not None and ro.policy_logprobs is not None:
+            # truncated importance weights min(pi_old / pi_sampler, cap) of the tokens
+            weights = torch.exp(old - ro.logprobs[sl]).clamp(max=lc.sampler_importance_cap)
         loss, st = ppo_clip_loss(
             logp, old, adv[sl], mask, clip_low=lc.clip_low, clip_high=lc.clip_high,
-            agg=lc.agg, **counts,
+            agg=lc.agg, weights=weights, **counts,
         )
         pg = loss.item()
         if ref_logp is not None:

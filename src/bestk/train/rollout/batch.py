@@ -29,6 +29,9 @@ class Rollout:
     metrics: per-batch values logged with the step: ``prompts_truncated`` (distinct prompts
         cut to ``max_prompt_length``, when a limit is set) and, once scored with several
         reward functions, ``rewards/<name>/mean``.
+    policy_logprobs: ``(B, T)`` log-probabilities of the sampled tokens under the policy
+        module (the trainer's own numbers), when the sampler is something else (the ``vllm``
+        engine); ``None`` when ``logprobs`` already are the policy module's (``hf``).
     """
 
     prompt_ids: torch.Tensor
@@ -40,6 +43,7 @@ class Rollout:
     entropy: torch.Tensor
     finished: torch.Tensor
     metrics: dict[str, float] = field(default_factory=dict)
+    policy_logprobs: torch.Tensor | None = None
 
 
 def concat_rollouts(parts: Sequence[Rollout], *, pad_id: int) -> Rollout:
@@ -72,4 +76,6 @@ def concat_rollouts(parts: Sequence[Rollout], *, pad_id: int) -> Rollout:
         torch.cat([right(r.entropy, 0.0) for r in parts]),
         torch.cat([r.finished for r in parts]),
         metrics,
+        None if any(r.policy_logprobs is None for r in parts)
+        else torch.cat([right(r.policy_logprobs, 0.0) for r in parts]),  # type: ignore[arg-type]
     )

