@@ -171,3 +171,33 @@ def test_a_run_logs_the_sampler_mismatch_and_applies_the_importance_cap(open_tra
     assert len(rows) == 2
     for r in rows:
         assert 0 < r["rollout/logprob_mismatch"] < 0.5 and r["rollout/logprob_kl"] >= 0
+
+
+def test_smollm2_gguf_trains_with_the_vllm_engine(smollm2_gguf, tmp_path, open_trainer):
+    """The real model through vLLM: SmolLM2-135M-Instruct from its GGUF file, LoRA, a
+    bfloat16 engine sampling for the float32 policy, two RL steps and the evaluations."""
+    open_trainer()  # closes the engine the earlier tests left open
+    from bestk.train.config import TrainConfig, apply_overrides
+    from bestk.train.run.directory import read_metrics
+
+    out = tmp_path / "run"
+    cfg = apply_overrides(TrainConfig(), [
+        f"out={out}", f"model.path={smollm2_gguf}", "threads=2",
+        "model.lora.r=8", "model.lora.target_modules=[q_proj, v_proj]",
+        "task.name=arithmetic", "task.options={digits: 1, num_eval: 4}",
+        "sft.steps=0", "max_steps=2", "rollout.prompts_per_step=2", "rollout.n=4",
+        "rollout.max_new_tokens=8", "eval.n=4", "eval.every=2", "checkpoint_every=2",
+        "rollout.engine=vllm", "eval.engine=vllm", "vllm.compile=false",
+        "vllm.dtype=bfloat16",
+    ])
+    tr = Trainer(cfg)
+    try:
+        tr.run(progress=False)
+    finally:
+        tr.close()
+    rows = read_metrics(out / "metrics.jsonl")
+    train = [r for r in rows if r["phase"] == "train"]
+    assert len(train) == 2
+    assert all(0 < r["rollout/logprob_mismatch"] < 0.2 for r in train)  # bf16 vs float32
+    assert [r["step"] for r in rows if r["phase"] == "eval"] == [0, 2]
+    assert (out / "final" / "model.safetensors").is_file()

