@@ -29,7 +29,9 @@ BASE = ["task.name=permute",
         "task.options={min_len: 4, max_len: 8, num_train: 2048, graded: false}",
         "rollout.prompts_per_step=32", "eval.n=64", "checkpoint_every=1000", "threads=1",
         "kappo.beta=0.1", "kappo.bank_size=30", "kappo.kind=binary"]
-TIMING = ("time_generate", "time_score", "time_update", "completions_per_s", "pairs_per_s")
+def is_timing(key: str) -> bool:
+    """A metric of time or speed (what two identical runs may differ in)."""
+    return key.startswith("time") or key in ("completions_per_s", "pairs_per_s")
 
 
 def _run(out: Path, overrides: list[str], sft: dict | None) -> tuple[Trainer, float]:
@@ -42,7 +44,7 @@ def _run(out: Path, overrides: list[str], sft: dict | None) -> tuple[Trainer, fl
 
 
 def _train_rows(out: Path) -> list[dict]:
-    return [{k: v for k, v in r.items() if k not in TIMING}
+    return [{k: v for k, v in r.items() if not is_timing(k)}
             for r in read_metrics(out / "metrics.jsonl") if r["phase"] == "train"]
 
 

@@ -196,7 +196,11 @@ class Crash(RuntimeError):
 
 
 #: Metrics that measure time, not the run (left out when runs are compared).
-TIMING = ("time_generate", "time_score", "time_update", "completions_per_s", "pairs_per_s")
+def is_timing(key: str) -> bool:
+    """A metric that measures time or speed (the trainer's own rule)."""
+    from bestk.train.algorithms._base import is_timing as rule
+
+    return rule(key)
 
 
 def crash_then_resume(cfg: Any, at: int) -> Any:
@@ -225,7 +229,7 @@ def assert_same_run(a: Any, b: Any) -> None:
         torch.testing.assert_close(v, sb[k], rtol=0, atol=0)
 
     def rows(t: Any) -> list[dict]:
-        return [{k: v for k, v in r.items() if k not in TIMING}
+        return [{k: v for k, v in r.items() if not is_timing(k)}
                 for r in read_metrics(t.out / "metrics.jsonl") if r["phase"] == "train"]
 
     assert rows(a) == rows(b) and rows(a)

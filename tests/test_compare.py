@@ -34,8 +34,7 @@ def test_sampling_seed_changes_only_the_sampling_noise(tmp_path):
         tr.run(progress=False)
         rows = [r for r in read_metrics(tmp_path / name / "metrics.jsonl")
                 if r["phase"] == "train"]
-        return init, [{k: v for k, v in r.items() if not k.startswith("time")
-                       and k != "completions_per_s"} for r in rows]
+        return init, [{k: v for k, v in r.items() if not conftest.is_timing(k)} for r in rows]
 
     init_a, a = run("a")
     init_b, b = run("b", "sampling_seed=0")  # = seed: the default, bit for bit

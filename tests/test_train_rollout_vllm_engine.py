@@ -201,3 +201,16 @@ def test_smollm2_gguf_trains_with_the_vllm_engine(smollm2_gguf, tmp_path, open_t
     assert all(0 < r["rollout/logprob_mismatch"] < 0.2 for r in train)  # bf16 vs float32
     assert [r["step"] for r in rows if r["phase"] == "eval"] == [0, 2]
     assert (out / "final" / "model.safetensors").is_file()
+
+
+def test_evaluation_with_a_fresh_engine_sees_the_policy(open_trainer):
+    """An engine that has sampled nothing yet still evaluates the policy (``evaluate`` syncs
+    first): greedy held-out completions through vLLM equal the policy module's."""
+    from bestk.train.rollout.evaluate import evaluate
+
+    tr = open_trainer()
+    greedy = {**tr.engines.eval.options, "top_k": 1}
+    exs = tr.task.eval[:4]
+    a = evaluate(tr.engines.rollout.server.engine(greedy), tr.task, exs, n=2, max_new_tokens=6)
+    b = evaluate(HFEngine(tr.model, tr.tokenizer, greedy), tr.task, exs, n=2, max_new_tokens=6)
+    assert a.texts == b.texts and a.metrics["pass@1"] == b.metrics["pass@1"]

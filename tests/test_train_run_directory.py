@@ -34,11 +34,10 @@ from bestk.train.run.directory import (
     read_run_config,
 )
 from bestk.train.trainer import Trainer
-from tests.conftest import TINY, tiny_config
+from tests.conftest import TINY, is_timing, tiny_config
 
 #: The finished run every test copies: 4 RL steps, checkpoints at 0, 2, 4, evaluations at 0, 2, 4.
 RUN = ["checkpoint_every=2", "keep_checkpoints=3"]
-TIMING = ("time_generate", "time_score", "time_update", "completions_per_s")
 
 
 pytestmark = pytest.mark.usefixtures("restore_torch_threads")
@@ -82,7 +81,7 @@ def one_line_error(result, code: int = 2) -> str:
 
 
 def train_rows(out: Path) -> list[dict]:
-    return [{k: v for k, v in r.items() if k not in TIMING}
+    return [{k: v for k, v in r.items() if not is_timing(k)}
             for r in read_metrics(out / "metrics.jsonl") if r["phase"] == "train"]
 
 

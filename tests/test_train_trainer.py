@@ -75,16 +75,16 @@ def test_off_policy_minibatches_and_entropy_bonus(tmp_path):
 
 def test_rollout_sample_batch_size_samples_the_step_in_chunks_of_whole_groups(
         tmp_path, monkeypatch):
-    import bestk.train.trainer as loop
+    import bestk.train.rollout.engine as engine
 
     seen = []
-    real = loop.sample
+    real = engine.sample
 
     def spy(*args, **kw):
         seen.append(kw.get("batch_size"))
         return real(*args, **kw)
 
-    monkeypatch.setattr(loop, "sample", spy)
+    monkeypatch.setattr(engine, "sample", spy)
     tr = Trainer(tiny_config(tmp_path / "run", "max_steps=1", "rollout.sample_batch_size=16"))
     n = tr.cfg.rollout.n
     m = tr.rl_step(1)

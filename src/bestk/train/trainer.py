@@ -61,7 +61,7 @@ from bestk.train.optim import PolicyOptimizer
 from bestk.train.reference.bank import ReferenceBank, save_reference
 from bestk.train.reference.plan import ReferencePlan, plan_reference, restrict_prompts
 from bestk.train.rollout.batch import Rollout
-from bestk.train.rollout.engine import open_engines
+from bestk.train.rollout.engine import open_engines, synced_sample
 from bestk.train.rollout.evaluate import evaluate
 from bestk.train.rollout.sample_log import eval_samples
 from bestk.train.rollout.scoring import score_batch
@@ -385,7 +385,6 @@ class Trainer:
         ``samples.jsonl``); the step-0 one, before the first checkpoint, stops at its next
         batch on Ctrl-C / SIGTERM."""
         e = self.cfg.eval
-        self.engines.eval.sync()
         res = evaluate(
             self.engines.eval, self.task, self.eval_examples, n=e.n,
             max_new_tokens=self.max_new_tokens, seed=EVAL_SAMPLING.seed(self.sampling_seed, step),
@@ -434,10 +433,9 @@ class Trainer:
         from the run's rollout engine, synced with the policy first."""
         gen = torch.Generator(device=self.device).manual_seed(
             SAMPLING.seed(self.sampling_seed, step))
-        self.engines.rollout.sync()
-        return self.engines.rollout.sample([e["prompt"] for e in examples], n=n,
-                                   max_new_tokens=self.max_new_tokens, generator=gen,
-                                   batch_size=self.cfg.rollout.sample_batch_size)
+        return synced_sample(self.engines.rollout, [e["prompt"] for e in examples], n=n,
+                             max_new_tokens=self.max_new_tokens, generator=gen,
+                             batch_size=self.cfg.rollout.sample_batch_size)
 
     def score_rollout(self, examples: list[Example], ro: Rollout, n: int
                       ) -> tuple[np.ndarray, np.ndarray]:

@@ -202,9 +202,26 @@ def rollout_metrics(ro: Rollout) -> dict[str, float]:
     return {
         "entropy": float((ro.entropy * mask).sum() / mask.sum().clamp_min(1)),
         "response_len": float(mask.sum(1).mean()),
-        **getattr(ro, "metrics", {}),
+        **{k: v for k, v in getattr(ro, "metrics", {}).items() if not is_timing(k)},
         **sampler_mismatch(ro),
     }
+
+
+def is_timing(key: str) -> bool:
+    """Whether a logged metric measures time or speed (``time/...``, ``completions_per_s``,
+    ``pairs_per_s``), not the run: what two identical runs may differ in."""
+    return key.startswith("time/") or key in ("completions_per_s", "pairs_per_s")
+
+
+def rollout_time(ro: Rollout, seconds: float) -> dict[str, float]:
+    """The time split of sampling ``ro`` in ``seconds`` (wall clock of the call):
+    ``time/sync_s`` (pushing the policy's weights into the engine), ``time/logprobs_s`` (the
+    policy's recomputation of the sampled tokens' log-probs, ``vllm`` engine) and
+    ``time/generate_s``, the rest."""
+    sync = ro.metrics.get("time/sync_s", 0.0)
+    logprobs = ro.metrics.get("time/logprobs_s", 0.0)
+    return {"time/generate_s": max(0.0, seconds - sync - logprobs), "time/sync_s": sync,
+            "time/logprobs_s": logprobs}
 
 
 def sampler_mismatch(ro: Rollout) -> dict[str, float]:

@@ -43,6 +43,7 @@ from bestk.train.algorithms._base import (
     StepMetrics,
     refuse_pg_options,
     rollout_metrics,
+    rollout_time,
 )
 from bestk.train.algorithms.update import items_in, optimizer_steps
 from bestk.train.model.logprobs import completion_logprobs
@@ -145,8 +146,8 @@ class APO:
             "target_std": float(b.targets.std()) if b.targets.numel() > 1 else 0.0,
             **rollout_metrics(ro),
             **stats,
-            "time_generate": t_batch - t0,
-            "time_update": t_upd - t_batch,
+            **rollout_time(ro, t_batch - t0),
+            "time/update_s": t_upd - t_batch,
             "completions_per_s": len(ro.texts) / (t_upd - t0),
         }
 

@@ -212,7 +212,7 @@ class DPO:
             "pairs": float(b.beta_eff.shape[0]),
             "beta_eff_mean": float(b.beta_eff.mean()),
             **stats,
-            "time_update": t_upd - t0,
+            "time/update_s": t_upd - t0,
             "pairs_per_s": b.beta_eff.shape[0] / (t_upd - t0),
         }
 

@@ -32,7 +32,13 @@ import torch
 from bestk.estimators import EstimatorInfo, advantages, estimator_info, resolve_options
 from bestk.kappo import Calibration
 from bestk.losses import aggregate, kl_penalty, ppo_clip_loss
-from bestk.train.algorithms._base import AlgorithmSpec, RunContext, StepMetrics, rollout_metrics
+from bestk.train.algorithms._base import (
+    AlgorithmSpec,
+    RunContext,
+    StepMetrics,
+    rollout_metrics,
+    rollout_time,
+)
 from bestk.train.algorithms.update import micro_slices, optimizer_steps
 from bestk.train.config import ResolvedTrainConfig
 from bestk.train.model.logprobs import sequence_logprobs
@@ -94,9 +100,9 @@ class PolicyGradient:
             **rollout_metrics(ro),
             **rollout_stats(rewards, r.n, mask.sum(1).cpu().numpy(), ro.finished.cpu().numpy()),
             **stats,
-            "time_generate": t_gen - t0,
-            "time_score": t_score - t_gen,
-            "time_update": t_upd - t_score,
+            **rollout_time(ro, t_gen - t0),
+            "time/score_s": t_score - t_gen,
+            "time/update_s": t_upd - t_score,
             "completions_per_s": len(ro.texts) / (t_upd - t0),
         }
 

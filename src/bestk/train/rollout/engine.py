@@ -28,6 +28,7 @@ function, and an entry in :data:`ENGINES`; ``docs/design.md`` has the recipe.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -46,7 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers is option
     from bestk.train.model.policy import Policy
 
 __all__ = ["RolloutEngine", "EngineBackend", "EngineSpec", "ENGINES", "HFEngine", "HFBackend",
-           "Engines", "open_engines", "plain_sampling"]
+           "Engines", "open_engines", "plain_sampling", "synced_sample"]
 
 
 class RolloutEngine(Protocol):
@@ -201,3 +202,16 @@ def open_engines(cfg: ResolvedTrainConfig, model: Policy, tokenizer: PreTrainedT
     return Engines(backends[cfg.rollout.engine].engine(sampling_options(cfg)),
                    backends[cfg.eval.engine].engine(sampling_options(cfg, "eval")),
                    list(backends.values()))
+
+
+def synced_sample(engine: RolloutEngine, prompts: Sequence[str], *, n: int, max_new_tokens: int,
+                  generator: torch.Generator, batch_size: int | None = None) -> Rollout:
+    """:meth:`RolloutEngine.sync`, then :meth:`RolloutEngine.sample`; the seconds the sync
+    took are the rollout's ``time/sync_s`` metric."""
+    t0 = time.perf_counter()
+    engine.sync()
+    synced = time.perf_counter() - t0
+    ro = engine.sample(prompts, n=n, max_new_tokens=max_new_tokens, generator=generator,
+                       batch_size=batch_size)
+    ro.metrics["time/sync_s"] = synced
+    return ro

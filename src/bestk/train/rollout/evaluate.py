@@ -56,13 +56,15 @@ def evaluate(
     seed: int = 0,
     should_stop: Callable[[], bool] | None = None,
 ) -> EvalResult:
-    """Sample ``n`` completions for each example with ``engine`` (its sampling settings:
-    temperature, top-p, top-k, prompt length limit), ``batch_prompts`` prompts at a time, the
+    """Sample ``n`` completions for each example with ``engine`` (synced with the policy
+    first; its sampling settings: temperature, top-p, top-k, prompt length limit),
+    ``batch_prompts`` prompts at a time, the
     noise drawn from one generator seeded by ``seed``; score them; compute the curves
     (k = 1..n). ``should_stop`` (Ctrl-C, SIGTERM) is asked before each batch of prompts: when
     it says so, :class:`~bestk.train.run.console.Stopped` is raised."""
     if not examples:
         raise ValueError("evaluate: no held-out prompts")
+    engine.sync()
     gen = torch.Generator(device=engine.device).manual_seed(int(seed))
     several = len(task.reward_names) > 1
     rewards, texts, entropy, lengths = [], [], [], []

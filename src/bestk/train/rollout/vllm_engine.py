@@ -41,6 +41,7 @@ import math
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -237,14 +238,16 @@ class VLLMEngine:
         prompt_ids = enc.input_ids.to(dev).repeat_interleave(n, 0)
         prompt_mask = enc.attention_mask.to(dev).repeat_interleave(n, 0)
         ids, mask = ids.to(dev), mask.to(dev)
+        t0 = time.perf_counter()
         policy_lp, entropy = self._recompute(prompt_ids, prompt_mask, ids, mask, n, batch_size)
+        metrics = {"time/logprobs_s": time.perf_counter() - t0}
+        if opt["max_prompt_length"] is not None:
+            metrics["prompts_truncated"] = float(enc.cut)
         m = mask.to(policy_lp.dtype)
         texts = tok.batch_decode(ids.cpu(), skip_special_tokens=True)
         return Rollout(
             prompt_ids, prompt_mask, ids, mask, texts, lps.to(dev) * m, entropy * m,
-            finished.to(dev),
-            {} if opt["max_prompt_length"] is None else {"prompts_truncated": float(enc.cut)},
-            policy_logprobs=policy_lp * m,
+            finished.to(dev), metrics, policy_logprobs=policy_lp * m,
         )
 
     def _recompute(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,

@@ -9,7 +9,7 @@ Names follow TRL's ``GRPOTrainer`` as its ``Trainer`` logs them (``train/<name>`
 ``eval/<name>``) wherever the quantity is the same (:data:`TRL_NAMES`: ``train/reward``,
 ``train/reward_std``, ``train/entropy``, ``train/kl``, ``train/clip_ratio/region_mean``,
 ``train/completions/mean_length``, ...); every other value of a record keeps its bestk name
-(``train/success_rate``, ``train/time_generate``, ...). Held-out evaluation adds
+(``train/success_rate``, ``train/time/generate_s``, ...). Held-out evaluation adds
 ``eval/pass@k`` and ``eval/best@k`` for k = 1..n (their CI bounds stay in ``metrics.jsonl``);
 the SFT warm-up logs ``sft/loss`` and ``sft/learning_rate``.
 
