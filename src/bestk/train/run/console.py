@@ -22,7 +22,7 @@ from rich.progress import (
 )
 
 from bestk.train.config import ResolvedTrainConfig
-from bestk.train.run.directory import PREVIOUS_ATTEMPT
+from bestk.train.run.directory import attempt_folder
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from types import FrameType
@@ -115,11 +115,12 @@ def transformers_progress(enabled: bool) -> Iterator[None]:
 def interrupted_line(where: str, out: Path, step: int | None) -> str:
     """What a run stopped by Ctrl-C / SIGTERM says: after ``step`` (checkpointed: continue
     with ``--resume``), or, ``step`` ``None``, during ``where`` before its first checkpoint
-    (the same command starts it over, keeping the attempt's files in ``previous-attempt/``)."""
+    (the same command starts it over, keeping the attempt's files in ``previous-attempt/``, or
+    the first free ``previous-attempt-N/``)."""
     if step is None:
         return (f"interrupted during {where or 'start-up'}, before the run's first checkpoint: "
                 "nothing to continue from; the same command starts the run over (keeping this "
-                f"attempt's files in {out / PREVIOUS_ATTEMPT})")
+                f"attempt's files in {attempt_folder(out)})")
     return (f"interrupted after step {step}; checkpoint saved. Continue with "
             f"`bestk train --resume {out}`")
 
