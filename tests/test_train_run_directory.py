@@ -249,6 +249,72 @@ def test_checkpoints_carry_a_sha256sum_compatible_checksum(tmp_path):
         load_checkpoint(path, torch.nn.Linear(3, 2))
 
 
+
+def _rewrite_checkpoint(path: Path, edit) -> None:
+    """Rewrite checkpoint ``path`` with its run state passed through ``edit`` (the tensors kept)
+    and its checksum recomputed to match: a well-formed, verifying file."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from bestk.train.run.checkpoint import file_sha256
+
+    with safe_open(str(path), framework="pt") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+        state = json.loads(f.metadata()["state"])
+    save_file(tensors, str(path), metadata={"state": json.dumps(edit(state))})
+    checksum_path(path).write_text(f"{file_sha256(path)}  {path.name}\n")
+    assert verify_checkpoint(path) is None
+
+
+def test_a_checkpoint_renamed_to_another_step_is_refused_naming_both(run):
+    """``step_0000002`` renamed to ``step_0000004`` with its checksum recomputed verifies, but
+    it holds step 2: refused in one line naming the file and both steps, nothing touched."""
+    from bestk.train.run.checkpoint import file_sha256
+
+    ck = run / "checkpoints"
+    two, four = ck / "step_0000002.safetensors", ck / "step_0000004.safetensors"
+    four.unlink()
+    checksum_path(two).unlink()
+    os.replace(two, four)
+    checksum_path(four).write_text(f"{file_sha256(four)}  {four.name}\n")
+    assert verify_checkpoint(four) is None
+    before = _files(run)
+    line = one_line_error(invoke(*cli_args(run, max_steps=6)))
+    assert "step_0000004.safetensors" in line and "holds step 2" in line, line
+    assert _files(run) == before
+
+
+def test_a_checkpoint_copied_from_another_run_is_refused_naming_both(run, tmp_path):
+    """The newest checkpoint replaced by (and checksummed as) the step-4 checkpoint of a run
+    with another seed: same model shapes, so it would load; refused in one line naming both
+    runs' config digests and the differing key, nothing touched."""
+    other = tmp_path / "other"
+    Trainer(tiny_config(other, "max_steps=4", *RUN, "seed=7")).run(progress=False)
+    for name in ("step_0000004.safetensors", "step_0000004.sha256"):
+        shutil.copy(other / "checkpoints" / name, run / "checkpoints" / name)
+    assert verify_checkpoint(run / "checkpoints" / "step_0000004.safetensors") is None
+    before = _files(run)
+    line = one_line_error(invoke(*cli_args(run, max_steps=6)))
+    assert "step_0000004.safetensors" in line and "another run" in line, line
+    digests = __import__("re").findall(r"config digest ([0-9a-f]{16})", line)
+    assert len(digests) == 2 and digests[0] != digests[1], line
+    assert "seed (7 there, 0 here)" in line, line
+    assert _files(run) == before
+
+
+def test_a_checkpoint_without_a_run_identity_still_resumes(finished, run):
+    """A checkpoint of the format before run identities (no ``run`` in its state) is read as
+    before: its step is checked, its config cannot be, and a note says so."""
+    newest = run / "checkpoints" / "step_0000004.safetensors"
+    _rewrite_checkpoint(newest, lambda st: {k: v for k, v in st.items() if k != "run"})
+    (run / ".finished").unlink()
+    r = invoke(*cli_args(run))
+    assert r.exit_code == 0, r.output
+    assert "step_0000004.safetensors records no run identity" in r.output
+    assert train_rows(run) == train_rows(finished)
+    assert_same_weights(run, finished)
+
+
 # -- 4. validation before work -----------------------------------------------------------------
 @pytest.mark.parametrize(
     "extra, match",
@@ -573,6 +639,58 @@ def test_starting_over_keeps_the_previous_attempt(run):
     assert kept == {p: b for p, b in old.items() if p.name != "config.yaml"}
     assert len(read_metrics(run / "metrics.jsonl")) == len(read_metrics(
         run / "previous-attempt" / "metrics.jsonl"))  # the same run again, in full
+
+
+
+def _tree(d: Path) -> dict[Path, bytes | None]:
+    """Every path under ``d`` (hidden files, the lock and folders included) with its bytes."""
+    return {p.relative_to(d): p.read_bytes() if p.is_file() else None for p in d.rglob("*")}
+
+
+def test_a_non_empty_out_that_is_not_a_bestk_run_is_refused_untouched(tmp_path):
+    """``--out`` naming a directory with someone's files and no bestk run (no config.yaml) is
+    refused in one line naming what is there; nothing in it is moved, deleted or added (no
+    ``.lock`` either). An empty directory, or one with only a run's lock, is a new run."""
+    d = tmp_path / "d"
+    (d / "sub").mkdir(parents=True)
+    (d / "precious.txt").write_text("x\n")
+    (d / "sub" / "notes.md").write_text("y\n")
+    (d / ".hidden").write_text("z\n")
+    before = _tree(d)
+    line = one_line_error(invoke(*cli_args(d)))
+    assert f"--out {str(d)!r}" in line and "is not a bestk run" in line, line
+    assert "precious.txt" in line and "sub" in line
+    assert _tree(d) == before
+    with pytest.raises(ValueError, match="is not a bestk run"):
+        Trainer(tiny_config(d, "max_steps=1"))
+    assert _tree(d) == before
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / ".lock").write_text("")  # a run killed before it wrote its config
+    Trainer(tiny_config(empty, "max_steps=1")).close()
+    assert (empty / "config.yaml").is_file()
+
+
+def test_every_start_over_keeps_its_attempt_and_moves_no_other_file(run):
+    """Started over twice (no checkpoint, no completion marker): each attempt's files go to a
+    folder of their own (previous-attempt/, then previous-attempt-2/), so no attempt is ever
+    deleted; a file the user put in the run directory stays where it is."""
+    (run / "my-notes.txt").write_text("mine\n")
+    attempts = []
+    for _ in range(2):
+        shutil.rmtree(run / "checkpoints")
+        (run / ".finished").unlink()
+        attempts.append({p: b for p, b in _files(run).items()
+                         if p.parts[0] not in ("config.yaml", "my-notes.txt")
+                         and not p.parts[0].startswith("previous-attempt")})
+        r = invoke(*cli_args(run))
+        assert r.exit_code == 0, r.output
+        assert "starting it over" in r.output
+    assert f"the files of the attempt started over are kept in {run / 'previous-attempt-2'}" \
+        in r.output
+    assert _files(run / "previous-attempt") == attempts[0]
+    assert _files(run / "previous-attempt-2") == attempts[1]
+    assert (run / "my-notes.txt").read_text() == "mine\n"
 
 
 def test_a_different_config_is_refused_naming_the_keys(run):

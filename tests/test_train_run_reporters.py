@@ -207,14 +207,17 @@ def test_tensorboard_and_wandb_read_back_after_a_crash_and_resume(tmp_path, wand
 
 
 def test_a_new_run_in_a_reused_directory_starts_new_curves(tmp_path):
-    """A run started over (killed before its first checkpoint) drops the old TensorBoard
-    events instead of mixing two runs."""
+    """A run started over (killed before its first checkpoint) starts new TensorBoard curves
+    instead of mixing two runs; the old events are kept with that attempt's files."""
     out = tmp_path / "run"
+    cfg = tiny_config(out, "max_steps=1", "report_to=tensorboard")
+    Trainer(cfg).close()  # started (config.yaml written), stopped before any checkpoint
     stale = out / "tensorboard"
-    stale.mkdir(parents=True)
+    stale.mkdir()
     (stale / "events.out.tfevents.0.stale").write_bytes(b"")
-    Trainer(tiny_config(out, "max_steps=1", "report_to=tensorboard")).run(progress=False)
+    Trainer(cfg).run(progress=False)
     assert not (stale / "events.out.tfevents.0.stale").exists()
+    assert (out / "previous-attempt" / "tensorboard" / "events.out.tfevents.0.stale").exists()
     assert [s for s, _ in _tb_scalars(stale)["train/reward"]] == [1]
 
 

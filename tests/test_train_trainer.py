@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from bestk.train.config import TrainConfig, apply_overrides, load_config
@@ -21,6 +22,8 @@ from tests.conftest import (
     KAPPO_TINY,
     TINY,
     Crash,
+    assert_same_run,
+    is_timing,
     kappo_config,
     tiny_config,
 )
@@ -138,6 +141,69 @@ def test_resume_after_crash_matches_uninterrupted_run(tmp_path, monkeypatch):
     more.run(progress=False)
     steps = [r["step"] for r in read_metrics(tmp_path / "b/metrics.jsonl") if r["phase"] == "train"]
     assert steps == [1, 2, 3, 4, 5]
+
+
+
+def _records(out: Path) -> list[dict]:
+    """Every ``metrics.jsonl`` record, timings left out."""
+    return [{k: v for k, v in r.items() if not is_timing(k)}
+            for r in read_metrics(out / "metrics.jsonl")]
+
+
+def test_resume_with_max_steps_lowered_to_the_steps_done_evaluates_the_end(tmp_path):
+    """A run stopped after step 3's checkpoint, where no evaluation was due, resumed with
+    ``--max-steps 3`` (allowed: not below the steps done): step 3 is evaluated before final/
+    and report.md, ``done:`` prints that evaluation (not step 0's), and the run ends as an
+    uninterrupted 3-step run does, record for record and weight for weight."""
+    from bestk.cli import app
+
+    extra = ["checkpoint_every=3", "eval.every=6"]
+    ref = tmp_path / "ref"
+    Trainer(tiny_config(ref, "max_steps=3", *extra)).run(progress=False)
+    out = tmp_path / "run"
+
+    def crash(step, metrics):
+        if step == 3:  # logged and checkpointed; the evaluation is due at 6
+            raise Crash
+
+    with pytest.raises(Crash):
+        Trainer(tiny_config(out, "max_steps=6", *extra), on_step=crash).run(progress=False)
+    r = CliRunner().invoke(app, ["train", "--resume", str(out), "--max-steps", "3", "--quiet"])
+    assert r.exit_code == 0, r.output
+    evals = [x for x in read_metrics(out / "metrics.jsonl") if x["phase"] == "eval"]
+    assert [x["step"] for x in evals] == [0, 3]
+    assert f"done: held-out pass@1={evals[-1]['pass@1']:.3f}" in r.output
+    assert "end (step 3)" in (out / "report.md").read_text()
+    assert _records(out) == _records(ref)
+    a, b = (load_file(d / "final" / "model.safetensors") for d in (ref, out))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_checkpoint_whose_evaluation_is_missing_from_the_log_redoes_it(tmp_path):
+    """Stopped after step 2's checkpoint but without that step's evaluation in the log (its
+    record lost): the resumed run evaluates step 2 again, logs it once, and ends as the
+    uninterrupted run does (records, samples, weights): the redone evaluation draws no
+    randomness the training uses."""
+    extra = ["max_steps=4", "checkpoint_every=2"]  # evaluations at 0, 2, 4 (eval.every=2)
+    ref = Trainer(tiny_config(tmp_path / "ref", *extra))
+    ref.run(progress=False)
+    out = tmp_path / "run"
+
+    def crash(step, metrics):
+        if step == 2:
+            raise Crash
+
+    with pytest.raises(Crash):
+        Trainer(tiny_config(out, *extra), on_step=crash).run(progress=False)
+    log = out / "metrics.jsonl"
+    log.write_text("".join(json.dumps(x) + "\n" for x in read_metrics(log)
+                           if not (x["phase"] == "eval" and x["step"] == 2)))
+    resumed = Trainer.resume(out)
+    resumed.run(progress=False)
+    assert [x["step"] for x in _records(out) if x["phase"] == "eval"] == [0, 2, 4]
+    assert _records(out) == _records(ref.out)
+    assert (out / "samples.jsonl").read_bytes() == (ref.out / "samples.jsonl").read_bytes()
+    assert_same_run(ref, resumed)
 
 
 def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):

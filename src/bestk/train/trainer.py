@@ -65,10 +65,16 @@ from bestk.train.rollout.engine import open_engines, synced_sample
 from bestk.train.rollout.evaluate import evaluate
 from bestk.train.rollout.sample_log import eval_samples
 from bestk.train.rollout.scoring import score_batch
-from bestk.train.run.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from bestk.train.run.checkpoint import (
+    global_rng_kept,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from bestk.train.run.console import (
     Stopped,
     StopRequest,
+    eval_summary,
     interrupted_line,
     progress_bar,
     start_line,
@@ -96,7 +102,7 @@ from bestk.train.validation import check_reward_domain, resolve_config
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from bestk.train.model.policy import Reference
 
-__all__ = ["Trainer", "train"]
+__all__ = ["Trainer", "train", "evaluation_due"]
 
 _MODES = {True: "resume", False: "new", "auto": "auto", "resume": "resume", "new": "new"}
 
@@ -322,16 +328,18 @@ class Trainer:
         cfg = self.cfg
         rl = bar.add_task("RL", total=cfg.max_steps, completed=self.step)
         live = ""
+        if evaluation_due(cfg, self.step) and self.log.reopen_evaluation(self.step):
+            with global_rng_kept():  # lost from the log, or max_steps lowered to the step done
+                last_eval = self.evaluate(self.step)
         for step in range(self.step + 1, cfg.max_steps + 1):
             if self.stop.requested:
                 break
             m = self.rl_step(step)
             self.log.record(m)
             self.step = step
-            if step % cfg.eval.every == 0 or step == cfg.max_steps:
+            if evaluation_due(cfg, step):
                 last_eval = self.evaluate(step)
-                live = (f" | eval pass@1={last_eval['pass@1']:.3f} "
-                        f"pass@{cfg.eval.n}={last_eval[f'pass@{cfg.eval.n}']:.3f}")
+                live = " | eval " + eval_summary(last_eval, cfg.eval.n)
             if step % cfg.checkpoint_every == 0 or step == cfg.max_steps:
                 self.checkpoint()
             bar.update(rl, completed=step, description=self.algo.describe(m) + live)
@@ -397,11 +405,9 @@ class Trainer:
 
     def checkpoint(self) -> Path:
         """Atomic checkpoint of the current state."""
-        state = {"opt_steps": self.optim.steps, "sft_done": self.sft_done}
-        return save_checkpoint(
-            self.ckpt_dir, self.step, self.model, self.optim.optimizer, state,
-            ref_model=self.ref_model, keep=self.cfg.keep_checkpoints,
-        )
+        state = dict(opt_steps=self.optim.steps, sft_done=self.sft_done, run=self.state.identity)
+        return save_checkpoint(self.ckpt_dir, self.step, self.model, self.optim.optimizer, state,
+                               ref_model=self.ref_model, keep=self.cfg.keep_checkpoints)
 
     def rl_step(self, step: int) -> StepMetrics:
         """One RL step of the configured algorithm; returns its logged metrics."""
@@ -451,6 +457,12 @@ class Trainer:
         warm-up, clipping, a non-finite loss or norm stops the run before the update);
         returns ``(gradient norm before clipping, learning rate)``."""
         return self.optim.step(loss, rl_step=self.step + 1, rewards=self.step_rewards)
+
+
+def evaluation_due(cfg: ResolvedTrainConfig, step: int) -> bool:
+    """Whether the run of ``cfg`` evaluates at RL step ``step``: every ``eval.every`` steps
+    (step 0, the start of RL, included) and at the end, ``max_steps``."""
+    return step % cfg.eval.every == 0 or step == cfg.max_steps
 
 
 def train(cfg: TrainConfig, *, progress: bool = True) -> Record:

@@ -11,10 +11,12 @@ One checkpoint is one file ``DIR/checkpoints/step_XXXXXXX.safetensors`` holding
 * ``rng.torch``: the global torch CPU RNG state,
 
 and, in the safetensors metadata, a JSON ``state`` (step, optimizer param groups, numpy /
-python RNG states, anything the trainer adds). It is written to a temporary file in the same
-directory, flushed and fsync'ed, then moved into place with ``os.replace`` — so a crash leaves
-either the previous checkpoint or the new one, never a torn file. :func:`latest_checkpoint`
-ignores temporaries.
+python RNG states, anything the trainer adds: ``run``, the identity of the run that wrote it,
+which a resume checks with the step, :func:`bestk.train.run.directory.check_checkpoint_identity`;
+:func:`checkpoint_state` reads it from the header alone). It is written to a temporary file in
+the same directory, flushed and fsync'ed, then moved into place with ``os.replace`` — so a
+crash leaves either the previous checkpoint or the new one, never a torn file.
+:func:`latest_checkpoint` ignores temporaries.
 
 Every checkpoint has a checksum file ``step_XXXXXXX.sha256`` beside it (``sha256sum`` format:
 ``<hex digest>  step_XXXXXXX.safetensors``), written before the checkpoint is moved into place,
@@ -32,7 +34,8 @@ import json
 import os
 import random
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +56,8 @@ __all__ = [
     "orphan_checksums",
     "file_sha256",
     "safetensors_layout_problem",
+    "checkpoint_state",
+    "global_rng_kept",
     "as_os_error",
     "adapters_only",
 ]
@@ -191,6 +196,26 @@ def verify_checkpoint(path: str | Path) -> str | None:
     return safetensors_layout_problem(path)
 
 
+def _read_header(path: str | Path) -> tuple[int, int, dict[str, Any] | str]:
+    """``(file size, header length H, header)`` of a safetensors file, or what is wrong with
+    it in place of the header (reads the header only)."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            return size, 0, f"truncated: {size} bytes, not even a safetensors header"
+        n = int.from_bytes(head, "little")
+        if n > size - 8:
+            return size, n, f"truncated: {size} bytes, but its header alone takes {8 + n}"
+        try:
+            header = json.loads(f.read(n).decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            header = None
+    if not isinstance(header, dict):
+        return size, n, "not a bestk checkpoint: unreadable safetensors header or run state"
+    return size, n, header
+
+
 def safetensors_layout_problem(path: str | Path) -> str | None:
     """``None`` when ``path`` is laid out as a complete bestk checkpoint, else what is wrong.
 
@@ -199,24 +224,47 @@ def safetensors_layout_problem(path: str | Path) -> str | None:
     must be exactly ``8 + H + max(end offset)`` bytes. This catches a checkpoint truncated or
     cut into after its checksum was recomputed to match (the checksum then cannot).
     """
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            return f"truncated: {size} bytes, not even a safetensors header"
-        n = int.from_bytes(head, "little")
-        if n > size - 8:
-            return f"truncated: {size} bytes, but its header alone takes {8 + n}"
-        try:
-            header = json.loads(f.read(n).decode("utf-8"))
-            end = max((int(v["data_offsets"][1]) for k, v in header.items()
-                       if k != "__metadata__"), default=0)
-            json.loads(header["__metadata__"]["state"])
-        except (UnicodeDecodeError, ValueError, KeyError, TypeError, IndexError):
-            return "not a bestk checkpoint: unreadable safetensors header or run state"
+    size, n, header = _read_header(path)
+    if isinstance(header, str):
+        return header
+    try:
+        end = max((int(v["data_offsets"][1]) for k, v in header.items()
+                   if k != "__metadata__"), default=0)
+        json.loads(header["__metadata__"]["state"])
+    except (ValueError, KeyError, TypeError, IndexError):
+        return "not a bestk checkpoint: unreadable safetensors header or run state"
     if size != 8 + n + end:
         return f"truncated or padded: {size} bytes, but its header describes {8 + n + end}"
     return None
+
+
+def checkpoint_state(path: str | Path) -> dict[str, Any]:
+    """The run ``state`` a checkpoint holds (step, the writing run's identity, ...), read from
+    its header alone; ``ValueError`` naming the file when it has none."""
+    header = _read_header(path)[2]
+    try:
+        state = json.loads(header["__metadata__"]["state"])  # type: ignore[index]
+    except (ValueError, KeyError, TypeError):
+        state = None
+    if not isinstance(state, dict):
+        raise ValueError(f"checkpoint {str(path)!r} holds no readable run state")
+    return state
+
+
+@contextmanager
+def global_rng_kept() -> Iterator[None]:
+    """The global torch CPU, numpy and python RNG states (those a checkpoint restores) are put
+    back after the block: work redone on resume (an evaluation whose record was lost) leaves
+    the randomness of the training that follows as the checkpoint left it."""
+    torch_state = torch.get_rng_state()
+    np_state = np.random.get_state()  # noqa: NPY002
+    py_state = random.getstate()
+    try:
+        yield
+    finally:
+        torch.set_rng_state(torch_state)
+        np.random.set_state(np_state)  # noqa: NPY002
+        random.setstate(py_state)
 
 
 def latest_valid_checkpoint(directory: str | Path) -> tuple[Path | None, list[tuple[Path, str]]]:

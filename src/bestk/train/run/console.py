@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,7 +22,7 @@ from rich.progress import (
 )
 
 from bestk.train.config import ResolvedTrainConfig
-from bestk.train.run.directory import PREVIOUS_ATTEMPT
+from bestk.train.run.directory import attempt_folder
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from types import FrameType
@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
     _Handler: TypeAlias = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
 
 __all__ = ["progress_bar", "StopRequest", "Stopped", "STOP_SIGNALS", "transformers_progress",
-           "start_line", "interrupted_line"]
+           "start_line", "interrupted_line", "eval_summary"]
 
 
 def progress_bar(console: Console, enabled: bool) -> Progress:
@@ -115,11 +115,12 @@ def transformers_progress(enabled: bool) -> Iterator[None]:
 def interrupted_line(where: str, out: Path, step: int | None) -> str:
     """What a run stopped by Ctrl-C / SIGTERM says: after ``step`` (checkpointed: continue
     with ``--resume``), or, ``step`` ``None``, during ``where`` before its first checkpoint
-    (the same command starts it over, keeping the attempt's files in ``previous-attempt/``)."""
+    (the same command starts it over, keeping the attempt's files in ``previous-attempt/``, or
+    the first free ``previous-attempt-N/``)."""
     if step is None:
         return (f"interrupted during {where or 'start-up'}, before the run's first checkpoint: "
                 "nothing to continue from; the same command starts the run over (keeping this "
-                f"attempt's files in {out / PREVIOUS_ATTEMPT})")
+                f"attempt's files in {attempt_folder(out)})")
     return (f"interrupted after step {step}; checkpoint saved. Continue with "
             f"`bestk train --resume {out}`")
 
@@ -138,3 +139,8 @@ def start_line(cfg: ResolvedTrainConfig, *, task: str, uses_estimator: bool, par
         + f" out={out}"
         + (f" (resuming at step {resuming_at})" if resuming_at is not None else "")
     )
+
+
+def eval_summary(rec: Mapping[str, object], n: int) -> str:
+    """``pass@1=... pass@n=...`` of an evaluation record (``n`` = ``eval.n``)."""
+    return f"pass@1={rec['pass@1']:.3f} pass@{n}={rec[f'pass@{n}']:.3f}"  # floats, logged

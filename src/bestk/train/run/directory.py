@@ -11,6 +11,13 @@
   start over (killed before its first checkpoint), one to resume from its newest verified
   checkpoint, or a complete one, and applies the resume policy (:func:`check_resume`): a
   resumed run may change only the keys of :data:`RESUME_FREE` and :data:`RESUME_ENVIRONMENT`.
+* **Only bestk's files**: a run starts only in a new or empty directory
+  (:func:`check_new_run_directory`); a start-over moves only the files bestk writes
+  (:data:`RUN_FILES`), each attempt into a folder of its own (:func:`keep_previous_attempt`):
+  nothing bestk did not write is ever moved or deleted, no attempt is ever deleted.
+* **Run identity**: every checkpoint records the identity of the run that wrote it
+  (:func:`run_identity`: a digest of its config) and its step; a checkpoint of another run or
+  renamed to another step is refused (:func:`check_checkpoint_identity`).
 * **Temporaries**: :func:`clean_temporaries` removes what killed atomic writes left behind.
 """
 
@@ -18,8 +25,10 @@ from __future__ import annotations
 
 import copy
 import errno
+import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 from collections.abc import Callable, Mapping
@@ -40,6 +49,7 @@ from bestk.train.config import (
     yaml_error_line,
 )
 from bestk.train.run.checkpoint import (
+    checkpoint_state,
     checksum_path,
     latest_valid_checkpoint,
     list_checkpoints,
@@ -68,7 +78,12 @@ __all__ = [
     "finished_step",
     "set_aside",
     "keep_previous_attempt",
+    "attempt_folder",
+    "check_new_run_directory",
+    "run_identity",
+    "check_checkpoint_identity",
     "PREVIOUS_ATTEMPT",
+    "RUN_FILES",
 ]
 
 LOCK_NAME = ".lock"
@@ -256,7 +271,10 @@ class RunDirectory:
              say: Callable[[str, str], None]) -> RunState:
         """Create the directory if needed, take its lock, remove temporary files an
         interrupted write left (``say``-ing so) and decide what to do with it
-        (:func:`inspect_run` in ``mode``; its warnings and notes ``say``-ed)."""
+        (:func:`inspect_run` in ``mode``; its warnings and notes ``say``-ed). A directory
+        that holds files but no bestk run is refused before anything is touched
+        (:func:`check_new_run_directory`)."""
+        check_new_run_directory(self.out, mode)
         self._created = not self.out.exists()
         self._lock = RunLock(prepare_directory(self.out))
         self._lock.acquire()
@@ -512,6 +530,11 @@ _TOP_TEMP_PREFIXES = (".config.yaml.", ".metrics.jsonl.", ".report.md.", ".calib
                       ".bank.jsonl.", ".bank_tokens.safetensors.")
 
 
+def _is_temporary(name: str) -> bool:
+    """Whether a name at the top of a run directory is one of a bestk write's temporaries."""
+    return name in _TOP_TEMPORARIES or name.startswith(_TOP_TEMP_PREFIXES)
+
+
 def clean_temporaries(directory: str | os.PathLike[str]) -> list[Path]:
     """Remove what killed atomic writes left in a run directory (call it holding the lock):
     ``checkpoints/.*`` (checkpoint and safetensors temporaries), checksum files whose
@@ -523,8 +546,7 @@ def clean_temporaries(directory: str | os.PathLike[str]) -> list[Path]:
     removed: list[Path] = []
     candidates: list[Path] = []
     if directory.is_dir():
-        candidates += [p for p in directory.iterdir()
-                       if p.name in _TOP_TEMPORARIES or p.name.startswith(_TOP_TEMP_PREFIXES)]
+        candidates += [p for p in directory.iterdir() if _is_temporary(p.name)]
     ckpt = directory / "checkpoints"
     if ckpt.is_dir():
         candidates += [p for p in ckpt.iterdir() if p.name.startswith(".")]
@@ -548,7 +570,8 @@ class RunState:
     ``"complete"`` (``step == max_steps`` and ``final/`` and the report written for it, as
     :func:`mark_finished` records). ``damaged`` lists the newer checkpoints that failed
     verification, with why; ``notes`` say what was noticed (allowed config changes),
-    ``warnings`` what went wrong (damaged checkpoints).
+    ``warnings`` what went wrong (damaged checkpoints). ``identity`` is the run's
+    (:func:`run_identity`), which its checkpoints record.
     """
 
     kind: str
@@ -557,10 +580,20 @@ class RunState:
     damaged: list[tuple[Path, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    identity: dict[str, Any] = field(default_factory=dict)
 
 
-_RUN_FILES = ("metrics.jsonl", "checkpoints", "final", "report.md", "calibration.json")
 _FINISHED = ".finished"
+
+#: What bestk writes at the top of a run directory besides ``config.yaml`` and the lock: the
+#: log, samples, checkpoints, final model, report and plots, the KAPPO reference files, the
+#: live-logging folders, the completion marker, and ``bestk compare``'s run key and result.
+#: A start-over moves exactly these (those present) into its attempt folder; nothing else in
+#: a run directory is bestk's, so nothing else is moved or deleted.
+RUN_FILES = ("metrics.jsonl", "samples.jsonl", "checkpoints", "final", "report.md", "passk.png",
+             "bestk.png", "training.png", "calibration.json", "bank.jsonl",
+             "bank_tokens.safetensors", "tensorboard", "wandb", _FINISHED, "run.key",
+             "result.json")
 
 
 def mark_finished(directory: str | os.PathLike[str], step: int) -> None:
@@ -597,6 +630,101 @@ def prepare_directory(directory: str | os.PathLike[str]) -> Path:
     return directory
 
 
+def _is_attempt_folder(name: str) -> bool:
+    return re.fullmatch(rf"{PREVIOUS_ATTEMPT}(-[0-9]+)?", name) is not None
+
+
+def check_new_run_directory(directory: str | os.PathLike[str], mode: str = "auto") -> None:
+    """Refuse, in one line and touching nothing, a ``directory`` without ``config.yaml`` that
+    holds anything but what bestk writes before it (its lock, the temporaries of a killed first
+    write): bestk starts a run only in a new or empty directory, and never moves or deletes a
+    file it did not write. Files of a bestk run without its config, and ``mode`` ``"resume"``
+    (there must be a run), are refused too. Nothing to check when ``config.yaml`` is there."""
+    directory = Path(directory)
+    if (directory / "config.yaml").exists() or not directory.is_dir():
+        return
+    where = str(directory)
+    if mode == "resume":
+        raise ValueError(f"--resume {where!r}: no config.yaml there (not a run directory)")
+    names = sorted(n for n in _names(directory) if n != LOCK_NAME and not _is_temporary(n))
+    ours = [n for n in names if n in RUN_FILES or _is_attempt_folder(n)]
+    if ours:
+        raise ValueError(
+            f"{where!r} holds run files ({', '.join(ours)}) but no config.yaml; choose "
+            "another --out (or empty it)"
+        )
+    if names:
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        raise ValueError(
+            f"--out {where!r} is not empty and is not a bestk run (no config.yaml): it holds "
+            f"{shown}; bestk starts a run only in a new or empty directory and never moves or "
+            "deletes files it did not write: choose another --out"
+        )
+
+
+def _canonical(v: object) -> object:
+    """``v`` as JSON compares it across a YAML round trip: integral floats as ints, tuples as
+    lists."""
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, (list, tuple)):
+        return [_canonical(x) for x in v]
+    if isinstance(v, Mapping):
+        return {str(k): _canonical(x) for k, x in v.items()}
+    return v
+
+
+def run_identity(cfg: TrainConfig) -> dict[str, Any]:
+    """The identity of the run ``cfg`` configures, as its checkpoints record it:
+    ``{"digest": 16 hex digits, "config": {dotted key: value}}``, over every key that defines
+    its trajectory (all but :data:`RESUME_FREE`, :data:`RESUME_ENVIRONMENT` and ``out``, so
+    an allowed change on resume keeps it)."""
+    skip = {*RESUME_FREE, *RESUME_ENVIRONMENT, *_IGNORED}
+    config = {k: _canonical(v) for k, v in _flatten(config_to_dict(cfg)).items()
+              if k not in skip}
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+    return {"digest": hashlib.sha256(text.encode()).hexdigest()[:16], "config": config}
+
+
+def check_checkpoint_identity(checkpoint: Path, identity: Mapping[str, Any]) -> list[str]:
+    """Refuse (a one-line ``ValueError`` naming both) a checkpoint that is not this run's at the
+    step its name says: its state holds another step (renamed, its checksum recomputed), or the
+    identity of a run with another config (copied from it; :func:`run_identity`). Keys only one
+    of the two configs has (a bestk version that added or removed one) are not compared.
+    Returns a note for a checkpoint written before checkpoints recorded their run (its step is
+    checked, its config cannot be)."""
+    named = int(checkpoint.name[5:12])
+    state = checkpoint_state(checkpoint)
+    if state.get("step") != named:
+        raise ValueError(
+            f"checkpoint {str(checkpoint)!r} holds step {state.get('step')} but is named for "
+            f"step {named} (renamed?); restore the run's own checkpoint of step {named}, or "
+            "delete it to resume from the one before"
+        )
+    theirs = state.get("run")
+    if theirs is None:
+        return [f"checkpoint {checkpoint.name} records no run identity (written by an older "
+                "bestk): its step is checked, its config cannot be"]
+    if not isinstance(theirs, dict) or not isinstance(theirs.get("config"), dict):
+        raise ValueError(f"checkpoint {str(checkpoint)!r} holds an unreadable run identity")
+    if theirs.get("digest") == identity["digest"]:
+        return []
+    ours, their_cfg = identity["config"], theirs["config"]
+    differ = [(k, their_cfg[k], v) for k, v in ours.items()
+              if k in their_cfg and _canonical(their_cfg[k]) != v]
+    if not differ:
+        return [f"checkpoint {checkpoint.name} was written with config keys this bestk no "
+                "longer or not yet has; the keys both have match"]
+    shown = ", ".join(f"{k} ({_show(a)} there, {_show(b)} here)" for k, a, b in differ[:4])
+    more = f" and {len(differ) - 4} more" if len(differ) > 4 else ""
+    raise ValueError(
+        f"checkpoint {str(checkpoint)!r} belongs to another run (copied from it?): it records "
+        f"config digest {theirs.get('digest')}, this run's is config digest "
+        f"{identity['digest']}: {shown}{more}; restore the run's own checkpoint, or start a "
+        "new run with another --out"
+    )
+
+
 def inspect_run(cfg: ResolvedTrainConfig, mode: str = "auto", stored: TrainConfig | None = None
                 ) -> RunState:
     """Decide what to do with the run directory ``cfg.out`` for a run configured by ``cfg``.
@@ -605,22 +733,18 @@ def inspect_run(cfg: ResolvedTrainConfig, mode: str = "auto", stored: TrainConfi
     run) or ``"new"`` (there must not be one). ``stored``: the directory's ``config.yaml`` when
     the caller has read it already (a resume), so it is read once. Raises a one-line
     ``ValueError`` when the directory holds a different run (:func:`check_resume`), a run
-    without a usable config, log or checkpoint. Reads only; call it holding the lock.
+    without a usable config, log or checkpoint, files that are not a bestk run's
+    (:func:`check_new_run_directory`), or a checkpoint of another run or step
+    (:func:`check_checkpoint_identity`). Reads only; call it holding the lock.
     """
     if cfg.out is None:
         raise ValueError("inspect_run needs a resolved config (out is null)")
     out = Path(cfg.out)
     where = str(out)
+    identity = run_identity(cfg)
     if not (out / "config.yaml").exists():
-        if mode == "resume":
-            raise ValueError(f"--resume {where!r}: no config.yaml there (not a run directory)")
-        found = [n for n in _RUN_FILES if (out / n).exists()]
-        if found:
-            raise ValueError(
-                f"{where!r} holds run files ({', '.join(found)}) but no config.yaml; choose "
-                "another --out (or empty it)"
-            )
-        return RunState("new")
+        check_new_run_directory(out, mode)
+        return RunState("new", identity=identity)
     if stored is None:
         stored = read_run_config(out)
     if mode == "new":
@@ -637,7 +761,7 @@ def inspect_run(cfg: ResolvedTrainConfig, mode: str = "auto", stored: TrainConfi
         if finished is not None:  # final/ and its marker: complete, whatever else is missing
             notes = check_resume(stored, cfg, finished, where)
             if finished >= cfg.max_steps:
-                return RunState("complete", finished, notes=notes)
+                return RunState("complete", finished, notes=notes, identity=identity)
             raise ValueError(
                 f"run {where!r} finished at step {finished} and its checkpoints are gone, so "
                 f"it cannot continue to max_steps={cfg.max_steps}; start a new run with "
@@ -645,7 +769,8 @@ def inspect_run(cfg: ResolvedTrainConfig, mode: str = "auto", stored: TrainConfi
             )
         notes = check_resume(stored, cfg, 0, where)
         return RunState("restart", notes=[*notes, f"{where!r} holds a run stopped before its "
-                                          "first checkpoint: starting it over"])
+                                          "first checkpoint: starting it over"],
+                        identity=identity)
     checkpoint, damaged = latest_valid_checkpoint(ckpt_dir)
     if checkpoint is None:
         why = "; ".join(f"{p.name}: {reason}" for p, reason in damaged)
@@ -655,6 +780,7 @@ def inspect_run(cfg: ResolvedTrainConfig, mode: str = "auto", stored: TrainConfi
         )
     step = int(checkpoint.name[5:12])
     notes = check_resume(stored, cfg, step, where)
+    notes += check_checkpoint_identity(checkpoint, identity)
     check_history(read_metrics(out / "metrics.jsonl"), step, out / "metrics.jsonl")
     warnings = [
         f"checkpoint {p.name} is damaged ({reason}); set aside as {p.name}.damaged"
@@ -664,7 +790,7 @@ def inspect_run(cfg: ResolvedTrainConfig, mode: str = "auto", stored: TrainConfi
         warnings.append(f"resuming from the newest valid checkpoint, {checkpoint.name}")
     complete = step >= cfg.max_steps and finished == step
     return RunState("complete" if complete else "resume", step, checkpoint, damaged, notes,
-                    warnings)
+                    warnings, identity)
 
 
 #: where a restarted run keeps the files of the attempt it starts over (see
@@ -672,21 +798,32 @@ def inspect_run(cfg: ResolvedTrainConfig, mode: str = "auto", stored: TrainConfi
 PREVIOUS_ATTEMPT = "previous-attempt"
 
 
-def keep_previous_attempt(directory: str | os.PathLike[str]) -> Path | None:
-    """Move the files a run stopped before its first checkpoint left (``metrics.jsonl``,
-    ``final/``, reports, calibration, logs: everything but ``config.yaml``, the lock and this
-    folder) into ``DIR/previous-attempt/`` before the run starts over, so that starting over
-    never truncates or overwrites data: an older ``previous-attempt/`` is replaced only by a
-    newer attempt's files. Returns the folder, or ``None`` when there was nothing to keep."""
+def attempt_folder(directory: str | os.PathLike[str]) -> Path:
+    """Where the next start-over of the run in ``directory`` keeps the attempt it starts over:
+    ``previous-attempt/``, or, that one taken, the first free ``previous-attempt-2/``,
+    ``-3/``, ..."""
     directory = Path(directory)
-    keep = [p for p in directory.iterdir()
-            if p.name not in ("config.yaml", ".lock", PREVIOUS_ATTEMPT, "checkpoints")
-            and not (p.name == "metrics.jsonl" and p.stat().st_size == 0)]
+    dest, i = directory / PREVIOUS_ATTEMPT, 1
+    while os.path.lexists(dest):
+        i += 1
+        dest = directory / f"{PREVIOUS_ATTEMPT}-{i}"
+    return dest
+
+
+def keep_previous_attempt(directory: str | os.PathLike[str]) -> Path | None:
+    """Move the files a run stopped before its first checkpoint left (those of
+    :data:`RUN_FILES`: ``metrics.jsonl``, ``final/``, reports, calibration, logs; not the
+    ``checkpoints/`` folder, nor ``config.yaml`` or the lock) into a folder of their own
+    (:func:`attempt_folder`) before the run starts over, so that starting over never
+    truncates, overwrites or deletes data, an earlier attempt's included, and moves no file
+    bestk did not write. Returns the folder, or ``None`` when there was nothing to keep."""
+    directory = Path(directory)
+    keep = [directory / n for n in RUN_FILES
+            if n != "checkpoints" and os.path.lexists(directory / n)
+            and not (n == "metrics.jsonl" and (directory / n).stat().st_size == 0)]
     if not keep:
         return None
-    dest = directory / PREVIOUS_ATTEMPT
-    if dest.exists():
-        shutil.rmtree(dest)
+    dest = attempt_folder(directory)
     dest.mkdir()
     for p in keep:
         os.replace(p, dest / p.name)

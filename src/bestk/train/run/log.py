@@ -85,6 +85,17 @@ class RunLog:
         drop_metrics_after(self.metrics_file, step)
         drop_samples_after(self.samples_file, step)
 
+    def reopen_evaluation(self, step: int) -> bool:
+        """Whether ``metrics.jsonl`` lacks the evaluation of ``step`` (its record lost with the
+        run stopped after the step's checkpoint, or ``max_steps`` lowered to a step without
+        one), so that it is to be (re)done; then its samples, if any were logged, are dropped,
+        so that the evaluation is logged once."""
+        if any(r["phase"] == "eval" and r["step"] == step
+               for r in read_metrics(self.metrics_file)):
+            return False
+        drop_samples_after(self.samples_file, step - 1)
+        return True
+
     def record(self, record: Mapping[str, Any]) -> None:
         """Append one record to ``metrics.jsonl`` (flushed and fsync'ed), then send it to
         the live reporters."""

@@ -146,12 +146,16 @@ def write_report(out: str | Path) -> Path:
     if len(evals) >= 1:
         start, end = evals[0], evals[-1]
         n = int(end.get("n", 1))
+        last_step = train[-1]["step"] if train else 0
         lines += [
             "## Held-out pass@k (unbiased, 95% bootstrap CI over prompts)",
             "",
             f"{int(end.get('num_prompts', 0))} held-out prompts, n = {n} samples each, "
             "start = before RL (after SFT), end = last evaluation.",
             "",
+            *([f"**No evaluation was run at the end of RL (step {last_step})**: the end column "
+               f"is the last evaluation, of step {end['step']}.", ""]
+              if end["step"] != last_step else []),
             *_table(start, end, "pass"),
             "",
             "![pass@k](passk.png)",

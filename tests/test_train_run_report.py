@@ -1,0 +1,34 @@
+"""``report.md`` of a run directory, rebuilt from its log."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bestk.train.run.directory import read_metrics
+from bestk.train.run.report import write_report
+from bestk.train.trainer import Trainer
+from tests.conftest import tiny_config
+
+pytestmark = pytest.mark.usefixtures("restore_torch_threads")
+
+
+def test_a_report_without_an_end_evaluation_says_so(tmp_path):
+    """A log whose last RL step has no evaluation (a run directory of an older bestk, resumed
+    with ``max_steps`` lowered to its steps done) gets a report that says plainly that none was
+    run at the end, and which evaluation its end column is; a run's own report has its end."""
+    out = tmp_path / "run"
+    Trainer(tiny_config(out, "max_steps=2")).run(progress=False)
+    text = (out / "report.md").read_text()
+    assert "end (step 2)" in text and "No evaluation was run" not in text
+    old = tmp_path / "old"
+    shutil.copytree(out, old)
+    log = old / "metrics.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in read_metrics(log)
+                           if not (r["phase"] == "eval" and r["step"] == 2)))
+    text = write_report(Path(old)).read_text()
+    assert "**No evaluation was run at the end of RL (step 2)**: the end column is the last " \
+           "evaluation, of step 0." in text
