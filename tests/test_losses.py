@@ -69,6 +69,30 @@ def test_ppo_clip_on_policy_gradient_is_policy_gradient():
     torch.testing.assert_close(g, g2)
 
 
+def test_ppo_clip_token_weights_scale_each_tokens_policy_gradient():
+    """Truncated importance weights ``w_t``: on-policy, the gradient is that of
+    ``-mean_b sum_t w_t A_b logp_bt`` (REINFORCE with per-token weights)."""
+    torch.manual_seed(1)
+    logits = torch.randn(3, 5, 7, dtype=torch.float64, requires_grad=True)
+    tokens = torch.randint(0, 7, (3, 5))
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]])
+    adv = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64)
+    sampler = torch.randn(3, 5, dtype=torch.float64) - 2.0  # the sampler's log-probs
+    logp = token_logprobs(logits, tokens)
+    w = torch.exp(logp.detach() - sampler).clamp(max=2.0)
+    loss, _ = ppo_clip_loss(logp, logp.detach(), adv, mask, agg="seq-mean-token-sum", weights=w)
+    (g,) = torch.autograd.grad(loss, logits)
+    ref = -(w * adv[:, None] * token_logprobs(logits, tokens) * mask).sum(-1).mean()
+    (g2,) = torch.autograd.grad(ref, logits)
+    torch.testing.assert_close(g, g2)
+    assert w.max() == 2.0 and w.min() < 2.0  # the cap binds on some tokens, not all
+    ones, _ = ppo_clip_loss(logp, logp.detach(), adv, mask, weights=torch.ones_like(logp))
+    none, _ = ppo_clip_loss(logp, logp.detach(), adv, mask)
+    assert ones.item() == none.item()
+    with pytest.raises(ValueError, match="weights"):
+        ppo_clip_loss(logp, logp.detach(), adv, mask, weights=w[:, :2])
+
+
 def test_ppo_clip_rejects_bad_clip():
     z = torch.zeros(1, 1)
     with pytest.raises(ValueError, match="clip_low"):

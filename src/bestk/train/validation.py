@@ -164,6 +164,10 @@ def check_names(cfg: TrainConfig) -> None:
         raise ValueError(
             f"unknown estimator {cfg.estimator!r}; valid: {', '.join(sorted(ESTIMATORS))}"
         )
+    for key, engine in (("rollout.engine", cfg.rollout.engine), ("eval.engine", cfg.eval.engine)):
+        if engine not in ENGINES:
+            raise ValueError(f"config key {key!r}: unknown rollout engine {engine!r}; valid: "
+                             f"{', '.join(ENGINES)}")
     if ALGORITHMS[cfg.algorithm].uses_estimator:  # the others refuse estimator_options
         given = dict(cfg.estimator_options)
         if estimator_info(cfg.estimator).calibrated:
