@@ -454,7 +454,7 @@ def declared_sesoi(claim_id: str,
         raise ValueError(f"claim {claim_id}: its source reports an effect ({effect}); declare "
                          "its SESOI (the smallest reported effect) in DECLARED_SESOI")
     return DEFAULT_SESOI, (f"the default {DEFAULT_SESOI} absolute: its sources report no effect "
-                           "in the primary metric's units (paper_effect_why says why)")
+                           "in the primary metric's units (the paper's effect says why)")
 
 
 #: The SESOI of every trained claim, with its source (:func:`declared_sesoi`).
