@@ -5,10 +5,12 @@ Where each part lives (every name below is importable from ``bestk.lab.claims``)
 * :mod:`~bestk.lab.claims.specs` -- what a claim, an arm, a metric and a testbed may say
   (:class:`Metric`, :class:`Arm`, :class:`ClaimSpec`, :class:`TestbedSpec`, :func:`arm_id`);
 * :mod:`~bestk.lab.claims.table` -- the declared claims and testbeds (:data:`CLAIMS`,
-  :data:`TESTBEDS`, :data:`PAPER_EFFECTS`): a new claim or testbed goes here;
+  :data:`TESTBEDS`, :data:`PAPER_EFFECTS`, each claim's smallest effect size of interest
+  :data:`SESOI`): a new claim or testbed goes here;
 * :mod:`~bestk.lab.claims.rule` -- the verdict rule of one arm (:func:`verdict`) and why a
-  design or an experiment cannot support one (:func:`design_reasons`,
-  :func:`inconclusive_reasons`), the A/A control check (:func:`check_controls`);
+  design or an experiment cannot support one (:func:`design_reasons`, :func:`stall_reasons`,
+  :func:`type_m_reasons`, :func:`inconclusive_reasons`), the robust flag
+  (:func:`robust_flag`), the A/A control check (:func:`check_controls`);
 * :mod:`~bestk.lab.claims.exact` -- the rules of the claims decided by exact computation;
 * :mod:`~bestk.lab.claims.evaluate` -- ``claims.json`` from the per-seed data
   (:func:`evaluate_claims`: tests, Holm correction, power, learning rates, testbed checks);
@@ -34,6 +36,9 @@ from bestk.lab.claims.rule import (
     check_controls,
     design_reasons,
     inconclusive_reasons,
+    robust_flag,
+    stall_reasons,
+    type_m_reasons,
     verdict,
 )
 from bestk.lab.claims.specs import (
@@ -46,7 +51,14 @@ from bestk.lab.claims.specs import (
     TestbedSpec,
     arm_id,
 )
-from bestk.lab.claims.table import CLAIMS, PAPER_EFFECTS, TESTBEDS, check_registry
+from bestk.lab.claims.table import (
+    CLAIMS,
+    DEFAULT_SESOI,
+    PAPER_EFFECTS,
+    SESOI,
+    TESTBEDS,
+    check_registry,
+)
 
 __all__ = [
     "ALPHA",
@@ -66,8 +78,13 @@ __all__ = [
     "VERDICTS",
     "POWER",
     "PAPER_EFFECTS",
+    "SESOI",
+    "DEFAULT_SESOI",
     "inconclusive_reasons",
     "design_reasons",
+    "stall_reasons",
+    "type_m_reasons",
+    "robust_flag",
     "bimodal_arms",
     "learning_rates",
     "derived_metrics",

@@ -1,9 +1,11 @@
 """``claims.json`` from the testbeds' per-seed data: each arm's tests, power and verdict.
 
 :func:`evaluate_claims` builds one entry per arm: the paired tests of the primary and
-secondary metrics (Holm-adjusted over the family and within the arm), the power fields
-(``mde``, ``paper_effect``, ``headroom``, ``seeds_needed``), the learning rates and the
-testbed's checks, and the verdict of :func:`bestk.lab.claims.rule.verdict`.
+secondary metrics (Holm-adjusted over the family and within the arm), the claim's declared
+SESOI and its source (``sesoi``, ``sesoi_source``), the power fields (``mde``,
+``paper_effect``, ``headroom``, ``seeds_needed``), the learning rates and the testbed's
+checks, the verdict of :func:`bestk.lab.claims.rule.verdict` and ``robust``
+(:func:`bestk.lab.claims.rule.robust_flag`).
 
 Exact claims are decided by a deterministic threshold on an exactly computed quantity
 (:mod:`bestk.lab.claims.exact`; no sampling, no test). Arms whose testbed has no data yet, or
@@ -30,6 +32,10 @@ from bestk.lab.claims.rule import (
     VERDICTS,
     design_reasons,
     inconclusive_reasons,
+    robust_flag,
+    sign_flip_floor_holm,
+    stall_reasons,
+    type_m_reasons,
     verdict,
 )
 from bestk.lab.claims.specs import (
@@ -41,7 +47,7 @@ from bestk.lab.claims.specs import (
     ClaimSpec,
     arm_id,
 )
-from bestk.lab.claims.table import CLAIMS, PAPER_EFFECTS, TESTBEDS
+from bestk.lab.claims.table import CLAIMS, PAPER_EFFECTS, SESOI, TESTBEDS
 from bestk.lab.io import TestbedData, fmt
 from bestk.lr_sweep import is_interior
 from bestk.stats import (
@@ -122,6 +128,9 @@ def _trained_entry(spec: ClaimSpec, arm: Arm, tb: TestbedData | None,
                    min_seeds: int | None = None) -> ArmEntry:
     tspec = TESTBEDS[arm.testbed]
     need = tspec.min_seeds if min_seeds is None else min_seeds
+    sesoi, sesoi_source = SESOI.get(spec.id, (None, "an exact claim is decided by a threshold "
+                                                    "on an exact quantity, not by an effect "
+                                                    "size"))
     e: ArmEntry = {
         "id": arm_id(spec, arm), "claim_id": spec.id, "claim": spec.claim,
         "source": spec.source, "testbed": arm.testbed, "kind": spec.kind, "a": arm.a,
@@ -134,6 +143,7 @@ def _trained_entry(spec: ClaimSpec, arm: Arm, tb: TestbedData | None,
                             f"non-inferiority: paired t-test of a - b + {spec.margin}",
                     "test_perm": None},
         "secondary": [], "noninferiority": None, "change_from_start": None,
+        "sesoi": sesoi, "sesoi_source": sesoi_source,
         "mde": None, "paper_effect": None, "paper_effect_why": None, "headroom": None,
         "seeds_needed": None, "power": None, "robust": None,
         "lr_a": None, "lr_b": None, "lr_grid": None, "lr_interior": None, "lr_rule": None,
@@ -336,12 +346,21 @@ def _bounds(key: str, testbed: str, tb: TestbedData) -> tuple[float, float] | No
     return None
 
 
-def _power_fields(e: ArmEntry, spec: ClaimSpec, tb: TestbedData,
-                  alpha: float) -> tuple[list[str], list[str]]:
+class Guards(TypedDict):
+    """Why an arm's outcome cannot support a verdict, by the step of the rule each guards
+    (:func:`bestk.lab.claims.rule.verdict`): ``design`` any outcome, ``stalled`` all but a
+    significant opposite one, ``type_m`` a significant one in the claimed direction,
+    ``underpowered`` a non-significant one."""
+
+    design: list[str]
+    stalled: list[str]
+    type_m: list[str]
+    underpowered: list[str]
+
+
+def _power_fields(e: ArmEntry, spec: ClaimSpec, tb: TestbedData, alpha: float) -> Guards:
     """Fill an evaluated arm's ``mde``, ``paper_effect``, ``headroom``, ``seeds_needed`` and
-    ``power`` (details); return ``(design, underpowered)``: the reasons no verdict can stand
-    whatever the outcome (:func:`design_reasons`) and those that make a non-significant
-    primary inconclusive (:func:`inconclusive_reasons`)."""
+    ``power`` (details); return the reasons the rule needs (:class:`Guards`)."""
     p = e["primary"]
     d = np.subtract(p["per_seed_a"], p["per_seed_b"])
     n = int(d.size)
@@ -349,6 +368,7 @@ def _power_fields(e: ArmEntry, spec: ClaimSpec, tb: TestbedData,
     constant = paired_test(p["per_seed_a"], p["per_seed_b"]).exact
     mde = None if constant else paired_mde(sd, n, alpha, POWER)
     effect, effect_why = PAPER_EFFECTS.get(spec.id, (None, "no entry in PAPER_EFFECTS"))
+    sesoi = e["sesoi"]
     mean_b = float(np.mean(p["per_seed_b"]))
     rng = _bounds(p["metric"], e["testbed"], tb)
     headroom = None if rng is None else max(
@@ -359,31 +379,38 @@ def _power_fields(e: ArmEntry, spec: ClaimSpec, tb: TestbedData,
         lo, hi = cfs["b"]["ci95"]
         b_moved = not (lo <= 0.0 <= hi)
     margin_claim = spec.margin is not None
-    reasons = inconclusive_reasons(mde, None, headroom, b_moved, margin_claim=margin_claim,
-                                   p_floor=sign_flip_min_p(n), alpha=alpha)
+    guards: Guards = {"design": [], "stalled": [], "type_m": [], "underpowered": []}
     trains, trains_rec = _trains_reason(e["testbed"], tb)
     trains += _start_reason(e, spec, tb)
-    design = [] if spec.control else design_reasons(mde, effect, _lr_reasons(e), trains)
-    target, target_name = None, None
-    if spec.control:  # no effect to detect: nothing to size
-        pass
-    elif effect is not None:
-        target, target_name = effect, "the paper's effect"
-    elif headroom is not None and not margin_claim and mde is not None and mde > headroom:
-        target, target_name = headroom, "the headroom"
+    if not spec.control:
+        guards["design"] = design_reasons(_lr_reasons(e), trains)
+        guards["type_m"] = type_m_reasons(mde, effect)
+        guards["underpowered"] = inconclusive_reasons(headroom, b_moved, sesoi,
+                                                      margin_claim=margin_claim)
+        if spec.claims_b_stalls and cfs is not None:
+            guards["stalled"] = stall_reasons(cfs["b"]["ci95"], sesoi, spec.primary.better)
     need, need_why = None, None
-    if target is not None and not constant:
-        try:
-            need = seeds_needed(sd, target, alpha, POWER)
-            need_why = f"seeds for MDE <= {target_name} {fmt(target)} at the observed SD"
-        except ValueError as err:  # a zero target (b at the bound) or beyond 10^7 seeds
-            need_why = f"not reachable: {err}"
+    if guards["design"] or guards["stalled"]:
+        need_why = ("not reachable by more seeds: " + ("the design cannot support a verdict"
+                                                       if guards["design"] else
+                                                       "b did not train"))
+    elif sesoi is not None and not constant:
+        if headroom is not None and not margin_claim and headroom < sesoi:
+            need_why = (f"not reachable: b's headroom {fmt(headroom)} is below the SESOI "
+                        f"{fmt(sesoi)}, so no number of seeds shows an effect of interest here")
+        else:
+            try:
+                need = seeds_needed(sd, sesoi, alpha, POWER)
+                need_why = f"seeds for MDE <= the SESOI {fmt(sesoi)} at the observed SD"
+            except ValueError as err:  # beyond 10^7 seeds
+                need_why = f"not reachable: {err}"
     e.update(mde=mde, paper_effect=effect, paper_effect_why=effect_why, headroom=headroom,
              seeds_needed=need)
+    floor = sign_flip_min_p(n) if n <= EXACT_MAX_N else 1.0 / (1 + MC_DRAWS)
     e["power"] = {
         "alpha": alpha, "power": POWER, "sd_diff": sd, "n": n, "b_end_mean": mean_b,
         "bounds": None if rng is None else list(rng), "b_moved": b_moved,
-        "sign_flip_min_p": sign_flip_min_p(n), "seeds_needed_for": need_why,
+        "sign_flip_min_p": floor, "seeds_needed_for": need_why,
         "mde_definition": "two-sided paired t-test, noncentral t: the mean difference "
                           f"detected with probability {POWER} at the arm's level alpha = "
                           "ALPHA / family size (Holm's first step) from the observed SD of "
@@ -393,10 +420,12 @@ def _power_fields(e: ArmEntry, spec: ClaimSpec, tb: TestbedData,
         "trains": trains_rec,
         "bimodality": {side: bimodality_coefficient(p[f"per_seed_{side}"]) if n >= 4 else None
                        for side in ("a", "b")},
-        "design_reasons": design,
-        "inconclusive_reasons": reasons,
+        "design_reasons": guards["design"],
+        "stall_reasons": guards["stalled"],
+        "type_m_reasons": guards["type_m"],
+        "inconclusive_reasons": guards["underpowered"],
     }
-    return design, reasons
+    return guards
 
 
 def evaluate_claims(data: Mapping[str, TestbedData], claims: Sequence[ClaimSpec] = CLAIMS,
@@ -407,7 +436,9 @@ def evaluate_claims(data: Mapping[str, TestbedData], claims: Sequence[ClaimSpec]
     committed file uses the testbeds' own minimum, at least 10 on the lab testbeds and 8 on
     the language tasks). The family's t-test and sign-flip p-values are Holm-adjusted
     separately; the verdict follows the t-test, and ``robust`` says whether the sign-flip
-    test gives the same one. A significant A/A control is listed in ``controls.failed``
+    test gives the same one, or ``"n/a (cannot reach α with n seeds)"`` where its smallest
+    p with the arm's seeds could not pass Holm over this family. A significant A/A control
+    is listed in ``controls.failed``
     (:func:`check_controls` turns that into an error).
     """
     data = {k: derived_metrics(v) for k, v in data.items()}
@@ -421,24 +452,29 @@ def evaluate_claims(data: Mapping[str, TestbedData], claims: Sequence[ClaimSpec]
               and e["verdict"] != "not comparable"]
     alpha_arm = ALPHA / max(1, len(family))
     failed = []
-    for e, p, pp in zip(family, holm([e["primary"]["p"] for e in family]),
-                        holm([e["primary"]["p_perm"] for e in family]), strict=True):
+    p_perm = [e["primary"]["p_perm"] for e in family]
+    for i, (e, p, pp) in enumerate(zip(family, holm([e["primary"]["p"] for e in family]),
+                                       holm(p_perm), strict=True)):
         e["primary"]["p_holm"], e["primary"]["p_perm_holm"] = p, pp
         spec = next(c for c in claims if c.id == e["claim_id"])
-        design, reasons = _power_fields(e, spec, data[e["testbed"]], alpha_arm)
+        guards = _power_fields(e, spec, data[e["testbed"]], alpha_arm)
         ni = e["noninferiority"]
+        shift = spec.margin or 0.0  # a non-inferiority claim tests a - b + margin
         results = []
         for p_key, s_key in (("p_holm", "p_holm"), ("p_perm_holm", "p_perm_holm")):
             results.append(verdict(
-                e["primary"]["diff"] + (spec.margin or 0.0), e["primary"][p_key],
-                spec.direction,
+                e["primary"]["diff"] + shift, e["primary"][p_key], spec.direction,
                 [(s["metric"], s["diff"], s[s_key], s["better"]) for s in e["secondary"]],
                 None if ni is None else (ni["metric"], ni["ci95"][0], ni["margin"]),
-                underpowered=reasons, control=spec.control, design=design,
+                ci95=[v + shift for v in e["primary"]["ci95"]], sesoi=e["sesoi"],
+                underpowered=guards["underpowered"], control=spec.control,
+                design=guards["design"], type_m=guards["type_m"], stalled=guards["stalled"],
                 noninferiority_diff=None if ni is None else ni["diff"]))
         (e["verdict"], e["why"]), (v_perm, _) = results
         e["verdict_perm"] = v_perm
-        e["robust"] = v_perm == e["verdict"]
+        floor = sign_flip_floor_holm(p_perm, i, e["power"]["sign_flip_min_p"])
+        e["power"]["sign_flip_floor_holm"] = floor
+        e["robust"] = robust_flag(e["verdict"], v_perm, floor, e["seeds"])
         if spec.margin is not None:
             e["why"] += (f"; non-inferiority margin {spec.margin}: 95% CI of a - b "
                          f"[{fmt(e['primary']['ci95'][0])}, {fmt(e['primary']['ci95'][1])}]")
@@ -446,7 +482,7 @@ def evaluate_claims(data: Mapping[str, TestbedData], claims: Sequence[ClaimSpec]
                 e["why"] += ("; a - b does not vary across seeds, so a - b + margin is a "
                              "constant the margin alone makes positive: its p-values are the "
                              "exact sign-flip p 2/2^n, not a t-test")
-        if not e["robust"]:
+        if e["robust"] is False:
             e["why"] += (f"; not robust: the sign-flip permutation test gives "
                          f"{v_perm} (Holm p_perm = {fmt(e['primary']['p_perm_holm'])})")
         if spec.control and (p < ALPHA or pp < ALPHA):

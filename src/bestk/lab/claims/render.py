@@ -67,6 +67,13 @@ def _num(x: float | None) -> str:
     return "–" if x is None else fmt(x)
 
 
+def _robust(r: bool | str | None) -> str:
+    """The robust cell: ``–`` (not judged), ``yes``, ``**no**`` or the ``n/a (...)`` reason."""
+    if r is None or isinstance(r, str):
+        return r or "–"
+    return "yes" if r else "**no**"
+
+
 def _budget(b: Mapping[str, Mapping[str, int]] | None) -> str:
     if not b:
         return "–"
@@ -101,39 +108,44 @@ def render_claims(doc: ClaimsDoc) -> str:
     fam = doc["family"]
     out = ["## Summary\n",
            "One row per claim and testbed (an *arm*); the verdicts come from the rule in "
-           "`bestk.lab.claims.verdict` and `bestk.lab.claims.inconclusive_reasons`, never by "
-           "hand. MDE: the smallest difference the arm could detect (two-sided paired t-test, "
+           "`bestk.lab.claims.verdict` (its guards: `design_reasons`, `stall_reasons`, "
+           "`type_m_reasons`, `inconclusive_reasons`), never by hand. SESOI: the smallest "
+           "effect of interest the claim declared before the runs (the smallest effect its "
+           "sources report, else 0.02 absolute; – for an A/A control): a non-significant arm "
+           "is *not reproduced* only when its 95% interval ends below it. MDE: the smallest "
+           "difference the arm could detect (two-sided paired t-test, "
            f"{doc['power']:.0%} power at α / {fam['size']} = "
            f"{fmt(fam['alpha_per_arm']) if fam['alpha_per_arm'] else '–'}, Holm's first step, "
            "from the observed SD of the paired differences); paper: the effect the source "
-           "reports (– where it reports none: then the MDE is compared with the headroom left "
-           "to b); robust: the exact sign-flip permutation test (Holm-corrected the same way) "
-           "gives the same verdict.\n",
+           "reports (– where it reports none); robust: the exact sign-flip permutation test "
+           "(Holm-corrected the same way) gives the same verdict, *n/a* where even its "
+           "smallest p with the arm's seeds (2/2^n, all signs agreeing) could not pass Holm "
+           "over this family.\n",
            markdown_table(["claim", "testbed", "a − b", "primary metric", "diff [95% CI]",
-                           "MDE", "paper", "verdict", "robust"], [
+                           "SESOI", "MDE", "paper", "verdict", "robust"], [
                [e["claim_id"], e["testbed"], f"{e['a']} − {e['b']}" if e["a"] else "exact",
                 e["primary"]["metric"], _pm(e["primary"]) if e["kind"] == "trained" else "–",
-                _num(e.get("mde")), _num(e.get("paper_effect")),
+                _num(e.get("sesoi")), _num(e.get("mde")), _num(e.get("paper_effect")),
                 _verdict_cell(e, doc) + (f" — {e['status']}" if e["status"] else ""),
-                "–" if e.get("robust") is None else ("yes" if e["robust"] else "**no**")]
+                _robust(e.get("robust"))]
                for e in entries])]
     need = [e for e in entries if e["verdict"] == "inconclusive"]
     if need:
         out += ["\n## What the inconclusive arms would need\n",
                 "An inconclusive arm is not evidence against its claim: the experiment could "
-                "not have detected the effect the claim is about. Seeds needed: paired seeds "
-                "for the MDE to reach the paper's effect (or, without one, the headroom) at "
-                "the SD observed here and the same α; a testbed with more headroom or a b "
-                "that trains is needed where the reason says so.\n",
-                markdown_table(["arm", "seeds", "MDE", "paper", "headroom", "seeds needed",
-                                "why inconclusive"], [
-                    [e["id"], e["seeds"], _num(e["mde"]), _num(e["paper_effect"]),
-                     _num(e["headroom"]),
+                "neither show the effect the claim is about nor exclude every effect of "
+                "interest, or its design cannot support a verdict. Seeds needed: paired seeds "
+                "for the MDE to reach the SESOI at the SD observed here and the same α; a "
+                "testbed with more headroom, a b that trains or a tuned learning rate is "
+                "needed where the reason says so.\n",
+                markdown_table(["arm", "seeds", "SESOI", "MDE", "paper", "headroom",
+                                "seeds needed", "why inconclusive"], [
+                    [e["id"], e["seeds"], _num(e["sesoi"]), _num(e["mde"]),
+                     _num(e["paper_effect"]), _num(e["headroom"]),
                      e["seeds_needed"] if e["seeds_needed"] is not None else
                      ("–" if not (e.get("power") or {}).get("seeds_needed_for") else
                       e["power"]["seeds_needed_for"]),
-                     "; ".join((e.get("power") or {}).get("inconclusive_reasons") or [])
-                     or e["why"]]
+                     e["why"]]
                     for e in need])]
     for cid in order:
         arms = [e for e in entries if e["claim_id"] == cid]
@@ -158,6 +170,8 @@ def render_claims(doc: ClaimsDoc) -> str:
         pe = PAPER_EFFECTS.get(cid)
         if pe is not None:
             out.append(f"- Paper's effect: {_num(pe[0])} — {pe[1]}")
+        out.append(f"- SESOI (declared before the runs): {_num(first.get('sesoi'))} — "
+                   f"{first.get('sesoi_source')}")
         if first.get("budget_by_design"):
             out.append("- Budget: different on purpose (the claim compares budgets); the "
                        "rollouts column gives each arm's on-policy completions and reference "

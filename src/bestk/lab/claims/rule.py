@@ -5,39 +5,69 @@ For one arm (claim x testbed), with the per-seed values of ``a`` and ``b`` paire
 
 * primary: two-sided paired t-test of ``a - b`` (:func:`bestk.stats.paired_test`; when the
   differences do not vary the exact sign-flip answer: p = 1 if they are 0, ``2 / 2^n``
-  otherwise, never 0); its p-value is Holm-adjusted across the *family* = the primary tests
-  of every evaluated trained arm in the claims file (A/A controls included, pending arms
-  excluded). Beside it the exact sign-flip permutation p (``p_perm``,
+  otherwise, never 0) and its 95% interval; the p-value is Holm-adjusted across the *family*
+  = the primary tests of every evaluated trained arm in the claims file (A/A controls
+  included, pending arms excluded). Beside it the exact sign-flip permutation p (``p_perm``,
   :func:`bestk.stats.sign_flip_p`), Holm-adjusted over the same family;
 * secondaries: the same tests per secondary metric, Holm-adjusted within the arm;
+* SESOI: every claim declares its smallest effect size of interest before the runs, with its
+  source (:data:`~bestk.lab.claims.table.SESOI`: the smallest effect its sources report, or
+  0.02 absolute where they report none), in the primary metric's units, counted in the
+  claimed direction; an A/A control has none;
 * power: ``mde`` = the difference the paired t-test detects with 80% power at ``ALPHA`` /
   family size (Holm's first step) from the observed SD of the paired differences
   (:func:`bestk.stats.paired_mde`); ``paper_effect`` from
   :data:`~bestk.lab.claims.table.PAPER_EFFECTS` (None with the reason where the source
   reports none); ``headroom`` = distance of b's mean to the metric's bound in the claimed
-  direction; ``seeds_needed`` = pairs for ``mde <= paper_effect`` (or the headroom) at the
-  observed SD (:func:`bestk.stats.seeds_needed`);
-* **reproduced** when the primary's Holm-adjusted p is below ``ALPHA`` = 0.05 with the mean
-  difference in the claimed direction, no secondary is significantly worse (Holm-adjusted
-  p < 0.05 in the metric's bad direction) and, for Pareto claims, the 95% interval of the
-  pass@1 (best@1) difference lies above ``-margin`` (non-inferiority; that metric is judged
-  by the margin only, never also as a "significantly worse" secondary);
-* **contradicted** when the primary is significant in the opposite direction;
-* **inconclusive** when the primary is not significant and the experiment could not have
-  detected the claimed effect (``mde > paper_effect``, ``mde > headroom``, or b did not move
-  from its start: :func:`inconclusive_reasons`), when the design cannot support any verdict
-  (:func:`design_reasons`), or when a Pareto margin fails only because its interval is wide
-  (the point estimate lies inside the margin); never for an A/A control;
-* **not reproduced** otherwise (the ``why`` field says which condition);
-* ``robust`` is false when the sign-flip test gives a different verdict (said in ``why``);
-* an A/A control whose Holm-adjusted t-test or sign-flip p is below ``ALPHA`` (either
-  direction) is listed in ``controls.failed`` and :func:`check_controls` fails the file.
+  direction; ``seeds_needed`` = pairs for ``mde <= SESOI`` at the observed SD
+  (:func:`bestk.stats.seeds_needed`).
+
+The verdict (:func:`verdict`), in this order; "significant" means Holm-adjusted p < ``ALPHA``
+= 0.05, and x, [lo, hi] are the primary difference and its 95% interval counted in the
+claimed direction:
+
+1. **inconclusive** when the design cannot support any verdict (:func:`design_reasons`: a
+   method's learning rate at the edge of its grid, a testbed that did not train, b's primary
+   starting outside the testbed's range): the comparison itself is not valid, whatever the
+   primary shows (the reason says what it showed);
+2. **contradicted** when the primary is significant in the opposite direction, whatever the
+   MDE or b's progress: a power guard (steps 3-4) protects against an exaggerated result in
+   the claimed direction and never hides a significant result against the claim;
+3. **inconclusive** when the claim is that b fails to train
+   (:attr:`~bestk.lab.claims.specs.ClaimSpec.claims_b_stalls`) and b did not train
+   (:func:`stall_reasons`): a baseline that did not train cannot refute (nor carry the
+   secondaries of) a claim that it does not train;
+4. significant in the claimed direction: **inconclusive** when the MDE exceeds the paper's
+   effect (:func:`type_m_reasons`: the significant estimate of such a design overstates the
+   effect, a type M error); otherwise **not reproduced** when a secondary is significantly
+   worse (Holm-adjusted p < 0.05 in the metric's bad direction) or, for Pareto claims, the
+   95% interval of the pass@1 (best@1) difference does not lie above ``-margin`` with its
+   point estimate beyond it too (non-inferiority; that metric is judged by the margin only,
+   never also as a "significantly worse" secondary); **inconclusive** when the margin fails
+   only because its interval is wide (the point estimate lies inside the margin); otherwise
+   **reproduced**;
+5. not significant: **inconclusive** when the experiment cannot show the absence of an
+   effect of interest (:func:`inconclusive_reasons`: b's headroom is below the SESOI, or b
+   did not move from its start); otherwise **not reproduced** only when ``hi < SESOI``
+   (equivalence-style: the interval excludes every effect of interest), and **inconclusive**
+   when it does not (an effect of interest is still possible).
+
+An A/A control is never inconclusive and has no SESOI: significant either way it is judged as
+in steps 2 and 4 (and listed in ``controls.failed``: :func:`check_controls` fails the file),
+otherwise **not reproduced**.
+
+``robust`` (:func:`robust_flag`) is true when the sign-flip test, put through the same rule,
+gives the same verdict, false (said in ``why``) when it does not, and ``"n/a (cannot reach α
+with n seeds)"`` when even the sign-flip test's smallest p with n seeds (``2 / 2^n``, all signs
+agreeing) would not be significant after Holm over the family, the other arms' p as observed
+(:func:`sign_flip_floor_holm`): its agreement then says nothing.
 
 Non-inferiority primaries (``ClaimSpec.margin``, "a matches b"): the claim is that ``a`` is
-at most ``margin`` worse than ``b`` on the primary metric; the test is the paired t-test of
-``a - b + margin`` (two-sided, Holm over the family), so **reproduced** means the 95% interval
-of ``a - b`` lies above ``-margin`` (a one-sided 2.5% non-inferiority test) and
-**contradicted** that it lies below ``-margin`` (``a`` is inferior by more than the margin).
+at most ``margin`` worse than ``b`` on the primary metric; the rule judges the tested quantity
+``a - b + margin`` (its t-test, two-sided, Holm over the family; its interval; its SESOI the
+margin), so **reproduced** means the 95% interval of ``a - b`` lies above ``-margin`` (a
+one-sided 2.5% non-inferiority test), **contradicted** that ``a`` is significantly inferior
+by more than the margin, and **not reproduced** that the interval of ``a - b`` ends below 0.
 """
 
 from __future__ import annotations
@@ -47,6 +77,7 @@ from collections.abc import Sequence
 
 from bestk.lab.claims.specs import GREATER, LESS, ClaimsDoc
 from bestk.lab.io import fmt
+from bestk.stats import holm
 
 ALPHA = 0.05
 #: The power at which the minimum detectable effect (``mde``) of every arm is computed.
@@ -54,23 +85,28 @@ POWER = 0.8
 #: Every verdict the rule can give, with its definition (rendered in docs/results.md).
 VERDICTS: dict[str, str] = {
     "reproduced": "the primary difference is significant in the claimed direction after Holm "
-                  "correction over the family, no secondary metric is significantly worse "
-                  "(Holm within the arm) and, for Pareto claims, pass@1 / best@1 is "
-                  "non-inferior within the stated margin",
-    "not reproduced": "tested with enough power and not found: the primary difference is not "
-                      "significant after Holm correction although the experiment could detect "
-                      "the paper's effect (or, without one, an effect within the metric's "
-                      "headroom), or it is significant but a secondary metric is "
+                  "correction over the family, the design could detect the paper's effect "
+                  "(else a significant estimate overstates it), no secondary metric is "
+                  "significantly worse (Holm within the arm) and, for Pareto claims, pass@1 "
+                  "/ best@1 is non-inferior within the stated margin",
+    "not reproduced": "the primary difference is not significant after Holm correction and "
+                      "its 95% interval ends below the claim's SESOI (the smallest effect of "
+                      "interest, declared before the runs): every effect of interest is "
+                      "excluded; or it is significant but a secondary metric is "
                       "significantly worse or the Pareto margin fails beyond doubt",
-    "inconclusive": "the design cannot support a verdict, whatever the primary shows: its "
-                    "minimum detectable effect exceeds the paper's effect, a method's learning "
-                    "rate sits at the edge of its grid, or the testbed did not train; or the "
-                    "primary is not significant and its minimum detectable effect exceeds the "
-                    "headroom left to b, or b did not move from its start, or the Pareto "
-                    "margin's interval is too wide to decide; not evidence against the claim "
-                    "(the arm says how many seeds it would need)",
+    "inconclusive": "not evidence against the claim (the arm says how many seeds it would "
+                    "need): the design cannot support a verdict (a method's learning rate "
+                    "sits at the edge of its grid, the testbed did not train, or b's primary "
+                    "started too close to a bound); or the claim is that b fails to train and "
+                    "b did not train; or the primary is significant in the claimed direction "
+                    "but its minimum detectable effect exceeds the paper's effect (the "
+                    "estimate overstates it); or the primary is not significant and its 95% "
+                    "interval reaches the SESOI, b's headroom is below the SESOI, or b did "
+                    "not move from its start; or the Pareto margin's interval is too wide to "
+                    "decide",
     "contradicted": "the primary difference is significant in the direction opposite to the "
-                    "claim after Holm correction",
+                    "claim after Holm correction, whatever the minimum detectable effect (only "
+                    "a design that cannot support any verdict makes it inconclusive)",
     "pending": "the testbed has not produced (enough) seeds yet; the arm is not judged and not "
                "in the family",
     "not comparable": "the two methods did not see the same reward, prompts or rollout budget "
@@ -79,54 +115,105 @@ VERDICTS: dict[str, str] = {
 }
 
 
-
 def significantly_worse(diff: float, p_holm: float, better: str, alpha: float = ALPHA) -> bool:
     """Whether a secondary metric's difference a - b is significant (``p_holm < alpha``) and in
     the wrong direction (below 0 when ``better`` is greater, above 0 when it is less)."""
     return p_holm < alpha and (diff < 0 if better == GREATER else diff > 0)
 
 
+def _sign(direction: str) -> float:
+    if direction not in (GREATER, LESS):
+        raise ValueError(f"direction must be 'greater' or 'less', got {direction!r}")
+    return 1.0 if direction == GREATER else -1.0
+
+
+def _check_sesoi(sesoi: float | None, who: str) -> None:
+    if sesoi is not None and not (math.isfinite(sesoi) and sesoi > 0):
+        raise ValueError(f"{who}: sesoi must be a finite effect > 0, got {sesoi}")
+
+
+def claimed_interval(ci95: Sequence[float], direction: str) -> tuple[float, float]:
+    """A 95% interval of ``a - b`` counted in the claimed direction (for ``less`` claims the
+    interval of ``b - a``). Raises ``ValueError`` unless it is two finite numbers, low first."""
+    if len(ci95) != 2 or not all(math.isfinite(v) for v in ci95) or ci95[0] > ci95[1]:
+        raise ValueError(f"ci95 must be two finite numbers low <= high, got {list(ci95)}")
+    lo, hi = float(ci95[0]), float(ci95[1])
+    return (lo, hi) if _sign(direction) > 0 else (-hi, -lo)
+
+
 def verdict(primary_diff: float, primary_p_holm: float, direction: str,
             secondaries: Sequence[tuple[str, float, float, str]] = (),
             noninferiority: tuple[str, float, float] | None = None,
-            alpha: float = ALPHA, *, underpowered: Sequence[str] = (),
+            alpha: float = ALPHA, *, ci95: Sequence[float] | None = None,
+            sesoi: float | None = None, underpowered: Sequence[str] = (),
             noninferiority_diff: float | None = None, control: bool = False,
-            design: Sequence[str] = ()) -> tuple[str, str]:
-    """The verdict of one arm and the reason (the rule: module docstring).
+            design: Sequence[str] = (), type_m: Sequence[str] = (),
+            stalled: Sequence[str] = ()) -> tuple[str, str]:
+    """The verdict of one arm and the reason (the rule, steps 1-5: module docstring).
 
-    ``secondaries``: ``(metric, diff, p_holm, better)`` per secondary metric (``p_holm``
-    adjusted within the arm). ``noninferiority``: ``(metric, ci_low, margin)`` of a Pareto
-    claim; its metric is judged by the margin only, never also as a "significantly worse"
-    secondary. ``underpowered``: why the experiment could not detect the claimed effect
-    (:func:`inconclusive_reasons`); a non-significant primary is then **inconclusive**
-    instead of **not reproduced**. ``noninferiority_diff``: the point estimate of the margin
-    metric's difference; a margin that fails only because the interval is wide (the point
-    estimate lies inside ``-margin``) is inconclusive too. ``design``: why the design cannot
-    support any verdict (:func:`design_reasons`); the arm is then **inconclusive** whatever
-    the primary shows (the reason says what it showed). ``control``: an A/A control is
-    never inconclusive (it has no effect to detect).
+    ``primary_diff`` and ``ci95`` are the tested difference ``a - b`` (plus the margin on a
+    non-inferiority claim) and its 95% interval, ``sesoi`` the claim's smallest effect of
+    interest (> 0, counted in the claimed direction); a non-significant primary of an arm that
+    is not an A/A control needs both. ``secondaries``: ``(metric, diff, p_holm, better)`` per
+    secondary metric (``p_holm`` adjusted within the arm). ``noninferiority``: ``(metric,
+    ci_low, margin)`` of a Pareto claim, ``noninferiority_diff`` its point estimate.
+    ``design`` (:func:`design_reasons`): the comparison is not valid, any outcome is
+    inconclusive. ``stalled`` (:func:`stall_reasons`): b did not train on a claim that b fails
+    to train; inconclusive unless significantly opposite. ``type_m`` (:func:`type_m_reasons`):
+    a significant result in the claimed direction is inconclusive. ``underpowered``
+    (:func:`inconclusive_reasons`): a non-significant primary is inconclusive. ``control``:
+    an A/A control is never inconclusive (it has no effect to detect). Raises ``ValueError``
+    on a direction other than greater / less, a p-value outside [0, 1], a bad interval or
+    SESOI, or a non-significant claim arm without them.
     """
-    if direction not in (GREATER, LESS):
-        raise ValueError(f"direction must be 'greater' or 'less', got {direction!r}")
-    sign = 1.0 if direction == GREATER else -1.0
+    sign = _sign(direction)
+    if not 0.0 <= primary_p_holm <= 1.0:
+        raise ValueError(f"primary_p_holm must lie in [0, 1], got {primary_p_holm}")
+    _check_sesoi(sesoi, "verdict")
+    interval = None if ci95 is None else claimed_interval(ci95, direction)
+    significant = primary_p_holm < alpha
+    x = sign * primary_diff
+    where = f"Holm p = {fmt(primary_p_holm)}"
     if design and not control:
-        if primary_p_holm < alpha:
-            way = "claimed" if sign * primary_diff > 0 else "opposite"
-            shown = (f"primary significant in the {way} direction "
-                     f"(Holm p = {fmt(primary_p_holm)})")
-        else:
-            shown = f"primary not significant (Holm p = {fmt(primary_p_holm)})"
+        way = "claimed" if x > 0 else "opposite"
+        shown = (f"primary significant in the {way} direction ({where})" if significant
+                 else f"primary not significant ({where})")
         return "inconclusive", shown + "; the design cannot support a verdict: " + \
             "; ".join(design)
-    if primary_p_holm < alpha and sign * primary_diff < 0:
-        return "contradicted", (f"primary significantly {'worse' if sign > 0 else 'higher'} "
-                                f"than claimed (Holm p = {fmt(primary_p_holm)})")
-    if not (primary_p_holm < alpha and sign * primary_diff > 0):
-        why = f"primary not significant (Holm p = {fmt(primary_p_holm)})"
-        if underpowered and not control:
-            return "inconclusive", why + "; the experiment could not detect the claimed " \
-                                         "effect: " + "; ".join(underpowered)
-        return "not reproduced", why
+    if significant and x < 0:
+        why = f"primary significantly {'worse' if sign > 0 else 'higher'} than claimed ({where})"
+        guards = [] if control else [*type_m, *stalled]
+        if guards:
+            why += ("; contradicted whatever the power: " + "; ".join(guards)
+                    + " only guards a result in the claimed direction")
+        return "contradicted", why
+    if stalled and not control:
+        shown = (f"primary significant in the claimed direction ({where})" if significant
+                 else f"primary not significant ({where})")
+        return "inconclusive", shown + "; b did not train, and the claim is that it fails " \
+                                       "to train: " + "; ".join(stalled)
+    if not significant:
+        why = f"primary not significant ({where})"
+        if control:
+            return "not reproduced", why
+        if underpowered:
+            return "inconclusive", why + "; the experiment cannot show the absence of an " \
+                                         "effect of interest: " + "; ".join(underpowered)
+        if interval is None or sesoi is None:
+            raise ValueError("verdict: a non-significant primary is judged by its 95% interval "
+                             "against the SESOI: pass ci95 and sesoi")
+        if interval[1] < sesoi:
+            return "not reproduced", why + (f"; its 95% interval in the claimed direction ends "
+                                            f"at {fmt(interval[1])} < SESOI {fmt(sesoi)}: "
+                                            "every effect of interest is excluded")
+        return "inconclusive", why + (f"; its 95% interval in the claimed direction reaches "
+                                      f"{fmt(interval[1])} >= SESOI {fmt(sesoi)}: an effect "
+                                      "of interest is not excluded")
+    if type_m and not control:
+        return "inconclusive", (f"primary significant in the claimed direction ({where}); the "
+                                "design cannot support it: " + "; ".join(type_m)
+                                + ", so a significant difference from it overstates the "
+                                  "effect (type M)")
     ni_metric = None if noninferiority is None else noninferiority[0]
     worse = [m for m, d, p, better in secondaries
              if m != ni_metric and significantly_worse(d, p, better, alpha)]
@@ -144,62 +231,99 @@ def verdict(primary_diff: float, primary_p_holm: float, direction: str,
                                               "lies inside the margin: the interval is too "
                                               "wide to decide")
             return "not reproduced", why
-    return "reproduced", f"primary significant (Holm p = {fmt(primary_p_holm)})"
+    return "reproduced", f"primary significant ({where})"
 
 
-def inconclusive_reasons(mde: float | None, paper_effect: float | None,
-                         headroom: float | None, b_moved: bool | None, *,
-                         margin_claim: bool = False, p_floor: float | None = None,
-                         alpha: float | None = None) -> list[str]:
-    """Why an arm's experiment could not detect the effect its claim is about (empty list:
-    it could). The reasons, each checked on its own:
+def type_m_reasons(mde: float | None, paper_effect: float | None) -> list[str]:
+    """Why a significant result in the claimed direction cannot stand (empty: it can):
+    ``mde > paper_effect``, the design detects the paper's effect with less than 80% power,
+    so a significant difference from it overstates the effect (a type M error). It never
+    applies to a significant result against the claim (:func:`verdict`, step 2). ``mde`` is
+    None when the differences do not vary (no t-test): then there is nothing to compare."""
+    if mde is None:
+        return []
+    if not (math.isfinite(mde) and mde >= 0):
+        raise ValueError(f"type_m_reasons: mde must be finite and >= 0, got {mde}")
+    if paper_effect is not None and mde > paper_effect:
+        return [f"MDE {fmt(mde)} > the paper's effect {fmt(paper_effect)}"]
+    return []
 
-    * ``mde > paper_effect``: the minimum detectable effect (80% power at the arm's
-      Holm-adjusted level) exceeds the effect the source reports;
-    * ``mde > headroom`` (not for "a matches b" claims, ``margin_claim``, whose tested
-      quantity ``a - b + margin`` is not bounded by b's headroom): even lifting b to the
-      metric's bound would not be detected;
-    * ``mde is None`` (the differences do not vary, so there is no t-test) and the sign-flip
-      test's smallest p, ``p_floor = 2 / 2^n``, is not below ``alpha``: no outcome could be
-      significant;
+
+def inconclusive_reasons(headroom: float | None, b_moved: bool | None,
+                         sesoi: float | None, *, margin_claim: bool = False) -> list[str]:
+    """Why a non-significant primary cannot show that an effect of interest is absent (empty
+    list: its 95% interval against the SESOI decides), each checked on its own:
+
+    * ``headroom < sesoi`` (not for "a matches b" claims, ``margin_claim``, whose tested
+      quantity ``a - b + margin`` is not bounded by b's headroom): b is so close to the
+      metric's bound that no effect of interest fits, so excluding one shows nothing;
     * ``b_moved is False``: b's primary metric did not move from its start value (95% interval
       of end - start contains 0), so the comparison is between runs that did not train.
     """
+    _check_sesoi(sesoi, "inconclusive_reasons")
     out = []
-    if mde is None:
-        if p_floor is not None and alpha is not None and not p_floor < alpha:
-            out.append(f"the differences do not vary and the sign-flip test's smallest p "
-                       f"{fmt(p_floor)} is not below the arm's level {fmt(alpha)}")
-    else:
-        if not (math.isfinite(mde) and mde >= 0):
-            raise ValueError(f"inconclusive_reasons: mde must be finite and >= 0, got {mde}")
-        if paper_effect is not None and mde > paper_effect:
-            out.append(f"MDE {fmt(mde)} > the paper's effect {fmt(paper_effect)}")
-        if headroom is not None and not margin_claim and mde > headroom:
-            out.append(f"MDE {fmt(mde)} > the headroom {fmt(headroom)} left to b")
+    if headroom is not None and sesoi is not None and not margin_claim and headroom < sesoi:
+        out.append(f"the headroom {fmt(headroom)} left to b is below the SESOI {fmt(sesoi)}: "
+                   "no effect of interest fits")
     if b_moved is False:
         out.append("b did not move from its start value (95% CI of end − start contains 0)")
     return out
 
 
-def design_reasons(mde: float | None, paper_effect: float | None,
-                   lr_edges: Sequence[str] = (), not_training: Sequence[str] = ()) -> list[str]:
-    """Why an arm's design cannot support a verdict whatever its outcome (empty: it can),
-    which makes a significant result inconclusive too:
+def stall_reasons(progress_ci95: Sequence[float] | None, sesoi: float | None,
+                  better: str) -> list[str]:
+    """Whether b did not train, for a claim that b fails to train (empty: b trained, or
+    there is no start to compare with): the 95% interval of b's progress end − start on the
+    primary metric, counted in the metric's ``better`` direction, ends below the SESOI (b's
+    progress is shown to be smaller than the smallest effect of interest)."""
+    _check_sesoi(sesoi, "stall_reasons")
+    if progress_ci95 is None or sesoi is None:
+        return []
+    lo, hi = claimed_interval(progress_ci95, better)
+    if hi < sesoi:
+        return [f"b's progress from its start, {fmt(lo)} to {fmt(hi)} (95% CI), stays below "
+                f"the SESOI {fmt(sesoi)}"]
+    return []
 
-    * ``mde > paper_effect``: the design detects the paper's effect with less than 80%
-      power, so a significant difference from it overstates the effect (a type M error)
-      and a non-significant one is no evidence against it;
+
+def design_reasons(lr_edges: Sequence[str] = (), not_training: Sequence[str] = ()) -> list[str]:
+    """Why an arm's design cannot support a verdict whatever its outcome (empty: it can),
+    which makes a significant result either way inconclusive too:
+
     * ``lr_edges``: a method's learning rate sits at the edge of its grid (it may be
-      untuned; :func:`learning_rates`);
+      untuned; :func:`~bestk.lab.claims.evaluate.learning_rates`);
     * ``not_training``: the testbed's checks failed: it did not train
       (:attr:`TestbedSpec.trains_if`) or b's primary started outside
       :attr:`TestbedSpec.start_range`.
     """
-    # the MDE-vs-paper comparison (and the check of mde) is inconclusive_reasons' own
-    weak = [] if mde is None else inconclusive_reasons(mde, paper_effect, None, None)
-    return [r + " (a significant difference from this design would overstate it)"
-            for r in weak] + list(lr_edges) + list(not_training)
+    return list(lr_edges) + list(not_training)
+
+
+def sign_flip_floor_holm(p_perm: Sequence[float], index: int, floor: float) -> float:
+    """The smallest Holm-adjusted sign-flip p arm ``index`` of a family can have: its own p
+    set to ``floor`` (the test's smallest p with its seeds, ``2 / 2^n`` exactly), the other
+    arms' ``p_perm`` as observed (Holm's adjusted p of one test falls with its own p)."""
+    if not 0 <= index < len(p_perm):
+        raise ValueError(f"sign_flip_floor_holm: index {index} outside a family of "
+                         f"{len(p_perm)}")
+    if not 0.0 < floor <= 1.0:
+        raise ValueError(f"sign_flip_floor_holm: floor must lie in (0, 1], got {floor}")
+    ps = list(p_perm)
+    ps[index] = floor
+    return holm(ps)[index]
+
+
+def robust_flag(verdict_t: str, verdict_perm: str, floor_p_holm: float, n: int,
+                alpha: float = ALPHA) -> bool | str:
+    """``robust`` of an arm: ``"n/a (cannot reach α with n seeds)"`` when the sign-flip test
+    cannot be significant at any outcome (``floor_p_holm``, its smallest Holm-adjusted p with
+    ``n`` seeds, :func:`sign_flip_floor_holm`, is not below ``alpha``), else whether the
+    t-test's and the sign-flip test's verdicts agree."""
+    if int(n) != n or n < 1:
+        raise ValueError(f"robust_flag: n must be a positive number of seeds, got {n}")
+    if not floor_p_holm < alpha:
+        return f"n/a (cannot reach α with {n} seeds)"
+    return verdict_t == verdict_perm
 
 
 class ControlFailed(ValueError):
@@ -216,4 +340,3 @@ def check_controls(doc: ClaimsDoc) -> None:
                             + "; ".join(f"{e['id']} (Holm p = {fmt(e['primary']['p_holm'])}, "
                                         f"Holm p_perm = {fmt(e['primary']['p_perm_holm'])})"
                                         for e in doc["claims"] if e["id"] in failed))
-

@@ -8,7 +8,8 @@ secondary metrics and, for "Pareto dominates" claims, a non-inferiority margin
 (:class:`NonInferiority`). Metrics are :class:`Metric` objects (``pass@k`` / ``best@k`` with an
 explicit k or the testbed's largest k, or a plain per-seed quantity), never strings to parse. A
 testbed is a :class:`TestbedSpec`. The declared claims and testbeds themselves are in
-:mod:`bestk.lab.claims.table`.
+:mod:`bestk.lab.claims.table`, beside each claim's smallest effect size of interest (its
+SESOI, :data:`bestk.lab.claims.table.SESOI`).
 """
 
 from __future__ import annotations
@@ -124,6 +125,11 @@ class ClaimSpec:
     #: ``"matched"``: the two methods must use the same rollout budget; ``"by design"``: the
     #: claim compares different budgets on purpose (both are recorded).
     budget: str = "matched"
+    #: The claim is that b fails to train (e.g. REINFORCE makes no progress with a sparse
+    #: reward): where b did not train (:func:`bestk.lab.claims.rule.stall_reasons`) the arm is
+    #: inconclusive unless it is significantly opposite, since a baseline that did not train
+    #: can neither refute such a claim nor carry its secondaries.
+    claims_b_stalls: bool = False
 
 
 BUDGETS = ("matched", "by design")

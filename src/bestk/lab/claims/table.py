@@ -6,13 +6,17 @@ enumeration; ``"trained"``: decided from seeded training runs), the arms it runs
 of :data:`TESTBEDS` and the two methods ``a`` and ``b`` compared there), the reward each method
 sees, the primary metric and its claimed direction, the secondary metrics and, for "Pareto
 dominates" claims, a non-inferiority margin on pass@1 / best@1. :data:`PAPER_EFFECTS` gives
-the effect each trained claim's source reports. A KAPPO claim (or any other) is added by
-adding a spec, its paper effect and its runs; nothing else changes. :func:`check_registry`
-checks the three tables against each other when this module is imported.
+the effect each trained claim's source reports, :data:`SESOI` its smallest effect size of
+interest with its source (declared before the runs: the smallest effect its sources report,
+or :data:`DEFAULT_SESOI` = 0.02 absolute where they report none). A KAPPO claim (or any
+other) is added by adding a spec, its paper effect (a source that reports effects also
+declares its SESOI) and its runs; nothing else changes. :func:`check_registry` checks the
+tables against each other when this module is imported.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 from bestk.lab.claims.specs import (
@@ -249,13 +253,14 @@ CLAIMS: tuple[ClaimSpec, ...] = (
         _SOFTMAX + ", section 6.1, Figure 2",
         "trained", (Arm("sparse-n16", "softmax_grpo(tau=0.1)", "rloo"),
                     Arm("sparse-n64", "softmax_grpo(tau=0.1)", "rloo")),
-        "0/1 for both", PASS1, GREATER, (PASS_MAX,)),
+        "0/1 for both", PASS1, GREATER, (PASS_MAX,), claims_b_stalls=True),
     ClaimSpec(
         "grpo-sparse-vs-reinforce",
-        "With a sparse 0/1 reward GRPO improves over REINFORCE (with a baseline)",
+        "With a sparse 0/1 reward GRPO improves over REINFORCE (with a baseline), which "
+        "fails to make progress",
         _SOFTMAX + ", section 6.1, Figure 2",
         "trained", (Arm("sparse-n16", "grpo", "rloo"), Arm("sparse-n64", "grpo", "rloo")),
-        "0/1 for both", PASS1, GREATER, (PASS_MAX,)),
+        "0/1 for both", PASS1, GREATER, (PASS_MAX,), claims_b_stalls=True),
     ClaimSpec(
         "pkpo-passk",
         "PKPO (k = 4) raises pass@k at the largest k over GRPO (k = 1)",
@@ -406,24 +411,81 @@ PAPER_EFFECTS: dict[str, tuple[float | None, str]] = {
 }
 
 
+#: The SESOI of a claim whose sources report no effect in its primary metric's units: 0.02
+#: absolute (pass@k, best@k, shares and diversity all lie in ranges of about 1).
+DEFAULT_SESOI = 0.02
+_SMALLEST = "the smallest effect its source reports: "
+_AA_SESOI = ("an A/A control has no effect of interest: it is judged by significance alone "
+             "(the true difference is 0)")
+#: The SESOIs declared by hand: where the sources report effects (the smallest of them, in
+#: the primary metric's units, counted in the claimed direction), the non-inferiority margin
+#: of an "a matches b" claim, and none for the A/A controls; every other trained claim gets
+#: :data:`DEFAULT_SESOI` (:func:`declared_sesoi`).
+DECLARED_SESOI: dict[str, tuple[float | None, str]] = {
+    "softmax-vs-grpo": (0.004, _SMALLEST + "SoftmaxGRPO Table 2, verifier rewards: "
+                        "SoftmaxGRPO-Exact minus GRPO-Exact accuracy +0.4 points on Countdown "
+                        "(+2.3 on GSM8K, +0.9 on DeepMath)"),
+    "softmax-allocation": (0.045, _SMALLEST + "SoftmaxGRPO Table 3: the share of the gradient "
+                           "budget on prompts with p >= 0.9 falls from 9.6% to 5.1% on "
+                           "Countdown (36.4% to 10.0% on GSM8K)"),
+    "kappo-apo-matches-pkpo": (0.02, "the non-inferiority margin 0.02: the tested quantity "
+                               "a - b + margin equals it when the two methods are equal (KAPPO "
+                               "Table 1 reports @k-A*PO within 0.5 points of PKPO)"),
+    "aa-control": (None, _AA_SESOI),
+    "aa-control-kappo": (None, _AA_SESOI),
+}
+
+
+def declared_sesoi(claim_id: str,
+                   paper_effects: Mapping[str, tuple[float | None, str]] = PAPER_EFFECTS,
+                   declared: Mapping[str, tuple[float | None, str]] = DECLARED_SESOI
+                   ) -> tuple[float | None, str]:
+    """``(sesoi, source)`` of a trained claim: its entry of ``declared`` (default
+    :data:`DECLARED_SESOI`), else :data:`DEFAULT_SESOI` when its sources report no effect.
+    Raises ``ValueError`` for a claim without a ``paper_effects`` entry, or one whose source
+    reports an effect but that declares no SESOI (the smallest reported effect must be
+    declared by hand, with where it is reported)."""
+    if claim_id in declared:
+        return declared[claim_id]
+    if claim_id not in paper_effects:
+        raise ValueError(f"claim {claim_id}: no entry in PAPER_EFFECTS, so no SESOI default")
+    effect, _ = paper_effects[claim_id]
+    if effect is not None:
+        raise ValueError(f"claim {claim_id}: its source reports an effect ({effect}); declare "
+                         "its SESOI (the smallest reported effect) in DECLARED_SESOI")
+    return DEFAULT_SESOI, (f"the default {DEFAULT_SESOI} absolute: its sources report no effect "
+                           "in the primary metric's units (the paper's effect says why)")
+
+
+#: The SESOI of every trained claim, with its source (:func:`declared_sesoi`).
+SESOI: dict[str, tuple[float | None, str]] = {
+    c.id: declared_sesoi(c.id) for c in CLAIMS if c.kind == "trained"}
+
+
 def check_registry(claims: Sequence[ClaimSpec] = CLAIMS,
                    testbeds: Mapping[str, TestbedSpec] = TESTBEDS,
-                   paper_effects: Mapping[str, tuple[float | None, str]] = PAPER_EFFECTS
-                   ) -> None:
+                   paper_effects: Mapping[str, tuple[float | None, str]] = PAPER_EFFECTS,
+                   sesoi: Mapping[str, tuple[float | None, str]] | None = None) -> None:
     """Raise ``ValueError`` naming the first inconsistency of a claims registry.
 
     Every claim id is unique; ``kind`` is ``exact`` or ``trained``, ``direction`` ``greater``
     or ``less``, ``budget`` one of :data:`BUDGETS`; a non-inferiority ``margin`` is > 0 on a
     ``greater`` claim; the arms of a claim on one testbed have distinct tags, and each names a
     testbed of ``testbeds`` (two different methods on a trained arm); every trained claim has
-    an entry ``(effect, why)`` in ``paper_effects`` with a reason and ``effect > 0`` or None.
+    an entry ``(effect, why)`` in ``paper_effects`` with a reason and ``effect > 0`` or None,
+    and an entry ``(sesoi, source)`` in ``sesoi`` with a source: None for an A/A control,
+    else a finite ``sesoi > 0`` no larger than the effect its source reports;
+    ``claims_b_stalls`` only on a trained claim that is not a control.
 
     Parameters
     ----------
-    claims, testbeds, paper_effects
+    claims, testbeds, paper_effects, sesoi
         The registry to check (default: :data:`CLAIMS`, :data:`TESTBEDS`,
-        :data:`PAPER_EFFECTS`).
+        :data:`PAPER_EFFECTS`, and :func:`declared_sesoi` of every trained claim).
     """
+    if sesoi is None:
+        sesoi = {c.id: declared_sesoi(c.id, paper_effects) for c in claims
+                 if c.kind == "trained" and c.id in paper_effects}
     ids = [c.id for c in claims]
     if len(ids) != len(set(ids)):
         raise ValueError(f"duplicate claim ids in CLAIMS: {ids}")
@@ -453,6 +515,22 @@ def check_registry(claims: Sequence[ClaimSpec] = CLAIMS,
             if not why or (eff is not None and not eff > 0):
                 raise ValueError(f"claim {c.id}: PAPER_EFFECTS needs a source or reason and "
                                  "an effect > 0 (counted in the claimed direction) or None")
+            if c.id not in sesoi:
+                raise ValueError(f"claim {c.id}: no SESOI declared (SESOI)")
+            value, source = sesoi[c.id]
+            if not source:
+                raise ValueError(f"claim {c.id}: its SESOI needs a source")
+            if c.control != (value is None):
+                raise ValueError(f"claim {c.id}: an A/A control has no SESOI (None) and every "
+                                 f"other trained claim one, got {value}")
+            if value is not None and not (math.isfinite(value) and value > 0 and
+                                          (eff is None or value <= eff)):
+                raise ValueError(f"claim {c.id}: its SESOI must be a finite effect > 0, no "
+                                 f"larger than the effect its source reports ({eff}), got "
+                                 f"{value}")
+        if c.claims_b_stalls and (c.kind != "trained" or c.control):
+            raise ValueError(f"claim {c.id}: claims_b_stalls needs a trained claim that is not "
+                             "an A/A control")
 
 
 check_registry()
