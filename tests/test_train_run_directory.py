@@ -27,12 +27,11 @@ from bestk.train.run.checkpoint import (
     verify_checkpoint,
 )
 from bestk.train.run.directory import (
-    RunDirectoryBusy,
-    RunLock,
     check_resume,
     read_metrics,
     read_run_config,
 )
+from bestk.train.run.lock import RunDirectoryBusy, RunLock
 from bestk.train.trainer import Trainer
 from tests.conftest import TINY, is_timing, tiny_config
 
@@ -115,7 +114,7 @@ def test_lock_refuses_a_second_holder_naming_the_pid(tmp_path):
 
 
 def test_lock_is_released_when_its_holder_is_killed(tmp_path):
-    code = ("import sys, time; from bestk.train.run.directory import RunLock; "
+    code = ("import sys, time; from bestk.train.run.lock import RunLock; "
             "lock = RunLock(sys.argv[1]).acquire(); print('locked', flush=True); time.sleep(120)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE)
     try:
@@ -925,7 +924,7 @@ def test_a_lock_file_stays_once_the_run_wrote_and_a_foreign_one_is_never_removed
 def test_a_lock_file_removed_by_its_holder_is_not_locked_twice(tmp_path, monkeypatch):
     """A writer that opened ``.lock`` just before its holder removed it locks the file now at
     the path instead of the removed one (else two writers would each hold "the" lock)."""
-    import bestk.train.run.directory as rundir
+    import bestk.train.run.lock as rundir
 
     first = RunLock(tmp_path).acquire()
     real_lock, calls = rundir._lock_fd, []

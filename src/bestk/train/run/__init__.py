@@ -1,7 +1,8 @@
 """The run directory and what a run shows.
 
-* :mod:`~bestk.train.run.directory` -- the lock, ``config.yaml``, ``metrics.jsonl``, the
-  resume policy (new, resume or complete), start-over and the ``.finished`` marker;
+* :mod:`~bestk.train.run.directory` -- ``config.yaml``, ``metrics.jsonl``, the resume policy
+  (new, resume or complete), start-over, the ``.finished`` marker, checkpoint identity;
+* :mod:`~bestk.train.run.lock` -- one writer per run directory (``DIR/.lock``);
 * :mod:`~bestk.train.run.checkpoint` -- atomic safetensors checkpoints and their checksums;
 * :mod:`~bestk.train.run.log` -- the run's log: ``metrics.jsonl`` lines, ``samples.jsonl``
   and the live reporters, in one place;
