@@ -256,7 +256,7 @@ def test_kappo_runs_of_a_seed_share_one_reference_bank(tmp_path):
     """@k-A*PO (k = 1, 2, and an A/A control) and @k-DPO runs of a seed read one bank, sampled
     once with the completions @k-DPO needs; every run is the run that samples its own bank."""
     from bestk.kappo import Calibration
-    from tests.test_train import KAPPO_TINY
+    from tests.test_train_trainer import KAPPO_TINY
 
     methods = [Method("apo(k=1)", "grpo", overrides=("algorithm=apo", "kappo.k=1")),
                Method("apo(k=2)", "grpo", overrides=("algorithm=apo", "kappo.k=2")),
@@ -337,7 +337,7 @@ def test_runs_and_banks_made_from_other_sft_weights_are_redone(tmp_path):
     runs of a seed stay paired; with unchanged weights nothing is redone."""
     import torch
 
-    from tests.test_train import KAPPO_TINY
+    from tests.test_train_trainer import KAPPO_TINY
 
     methods = [Method("apo(k=1)", "grpo", overrides=("algorithm=apo", "kappo.k=1"))]
     kw = dict(seeds=1, max_steps=1, overrides=KAPPO_TINY, progress=False)

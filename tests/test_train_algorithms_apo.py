@@ -16,7 +16,7 @@ from bestk.train.run.directory import read_metrics
 from bestk.train.trainer import Trainer
 from tests._kappo_ref import a_k_ref
 from tests.conftest import kappo_config, tiny_config
-from tests.test_train import Crash, assert_same_run, crash_then_resume
+from tests.test_train_trainer import Crash, assert_same_run, crash_then_resume
 
 pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 

@@ -19,7 +19,7 @@ from bestk.train.algorithms.dpo import P_SUCCESS_WINS, pair_rows
 from bestk.train.run.directory import read_metrics
 from bestk.train.trainer import Trainer
 from tests.conftest import KAPPO_TINY, kappo_config
-from tests.test_train import assert_same_run, crash_then_resume
+from tests.test_train_trainer import assert_same_run, crash_then_resume
 
 pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 

@@ -13,7 +13,7 @@ from bestk.kappo import Calibration
 from bestk.train.trainer import Trainer
 from bestk.train.validation import validate
 from tests.conftest import kappo_config
-from tests.test_train import Crash, assert_same_run
+from tests.test_train_trainer import Crash, assert_same_run
 
 pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 

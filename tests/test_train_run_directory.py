@@ -34,7 +34,7 @@ from bestk.train.run.directory import (
     read_run_config,
 )
 from bestk.train.trainer import Trainer
-from tests.test_train import TINY, tiny_config
+from tests.test_train_trainer import TINY, tiny_config
 
 #: The finished run every test copies: 4 RL steps, checkpoints at 0, 2, 4, evaluations at 0, 2, 4.
 RUN = ["checkpoint_every=2", "keep_checkpoints=3"]
@@ -682,7 +682,7 @@ def test_kill_9_of_a_kappo_run_then_the_same_command_continues(tmp_path, algorit
     """A real ``kill -9`` of an @k-A*PO / @k-DPO run mid-RL; the same command continues it from
     its checkpoint with the calibration (and bank) it made, which is neither redone nor
     changed."""
-    from tests.test_train import KAPPO_TINY
+    from tests.test_train_trainer import KAPPO_TINY
 
     out = tmp_path / algorithm
 

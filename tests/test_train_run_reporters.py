@@ -20,7 +20,7 @@ from bestk.train.run.reporters import (
 )
 from bestk.train.trainer import Trainer
 from tests._wandb_records import history, run_config
-from tests.test_train import tiny_config
+from tests.test_train_trainer import tiny_config
 
 pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 
