@@ -31,6 +31,7 @@ from typing import Annotated, Any, ClassVar, Literal, TypeGuard, get_args, get_o
 
 import yaml
 from omegaconf import OmegaConf
+from omegaconf._utils import get_yaml_loader
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import (
     BaseModel,
@@ -754,9 +755,23 @@ def config_from_dict(data: Mapping[str, object] | None, base: TrainConfig | None
 
 def parse_yaml_config(text: str) -> Any:
     """The YAML document ``text`` as plain Python (OmegaConf's YAML reading: ``5e-3`` is a
-    number); ``yaml.YAMLError`` if it is not YAML."""
-    conf = OmegaConf.create(text) if text.strip() else OmegaConf.create({})
-    return OmegaConf.to_container(conf, resolve=False)
+    number; an empty document is ``{}``); ``yaml.YAMLError`` if it is not YAML. A document
+    that is a scalar (``42``, ``hello world``) is returned as it is, for the caller to refuse
+    (OmegaConf would fail on a number and read a word as a key)."""
+    data = yaml.load(text, Loader=get_yaml_loader()) if text.strip() else None
+    if data is None:
+        return {}
+    if not isinstance(data, (dict, list)):
+        return data
+    return OmegaConf.to_container(OmegaConf.create(data), resolve=False)
+
+
+def _kind(value: object) -> str:
+    """``int 42``: a value's type and (short) repr, for messages; ``list`` / ``dict`` alone."""
+    if isinstance(value, (list, dict)):
+        return type(value).__name__
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
 
 
 def load_config(path: str | Path) -> TrainConfig:
@@ -772,6 +787,9 @@ def load_config(path: str | Path) -> TrainConfig:
         ) from None
     except (OSError, UnicodeDecodeError) as e:
         raise ValueError(f"cannot read config file {str(p)!r}: {e}") from None
+    if not isinstance(data, Mapping):
+        raise ValueError(f"config file {str(p)!r} must be a mapping at the top level, got "
+                         f"{_kind(data)}; write one 'key: value' per line (max_steps: 50)")
     return config_from_dict(data)
 
 
