@@ -193,7 +193,7 @@ def test_yaml_files_and_dicts_merge_on_the_defaults(tmp_path):
                  "rollout: {temperature: 0.7}\neval:\n  temperature: ${rollout.temperature}\n")
     cfg = load_config(p)
     assert cfg.estimator_options == {"k": 4} and cfg.optim.lr == 1e-4
-    assert cfg.eval.temperature == 0.7 and cfg.sft.steps == 100
+    assert cfg.eval.temperature == 0.7 and resolve_defaults(cfg).sft.steps == 100
     again = config_from_dict({"max_steps": 7, "optim": {"beta1": 0.8}}, base=cfg)
     assert (again.max_steps, again.optim.beta1, again.optim.lr) == (7, 0.8, 1e-4)
     assert cfg.max_steps == 100  # the base is left alone

@@ -42,6 +42,7 @@ from bestk.tasks import Task, task_options
 from bestk.train.algorithms import ALGORITHMS
 from bestk.train.config import (
     DEFAULT_OUT,
+    DEFAULT_SFT_STEPS,
     ResolvedTrainConfig,
     TrainConfig,
     check_schema,
@@ -77,7 +78,8 @@ def resolve_defaults(cfg: TrainConfig) -> ResolvedTrainConfig:
     """The :class:`~bestk.train.config.ResolvedTrainConfig` of ``cfg``: the fields it leaves
     ``None`` filled in -- ``rollout.n`` (the algorithm's ``default_n``: 8 for ``pg``, 1 for
     ``apo`` and ``dpo``), ``out`` (``runs/bestk`` + the algorithm's ``out_suffix``:
-    ``runs/bestk``, ``runs/bestk-apo``, ``runs/bestk-dpo``) and the ``null`` sampling keys
+    ``runs/bestk``, ``runs/bestk-apo``, ``runs/bestk-dpo``), ``sft.steps`` (100 for the tiny
+    model, 0 for a ``model.path``) and the ``null`` sampling keys
     (the model's ``generation_config``, read here once: :func:`bestk.train.rollout.settings.
     fill_sampling`). A value set explicitly is kept, whatever the order it was set in; a
     leading ``~`` of ``out`` and ``model.path`` is expanded to the home directory. ``cfg``
@@ -95,6 +97,8 @@ def resolve_defaults(cfg: TrainConfig) -> ResolvedTrainConfig:
         out.rollout.n = spec.default_n
     if out.out is None:
         out.out = DEFAULT_OUT + spec.out_suffix
+    if out.sft.steps is None:  # a pretrained model.path is not warmed up unless asked to
+        out.sft.steps = 0 if out.model.path is not None else DEFAULT_SFT_STEPS
     if out.out.startswith("~"):
         out.out = os.path.expanduser(out.out)
     if out.model.path is not None and out.model.path.startswith("~"):
