@@ -102,3 +102,44 @@ def test_eval_config_of_a_run_and_of_a_model(tmp_path):
         eval_config(None, None, None, [], 0, tmp_path)
     plain, adapter, _ = eval_config(tmp_path, None, None, [], 1, None)
     assert plain.task.name == "strings" and plain.eval.n == 8 and plain.seed == 1
+
+
+def _tiny_sets() -> list[str]:
+    from tests.conftest import TINY
+
+    return [x for s in TINY for x in ("--set", s)]
+
+
+@pytest.mark.parametrize("flags, line", [
+    (["--max-steps", "2", "--set", "max_steps=1"],
+     "--max-steps 2 and --set max_steps=1 disagree; give one of them"),
+    (["--estimator", "grpo", "--set", "estimator=rloo"],
+     "--estimator 'grpo' and --set estimator='rloo' disagree; give one of them"),
+])
+def test_a_flag_and_a_set_that_disagree_are_refused(tmp_path, flags, line):
+    """``--max-steps 20 --set max_steps=12``: one line, nothing written (as ``--out A --set
+    out=B`` is); the same value twice is no conflict."""
+    from tests.test_train_run_directory import invoke, one_line_error
+
+    out = tmp_path / "run"
+    res = invoke("train", "--out", out, "--quiet", *_tiny_sets(), *flags)
+    assert one_line_error(res) == f"error: {line}"
+    assert not out.exists()
+
+
+def test_flag_conflicts_compare_values_not_spellings(stopped_run):
+    from bestk.train.commands import check_flag_conflicts
+    from tests.test_train_run_directory import invoke, one_line_error
+
+    check_flag_conflicts([("--max-steps", "max_steps", 12)], ["max_steps=12", "seed=1"])
+    check_flag_conflicts([("--max-steps", "max_steps", None)], ["max_steps=12"])
+    check_flag_conflicts([("--out", "out", "runs/x")], ["out=runs/x/"])  # one directory
+    with pytest.raises(ValueError, match="--max-steps 12 and --set max_steps=13 disagree"):
+        check_flag_conflicts([("--max-steps", "max_steps", 12)], ["max_steps=12",
+                                                                  "max_steps=13"])
+    before = (stopped_run / "config.yaml").read_bytes()
+    res = invoke("train", "--resume", stopped_run, "--quiet", "--max-steps", "3", "--set",
+                 "max_steps=4")
+    assert one_line_error(res) == "error: --max-steps 3 and --set max_steps=4 disagree; give " \
+        "one of them"
+    assert (stopped_run / "config.yaml").read_bytes() == before

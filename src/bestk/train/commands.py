@@ -65,6 +65,37 @@ def _set_value(overrides: list[str], key: str) -> str | None:
     return found
 
 
+#: What two values of a key given by a flag and by ``--set`` mean, for the message (default:
+#: they disagree).
+_CONFLICT_TEXT = {"out": "name two run directories"}
+
+
+def check_flag_conflicts(flags: list[tuple[str, str, object]], overrides: list[str]) -> None:
+    """A one-line ``ValueError`` when a command-line flag and a ``--set`` of the config key it
+    sets disagree (``--max-steps 20 --set max_steps=12``, ``--estimator grpo --set
+    estimator=rloo``, ``--out A --set out=B``) rather than one silently winning. ``flags``:
+    ``(flag, key, value)`` for each flag, ``value`` ``None`` when the flag was not given.
+    Values are compared as the config reads them (``--set max_steps=12`` is the integer 12;
+    ``out`` as a path, ``runs/x/`` = ``runs/x``); the last ``--set`` of a key is the one that
+    counts."""
+    from bestk.train.config import _dotlist_value
+
+    for flag, key, value in flags:
+        raw = _set_value(overrides, key)
+        if value is None or raw is None:
+            continue
+        given = _dotlist_value(f"{key}={raw}")[1]
+        same = given == value
+        if key == "out" and isinstance(given, str) and isinstance(value, str | os.PathLike):
+            same = os.path.normpath(given) == os.path.normpath(value)
+        if not same:
+            def shown(v: object) -> str:
+                return repr(str(v)) if isinstance(v, str | os.PathLike) else str(v)
+
+            raise ValueError(f"{flag} {shown(value)} and --set {key}={shown(given)} "
+                             f"{_CONFLICT_TEXT.get(key, 'disagree')}; give one of them")
+
+
 def quiet_libraries() -> None:
     """Turn off the progress bars of transformers, datasets and huggingface_hub (model loading,
     dataset preparation) for the rest of the process: ``bestk train --quiet``."""
@@ -117,8 +148,8 @@ def train_command(
 
     if quiet:
         quiet_libraries()
-    flags = [f"{key}={value}" for key, value in (("estimator", estimator),
-                                                 ("max_steps", max_steps)) if value is not None]
+    given = [("--estimator", "estimator", estimator), ("--max-steps", "max_steps", max_steps)]
+    flags = [f"{key}={value}" for _, key, value in given if value is not None]
     trainer = None
     run_dir: Path | None = resume
 
@@ -132,6 +163,7 @@ def train_command(
             resume = resume.expanduser() if resume is not None else None
             if config is not None and config.is_dir():
                 fail(f"--config {str(config)!r} is a directory; give a YAML config file")
+            check_flag_conflicts(given, set_)  # a flag and a --set of its key: one value
             set_out = _set_value(set_, "out")
             if resume is not None:
                 if config is not None:
@@ -145,9 +177,7 @@ def train_command(
                              "(copy the directory first to branch a run)")
                 trainer = Trainer.resume(resume, overrides=[*flags, *set_])
             else:
-                if out is not None and set_out is not None and set_out != out:
-                    fail(f"--out {out!r} and --set out={set_out!r} name two run directories; "
-                         "give one of them")
+                check_flag_conflicts([("--out", "out", out)], set_)
                 cfg = load_config(config) if config is not None else TrainConfig()
                 if out is not None:
                     cfg.out = out
@@ -254,9 +284,7 @@ def eval_config(model: Path | None, task: str | None, n: int | None, overrides: 
     if model is None and run is None:
         raise ValueError("give --model DIR (a model directory) or --run DIR (a finished run)")
     check_eval_overrides(overrides)
-    set_n = _set_value(overrides, "eval.n")
-    if n is not None and set_n is not None and set_n != str(n):
-        raise ValueError(f"-n {n} and --set eval.n={set_n} disagree; give one of them")
+    check_flag_conflicts([("-n", "eval.n", n)], overrides)
     adapter = model if model is not None and (model / "adapter_config.json").is_file() else None
     stored_at = run
     if stored_at is None and adapter is not None and (adapter.parent.parent / "config.yaml"
