@@ -143,3 +143,22 @@ def test_flag_conflicts_compare_values_not_spellings(stopped_run):
     assert one_line_error(res) == "error: --max-steps 3 and --set max_steps=4 disagree; give " \
         "one of them"
     assert (stopped_run / "config.yaml").read_bytes() == before
+
+
+def test_eval_takes_threads(stopped_run):
+    """``bestk eval --set threads=N`` runs torch on N threads (it was refused as training-only);
+    more threads than the machine has CPUs is one line."""
+    import torch
+
+    from bestk.train.commands import check_eval_overrides
+    from tests.test_train_run_directory import invoke, one_line_error
+
+    check_eval_overrides(["threads=1"])
+    torch.set_num_threads(2)
+    res = invoke("eval", "--run", stopped_run, "-n", "1", "--set", "eval.num_prompts=1",
+                 "--set", "threads=1")
+    assert res.exit_code == 0, res.output
+    assert torch.get_num_threads() == 1
+    line = one_line_error(invoke("eval", "--run", stopped_run, "--set",
+                                 f"threads={(os.cpu_count() or 1) + 1}"))
+    assert "config key 'threads'" in line and "more than this machine's" in line

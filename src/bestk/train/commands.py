@@ -232,7 +232,8 @@ def eval_command(
     used (task, template, system prompt, reward, eval settings from DIR/config.yaml).
     --set takes the keys evaluation reads: task.*, model.*, eval.n, eval.num_prompts,
     eval.temperature, eval.top_p, eval.top_k, rollout.max_new_tokens,
-    rollout.max_prompt_length, rollout.prompt_truncation, device.
+    rollout.max_prompt_length, rollout.prompt_truncation, device, threads (torch CPU threads;
+    default torch's).
     """
     with cli_errors():
         _eval(model, task, n, set_, json_out, bank_out, bank_prompts, seed, run)
@@ -242,7 +243,7 @@ def eval_command(
 #: sets ``seed`` (``-n`` is ``eval.n``). Every other key only matters to training.
 EVAL_KEYS = ("task", "model", "eval.n", "eval.num_prompts", "eval.temperature", "eval.top_p",
              "eval.top_k", "rollout.max_new_tokens", "rollout.max_prompt_length",
-             "rollout.prompt_truncation", "device")
+             "rollout.prompt_truncation", "device", "threads")
 #: Keys ``bestk eval`` sets from its own options.
 EVAL_FLAG_KEYS = {"seed": "--seed"}
 
@@ -256,7 +257,8 @@ def check_eval_overrides(overrides: list[str]) -> None:
         if not any(key == k or key.startswith(k + ".") for k in EVAL_KEYS):
             ignored.append(key)
     if ignored:
-        read = ", ".join(k if "." in k or k == "device" else k + ".*" for k in EVAL_KEYS)
+        read = ", ".join(k if "." in k or k in ("device", "threads") else k + ".*"
+                         for k in EVAL_KEYS)
         flags = [f"{EVAL_FLAG_KEYS[k]} for {k}" for k in ignored if k in EVAL_FLAG_KEYS]
         raise ValueError(
             f"bestk eval does not use --set {', '.join(dict.fromkeys(ignored))}"
@@ -363,6 +365,7 @@ def _eval(
     model: Path | None, task: str | None, n: int | None, set_: list[str], json_out: Path | None,
     bank_out: Path | None, bank_prompts: int, seed: int, run: Path | None = None,
 ) -> None:
+    import torch
     from rich.console import Console
     from rich.table import Table
 
@@ -383,6 +386,8 @@ def _eval(
             out_file(path, flag)
     cfg, adapter, base_seed = eval_config(model, task, n, set_, seed, run)
     cfg = resolve_config(cfg)  # checked; null sampling keys: the model's generation_config
+    if _set_value(set_, "threads") is not None and cfg.threads is not None:
+        torch.set_num_threads(int(cfg.threads))  # else torch's default, as before
     t = load_task(cfg.task.name, cfg.task.options, seed=cfg.seed, reward=cfg.task.reward,
                   reward_weights=cfg.task.reward_weights, system_prompt=cfg.task.system_prompt)
     mdl, tok = load_eval_policy(cfg, adapter, t.alphabet, base_seed)
