@@ -162,3 +162,25 @@ def test_eval_takes_threads(stopped_run):
     line = one_line_error(invoke("eval", "--run", stopped_run, "--set",
                                  f"threads={(os.cpu_count() or 1) + 1}"))
     assert "config key 'threads'" in line and "more than this machine's" in line
+
+
+@pytest.mark.parametrize("where", ["sft", "rl_step"])
+def test_an_abort_says_whether_a_checkpoint_is_there(tmp_path, monkeypatch, where):
+    """A second Ctrl-C (``KeyboardInterrupt``) before the run's first checkpoint does not claim
+    that "the last checkpoint is intact": there is none, and the same command starts over;
+    after it, the message names the checkpoint to continue from."""
+    from tests.test_train_run_directory import invoke
+
+    def abort(*args, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Trainer, where, abort)
+    out = tmp_path / "run"
+    res = invoke("train", "--out", out, "--quiet", "--max-steps", "2", *_tiny_sets())
+    assert res.exit_code == 130, res.output
+    if where == "sft":
+        assert "intact" not in res.output and "checkpoint" in res.output
+        assert "interrupted before the run's first checkpoint: nothing to continue from; the " \
+            "same command starts the run over" in res.output
+    else:
+        assert f"the last checkpoint in {out}, step_0000000.safetensors, is intact" in res.output

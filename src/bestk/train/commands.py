@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only (bestk --help imports n
 
     from bestk.train.config import ResolvedTrainConfig, TrainConfig
     from bestk.train.model.policy import Policy
+    from bestk.train.trainer import Trainer
 
 __all__ = ["register"]
 
@@ -49,6 +50,22 @@ def os_error_message(e: OSError, run_dir: str | Path | None = None) -> str:
     elif e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
         text += "; choose a writable --out"
     return text
+
+
+def abort_line(trainer: Trainer | None) -> str:
+    """What ``bestk train`` says when a run is aborted at once (a second Ctrl-C): the last
+    checkpoint it continues from, or, before the run's first checkpoint (in the SFT warm-up, the
+    KAPPO bank, the step-0 evaluation, or while it was starting), that there is none."""
+    from bestk.train.run.checkpoint import latest_checkpoint
+
+    if trainer is None:
+        return "interrupted while the run was starting; run the same command to start it again"
+    last = latest_checkpoint(trainer.ckpt_dir)
+    if last is None:
+        return ("interrupted before the run's first checkpoint: nothing to continue from; the "
+                "same command starts the run over")
+    return (f"interrupted; the last checkpoint in {trainer.out}, {last.name}, is intact: run the "
+            f"same command (or `bestk train --resume {trainer.out}`) to continue")
 
 
 #: Where the keys of ``--set`` are described (``bestk train --help``).
@@ -186,11 +203,7 @@ def train_command(
                 trainer = Trainer(cfg)
             last = trainer.run(progress=not quiet)
     except KeyboardInterrupt:
-        where = f"{trainer.out}" if trainer is not None else "the run directory"
-        typer.echo(
-            f"interrupted; the last checkpoint in {where} is intact: run the same command (or "
-            f"`bestk train --resume {where}`) to continue", err=True,
-        )
+        typer.echo(abort_line(trainer), err=True)
         raise typer.Exit(trainer.stop.exit_status if trainer is not None else 130) from None
     if trainer.interrupted:  # 130 after Ctrl-C, 143 after SIGTERM (a preemption)
         raise typer.Exit(trainer.stop.exit_status)
