@@ -389,7 +389,7 @@ def _eval(
     from bestk.train.model.hf import autocast
     from bestk.train.rollout.evaluate import evaluate
     from bestk.train.rollout.settings import sampling_options
-    from bestk.train.setup import check_run_prompts
+    from bestk.train.setup import check_context, check_run_prompts, model_context
     from bestk.train.validation import resolve_config
 
     if bank_prompts < 1:
@@ -407,6 +407,7 @@ def _eval(
     mdl.to(cfg.device)  # type: ignore[arg-type]  # @wraps(Module.to): typed unbound (self first)
     render_task_prompts(t, tok, cfg.model.chat_template)
     check_run_prompts(cfg, t, tok)
+    check_context(cfg, t, tok, model_context(mdl), sft=False)
     n = cfg.eval.n
     max_new = cfg.rollout.max_new_tokens or t.max_answer_chars + 2
     examples = t.eval[: cfg.eval.num_prompts or len(t.eval)]
