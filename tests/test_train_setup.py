@@ -141,3 +141,24 @@ def test_prompts_beyond_the_model_context_are_refused_before_work(tmp_path):
     with pytest.raises(ValueError, match="rollout.max_new_tokens=128 leaves no room for a "
                        "prompt in the model's context of 128 tokens"):
         Trainer(tiny_config(tmp_path / "other", "rollout.max_new_tokens=128"))
+
+
+def test_a_reward_that_raises_is_found_before_the_sft(tmp_path):
+    """A reward function that raises on the task's own fields (a keyword the data does not
+    have) or on an empty completion is found by a probe call when the run starts: one line
+    naming the function, before the SFT warm-up (which it used to follow, ending in a
+    traceback at the step-0 evaluation), nothing left in ``--out``."""
+    from tests.test_tasks_rewards import RAISING
+    from tests.test_train_run_directory import invoke, one_line_error
+
+    path = tmp_path / "raising.py"
+    path.write_text(RAISING)
+    for name, why in (("wrong_field", "TypeError"), ("crash", "ZeroDivisionError")):
+        out = tmp_path / name
+        sets = [x for s in [*TINY, f"task.reward={path}:{name}"] for x in ("--set", s)]
+        line = one_line_error(invoke("train", "--out", out, "--quiet", "--max-steps", "1",
+                                     *sets))
+        assert line.startswith(f"error: reward function {name!r} of task 'strings/reverse' "
+                               f"raised {why}")
+        assert line.endswith("(a probe call before any work)")
+        assert not out.exists()

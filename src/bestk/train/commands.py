@@ -406,6 +406,7 @@ def _eval(
     mdl, tok = load_eval_policy(cfg, adapter, t.alphabet, base_seed)
     mdl.to(cfg.device)  # type: ignore[arg-type]  # @wraps(Module.to): typed unbound (self first)
     render_task_prompts(t, tok, cfg.model.chat_template)
+    t.probe_rewards()
     check_run_prompts(cfg, t, tok)
     check_context(cfg, t, tok, model_context(mdl), sft=False)
     n = cfg.eval.n

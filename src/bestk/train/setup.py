@@ -45,11 +45,14 @@ def load_run_policy(cfg: ResolvedTrainConfig, task: Task, device: torch.device
     """``(model, tokenizer)``: the policy of ``model`` (initialised from ``seed``) on
     ``device``, with the task's prompts rendered by its chat template and their lengths
     checked against ``rollout.max_prompt_length`` (:func:`check_run_prompts`) and the model's
-    context (:func:`check_context`, the SFT warm-up's too when it runs)."""
+    context (:func:`check_context`, the SFT warm-up's too when it runs); each reward function
+    is called once on a rendered prompt (:meth:`~bestk.tasks.Task.probe_rewards`), so one that
+    raises stops the run before any work."""
     model, tokenizer = load_policy(cfg.model, task.alphabet, seed=cfg.seed)
     if cfg.model.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     render_task_prompts(task, tokenizer, cfg.model.chat_template)
+    task.probe_rewards()  # a reward that raises: now, not after the SFT
     check_run_prompts(cfg, task, tokenizer)
     check_context(cfg, task, tokenizer, model_context(model), sft=cfg.sft.steps > 0)
     model.to(device)  # type: ignore[arg-type]  # @wraps(Module.to): typed unbound (self first)
