@@ -201,3 +201,11 @@ def test_plot_weights_writes_into_the_current_directory_by_default(tmp_path, mon
     assert res.exit_code == 0, res.output
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "kappo_beta_eff.png", "kappo_winrate_T.png", "weights.png"]
+
+
+def test_calibrate_a_bank_that_is_not_utf8_names_it(tmp_path):
+    src = tmp_path / "bank.jsonl"
+    src.write_bytes(b'{"prompt_id": "caf\xe9", "rewards": [0, 1]}\n')
+    res = runner.invoke(app, ["calibrate", str(src), "--k", "2", "--beta", "0.1", "-o",
+                              str(tmp_path / "c.json")])
+    _one_line_error(res, f"'{src}'", "is not UTF-8 text")

@@ -193,7 +193,7 @@ class Task:
         return RewardScores(total, columns)
 
     def _call(self, spec: RewardSpec, ex: Example, completion: str, probe: bool = False
-              ) -> object:
+              ) -> Any:
         """``spec.fn(prompt, completion, **fields)`` of example ``ex``; an exception it raises
         (but a missing optional package) is a one-line ``ValueError`` naming the function,
         the exception, the prompt and the completion."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -87,7 +88,8 @@ def _set_value(overrides: list[str], key: str) -> str | None:
 _CONFLICT_TEXT = {"out": "name two run directories"}
 
 
-def check_flag_conflicts(flags: list[tuple[str, str, object]], overrides: list[str]) -> None:
+def check_flag_conflicts(flags: Sequence[tuple[str, str, object]], overrides: list[str]
+                         ) -> None:
     """A one-line ``ValueError`` when a command-line flag and a ``--set`` of the config key it
     sets disagree (``--max-steps 20 --set max_steps=12``, ``--estimator grpo --set
     estimator=rloo``, ``--out A --set out=B``) rather than one silently winning. ``flags``:

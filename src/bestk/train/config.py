@@ -538,8 +538,9 @@ class ResolvedEvalConfig(EvalConfig):
 class ResolvedTrainConfig(TrainConfig):
     """A :class:`TrainConfig` whose "the algorithm's default" / "the model's" fields are filled
     in: ``out``, ``rollout.n``, ``sft.steps`` and the sampling keys of ``rollout`` and ``eval``
-    are never ``None``. Made once per command by :func:`bestk.train.validation.resolve_defaults` (or read
-    back, already resolved, by :func:`resolved_from_dict`); the trainer, the algorithms and
+    are never ``None``. Made once per command by
+    :func:`bestk.train.validation.resolve_defaults` (or read back, already resolved, by
+    :func:`resolved_from_dict`); the trainer, the algorithms and
     evaluation take this type, so nothing downstream resolves again. Its fields, their order
     and ``config.yaml`` are :class:`TrainConfig`'s.
 
