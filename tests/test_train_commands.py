@@ -184,3 +184,14 @@ def test_an_abort_says_whether_a_checkpoint_is_there(tmp_path, monkeypatch, wher
             "same command starts the run over" in res.output
     else:
         assert f"the last checkpoint in {out}, step_0000000.safetensors, is intact" in res.output
+
+
+def test_eval_n_1_prints_pass_at_1_once(tmp_path):
+    from tests.conftest import TINY
+    from tests.test_train_run_directory import invoke
+
+    sets = [x for s in [*TINY, "eval.n=1"] for x in ("--set", s)]
+    res = invoke("train", "--out", tmp_path / "run", "--quiet", "--max-steps", "1", *sets)
+    assert res.exit_code == 0, res.output
+    done = [ln for ln in res.output.splitlines() if ln.startswith("done:")]
+    assert len(done) == 1 and done[0].count("pass@1=") == 1, done

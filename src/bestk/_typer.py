@@ -97,7 +97,7 @@ def out_file(path: PathT, option: str) -> PathT:
     if block is not None:
         raise ValueError(f"{option} {str(path)!r}: its parent {str(block)!r} is a file, not "
                          "a directory")
-    where = next((p for p in Path(os.path.abspath(path)).parents if p.is_dir()), None)
+    where = next((p for p in Path(path).absolute().parents if p.is_dir()), None)
     if where is not None:
         try:
             fd, probe = tempfile.mkstemp(prefix=".bestk-probe-", dir=where)

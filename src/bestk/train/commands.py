@@ -209,12 +209,11 @@ def train_command(
         raise typer.Exit(trainer.stop.exit_status if trainer is not None else 130) from None
     if trainer.interrupted:  # 130 after Ctrl-C, 143 after SIGTERM (a preemption)
         raise typer.Exit(trainer.stop.exit_status)
-    n = trainer.cfg.eval.n
     if last:
-        typer.echo(
-            f"done: held-out pass@1={last['pass@1']:.3f} pass@{n}={last[f'pass@{n}']:.3f}; "
-            f"report: {trainer.out / 'report.md'}"
-        )
+        from bestk.train.rollout.evaluate import pass_summary
+
+        typer.echo(f"done: held-out {pass_summary(last, trainer.cfg.eval.n)}; "
+                   f"report: {trainer.out / 'report.md'}")
 
 
 def eval_command(

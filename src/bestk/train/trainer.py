@@ -61,7 +61,7 @@ from bestk.train.optim import PolicyOptimizer
 from bestk.train.reference.bank import ReferenceBank, save_reference
 from bestk.train.reference.plan import ReferencePlan, plan_reference, restrict_prompts
 from bestk.train.rollout.batch import Rollout
-from bestk.train.rollout.evaluate import evaluate
+from bestk.train.rollout.evaluate import evaluate, pass_summary
 from bestk.train.rollout.sample_log import eval_samples
 from bestk.train.rollout.sampler import sample
 from bestk.train.rollout.scoring import score_batch
@@ -327,8 +327,7 @@ class Trainer:
             self.step = step
             if step % cfg.eval.every == 0 or step == cfg.max_steps:
                 last_eval = self.evaluate(step)
-                live = (f" | eval pass@1={last_eval['pass@1']:.3f} "
-                        f"pass@{cfg.eval.n}={last_eval[f'pass@{cfg.eval.n}']:.3f}")
+                live = f" | eval {pass_summary(last_eval, cfg.eval.n)}"
             if step % cfg.checkpoint_every == 0 or step == cfg.max_steps:
                 self.checkpoint()
             bar.update(rl, completed=step, description=self.algo.describe(m) + live)
