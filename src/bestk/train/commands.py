@@ -23,7 +23,6 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only (bestk --help imports n
 
     from bestk.train.config import ResolvedTrainConfig, TrainConfig
     from bestk.train.model.policy import Policy
-    from bestk.train.trainer import Trainer
 
 __all__ = ["register"]
 
@@ -53,20 +52,21 @@ def os_error_message(e: OSError, run_dir: str | Path | None = None) -> str:
     return text
 
 
-def abort_line(trainer: Trainer | None) -> str:
-    """What ``bestk train`` says when a run is aborted at once (a second Ctrl-C): the last
-    checkpoint it continues from, or, before the run's first checkpoint (in the SFT warm-up, the
-    KAPPO bank, the step-0 evaluation, or while it was starting), that there is none."""
+def abort_line(out: Path | None) -> str:
+    """What ``bestk train`` says when the run in ``out`` is aborted at once (a second Ctrl-C):
+    the last checkpoint it continues from, or, before the run's first checkpoint (in the SFT
+    warm-up, the KAPPO bank, the step-0 evaluation), that there is none (``out`` ``None``: the
+    run was still starting)."""
     from bestk.train.run.checkpoint import latest_checkpoint
 
-    if trainer is None:
+    if out is None:
         return "interrupted while the run was starting; run the same command to start it again"
-    last = latest_checkpoint(trainer.ckpt_dir)
+    last = latest_checkpoint(out / "checkpoints")
     if last is None:
         return ("interrupted before the run's first checkpoint: nothing to continue from; the "
                 "same command starts the run over")
-    return (f"interrupted; the last checkpoint in {trainer.out}, {last.name}, is intact: run the "
-            f"same command (or `bestk train --resume {trainer.out}`) to continue")
+    return (f"interrupted; the last checkpoint in {out}, {last.name}, is intact: run the same "
+            f"command (or `bestk train --resume {out}`) to continue")
 
 
 #: Where the keys of ``--set`` are described (``bestk train --help``).
@@ -205,7 +205,7 @@ def train_command(
                 trainer = Trainer(cfg)
             last = trainer.run(progress=not quiet)
     except KeyboardInterrupt:
-        typer.echo(abort_line(trainer), err=True)
+        typer.echo(abort_line(trainer.out if trainer is not None else None), err=True)
         raise typer.Exit(trainer.stop.exit_status if trainer is not None else 130) from None
     if trainer.interrupted:  # 130 after Ctrl-C, 143 after SIGTERM (a preemption)
         raise typer.Exit(trainer.stop.exit_status)
