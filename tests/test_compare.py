@@ -227,6 +227,24 @@ def test_compare_cli(tmp_path):
     assert bad.exit_code == 2 and "common_lr_from 'nope'" in bad.output
 
 
+@pytest.mark.parametrize("args, line", [
+    (["--estimators", "grpo,grpo", "--max-steps", "1"],
+     "--estimators lists 'grpo' twice; give each method once (a variant of an estimator gets a "
+     "label of its own: grpo,grpo_2=grpo)"),
+    (["--estimators", "grpo", "--max-steps", "2", "--set", "max_steps=1"],
+     "--max-steps 2 and --set max_steps=1 disagree; give one of them"),
+])
+def test_compare_refuses_a_method_twice_and_a_flag_its_set_contradicts(tmp_path, args, line):
+    from tests.test_train_run_directory import one_line_error
+
+    out = tmp_path / "c"
+    sets = [x for s in TINY for x in ("--set", s)]
+    r = CliRunner().invoke(app, ["compare", "--seeds", "1", "--out", str(out), "--quiet",
+                                 *sets, *args])
+    assert one_line_error(r) == f"error: {line}"
+    assert not out.exists()
+
+
 def test_method_slugs_are_distinct_directory_names():
     assert method_slug("grpo (A/A)") == "grpo_A_A"
     assert method_slug("softmax_grpo(tau=0.1)") == "softmax_grpo_tau=0.1"

@@ -201,3 +201,31 @@ def test_plot_weights_writes_into_the_current_directory_by_default(tmp_path, mon
     assert res.exit_code == 0, res.output
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "kappo_beta_eff.png", "kappo_winrate_T.png", "weights.png"]
+
+
+def test_calibrate_a_bank_that_is_not_utf8_names_it(tmp_path):
+    src = tmp_path / "bank.jsonl"
+    src.write_bytes(b'{"prompt_id": "caf\xe9", "rewards": [0, 1]}\n')
+    res = runner.invoke(app, ["calibrate", str(src), "--k", "2", "--beta", "0.1", "-o",
+                              str(tmp_path / "c.json")])
+    _one_line_error(res, f"'{src}'", "is not UTF-8 text")
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--group-size", "1"], "--group-size must be an integer in [2, 10000], got 1"),
+    (["-M", "100000000"], "--group-size must be an integer in [2, 10000], got 100000000"),
+    (["--beta", "-1"], "--beta must be a finite number > 0, got -1.0"),
+    (["--beta", "nan"], "--beta must be a finite number > 0, got nan"),
+    (["--beta", "inf"], "--beta must be a finite number > 0, got inf"),
+    (["--taus", "abc"], "--taus must be comma-separated numbers, got 'abc'"),
+    (["--taus", "0.1,-1"], "--taus must be positive numbers, got '0.1,-1'"),
+    (["--taus", "0.1,inf"], "--taus must be finite numbers, got '0.1,inf'"),
+])
+def test_plot_weights_bad_values_are_one_error_line(tmp_path, args, line):
+    """Not click's usage block (``Usage: ... Error: Invalid value``), nor a figure half made:
+    one ``error:`` line and exit status 2 before anything is written."""
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "img"
+    res = runner.invoke(app, ["plot", "weights", "-o", str(out), *args])
+    _one_line_error(res, f"error: {line}")
+    assert not out.exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 
 import pytest
 
@@ -242,3 +243,26 @@ def test_an_answer_column_of_messages_needs_an_assistant_reply(tmp_path):
     with pytest.raises(ValueError, match="row 1: column 'answer' holds chat messages without "
                        "an assistant message"):
         load_task("dataset", {"path": str(path), "prompt_field": "q", "num_eval": 1})
+
+
+@pytest.mark.parametrize("task", ["jsonl", "dataset", "math"])
+def test_an_empty_jsonl_file_says_no_rows(tmp_path, task):
+    """An empty (or blank) JSONL file is "holds no rows", naming it: not ``datasets``'
+    ``StopIteration`` nor a ``num_eval`` range of ``[1, -1]``."""
+    path = tmp_path / "empty.jsonl"
+    path.write_text("\n \n")
+    opts = {"path": str(path), **({"prompt_field": "prompt"} if task == "dataset" else {})}
+    with pytest.raises(ValueError, match=f"'{re.escape(str(path))}' holds no rows"):
+        load_task(task, opts)
+
+
+@pytest.mark.parametrize("task", ["jsonl", "dataset"])
+def test_a_file_that_is_not_utf8_is_named(tmp_path, task):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes('{"prompt": "caf\xe9", "answer": "1"}\n'.encode("latin-1") * 8)
+    opts = {"path": str(path), "num_eval": 2,
+            **({"prompt_field": "prompt"} if task == "dataset" else {})}
+    with pytest.raises(ValueError) as e:
+        load_task(task, opts)
+    msg = str(e.value)
+    assert f"'{path}'" in msg and "is not UTF-8 text" in msg and "\n" not in msg

@@ -264,3 +264,34 @@ def test_the_documented_reward_file(tmp_path):
     np.testing.assert_array_equal(got.columns["fmt"], [1.0, 0.0, 0.0])
     np.testing.assert_array_equal(got.columns["boxed"], [np.nan, 1.0, 0.0])
     np.testing.assert_allclose(got.total, [0.2, 0.1, 0.0])
+
+
+RAISING = '''
+def crash(prompt, completion, **_):
+    """Fails on an empty completion, as a careless reward does."""
+    return 1.0 / len(completion.strip())
+
+
+def wrong_field(prompt, completion, *, solution, **_):
+    return float(completion == solution)
+'''
+
+
+def test_a_reward_that_raises_names_the_function(tmp_path):
+    """An exception inside a reward function is a one-line ``ValueError`` naming the function,
+    the exception, the prompt and the completion (not a bare ``ZeroDivisionError``)."""
+    path = tmp_path / "raising.py"
+    path.write_text(RAISING)
+    for reward in (f"{path}:crash", ["exact", f"{path}:crash"]):
+        task = _task(reward)
+        with pytest.raises(ValueError) as e:
+            task.score([_examples()[0]], [" "])
+        assert str(e.value) == ("reward function 'crash' of task 'arithmetic' raised "
+                                "ZeroDivisionError: float division by zero for prompt 'p0' and "
+                                "completion ' '")
+    task = _task(f"{path}:wrong_field")
+    with pytest.raises(ValueError, match="reward function 'wrong_field' of task 'arithmetic' "
+                       "raised TypeError: .*missing 1 required keyword-only argument: "
+                       "'solution'"):
+        task.probe_rewards()
+    _task(["exact", "positional"]).probe_rewards()  # the built-in ones take any completion

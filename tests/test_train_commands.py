@@ -102,3 +102,96 @@ def test_eval_config_of_a_run_and_of_a_model(tmp_path):
         eval_config(None, None, None, [], 0, tmp_path)
     plain, adapter, _ = eval_config(tmp_path, None, None, [], 1, None)
     assert plain.task.name == "strings" and plain.eval.n == 8 and plain.seed == 1
+
+
+def _tiny_sets() -> list[str]:
+    from tests.conftest import TINY
+
+    return [x for s in TINY for x in ("--set", s)]
+
+
+@pytest.mark.parametrize("flags, line", [
+    (["--max-steps", "2", "--set", "max_steps=1"],
+     "--max-steps 2 and --set max_steps=1 disagree; give one of them"),
+    (["--estimator", "grpo", "--set", "estimator=rloo"],
+     "--estimator 'grpo' and --set estimator='rloo' disagree; give one of them"),
+])
+def test_a_flag_and_a_set_that_disagree_are_refused(tmp_path, flags, line):
+    """``--max-steps 20 --set max_steps=12``: one line, nothing written (as ``--out A --set
+    out=B`` is); the same value twice is no conflict."""
+    from tests.test_train_run_directory import invoke, one_line_error
+
+    out = tmp_path / "run"
+    res = invoke("train", "--out", out, "--quiet", *_tiny_sets(), *flags)
+    assert one_line_error(res) == f"error: {line}"
+    assert not out.exists()
+
+
+def test_flag_conflicts_compare_values_not_spellings(stopped_run):
+    from bestk.train.commands import check_flag_conflicts
+    from tests.test_train_run_directory import invoke, one_line_error
+
+    check_flag_conflicts([("--max-steps", "max_steps", 12)], ["max_steps=12", "seed=1"])
+    check_flag_conflicts([("--max-steps", "max_steps", None)], ["max_steps=12"])
+    check_flag_conflicts([("--out", "out", "runs/x")], ["out=runs/x/"])  # one directory
+    with pytest.raises(ValueError, match="--max-steps 12 and --set max_steps=13 disagree"):
+        check_flag_conflicts([("--max-steps", "max_steps", 12)], ["max_steps=12",
+                                                                  "max_steps=13"])
+    before = (stopped_run / "config.yaml").read_bytes()
+    res = invoke("train", "--resume", stopped_run, "--quiet", "--max-steps", "3", "--set",
+                 "max_steps=4")
+    assert one_line_error(res) == "error: --max-steps 3 and --set max_steps=4 disagree; give " \
+        "one of them"
+    assert (stopped_run / "config.yaml").read_bytes() == before
+
+
+def test_eval_takes_threads(stopped_run):
+    """``bestk eval --set threads=N`` runs torch on N threads (it was refused as training-only);
+    more threads than the machine has CPUs is one line."""
+    import torch
+
+    from bestk.train.commands import check_eval_overrides
+    from tests.test_train_run_directory import invoke, one_line_error
+
+    check_eval_overrides(["threads=1"])
+    torch.set_num_threads(2)
+    res = invoke("eval", "--run", stopped_run, "-n", "1", "--set", "eval.num_prompts=1",
+                 "--set", "threads=1")
+    assert res.exit_code == 0, res.output
+    assert torch.get_num_threads() == 1
+    line = one_line_error(invoke("eval", "--run", stopped_run, "--set",
+                                 f"threads={(os.cpu_count() or 1) + 1}"))
+    assert "config key 'threads'" in line and "more than this machine's" in line
+
+
+@pytest.mark.parametrize("where", ["sft", "rl_step"])
+def test_an_abort_says_whether_a_checkpoint_is_there(tmp_path, monkeypatch, where):
+    """A second Ctrl-C (``KeyboardInterrupt``) before the run's first checkpoint does not claim
+    that "the last checkpoint is intact": there is none, and the same command starts over;
+    after it, the message names the checkpoint to continue from."""
+    from tests.test_train_run_directory import invoke
+
+    def abort(*args, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Trainer, where, abort)
+    out = tmp_path / "run"
+    res = invoke("train", "--out", out, "--quiet", "--max-steps", "2", *_tiny_sets())
+    assert res.exit_code == 130, res.output
+    if where == "sft":
+        assert "intact" not in res.output and "checkpoint" in res.output
+        assert "interrupted before the run's first checkpoint: nothing to continue from; the " \
+            "same command starts the run over" in res.output
+    else:
+        assert f"the last checkpoint in {out}, step_0000000.safetensors, is intact" in res.output
+
+
+def test_eval_n_1_prints_pass_at_1_once(tmp_path):
+    from tests.conftest import TINY
+    from tests.test_train_run_directory import invoke
+
+    sets = [x for s in [*TINY, "eval.n=1"] for x in ("--set", s)]
+    res = invoke("train", "--out", tmp_path / "run", "--quiet", "--max-steps", "1", *sets)
+    assert res.exit_code == 0, res.output
+    done = [ln for ln in res.output.splitlines() if ln.startswith("done:")]
+    assert len(done) == 1 and done[0].count("pass@1=") == 1, done

@@ -193,7 +193,7 @@ def test_yaml_files_and_dicts_merge_on_the_defaults(tmp_path):
                  "rollout: {temperature: 0.7}\neval:\n  temperature: ${rollout.temperature}\n")
     cfg = load_config(p)
     assert cfg.estimator_options == {"k": 4} and cfg.optim.lr == 1e-4
-    assert cfg.eval.temperature == 0.7 and cfg.sft.steps == 100
+    assert cfg.eval.temperature == 0.7 and resolve_defaults(cfg).sft.steps == 100
     again = config_from_dict({"max_steps": 7, "optim": {"beta1": 0.8}}, base=cfg)
     assert (again.max_steps, again.optim.beta1, again.optim.lr) == (7, 0.8, 1e-4)
     assert cfg.max_steps == 100  # the base is left alone
@@ -252,3 +252,35 @@ def test_the_schema_module_loads_no_trainer_code_and_no_torch():
     assert "torch" not in loaded
     assert [m for m in loaded if m not in ("bestk", "bestk._lazy", "bestk._schema", "bestk.train",
                                            "bestk.train.config")] == []
+
+
+@pytest.mark.parametrize("text, got", [("42\n", "int 42"), ("hello world\n", "str 'hello world'"),
+                                       ("3.5\n", "float 3.5"), ("- a\n- b\n", "list")])
+def test_a_config_file_that_is_not_a_mapping_is_one_line(tmp_path, text, got):
+    """``echo 42 > scalar.yaml; bestk train --config scalar.yaml``: one line saying the file
+    must be a mapping and what it holds (not an omegaconf traceback, nor "unknown config key
+    'hello world'")."""
+    from tests.test_train_run_directory import invoke, one_line_error
+
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    with pytest.raises(ValueError) as e:
+        load_config(p)
+    assert str(e.value).startswith(f"config file '{p}' must be a mapping at the top level")
+    assert f"at the top level, got {got}; write one 'key: value' per line" in str(e.value)
+    line = one_line_error(invoke("train", "--config", p, "--out", tmp_path / "run", "--quiet"))
+    assert line == f"error: {e.value}"
+    assert not (tmp_path / "run").exists()
+
+
+def test_sft_steps_default_to_none_for_a_model_path():
+    """``sft.steps: null`` (the default) is 100 for the tiny model, 0 for a ``model.path``
+    (a pretrained model is not warmed up on the task's answers unless asked to)."""
+    assert TrainConfig().sft.steps is None
+    assert resolve_defaults(TrainConfig()).sft.steps == 100
+    cfg = apply_overrides(TrainConfig(), ["model.path=some/model"])
+    assert resolve_defaults(cfg).sft.steps == 0
+    apply_overrides(cfg, ["sft.steps=7"])
+    assert resolve_defaults(cfg).sft.steps == 7
+    apply_overrides(cfg, ["sft.steps=null", "model.path=null"])
+    assert resolve_defaults(cfg).sft.steps == 100

@@ -1022,3 +1022,19 @@ def test_eval_warns_about_prompt_characters_the_tokenizer_does_not_know(run):
     same = invoke("eval", "--model", run / "final", "-n", "2", "--set", "eval.num_prompts=2",
                   "--set", "task.options={num_train: 64, num_eval: 4, max_len: 4}")
     assert same.exit_code == 0 and "warning" not in same.output, same.output
+
+
+def test_a_finished_marker_without_final_or_checkpoints_says_what_it_found(run):
+    """``final/`` and ``checkpoints/`` deleted, ``.finished`` kept: the run is neither complete
+    (no model to report) nor resumable, and it is not a run stopped before its first
+    checkpoint either (which it was taken for, and started over): one line saying what is
+    there, nothing moved or trained."""
+    shutil.rmtree(run / "final")
+    shutil.rmtree(run / "checkpoints")
+    before = sorted(p.name for p in run.iterdir())
+    line = one_line_error(invoke(*cli_args(run)))
+    assert line == (
+        f"error: run '{run}' finished at step 4 (its .finished marker says so), but its final/ "
+        "model and its checkpoints/ are gone: there is nothing to report or continue from; "
+        "restore final/ (or a checkpoint), or start a new run with another --out")
+    assert sorted(p.name for p in run.iterdir()) == before

@@ -17,7 +17,11 @@ from bestk.train.rollout.sampler import sample
 from bestk.train.rollout.scoring import score_batch
 from bestk.train.rollout.settings import sampling_options
 from bestk.train.setup import check_run_prompts
+from bestk.train.trainer import Trainer
 from bestk.train.validation import resolve_defaults
+from tests.conftest import TINY, tiny_config
+
+pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 
 
 def test_score_batch_logs_each_function_of_several():
@@ -99,3 +103,62 @@ def test_sampling_options_off_are_bit_identical_and_top_k_one_is_greedy():
         first = model(**tok(prompts, padding=True, return_tensors="pt",
                             add_special_tokens=False)).logits[:, -1].argmax(-1)
     assert np.array_equal(greedy.completion_ids[::2, 0].numpy(), first.numpy())
+
+
+def _long_prompts(tmp_path, n: int = 20, chars: int = 300):
+    path = tmp_path / "long.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"{i}:" + "x" * chars, "answer": "1"}) + "\n"
+                            for i in range(n)))
+    return ["task.name=jsonl", f"task.options={{path: {path}, num_eval: 4}}"]
+
+
+def test_prompts_beyond_the_model_context_are_refused_before_work(tmp_path):
+    """20 prompts of 300 characters for the tiny model (``max_positions`` 128, a token a
+    character): refused in one line when the run starts, before the SFT, naming the context
+    and the fix; 100k-character prompts used to run the kernel out of memory. A prompt cut to
+    ``rollout.max_prompt_length`` fits; the SFT warm-up, which sees whole prompts, is then
+    refused on its own."""
+    from tests.test_train_run_directory import invoke, one_line_error
+
+    long = [*_long_prompts(tmp_path), "rollout.max_new_tokens=8", "max_steps=1"]
+    out = tmp_path / "run"
+    with pytest.raises(ValueError) as e:
+        Trainer(tiny_config(out, *long))
+    assert str(e.value) == (
+        "20 of 20 prompts do not fit the model's context of 128 tokens with "
+        "rollout.max_new_tokens=8 (the longest has 303 tokens); set "
+        "rollout.max_prompt_length=120 (or less) to keep the last tokens of each, or shorten "
+        "them")
+    assert not out.exists()
+    sets = [x for s in [*TINY, *long] for x in ("--set", s)]
+    line = one_line_error(invoke("train", "--out", out, "--quiet", *sets))
+    assert line == f"error: {e.value}"
+    with pytest.raises(ValueError, match="the SFT warm-up trains on whole prompts and answers: "
+                       "16 of its 16 examples are longer than the model's context of 128 tokens "
+                       "\\(the longest has 305\\); set sft.steps=0, or shorten them"):
+        Trainer(tiny_config(out, *long, "rollout.max_prompt_length=120"))
+    Trainer(tiny_config(out, *long, "rollout.max_prompt_length=120", "sft.steps=0")).close()
+    with pytest.raises(ValueError, match="rollout.max_new_tokens=128 leaves no room for a "
+                       "prompt in the model's context of 128 tokens"):
+        Trainer(tiny_config(tmp_path / "other", "rollout.max_new_tokens=128"))
+
+
+def test_a_reward_that_raises_is_found_before_the_sft(tmp_path):
+    """A reward function that raises on the task's own fields (a keyword the data does not
+    have) or on an empty completion is found by a probe call when the run starts: one line
+    naming the function, before the SFT warm-up (which it used to follow, ending in a
+    traceback at the step-0 evaluation), nothing left in ``--out``."""
+    from tests.test_tasks_rewards import RAISING
+    from tests.test_train_run_directory import invoke, one_line_error
+
+    path = tmp_path / "raising.py"
+    path.write_text(RAISING)
+    for name, why in (("wrong_field", "TypeError"), ("crash", "ZeroDivisionError")):
+        out = tmp_path / name
+        sets = [x for s in [*TINY, f"task.reward={path}:{name}"] for x in ("--set", s)]
+        line = one_line_error(invoke("train", "--out", out, "--quiet", "--max-steps", "1",
+                                     *sets))
+        assert line.startswith(f"error: reward function {name!r} of task 'strings/reverse' "
+                               f"raised {why}")
+        assert line.endswith("(a probe call before any work)")
+        assert not out.exists()

@@ -123,3 +123,43 @@ def test_one_command_resolves_its_config_once(tiny_hf_model, gsm8k_parquet, tmp_
     resolved = resolve_config(read_run_config(out))
     assert isinstance(resolved, ResolvedTrainConfig) and resolved.rollout.temperature == 0.9
     assert resolve_config(resolved) is not resolved and len(resolutions) == 1  # not resolved again
+
+
+def test_a_rollout_batch_beyond_memory_is_refused_up_front(tmp_path, monkeypatch):
+    """``rollout.n=1000000000`` validated for minutes (the estimator's dry run on 2 x n
+    rewards) and was then killed for memory: a lower bound of the memory of a step's
+    completions is checked first, against the machine's, in one line."""
+    from bestk.train import validation
+
+    def no_dry_run(*args, **kw):
+        raise AssertionError("the estimator's dry run ran before the memory check")
+
+    monkeypatch.setattr(validation, "_memory_bytes", lambda device: 2**20)  # a 1 MiB machine
+    monkeypatch.setattr(validation, "check_estimator_runs", no_dry_run)
+    with pytest.raises(ValueError) as e:
+        validation.validate(tiny_config(tmp_path, "rollout.n=100000"))
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith(
+        "rollout.n=100000 with rollout.prompts_per_step=2: 2e+05 completions a step need at "
+        "least 12.2 MiB")
+    assert "more than the 1.0 MiB of memory" in msg and "lower rollout.n" in msg
+    with pytest.raises(ValueError, match="eval.n=100000 with eval.num_prompts=null: 1e\\+05 "
+                       "completions an evaluation need at least"):
+        validation.validate(tiny_config(tmp_path, "eval.n=100000"))
+    with pytest.raises(AssertionError, match="dry run"):  # the tiny run itself fits
+        validation.validate(tiny_config(tmp_path))
+
+
+def test_a_billion_completions_are_refused_in_one_line_at_once(tmp_path, monkeypatch):
+    from bestk.train import validation
+    from tests.test_train_run_directory import invoke, one_line_error
+
+    def no_dry_run(*args, **kw):
+        raise AssertionError("the estimator's dry run ran before the memory check")
+
+    monkeypatch.setattr(validation, "check_estimator_runs", no_dry_run)
+    line = one_line_error(invoke("train", "--out", tmp_path / "run", "--quiet", "--set",
+                                 "rollout.n=1000000000"))
+    assert line.startswith("error: rollout.n=1000000000 with rollout.prompts_per_step=64: "
+                           "6.4e+10 completions a step need at least")
+    assert not (tmp_path / "run").exists()

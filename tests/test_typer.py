@@ -156,6 +156,45 @@ def test_a_read_only_calibration_file_is_one_line(tmp_path, read_only):
     assert f"{ro}" in line and "Read-only file system; choose a writable location" in line
 
 
+@pytest.mark.parametrize("name", list(FILE_COMMANDS))
+def test_a_read_only_output_file_is_named_before_any_work(tmp_path, read_only, monkeypatch,
+                                                          name):
+    """``--json`` / ``--bank`` / ``-o`` in a place that cannot be written: the line names the
+    target (not the temporary file the write went through), and the command checks it before
+    it evaluates or calibrates anything."""
+    from bestk.kappo import calibration
+    from bestk.train import commands
+
+    def no_work(*args, **kw):
+        raise AssertionError("the command worked before checking its output file")
+
+    monkeypatch.setattr(commands, "eval_config", no_work)
+    monkeypatch.setattr(calibration, "calibrate", no_work)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    target = ro / "sub" / "out.json"
+    args = FILE_COMMANDS[name](tmp_path, target)
+    read_only(ro)
+    assert invoke(args) == f"error: {target}: Read-only file system; choose a writable location"
+    assert list(ro.iterdir()) == []
+
+
+def test_atomic_writes_name_their_target_not_the_temporary(tmp_path, read_only):
+    from bestk._atomic import write_text_atomic
+
+    (tmp_path / "adir").mkdir()
+    with pytest.raises(IsADirectoryError) as e:
+        write_text_atomic(tmp_path / "adir", "x")
+    assert e.value.filename == str(tmp_path / "adir") and e.value.filename2 is None
+    assert os.listdir(tmp_path / "adir") == [] and sorted(os.listdir(tmp_path)) == ["adir"]
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    read_only(ro)
+    with pytest.raises(OSError) as e:
+        write_text_atomic(ro / "x.json", "x")
+    assert e.value.errno == errno.EROFS and e.value.filename == str(ro / "x.json")
+
+
 def test_os_errors_of_any_command_in_a_real_process(tmp_path):
     """No command lets a traceback out: ``python -m bestk lab kappo -o FILE``."""
     plain = tmp_path / "afile"

@@ -79,10 +79,15 @@ def atomic_path(path: str | os.PathLike, *, suffix: str = ".tmp") -> Iterator[Pa
     The caller writes the temporary file (by any means: ``write_text``, ``save_file``...).
     On exit it is fsync'ed, given mode ``0o666 & ~umask`` and renamed onto ``path``; if the
     block raises, it is removed and ``path`` is left untouched. Parent directories are created.
+    An ``OSError`` of the temporary file (creating, writing, renaming it) names ``path``, the
+    file the user asked for.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    except OSError as e:  # a read-only or full directory: name the file, not the temporary
+        raise _naming(e, path) from e
     os.close(fd)
     try:
         yield Path(tmp)
@@ -93,11 +98,17 @@ def atomic_path(path: str | os.PathLike, *, suffix: str = ".tmp") -> Iterator[Pa
     except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        if isinstance(e, OSError) and e.filename is None and e.errno is not None:
-            # a failed write() (ENOSPC, EIO) names no file: name the one being written
-            raise OSError(e.errno, e.strerror, str(path)) from e
+        if isinstance(e, OSError) and e.errno is not None and e.filename in (None, tmp):
+            # a failed write() (ENOSPC, EIO) names no file, a failed fsync or rename the
+            # temporary: name the file being written
+            raise _naming(e, path) from e
         raise
     _fsync_dir(path.parent)
+
+
+def _naming(e: OSError, path: Path) -> OSError:
+    """``e`` (of the same class: ``IsADirectoryError`` stays one) naming ``path`` alone."""
+    return type(e)(e.errno, e.strerror, str(path))
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:

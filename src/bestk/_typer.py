@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -86,13 +87,24 @@ def out_directory(path: PathT, option: str = "--out") -> PathT:
 
 def out_file(path: PathT, option: str) -> PathT:
     """``path`` unchanged if a file can be written there; a ``ValueError`` naming ``option``
-    when it is a directory or a parent of it is an existing file (checked before any work)."""
+    when it is a directory or a parent of it is an existing file, an ``OSError`` naming
+    ``path`` when its directory (or the nearest existing one above it) cannot be written
+    (read-only, no permission, full): checked before any work, with a probe file made and
+    removed at once."""
     if Path(path).is_dir():
         raise ValueError(f"{option} {str(path)!r} is a directory; give a file name")
     block = _blocking_file(Path(path).parent)
     if block is not None:
         raise ValueError(f"{option} {str(path)!r}: its parent {str(block)!r} is a file, not "
                          "a directory")
+    where = next((p for p in Path(path).absolute().parents if p.is_dir()), None)
+    if where is not None:
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".bestk-probe-", dir=where)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as e:
+            raise type(e)(e.errno, e.strerror, str(path)) from None
     return path
 
 

@@ -61,15 +61,21 @@ def compare_command(
     a table of final pass@k / best@k with CIs over seeds and one overlay plot."""
     from bestk.compare.grid import run_compare
     from bestk.compare.methods import Method
+    from bestk.train.commands import check_flag_conflicts
 
     with cli_errors():
         out_directory(out)
+        check_flag_conflicts([("--max-steps", "max_steps", max_steps)], set_)
         specs: dict[str, tuple[str, list[str]]] = {}
         for item in (e.strip() for e in estimators.split(",")):
             if not item:
                 continue
             label, _, est = item.partition("=")
-            specs[label.strip()] = (est.strip() or label.strip(), [])
+            label, est = label.strip(), est.strip() or label.strip()
+            if label in specs:
+                fail(f"--estimators lists {label!r} twice; give each method once (a variant of "
+                     f"an estimator gets a label of its own: {label},{label}_2={est})")
+            specs[label] = (est, [])
         for item in set_for:
             label, sep, kv = item.partition(":")
             if not sep or "=" not in kv:

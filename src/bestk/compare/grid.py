@@ -125,12 +125,13 @@ def _grid(methods: list[Method], base: TrainConfig, seeds: Sequence[int], out: P
     needs_cal = kappo is not None and any(
         estimator_info(m.estimator).calibrated and m.options.get("calibration") == "auto"
         for m in methods)
+    sft_steps = resolve_defaults(base).sft.steps  # null: 100 for the tiny model, 0 for a path
     for i, sid in enumerate(seeds):
         sft_path = None
         cal_path = None
         if needs_cal:
             cal_path = str(shared / "_calibration" / f"seed{i}.json")
-        if base.sft.steps > 0 or needs_cal:
+        if sft_steps > 0 or needs_cal:
             probe = copy.deepcopy(base)
             probe.seed = sid
             probe.out = str(sft_dir / f"work{i}")
@@ -143,7 +144,7 @@ def _grid(methods: list[Method], base: TrainConfig, seeds: Sequence[int], out: P
                              None if kappo is None or not needs_cal else {
                                  "k": kappo.k, "beta": kappo.beta, "bank_n": kappo.bank_n,
                                  "kind": kappo.kind}, cal_path))
-            if base.sft.steps == 0:
+            if sft_steps == 0:
                 sft_path = None
         for m in methods:
             mm = m

@@ -125,8 +125,13 @@ def _prompt_id(row: dict, where: str) -> int | str:
 
 
 def _iter_jsonl(path: Path):
-    with path.open() as f:
-        for line_no, line in enumerate(f, 1):
+    with path.open("rb") as f:
+        for line_no, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{str(path)!r} is not UTF-8 text (row {line_no}: byte "
+                                 f"{raw[e.start]:#04x}); convert it to UTF-8") from None
             if not line.strip():
                 continue
             try:

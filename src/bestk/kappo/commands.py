@@ -75,32 +75,46 @@ def calibrate_cmd(
     Console().print(table)
 
 
+#: The largest group size ``bestk plot weights`` draws (its exact SoftmaxGRPO weights hold a few
+#: float64 matrices of 499 x M: 40 MB each here; larger groups are near their large-M limit).
+MAX_GROUP_SIZE = 10_000
+
+
 @plot_app.command("weights")
 def plot_weights_cmd(
     out: Path = typer.Option(
         Path("."), "--out", "-o", help="Output directory (default: the current directory; "
         "the project's figures: -o docs/img)."
     ),
-    group_size: int = typer.Option(8, "--group-size", "-M", help="Group size M (>= 2)."),
+    group_size: int = typer.Option(8, "--group-size", "-M",
+                                   help=f"Group size M (2 to {MAX_GROUP_SIZE:,})."),
     taus: str = typer.Option("0.1,0.3,1.0,3.0", "--taus", help="SoftmaxGRPO temperatures."),
     beta: float = typer.Option(0.1, "--beta", help="KL strength for the KAPPO panels."),
 ) -> None:
     """Draw prompt weights omega(p), KAPPO beta_eff(p_ref) and the win-rate transform T(q):
     OUT/weights.png, OUT/kappo_beta_eff.png, OUT/kappo_winrate_T.png."""
+    import math
+
     from bestk._optional import pyplot
 
+    try:  # bad values: one ``error:`` line (the group's), not click's usage block
+        tau_list = list(number_list(taus, "--taus", positive=True))
+    except typer.BadParameter as e:
+        raise ValueError(e.message) from None
+    if not all(math.isfinite(t) for t in tau_list):
+        raise ValueError(f"--taus must be finite numbers, got {taus!r}")
+    if not 2 <= group_size <= MAX_GROUP_SIZE:  # (499, M) float64 matrices, a few of them
+        raise ValueError(f"--group-size must be an integer in [2, {MAX_GROUP_SIZE}], got "
+                         f"{group_size}")
+    if not (math.isfinite(beta) and beta > 0):
+        raise ValueError(f"--beta must be a finite number > 0, got {beta}")
+    out_directory(out, "--out/-o")
     plt = pyplot(extra="plot")
     import numpy as np
 
     from bestk import theory
     from bestk.kappo import binary_calibration, winrate_T
 
-    tau_list = list(number_list(taus, "--taus", positive=True))
-    if group_size < 2:
-        raise typer.BadParameter("--group-size must be >= 2")
-    if not beta > 0:
-        raise typer.BadParameter("--beta must be > 0")
-    out_directory(out, "--out/-o")
     out.mkdir(parents=True, exist_ok=True)
     p = np.linspace(0.002, 0.998, 499)
     M = group_size

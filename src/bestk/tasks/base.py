@@ -22,7 +22,7 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
-from bestk._optional import require
+from bestk._optional import MissingDependency, require
 from bestk._options import check_option_names
 from bestk.tasks.rewards import RewardSpec, WeightedRewards, get_rewards, reward_parts
 
@@ -158,11 +158,9 @@ class Task:
         plain = weights is None
         columns: dict[str, np.ndarray] = {}
         for spec in specs:
-            fn = spec.fn
             out = np.empty(len(completions), dtype=np.float64)
             for i, (ex, comp) in enumerate(zip(examples, completions, strict=True)):
-                fields = {k: v for k, v in ex.items() if k != "prompt"}
-                r = fn(ex["prompt"], comp, **fields)
+                r = self._call(spec, ex, comp)
                 if r is None and not plain:
                     out[i] = np.nan  # "does not apply": skipped in the sum, as TRL does
                     continue
@@ -194,6 +192,38 @@ class Task:
         total = np.nansum(stacked * np.asarray(weights, dtype=np.float64), axis=1)
         return RewardScores(total, columns)
 
+    def _call(self, spec: RewardSpec, ex: Example, completion: str, probe: bool = False
+              ) -> Any:
+        """``spec.fn(prompt, completion, **fields)`` of example ``ex``; an exception it raises
+        (but a missing optional package) is a one-line ``ValueError`` naming the function,
+        the exception, the prompt and the completion."""
+        fields = {k: v for k, v in ex.items() if k != "prompt"}
+        try:
+            return spec.fn(ex["prompt"], completion, **fields)
+        except MissingDependency:
+            raise
+        except Exception as e:
+            text = str(e).strip().splitlines()
+            why = f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+            raise ValueError(
+                f"reward function {spec.name!r} of task {self.name!r} raised {why} for prompt "
+                f"{_short(ex['prompt'])} and completion {_short(completion)}"
+                + (" (a probe call before any work)" if probe else "")
+            ) from None
+
+    def probe_rewards(self) -> None:
+        """Call each reward function on the first training example with its reference answer,
+        then with an empty completion (a model may well stop at once), as training will: a
+        function that raises (a keyword the data lacks, ``completion.split()[-1]``) is a
+        one-line ``ValueError`` naming it now, before any work, not after the SFT warm-up.
+        What the functions return is not checked here (``None`` may mean "does not apply")."""
+        if not self.train:
+            return
+        ex = self.train[0]
+        for spec in reward_parts(self.reward)[0]:
+            for completion in (str(ex.get("answer", "")), ""):
+                self._call(spec, ex, completion, probe=True)
+
     def _reward_label(self, spec: RewardSpec, plain: bool) -> str:
         return (f"reward of task {self.name!r}" if plain
                 else f"reward function {spec.name!r} of task {self.name!r}")
@@ -201,6 +231,12 @@ class Task:
     def success(self, rewards: np.ndarray) -> np.ndarray:
         """Boolean success of each reward (``reward >= success_threshold``)."""
         return np.asarray(rewards) >= self.success_threshold
+
+
+def _short(value: object, width: int = 80) -> str:
+    """``repr(value)``, cut to ``width`` characters (a prompt in a one-line message)."""
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 4] + "...'"
 
 
 TaskBuilder = Callable[..., Task]

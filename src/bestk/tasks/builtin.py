@@ -213,17 +213,26 @@ def reasoning_gym_task(
 
 
 def _read_jsonl(path: str) -> list[Row]:
+    """The rows of a JSON-lines file (blank lines skipped); ``ValueError`` naming the file when
+    it is missing, holds no rows, or holds a line that is not UTF-8 text or not JSON."""
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"jsonl file {path!r} does not exist")
     rows = []
-    with p.open() as f:
-        for n, line in enumerate(f, 1):
+    with p.open("rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{path!r} is not UTF-8 text (line {n}: byte "
+                                 f"{raw[e.start]:#04x}); convert it to UTF-8") from None
             if line.strip():
                 try:
                     rows.append(json.loads(line))
                 except json.JSONDecodeError as e:
                     raise ValueError(f"{path}:{n}: not valid JSON ({e})") from None
+    if not rows:
+        raise ValueError(f"{path!r} holds no rows (a JSON object per line)")
     return rows
 
 

@@ -16,6 +16,7 @@ completion of the SFT warm-up.
 from __future__ import annotations
 
 import contextlib
+import glob
 import re
 import tempfile
 from collections.abc import Iterator
@@ -151,14 +152,30 @@ def read_rows(path: str, fmt: str = "auto", *, option: str = "path",
                 ds = datasets.load_dataset(FORMATS[fmt], data_files=data_files, split="train",
                                            cache_dir=cache, keep_in_memory=True)
         except Exception as e:  # pyarrow / datasets raise many types for a bad file
+            if not saved and _all_blank(data_files):  # datasets: StopIteration
+                raise ValueError(f"{path!r} holds no rows") from None
             raise ValueError(f"cannot read {path!r} as {fmt if not saved else 'a saved dataset'}"
                              f": {_first_line(e)}") from None
         if saved:
             ds = _pick_split(datasets, ds, p, option, splits)
-        rows = ds.to_list()
+        try:
+            rows = ds.to_list()
+        except UnicodeDecodeError as e:  # arrow keeps the bytes; they fail here
+            raise ValueError(f"{path!r} is not UTF-8 text (byte {e.object[e.start]:#04x} in a "
+                             "value); convert it to UTF-8") from None
     if not rows:
         raise ValueError(f"{path!r} holds no rows")
     return rows
+
+
+def _all_blank(data_files: str | list[str]) -> bool:
+    """Whether every file of ``data_files`` (paths or a glob) holds only whitespace."""
+    files = [data_files] if isinstance(data_files, str) else data_files
+    names = [n for f in files for n in (sorted(glob.glob(f)) or [f])]
+    try:
+        return bool(names) and all(not Path(n).read_bytes().strip() for n in names)
+    except OSError:
+        return False
 
 
 def _first_line(e: BaseException) -> str:

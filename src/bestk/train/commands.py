@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -53,6 +54,23 @@ def os_error_message(e: OSError, run_dir: str | Path | None = None) -> str:
     return text
 
 
+def abort_line(out: Path | None) -> str:
+    """What ``bestk train`` says when the run in ``out`` is aborted at once (a second Ctrl-C):
+    the last checkpoint it continues from, or, before the run's first checkpoint (in the SFT
+    warm-up, the KAPPO bank, the step-0 evaluation), that there is none (``out`` ``None``: the
+    run was still starting)."""
+    from bestk.train.run.checkpoint import latest_checkpoint
+
+    if out is None:
+        return "interrupted while the run was starting; run the same command to start it again"
+    last = latest_checkpoint(out / "checkpoints")
+    if last is None:
+        return ("interrupted before the run's first checkpoint: nothing to continue from; the "
+                "same command starts the run over")
+    return (f"interrupted; the last checkpoint in {out}, {last.name}, is intact: run the same "
+            f"command (or `bestk train --resume {out}`) to continue")
+
+
 #: Where the keys of ``--set`` are described (``bestk train --help``).
 CONFIG_REFERENCE = "docs/training.md, section Configuration"
 
@@ -65,6 +83,38 @@ def _set_value(overrides: list[str], key: str) -> str | None:
         if sep and k.strip() == key:
             found = v.strip()
     return found
+
+
+#: What two values of a key given by a flag and by ``--set`` mean, for the message (default:
+#: they disagree).
+_CONFLICT_TEXT = {"out": "name two run directories"}
+
+
+def check_flag_conflicts(flags: Sequence[tuple[str, str, object]], overrides: list[str]
+                         ) -> None:
+    """A one-line ``ValueError`` when a command-line flag and a ``--set`` of the config key it
+    sets disagree (``--max-steps 20 --set max_steps=12``, ``--estimator grpo --set
+    estimator=rloo``, ``--out A --set out=B``) rather than one silently winning. ``flags``:
+    ``(flag, key, value)`` for each flag, ``value`` ``None`` when the flag was not given.
+    Values are compared as the config reads them (``--set max_steps=12`` is the integer 12;
+    ``out`` as a path, ``runs/x/`` = ``runs/x``); the last ``--set`` of a key is the one that
+    counts."""
+    from bestk.train.config import _dotlist_value
+
+    for flag, key, value in flags:
+        raw = _set_value(overrides, key)
+        if value is None or raw is None:
+            continue
+        given = _dotlist_value(f"{key}={raw}")[1]
+        same = given == value
+        if key == "out" and isinstance(given, str) and isinstance(value, str | os.PathLike):
+            same = os.path.normpath(given) == os.path.normpath(value)
+        if not same:
+            def shown(v: object) -> str:
+                return repr(str(v)) if isinstance(v, str | os.PathLike) else str(v)
+
+            raise ValueError(f"{flag} {shown(value)} and --set {key}={shown(given)} "
+                             f"{_CONFLICT_TEXT.get(key, 'disagree')}; give one of them")
 
 
 def quiet_libraries() -> None:
@@ -119,8 +169,8 @@ def train_command(
 
     if quiet:
         quiet_libraries()
-    flags = [f"{key}={value}" for key, value in (("estimator", estimator),
-                                                 ("max_steps", max_steps)) if value is not None]
+    given = [("--estimator", "estimator", estimator), ("--max-steps", "max_steps", max_steps)]
+    flags = [f"{key}={value}" for _, key, value in given if value is not None]
     trainer = None
     run_dir: Path | None = resume
 
@@ -134,6 +184,7 @@ def train_command(
             resume = resume.expanduser() if resume is not None else None
             if config is not None and config.is_dir():
                 fail(f"--config {str(config)!r} is a directory; give a YAML config file")
+            check_flag_conflicts(given, set_)  # a flag and a --set of its key: one value
             set_out = _set_value(set_, "out")
             if resume is not None:
                 if config is not None:
@@ -147,9 +198,7 @@ def train_command(
                              "(copy the directory first to branch a run)")
                 trainer = Trainer.resume(resume, overrides=[*flags, *set_])
             else:
-                if out is not None and set_out is not None and set_out != out:
-                    fail(f"--out {out!r} and --set out={set_out!r} name two run directories; "
-                         "give one of them")
+                check_flag_conflicts([("--out", "out", out)], set_)
                 cfg = load_config(config) if config is not None else TrainConfig()
                 if out is not None:
                     cfg.out = out
@@ -158,20 +207,15 @@ def train_command(
                 trainer = Trainer(cfg)
             last = trainer.run(progress=not quiet)
     except KeyboardInterrupt:
-        where = f"{trainer.out}" if trainer is not None else "the run directory"
-        typer.echo(
-            f"interrupted; the last checkpoint in {where} is intact: run the same command (or "
-            f"`bestk train --resume {where}`) to continue", err=True,
-        )
+        typer.echo(abort_line(trainer.out if trainer is not None else None), err=True)
         raise typer.Exit(trainer.stop.exit_status if trainer is not None else 130) from None
     if trainer.interrupted:  # 130 after Ctrl-C, 143 after SIGTERM (a preemption)
         raise typer.Exit(trainer.stop.exit_status)
-    n = trainer.cfg.eval.n
     if last:
-        typer.echo(
-            f"done: held-out pass@1={last['pass@1']:.3f} pass@{n}={last[f'pass@{n}']:.3f}; "
-            f"report: {trainer.out / 'report.md'}"
-        )
+        from bestk.train.rollout.evaluate import pass_summary
+
+        typer.echo(f"done: held-out {pass_summary(last, trainer.cfg.eval.n)}; "
+                   f"report: {trainer.out / 'report.md'}")
 
 
 def eval_command(
@@ -204,7 +248,8 @@ def eval_command(
     used (task, template, system prompt, reward, eval settings from DIR/config.yaml).
     --set takes the keys evaluation reads: task.*, model.*, eval.n, eval.num_prompts,
     eval.temperature, eval.top_p, eval.top_k, rollout.max_new_tokens,
-    rollout.max_prompt_length, rollout.prompt_truncation, device.
+    rollout.max_prompt_length, rollout.prompt_truncation, device, threads (torch CPU threads;
+    default torch's).
     """
     with cli_errors():
         _eval(model, task, n, set_, json_out, bank_out, bank_prompts, seed, run)
@@ -214,7 +259,7 @@ def eval_command(
 #: sets ``seed`` (``-n`` is ``eval.n``). Every other key only matters to training.
 EVAL_KEYS = ("task", "model", "eval.n", "eval.num_prompts", "eval.temperature", "eval.top_p",
              "eval.top_k", "eval.engine", "vllm", "rollout.max_new_tokens",
-             "rollout.max_prompt_length", "rollout.prompt_truncation", "device")
+             "rollout.max_prompt_length", "rollout.prompt_truncation", "device", "threads")
 #: Keys ``bestk eval`` sets from its own options.
 EVAL_FLAG_KEYS = {"seed": "--seed"}
 
@@ -228,7 +273,8 @@ def check_eval_overrides(overrides: list[str]) -> None:
         if not any(key == k or key.startswith(k + ".") for k in EVAL_KEYS):
             ignored.append(key)
     if ignored:
-        read = ", ".join(k if "." in k or k == "device" else k + ".*" for k in EVAL_KEYS)
+        read = ", ".join(k if "." in k or k in ("device", "threads") else k + ".*"
+                         for k in EVAL_KEYS)
         flags = [f"{EVAL_FLAG_KEYS[k]} for {k}" for k in ignored if k in EVAL_FLAG_KEYS]
         raise ValueError(
             f"bestk eval does not use --set {', '.join(dict.fromkeys(ignored))}"
@@ -256,9 +302,7 @@ def eval_config(model: Path | None, task: str | None, n: int | None, overrides: 
     if model is None and run is None:
         raise ValueError("give --model DIR (a model directory) or --run DIR (a finished run)")
     check_eval_overrides(overrides)
-    set_n = _set_value(overrides, "eval.n")
-    if n is not None and set_n is not None and set_n != str(n):
-        raise ValueError(f"-n {n} and --set eval.n={set_n} disagree; give one of them")
+    check_flag_conflicts([("-n", "eval.n", n)], overrides)
     adapter = model if model is not None and (model / "adapter_config.json").is_file() else None
     stored_at = run
     if stored_at is None and adapter is not None and (adapter.parent.parent / "config.yaml"
@@ -337,10 +381,12 @@ def _eval(
     model: Path | None, task: str | None, n: int | None, set_: list[str], json_out: Path | None,
     bank_out: Path | None, bank_prompts: int, seed: int, run: Path | None = None,
 ) -> None:
+    import torch
+
     from bestk.tasks import load_task
     from bestk.train.model.chat import render_task_prompts
     from bestk.train.rollout.engine import open_engines
-    from bestk.train.setup import check_run_prompts
+    from bestk.train.setup import check_context, check_run_prompts, model_context
     from bestk.train.validation import resolve_config
 
     if bank_prompts < 1:
@@ -350,12 +396,16 @@ def _eval(
             out_file(path, flag)
     cfg, adapter, base_seed = eval_config(model, task, n, set_, seed, run)
     cfg = resolve_config(cfg)  # checked; null sampling keys: the model's generation_config
+    if _set_value(set_, "threads") is not None and cfg.threads is not None:
+        torch.set_num_threads(int(cfg.threads))  # else torch's default, as before
     t = load_task(cfg.task.name, cfg.task.options, seed=cfg.seed, reward=cfg.task.reward,
                   reward_weights=cfg.task.reward_weights, system_prompt=cfg.task.system_prompt)
     mdl, tok = load_eval_policy(cfg, adapter, t.alphabet, base_seed)
     mdl.to(cfg.device)  # type: ignore[arg-type]  # @wraps(Module.to): typed unbound (self first)
     render_task_prompts(t, tok, cfg.model.chat_template)
+    t.probe_rewards()
     check_run_prompts(cfg, t, tok)
+    check_context(cfg, t, tok, model_context(mdl), sft=False)
     n = cfg.eval.n
     max_new = cfg.rollout.max_new_tokens or t.max_answer_chars + 2
     examples = t.eval[: cfg.eval.num_prompts or len(t.eval)]

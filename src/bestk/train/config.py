@@ -14,7 +14,8 @@ OmegaConf against the merged config, then the result validated by the schema:
 
     bestk train --set rollout.n=16 --set estimator_options.tau=0.3 --set model.path=./my-model
 
-``rollout.n`` and ``out`` left ``None`` mean "the algorithm's default"; they are filled in once,
+``rollout.n`` and ``out`` left ``None`` mean "the algorithm's default" (``sft.steps``: "100 for
+the tiny model, 0 for a ``model.path``"); they are filled in once,
 when a run starts (:func:`bestk.train.validation.resolve_defaults`). What needs the registries
 -- the algorithm and estimator names, estimator and task option names, the estimator's dry run,
 the algorithm's own checks, a calibration file, the device, ``report_to`` -- is checked by
@@ -31,6 +32,7 @@ from typing import Annotated, Any, ClassVar, Literal, TypeGuard, get_args, get_o
 
 import yaml
 from omegaconf import OmegaConf
+from omegaconf._utils import get_yaml_loader
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import (
     BaseModel,
@@ -59,11 +61,13 @@ __all__ = [
     "KappoConfig",
     "TrainConfig",
     "ResolvedRolloutConfig",
+    "ResolvedSFTConfig",
     "ResolvedEvalConfig",
     "ResolvedTrainConfig",
     "resolved_from_dict",
     "CALIBRATION_KINDS",
     "DEFAULT_OUT",
+    "DEFAULT_SFT_STEPS",
     "load_config",
     "yaml_error_line",
     "parse_yaml_config",
@@ -80,6 +84,9 @@ CALIBRATION_KINDS = ("auto", "binary", "winrate")
 
 #: The default run directory (the algorithm's ``AlgorithmSpec.out_suffix`` is appended).
 DEFAULT_OUT = "runs/bestk"
+
+#: SFT steps of a run of the tiny model that leaves ``sft.steps`` null (a ``model.path``: 0).
+DEFAULT_SFT_STEPS = 100
 
 
 def _mapping_input(value: object) -> object:
@@ -230,8 +237,12 @@ class SFTConfig(_Section):
 
     key: ClassVar[str] = "sft"
 
-    steps: Int = Field(0, ge=0)
-    """Optimizer steps of cross-entropy on ``prompt + answer + EOS`` (loss on the answer)."""
+    steps: Int | None = Field(None, ge=0, json_schema_extra=_null(
+        "100 for the tiny model, 0 with model.path"))
+    """Optimizer steps of cross-entropy on ``prompt + answer + EOS`` (loss on the answer);
+    0 = no warm-up. ``None`` = :data:`DEFAULT_SFT_STEPS` (100) for the tiny model built from
+    scratch, 0 for a pretrained ``model.path`` (whose answers need no warm-up, and whom
+    ``lr`` 3e-3 would wreck), filled in when the run starts."""
     batch_size: Int = Field(64, ge=1)
     """Examples per SFT step."""
     lr: Float = Field(3e-3, gt=0)
@@ -500,8 +511,9 @@ class TrainConfig(_Section):
     """The policy network."""
     task: TaskConfig = Field(default_factory=TaskConfig)
     """The task trained on."""
-    sft: SFTConfig = Field(default_factory=lambda: SFTConfig(steps=100))
-    """The supervised warm-up (100 steps by default)."""
+    sft: SFTConfig = Field(default_factory=SFTConfig)
+    """The supervised warm-up (100 steps for the tiny model, none for a ``model.path``, by
+    default)."""
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     """Sampling of the training completions."""
     loss: LossConfig = Field(default_factory=LossConfig)
@@ -546,6 +558,13 @@ class ResolvedRolloutConfig(RolloutConfig):
     """Top-k (the model's ``generation_config`` or 0 filled in; 0 = off)."""
 
 
+class ResolvedSFTConfig(SFTConfig):
+    """``sft`` of a :class:`ResolvedTrainConfig`: ``steps`` set."""
+
+    steps: Int = Field(..., ge=0)
+    """SFT steps (100 for the tiny model, 0 for a ``model.path``, filled in; 0 = none)."""
+
+
 class ResolvedEvalConfig(EvalConfig):
     """``eval`` of a :class:`ResolvedTrainConfig`: the sampling keys set."""
 
@@ -559,9 +578,10 @@ class ResolvedEvalConfig(EvalConfig):
 
 class ResolvedTrainConfig(TrainConfig):
     """A :class:`TrainConfig` whose "the algorithm's default" / "the model's" fields are filled
-    in: ``out``, ``rollout.n`` and the sampling keys of ``rollout`` and ``eval`` are never
-    ``None``. Made once per command by :func:`bestk.train.validation.resolve_defaults` (or read
-    back, already resolved, by :func:`resolved_from_dict`); the trainer, the algorithms and
+    in: ``out``, ``rollout.n``, ``sft.steps`` and the sampling keys of ``rollout`` and ``eval``
+    are never ``None``. Made once per command by
+    :func:`bestk.train.validation.resolve_defaults` (or read back, already resolved, by
+    :func:`resolved_from_dict`); the trainer, the algorithms and
     evaluation take this type, so nothing downstream resolves again. Its fields, their order
     and ``config.yaml`` are :class:`TrainConfig`'s.
 
@@ -573,6 +593,8 @@ class ResolvedTrainConfig(TrainConfig):
 
     out: Str
     """Run directory (the algorithm's default filled in)."""
+    sft: ResolvedSFTConfig
+    """The supervised warm-up (its steps filled in)."""
     rollout: ResolvedRolloutConfig
     """Sampling of the training completions (resolved)."""
     eval: ResolvedEvalConfig
@@ -795,9 +817,23 @@ def config_from_dict(data: Mapping[str, object] | None, base: TrainConfig | None
 
 def parse_yaml_config(text: str) -> Any:
     """The YAML document ``text`` as plain Python (OmegaConf's YAML reading: ``5e-3`` is a
-    number); ``yaml.YAMLError`` if it is not YAML."""
-    conf = OmegaConf.create(text) if text.strip() else OmegaConf.create({})
-    return OmegaConf.to_container(conf, resolve=False)
+    number; an empty document is ``{}``); ``yaml.YAMLError`` if it is not YAML. A document
+    that is a scalar (``42``, ``hello world``) is returned as it is, for the caller to refuse
+    (OmegaConf would fail on a number and read a word as a key)."""
+    data = yaml.load(text, Loader=get_yaml_loader()) if text.strip() else None
+    if data is None:
+        return {}
+    if not isinstance(data, (dict, list)):
+        return data
+    return OmegaConf.to_container(OmegaConf.create(data), resolve=False)
+
+
+def _kind(value: object) -> str:
+    """``int 42``: a value's type and (short) repr, for messages; ``list`` / ``dict`` alone."""
+    if isinstance(value, (list, dict)):
+        return type(value).__name__
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
 
 
 def load_config(path: str | Path) -> TrainConfig:
@@ -813,6 +849,9 @@ def load_config(path: str | Path) -> TrainConfig:
         ) from None
     except (OSError, UnicodeDecodeError) as e:
         raise ValueError(f"cannot read config file {str(p)!r}: {e}") from None
+    if not isinstance(data, Mapping):
+        raise ValueError(f"config file {str(p)!r} must be a mapping at the top level, got "
+                         f"{_kind(data)}; write one 'key: value' per line (max_steps: 50)")
     return config_from_dict(data)
 
 

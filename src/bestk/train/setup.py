@@ -16,7 +16,7 @@ from bestk.train.config import ResolvedTrainConfig
 from bestk.train.model.chat import render_task_prompts
 from bestk.train.model.hf import enable_gradient_checkpointing
 from bestk.train.model.policy import load_policy
-from bestk.train.rollout.prompts import check_prompt_lengths
+from bestk.train.rollout.prompts import check_prompt_lengths, lengths_over, prompt_lengths
 from bestk.train.rollout.settings import sampling_header
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers is optional)
@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers is option
     from bestk.train.model.policy import Policy
 
 __all__ = ["load_run_task", "load_run_policy", "max_new_tokens", "check_run_prompts",
-           "check_prompt_pool", "run_header"]
+           "check_prompt_pool", "model_context", "check_context", "run_header"]
 
 
 def load_run_task(cfg: ResolvedTrainConfig) -> tuple[Task, torch.device]:
@@ -44,12 +44,17 @@ def load_run_policy(cfg: ResolvedTrainConfig, task: Task, device: torch.device
                     ) -> tuple[Policy, PreTrainedTokenizerBase]:
     """``(model, tokenizer)``: the policy of ``model`` (initialised from ``seed``) on
     ``device``, with the task's prompts rendered by its chat template and their lengths
-    checked against ``rollout.max_prompt_length`` (:func:`check_run_prompts`)."""
+    checked against ``rollout.max_prompt_length`` (:func:`check_run_prompts`) and the model's
+    context (:func:`check_context`, the SFT warm-up's too when it runs); each reward function
+    is called once on a rendered prompt (:meth:`~bestk.tasks.Task.probe_rewards`), so one that
+    raises stops the run before any work."""
     model, tokenizer = load_policy(cfg.model, task.alphabet, seed=cfg.seed)
     if cfg.model.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     render_task_prompts(task, tokenizer, cfg.model.chat_template)
+    task.probe_rewards()  # a reward that raises: now, not after the SFT
     check_run_prompts(cfg, task, tokenizer)
+    check_context(cfg, task, tokenizer, model_context(model), sft=cfg.sft.steps > 0)
     model.to(device)  # type: ignore[arg-type]  # @wraps(Module.to): typed unbound (self first)
     return model, tokenizer
 
@@ -87,8 +92,60 @@ def check_run_prompts(cfg: ResolvedTrainConfig, task: Task, tokenizer: PreTraine
     return check_prompt_lengths(tokenizer, prompts, r.max_prompt_length, r.prompt_truncation)
 
 
+def model_context(model: Policy) -> int | None:
+    """The most tokens ``model`` takes (its config's ``max_position_embeddings``, or
+    ``n_positions`` / ``max_sequence_length``: ``model.max_positions`` for the tiny model), or
+    ``None`` when its config does not say."""
+    config = getattr(model, "config", None)
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
+def check_context(cfg: ResolvedTrainConfig, task: Task, tokenizer: PreTrainedTokenizerBase,
+                  context: int | None, *, sft: bool) -> None:
+    """A prompt and its ``max_new_tokens`` completion fit the model's ``context`` (tokens):
+    a one-line ``ValueError`` before any work, naming the context, the longest prompt and the
+    ``rollout.max_prompt_length`` that would cut every prompt to fit. Prompts longer than the
+    context once made a run sample (and train on) sequences the model was never built for,
+    until the kernel killed it for memory. With ``sft`` (the SFT warm-up runs) each training
+    example's ``prompt + answer + EOS``, which the warm-up trains on whole (uncut), must fit
+    too. ``context`` ``None`` (the model does not say): nothing is checked."""
+    if context is None:
+        return
+    max_new = max_new_tokens(cfg, task)
+    name = (f"rollout.max_new_tokens={max_new}" if cfg.rollout.max_new_tokens is not None else
+            f"rollout.max_new_tokens={max_new} (null: the task's answer bound + 2)")
+    room = context - max_new
+    if room < 1:
+        raise ValueError(f"{name} leaves no room for a prompt in the model's context of "
+                         f"{context} tokens; lower it (at most {context - 1})")
+    limit = cfg.rollout.max_prompt_length
+    prompts = [ex["prompt"] for ex in [*task.train, *task.eval]]
+    if limit is None or limit > room:
+        long = lengths_over(tokenizer, prompts, room)
+        if long:
+            raise ValueError(
+                f"{len(long)} of {len(prompts)} prompts do not fit the model's context of "
+                f"{context} tokens with {name} (the longest has {max(long)} tokens); set "
+                f"rollout.max_prompt_length={room} (or less) to keep the last tokens of each, "
+                "or shorten them")
+    if not sft:
+        return
+    pairs = [(ex["prompt"], str(ex["answer"])) for ex in task.train]
+    maybe = [pa for pa in pairs if len(pa[0].encode()) + len(pa[1].encode()) + 5 > context]
+    if not maybe:
+        return
+    p_len = prompt_lengths(tokenizer, [p for p, _ in maybe])
+    a_len = prompt_lengths(tokenizer, [a for _, a in maybe])
+    long = [p + a + 1 for p, a in zip(p_len, a_len, strict=True) if p + a + 1 > context]
+    if long:
+        raise ValueError(
+            f"the SFT warm-up trains on whole prompts and answers: {len(long)} of its "
+            f"{len(pairs)} examples are longer than the model's context of {context} tokens "
+            f"(the longest has {max(long)}); set sft.steps=0, or shorten them")
 
 
 def run_header(cfg: ResolvedTrainConfig, task: Task, tokenizer: PreTrainedTokenizerBase) -> str:

@@ -62,7 +62,7 @@ from bestk.train.reference.bank import ReferenceBank, save_reference
 from bestk.train.reference.plan import ReferencePlan, plan_reference, restrict_prompts
 from bestk.train.rollout.batch import Rollout
 from bestk.train.rollout.engine import open_engines, synced_sample
-from bestk.train.rollout.evaluate import evaluate
+from bestk.train.rollout.evaluate import evaluate, pass_summary
 from bestk.train.rollout.sample_log import eval_samples
 from bestk.train.rollout.scoring import score_batch
 from bestk.train.run.checkpoint import (
@@ -74,7 +74,6 @@ from bestk.train.run.checkpoint import (
 from bestk.train.run.console import (
     Stopped,
     StopRequest,
-    eval_summary,
     interrupted_line,
     progress_bar,
     start_line,
@@ -339,7 +338,7 @@ class Trainer:
             self.step = step
             if evaluation_due(cfg, step):
                 last_eval = self.evaluate(step)
-                live = " | eval " + eval_summary(last_eval, cfg.eval.n)
+                live = f" | eval {pass_summary(last_eval, cfg.eval.n)}"
             if step % cfg.checkpoint_every == 0 or step == cfg.max_steps:
                 self.checkpoint()
             bar.update(rl, completed=step, description=self.algo.describe(m) + live)

@@ -42,6 +42,7 @@ from bestk.tasks import Task, task_options
 from bestk.train.algorithms import ALGORITHMS
 from bestk.train.config import (
     DEFAULT_OUT,
+    DEFAULT_SFT_STEPS,
     ResolvedTrainConfig,
     TrainConfig,
     check_schema,
@@ -65,6 +66,8 @@ __all__ = [
     "check_device",
     "check_paths",
     "check_machine",
+    "check_batch_memory",
+    "COMPLETION_BYTES",
     "tiny_model_parameters",
     "check_reward_domain",
     "check_dependencies",
@@ -78,7 +81,8 @@ def resolve_defaults(cfg: TrainConfig) -> ResolvedTrainConfig:
     """The :class:`~bestk.train.config.ResolvedTrainConfig` of ``cfg``: the fields it leaves
     ``None`` filled in -- ``rollout.n`` (the algorithm's ``default_n``: 8 for ``pg``, 1 for
     ``apo`` and ``dpo``), ``out`` (``runs/bestk`` + the algorithm's ``out_suffix``:
-    ``runs/bestk``, ``runs/bestk-apo``, ``runs/bestk-dpo``) and the ``null`` sampling keys
+    ``runs/bestk``, ``runs/bestk-apo``, ``runs/bestk-dpo``), ``sft.steps`` (100 for the tiny
+    model, 0 for a ``model.path``) and the ``null`` sampling keys
     (the model's ``generation_config``, read here once: :func:`bestk.train.rollout.settings.
     fill_sampling`). A value set explicitly is kept, whatever the order it was set in; a
     leading ``~`` of ``out`` and ``model.path`` is expanded to the home directory. ``cfg``
@@ -96,6 +100,8 @@ def resolve_defaults(cfg: TrainConfig) -> ResolvedTrainConfig:
         out.rollout.n = spec.default_n
     if out.out is None:
         out.out = DEFAULT_OUT + spec.out_suffix
+    if out.sft.steps is None:  # a pretrained model.path is not warmed up unless asked to
+        out.sft.steps = 0 if out.model.path is not None else DEFAULT_SFT_STEPS
     if out.out.startswith("~"):
         out.out = os.path.expanduser(out.out)
     if out.model.path is not None and out.model.path.startswith("~"):
@@ -132,7 +138,8 @@ def check_resolved(cfg: ResolvedTrainConfig) -> None:
     """The checks of a resolved config, in order: the schema and ``report_to``
     (:func:`check_values`), the run directory's and model's paths (:func:`check_paths`), what
     the algorithm accepts (:func:`check_algorithm`), the device (:func:`check_device`), what
-    the machine can hold (:func:`check_machine`: threads, the tiny model's size), the optional
+    the machine can hold (:func:`check_machine`: threads, the tiny model's size;
+    :func:`check_batch_memory`: a step's and an evaluation's completions), the optional
     packages the config needs (:func:`check_dependencies`), a local model directory or GGUF
     file (:func:`bestk.train.model.source.check_model_source`), a KAPPO calibration file
     (:func:`check_kappo_file`), and, for an algorithm that uses the estimator, the estimator
@@ -144,6 +151,7 @@ def check_resolved(cfg: ResolvedTrainConfig) -> None:
     check_algorithm(cfg)
     check_device(cfg.device)
     check_machine(cfg)
+    check_batch_memory(cfg)
     check_dependencies(cfg)
     if cfg.model.path is not None:
         check_model_source(cfg.model.path)
@@ -318,7 +326,51 @@ def _memory_bytes(device: str) -> int | None:
 
 
 def _gib(n: float) -> str:
+    """``n`` bytes in MiB, GiB or TiB (one decimal)."""
+    if n < 2**30:
+        return f"{n / 2**20:,.1f} MiB"
     return f"{n / 2**30:,.1f} GiB" if n < 2**40 else f"{n / 2**40:,.1f} TiB"
+
+
+#: Bytes a sampled completion holds at the least, whatever the model: its prompt's and its own
+#: token ids and attention masks (int64, at least one token each), its sampled log-prob and
+#: entropy (float32), its decoded text (a Python ``str``, 49 bytes when empty), its reward and
+#: advantage (float64): over 100 bytes, so 64 is a lower bound with room to spare.
+COMPLETION_BYTES = 64
+
+
+def check_batch_memory(cfg: ResolvedTrainConfig) -> None:
+    """A one-line ``ValueError`` when the completions of one RL step (``rollout.prompts_per_step
+    x rollout.n``; at least the ``2 x rollout.n`` rewards of the estimator's dry run) or of one
+    evaluation (``eval.n`` per held-out prompt, at least one prompt) cannot fit in the
+    machine's memory (the device's and the CPU's) at :data:`COMPLETION_BYTES` each, a lower
+    bound: ``rollout.n=1000000000`` is refused at once, not after minutes of validation and a
+    kill for memory. A batch this allows may still not fit (the model's activations and KV
+    cache come on top)."""
+    have = _memory_bytes("cpu")
+    if have is not None and torch.device(cfg.device).type != "cpu":
+        have += _memory_bytes(cfg.device) or 0
+    if have is None:  # pragma: no cover - a system that does not say
+        return
+    r, e = cfg.rollout, cfg.eval
+    online = ALGORITHMS[cfg.algorithm].online
+    for count, what in (
+        (max(r.prompts_per_step, 2) * r.n if online else 0,
+         f"rollout.n={r.n} with rollout.prompts_per_step={r.prompts_per_step}: "
+         f"{r.prompts_per_step * r.n:.3g} completions a step"),
+        (e.n * (e.num_prompts or 1),
+         f"eval.n={e.n} with eval.num_prompts={'null' if e.num_prompts is None else e.num_prompts}"
+         f": {e.n * (e.num_prompts or 1):.3g} completions an evaluation"),
+    ):
+        need = count * COMPLETION_BYTES
+        if need > have:
+            key = "rollout.n or rollout.prompts_per_step" if what.startswith("rollout") \
+                else "eval.n or eval.num_prompts"
+            raise ValueError(
+                f"{what} need at least {_gib(need)} ({COMPLETION_BYTES} bytes each, before the "
+                f"model's activations), more than the {_gib(have)} of memory of this machine; "
+                f"lower {key}"
+            )
 
 
 def check_machine(cfg: ResolvedTrainConfig) -> None:

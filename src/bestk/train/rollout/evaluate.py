@@ -8,7 +8,7 @@ Both are averaged over prompts with bootstrap CIs over prompts.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -22,7 +22,15 @@ from bestk.train.run.console import Stopped
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from bestk.train.rollout.engine import RolloutEngine
 
-__all__ = ["EvalResult", "evaluate"]
+__all__ = ["EvalResult", "evaluate", "pass_summary"]
+
+
+def pass_summary(metrics: Mapping[str, object], n: int) -> str:
+    """``pass@1=0.123 pass@8=0.456`` of an evaluation record with ``n`` samples per prompt
+    (``pass@1=0.123`` alone when ``n`` is 1: the same number once)."""
+    ks = (1, n) if n > 1 else (1,)
+    return " ".join(f"pass@{k}={float(metrics[f'pass@{k}']):.3f}"  # type: ignore[arg-type]
+                    for k in ks)
 
 
 @dataclass

@@ -12,7 +12,9 @@ never on text, so a completion continues exactly the tokens the model saw.
   no prompt exceeds it, exactly ``tokenizer(prompts, padding=True, return_tensors="pt",
   add_special_tokens=False)``;
 * :func:`check_prompt_lengths` -- the whole task's prompts checked once, before any work: the
-  number that will be cut, or one ``ValueError`` line in ``error`` mode.
+  number that will be cut, or one ``ValueError`` line in ``error`` mode;
+* :func:`lengths_over` -- the prompts longer than a number of tokens (the model's context, in
+  :func:`bestk.train.setup.check_context`), tokenizing only those that may be.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers is option
     from transformers import PreTrainedTokenizerBase
 
 __all__ = ["TRUNCATION", "EncodedPrompts", "left_truncate", "encode_prompts",
-           "prompt_lengths", "check_prompt_lengths"]
+           "prompt_lengths", "lengths_over", "check_prompt_lengths"]
 
 #: What to do with a prompt longer than ``rollout.max_prompt_length`` tokens: ``left`` keeps its
 #: last ``max_prompt_length`` tokens; ``error`` refuses the task before any work.
@@ -68,6 +70,17 @@ def left_truncate(ids: Sequence[int], max_length: int) -> list[int]:
 def prompt_lengths(tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str]) -> list[int]:
     """The length in tokens of each prompt (no special tokens added, as the trainer encodes)."""
     return [len(ids) for ids in tokenizer(list(prompts), add_special_tokens=False)["input_ids"]]
+
+
+def lengths_over(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], limit: int
+                 ) -> list[int]:
+    """The lengths in tokens of those of ``texts`` longer than ``limit`` tokens (no special
+    tokens added). Only texts of more than ``limit - 2`` UTF-8 bytes are tokenized: a tokenizer
+    makes at most one token per byte (a character tokenizer one per character, byte-level BPE
+    at most one per byte; SentencePiece may add a leading one), so a short prompt costs
+    nothing to check and a run of short prompts tokenizes none."""
+    maybe = [t for t in texts if len(t.encode("utf-8")) + 2 > limit]
+    return [n for n in prompt_lengths(tokenizer, maybe) if n > limit] if maybe else []
 
 
 def _too_long(n_long: int, total: int, longest: int, max_length: int) -> ValueError:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
     _Handler: TypeAlias = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
 
 __all__ = ["progress_bar", "StopRequest", "Stopped", "STOP_SIGNALS", "transformers_progress",
-           "start_line", "interrupted_line", "eval_summary"]
+           "start_line", "interrupted_line"]
 
 
 def progress_bar(console: Console, enabled: bool) -> Progress:
@@ -139,8 +139,3 @@ def start_line(cfg: ResolvedTrainConfig, *, task: str, uses_estimator: bool, par
         + f" out={out}"
         + (f" (resuming at step {resuming_at})" if resuming_at is not None else "")
     )
-
-
-def eval_summary(rec: Mapping[str, object], n: int) -> str:
-    """``pass@1=... pass@n=...`` of an evaluation record (``n`` = ``eval.n``)."""
-    return f"pass@1={rec['pass@1']:.3f} pass@{n}={rec[f'pass@{n}']:.3f}"  # floats, logged

@@ -455,16 +455,23 @@ def mark_finished(directory: str | os.PathLike[str], step: int) -> None:
     write_text_atomic(Path(directory) / _FINISHED, f"{int(step)}\n")
 
 
-def finished_step(directory: str | os.PathLike[str]) -> int | None:
-    """The step :func:`mark_finished` recorded, if ``final/`` is there too; else ``None``."""
-    directory = Path(directory)
+def _marked_step(directory: Path) -> int | None:
+    """The step of ``directory``'s completion marker, whatever else is there (``None``: no
+    readable marker)."""
     try:
         text = (directory / _FINISHED).read_text().strip()
     except (OSError, UnicodeDecodeError):
         return None
-    if not text.isdigit() or not (directory / "final" / "config.json").is_file():
+    return int(text) if text.isdigit() else None
+
+
+def finished_step(directory: str | os.PathLike[str]) -> int | None:
+    """The step :func:`mark_finished` recorded, if ``final/`` is there too; else ``None``."""
+    directory = Path(directory)
+    step = _marked_step(directory)
+    if step is None or not (directory / "final" / "config.json").is_file():
         return None
-    return int(text)
+    return step
 
 
 def prepare_directory(directory: str | os.PathLike[str]) -> Path:
@@ -619,6 +626,16 @@ def inspect_run(cfg: ResolvedTrainConfig, mode: str = "auto", stored: TrainConfi
                 f"run {where!r} finished at step {finished} and its checkpoints are gone, so "
                 f"it cannot continue to max_steps={cfg.max_steps}; start a new run with "
                 "another --out (its final/ model can be a warm start: --set model.path=...)"
+            )
+        marked = _marked_step(out)
+        if marked is not None:  # finished once, but neither final/ nor a checkpoint is left
+            model = "final/ model" if not (out / "final").exists() else \
+                "final/ model (final/config.json)"
+            raise ValueError(
+                f"run {where!r} finished at step {marked} (its {_FINISHED} marker says so), but "
+                f"its {model} and its checkpoints/ are gone: there is nothing to report or "
+                "continue from; restore final/ (or a checkpoint), or start a new run with "
+                "another --out"
             )
         notes = check_resume(stored, cfg, 0, where)
         return RunState("restart", notes=[*notes, f"{where!r} holds a run stopped before its "

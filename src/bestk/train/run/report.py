@@ -89,7 +89,7 @@ def _plot_training(path: Path, train: Sequence[Mapping[str, float]],
             ax.legend()
     es = [r["step"] for r in evals]
     axes[-1].plot(es, [r["pass@1"] for r in evals], "o-", label="pass@1")
-    if evals and f"pass@{n}" in evals[0]:
+    if evals and n > 1 and f"pass@{n}" in evals[0]:  # n = 1: pass@1 is drawn once
         axes[-1].plot(es, [r[f"pass@{n}"] for r in evals], "o-", label=f"pass@{n}")
     axes[-1].set_title("held-out evaluation")
     axes[-1].legend()
