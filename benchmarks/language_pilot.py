@@ -29,7 +29,8 @@ import torch
 
 from bestk.compare import KappoAuto, method_slug, validation_runs
 from bestk.lab.io import write_text_atomic
-from bestk.train.config import TrainConfig, apply_overrides
+from bestk.train.config import TrainConfig
+from bestk.train.config_io import apply_overrides
 from bestk.train.run.directory import read_metrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -52,7 +52,8 @@ MAX_NEW = 16
 
 
 def _bestk_times(model_dir: Path, steps: int, warmup: int, out: Path) -> list[float]:
-    from bestk.train.config import TrainConfig, apply_overrides
+    from bestk.train.config import TrainConfig
+    from bestk.train.config_io import apply_overrides
     from bestk.train.trainer import Trainer
 
     cfg = TrainConfig()
@@ -125,7 +126,8 @@ def _trl_times(model_dir: Path, steps: int, warmup: int, out: Path) -> list[floa
 
 
 def _real_config(a: argparse.Namespace, out: Path) -> Any:
-    from bestk.train.config import TrainConfig, apply_overrides
+    from bestk.train.config import TrainConfig
+    from bestk.train.config_io import apply_overrides
 
     return apply_overrides(TrainConfig(), [
         f"out={out}", f"model.path={a.model}", f"threads={a.threads}", "task.name=arithmetic",

@@ -53,7 +53,8 @@ KAPPO_TINY = [s for s in TINY if not s.startswith(("task.options", "rollout.n", 
 
 
 def _config(items: list[str], out: Path, extra: tuple[str, ...]) -> Any:
-    from bestk.train.config import TrainConfig, apply_overrides
+    from bestk.train.config import TrainConfig
+    from bestk.train.config_io import apply_overrides
 
     return apply_overrides(TrainConfig(), [*items, f"out={out}", *extra])
 

@@ -200,7 +200,8 @@ def test_evaluation_counts_distinct_correct_completions(tmp_path):
     """distinct_correct from evaluate() against a recount of its own samples."""
     import numpy as np
 
-    from bestk.train.config import TrainConfig, apply_overrides
+    from bestk.train.config import TrainConfig
+    from bestk.train.config_io import apply_overrides
     from bestk.train.rollout.engine import HFEngine
     from bestk.train.rollout.evaluate import evaluate
     from bestk.train.trainer import Trainer

@@ -20,6 +20,8 @@ from bestk.train.config import (
     LossConfig,
     RolloutConfig,
     TrainConfig,
+)
+from bestk.train.config_io import (
     apply_overrides,
     config_from_dict,
     config_keys,

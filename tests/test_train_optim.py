@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bestk.train.config import TrainConfig, apply_overrides
+from bestk.train.config import TrainConfig
+from bestk.train.config_io import apply_overrides
 from bestk.train.optim import make_optimizer
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bestk.train.config import TrainConfig, apply_overrides
+from bestk.train.config import TrainConfig
+from bestk.train.config_io import apply_overrides
 from bestk.train.run.directory import RESUME_FREE, check_resume, read_metrics
 from bestk.train.run.reporters import (
     TRL_NAMES,

@@ -43,10 +43,8 @@ from bestk.compare.methods import (
 from bestk.compare.summary import summarize, write_summary
 from bestk.estimators import estimator_info
 from bestk.lr_sweep import fixed_rate, sweep_until_interior
-from bestk.train.config import (
-    TrainConfig,
-    config_to_dict,
-)
+from bestk.train.config import TrainConfig
+from bestk.train.config_io import config_to_dict
 from bestk.train.validation import resolve_defaults
 
 __all__ = ["run_compare", "validation_runs", "Method", "KappoAuto", "summarize",

@@ -14,11 +14,8 @@ from typing import Any
 
 import torch
 
-from bestk.train.config import (
-    ResolvedTrainConfig,
-    TrainConfig,
-    config_to_dict,
-)
+from bestk.train.config import ResolvedTrainConfig, TrainConfig
+from bestk.train.config_io import config_to_dict
 from bestk.train.validation import (
     resolve_defaults,
 )

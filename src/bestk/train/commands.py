@@ -99,13 +99,13 @@ def check_flag_conflicts(flags: Sequence[tuple[str, str, object]], overrides: li
     Values are compared as the config reads them (``--set max_steps=12`` is the integer 12;
     ``out`` as a path, ``runs/x/`` = ``runs/x``); the last ``--set`` of a key is the one that
     counts."""
-    from bestk.train.config import _dotlist_value
+    from bestk.train.config_io import dotlist_value
 
     for flag, key, value in flags:
         raw = _set_value(overrides, key)
         if value is None or raw is None:
             continue
-        given = _dotlist_value(f"{key}={raw}")[1]
+        given = dotlist_value(f"{key}={raw}")[1]
         same = given == value
         if key == "out" and isinstance(given, str) and isinstance(value, str | os.PathLike):
             same = os.path.normpath(given) == os.path.normpath(value)
@@ -164,7 +164,8 @@ def train_command(
     The config keys (for --config files and --set), their defaults and valid values are
     listed in docs/training.md, section Configuration.
     """
-    from bestk.train.config import TrainConfig, apply_overrides, load_config
+    from bestk.train.config import TrainConfig
+    from bestk.train.config_io import apply_overrides, load_config
     from bestk.train.trainer import Trainer
 
     if quiet:
@@ -296,7 +297,8 @@ def eval_config(model: Path | None, task: str | None, n: int | None, overrides: 
     levels up) or the adapter's ``base_model_name_or_path``. ``n`` (``-n``) and ``--set
     eval.n`` set the same key: given both with different values is an error.
     """
-    from bestk.train.config import TrainConfig, apply_overrides
+    from bestk.train.config import TrainConfig
+    from bestk.train.config_io import apply_overrides
     from bestk.train.run.directory import read_run_config
 
     if model is None and run is None:

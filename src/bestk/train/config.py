@@ -7,10 +7,8 @@ are the sections' ``model_validator`` s). pydantic checks them whenever a config
 or assigned to (``validate_assignment``); its errors become one-line ``ValueError`` s naming
 the key, the valid values and the value given.
 
-Configs load from YAML (:func:`load_config`), nested dicts (:func:`config_from_dict`) and
-``--set key=value`` overrides with dotted keys (:func:`apply_overrides`): values read as YAML
-scalars/lists/maps through OmegaConf's dotlist reader, ``${...}`` interpolations resolved by
-OmegaConf against the merged config, then the result validated by the schema:
+Configs load from YAML, nested dicts and ``--set key=value`` overrides with dotted keys
+(:mod:`bestk.train.config_io`), then the result is validated by this schema:
 
     bestk train --set rollout.n=16 --set estimator_options.tau=0.3 --set model.path=./my-model
 
@@ -24,16 +22,10 @@ the algorithm's own checks, a calibration file, the device, ``report_to`` -- is 
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Annotated, Any, ClassVar, Literal, TypeGuard, get_args, get_origin
 
-import yaml
-from omegaconf import OmegaConf
-from omegaconf._utils import get_yaml_loader
-from omegaconf.errors import OmegaConfBaseException
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -64,18 +56,15 @@ __all__ = [
     "ResolvedSFTConfig",
     "ResolvedEvalConfig",
     "ResolvedTrainConfig",
-    "resolved_from_dict",
     "CALIBRATION_KINDS",
     "DEFAULT_OUT",
     "DEFAULT_SFT_STEPS",
-    "load_config",
-    "yaml_error_line",
-    "parse_yaml_config",
-    "apply_overrides",
-    "config_to_dict",
-    "config_from_dict",
-    "config_keys",
-    "check_schema",
+    "error_line",
+    "field_at",
+    "is_mapping_field",
+    "is_section",
+    "section_class",
+    "unknown_key",
 ]
 
 #: ``kappo.kind`` values: ``auto`` picks ``binary`` (Algorithm 1 on 0/1 success) for binary
@@ -119,13 +108,13 @@ class _Section(BaseModel):
         try:
             super().__init__(**data)
         except ValidationError as e:
-            raise ValueError(_message(e, self.key, data)) from None
+            raise ValueError(error_line(e, self.key, data)) from None
 
     def __setattr__(self, name: str, value: object) -> None:
         try:
             super().__setattr__(name, value)
         except ValidationError as e:
-            raise ValueError(_message(e, self.key, {name: value})) from None
+            raise ValueError(error_line(e, self.key, {name: value})) from None
 
 
 class LoRAConfig(_Section):
@@ -608,27 +597,15 @@ class ResolvedTrainConfig(TrainConfig):
         return self._generation_config
 
 
-def resolved_from_dict(data: Mapping[str, object],
-                       generation_config: SimpleNamespace | None = None) -> ResolvedTrainConfig:
-    """The :class:`ResolvedTrainConfig` of a nested dict that is already resolved (a run's
-    ``config.yaml``, a job's config): checked by the schema, nothing filled in (a ``None`` where
-    a resolved config needs a value is a ``ValueError`` naming the key)."""
-    tree = _tree(config_from_dict(data))
-    try:
-        cfg = ResolvedTrainConfig.model_validate(tree)
-    except ValidationError as e:
-        raise ValueError(_message(e, data=tree)) from None
-    cfg._generation_config = generation_config
-    return cfg
 
 
 # -- messages: pydantic's errors as one line naming the key --------------------------------------
 
-def _is_section(tp: object) -> TypeGuard[type[_Section]]:
+def is_section(tp: object) -> TypeGuard[type[_Section]]:
     return isinstance(tp, type) and issubclass(tp, _Section)
 
 
-def _is_mapping(tp: object) -> bool:
+def is_mapping_field(tp: object) -> bool:
     while get_origin(tp) is Annotated:
         tp = get_args(tp)[0]
     return tp is dict or get_origin(tp) is dict
@@ -639,14 +616,14 @@ def _valid_keys(cls: type[_Section], where: str) -> str:
     return ", ".join(f"{prefix}{k}" for k in cls.model_fields)
 
 
-def _unknown_key(key: str, cls: type[_Section], where: str) -> ValueError:
+def unknown_key(key: str, cls: type[_Section], where: str) -> ValueError:
     return ValueError(
         f"unknown config key {key!r}; valid keys"
         f"{' under ' + repr(where) if where else ''}: {_valid_keys(cls, where)}"
     )
 
 
-def _field_at(parts: list[str]) -> tuple[str, FieldInfo | None, int]:
+def field_at(parts: list[str]) -> tuple[str, FieldInfo | None, int]:
     """Walk the schema down ``parts``: the dotted key of the field (or section) reached, its
     ``FieldInfo`` (``None`` for a section) and how many parts it took; stops at a leaf field
     or at the first unknown name."""
@@ -655,25 +632,25 @@ def _field_at(parts: list[str]) -> tuple[str, FieldInfo | None, int]:
         info = cls.model_fields.get(part)
         if info is None:
             return ".".join(parts[:i]), None, i
-        if _is_section(info.annotation):
+        if is_section(info.annotation):
             cls = info.annotation
             continue
         return ".".join(parts[: i + 1]), info, i + 1
     return ".".join(parts), None, len(parts)
 
 
-def _message(e: ValidationError, where: str = "", data: object = None) -> str:
+def error_line(e: ValidationError, where: str = "", data: object = None) -> str:
     """The first error of ``e`` as one line naming the dotted key (``where``: the key of a
     section validated on its own; ``data``: what was validated, for the value of a field an
     item of which failed)."""
     err = e.errors()[0]
     prefix = where.split(".") if where else []
     loc = prefix + [str(p) for p in err["loc"]]
-    key, info, used = _field_at(loc)
+    key, info, used = field_at(loc)
     kind, value = err["type"], err.get("input")
     if kind == "extra_forbidden":
-        cls = TrainConfig if not key else _section_class(key)
-        return str(_unknown_key(".".join(loc), cls, key))
+        cls = TrainConfig if not key else section_class(key)
+        return str(unknown_key(".".join(loc), cls, key))
     if kind == "value_error":  # a validator's own message (a rule between fields)
         return str(err["msg"]).removeprefix("Value error, ")
     if info is None:  # a section given something else than a mapping
@@ -698,197 +675,10 @@ def _value_at(data: object, path: list[str], default: object) -> object:
     return data
 
 
-def _section_class(key: str) -> type[_Section]:
+def section_class(key: str) -> type[_Section]:
     cls: type[_Section] = TrainConfig
     for part in key.split("."):
         annotation = cls.model_fields[part].annotation
-        assert _is_section(annotation), f"{key!r} is not a section"
+        assert is_section(annotation), f"{key!r} is not a section"
         cls = annotation
     return cls
-
-
-# -- reading configs: a tree of plain values, validated by the schema ----------------------------
-
-def config_to_dict(cfg: _Section) -> dict[str, Any]:
-    """Plain nested dict of a config (what ``config.yaml`` holds), in field order."""
-    return {name: config_to_dict(v) if isinstance(v, _Section) else copy.deepcopy(v)
-            for name, v in cfg}
-
-
-def config_keys(cls: type[_Section] = TrainConfig, prefix: str = "") -> dict[str, FieldInfo]:
-    """``{dotted key: FieldInfo}`` of every leaf field of the schema (mappings such as
-    ``task.options`` are leaves), in field order."""
-    keys: dict[str, FieldInfo] = {}
-    for name, info in cls.model_fields.items():
-        if _is_section(info.annotation):
-            keys.update(config_keys(info.annotation, f"{prefix}{name}."))
-        else:
-            keys[f"{prefix}{name}"] = info
-    return keys
-
-
-def _set(tree: dict[str, Any], key: str, value: object) -> None:
-    """Set the dotted ``key`` of the plain config ``tree`` to ``value``: a section merges a
-    mapping of its keys, a mapping field (``task.options``) is replaced (a key inside it,
-    ``task.options.digits``, is set), any other field takes the value as given (the schema
-    checks it)."""
-    parts = key.split(".")
-    field_key, info, used = _field_at(parts)
-    if info is None and used < len(parts):
-        where = ".".join(parts[:used])
-        raise _unknown_key(key, _section_class(where) if where else TrainConfig, where)
-    node = tree
-    for part in parts[: used - 1]:
-        node = node[part]
-    name = parts[used - 1]
-    if info is None:  # a whole section
-        if not isinstance(value, Mapping):
-            raise ValueError(f"config key {key!r} is a section; give a mapping")
-        for k, v in value.items():
-            _set(tree, f"{key}.{k}", v)
-        return
-    if used == len(parts):
-        node[name] = dict(value) if isinstance(value, Mapping) else value
-        return
-    if not _is_mapping(info.annotation):
-        raise ValueError(f"unknown config key {key!r}: {field_key} is not a section")
-    inner = node[name] = dict(node[name] or {}) if isinstance(node[name], Mapping) else {}
-    *path, last = parts[used:]
-    for part in path:
-        inner[part] = dict(inner[part]) if isinstance(inner.get(part), Mapping) else {}
-        inner = inner[part]
-    inner[last] = value
-
-
-def _tree(cfg: TrainConfig) -> dict[str, Any]:
-    return config_to_dict(cfg)
-
-
-def _has_interpolation(value: object) -> bool:
-    if isinstance(value, str):
-        return "${" in value
-    if isinstance(value, Mapping):
-        return any(_has_interpolation(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(_has_interpolation(v) for v in value)
-    return False
-
-
-def _resolve_interpolations(tree: dict[str, Any]) -> dict[str, Any]:
-    """``${...}`` interpolations resolved by OmegaConf against the whole config."""
-    if not _has_interpolation(tree):
-        return tree
-    try:
-        conf = OmegaConf.create(tree, flags={"allow_objects": True})
-        return OmegaConf.to_container(conf, resolve=True)  # type: ignore[return-value]
-    except OmegaConfBaseException as e:
-        key = getattr(e, "full_key", "") or "?"
-        raise ValueError(f"config key {key!r}: {str(e).splitlines()[0]}") from None
-
-
-def _validated(tree: dict[str, Any]) -> TrainConfig:
-    tree = _resolve_interpolations(tree)
-    try:
-        return TrainConfig.model_validate(tree)
-    except ValidationError as e:
-        raise ValueError(_message(e, data=tree)) from None
-
-
-def check_schema(cfg: TrainConfig) -> None:
-    """Validate ``cfg`` as a whole again (a config changed attribute by attribute is checked
-    field by field and section by section; this also checks the rules between sections);
-    ``ValueError`` naming the key."""
-    _validated(config_to_dict(cfg))
-
-
-def config_from_dict(data: Mapping[str, object] | None, base: TrainConfig | None = None
-                     ) -> TrainConfig:
-    """A new :class:`TrainConfig` from a nested dict merged on ``base`` (default: the
-    defaults); unknown keys and bad values raise ``ValueError`` naming the key."""
-    if data is None:
-        return base or TrainConfig()
-    if not isinstance(data, Mapping):
-        raise ValueError(f"a config must be a mapping at the top level, got {type(data).__name__}")
-    tree = _tree(base or TrainConfig())
-    for k, v in data.items():
-        _set(tree, str(k), v)
-    return _validated(tree)
-
-
-def parse_yaml_config(text: str) -> Any:
-    """The YAML document ``text`` as plain Python (OmegaConf's YAML reading: ``5e-3`` is a
-    number; an empty document is ``{}``); ``yaml.YAMLError`` if it is not YAML. A document
-    that is a scalar (``42``, ``hello world``) is returned as it is, for the caller to refuse
-    (OmegaConf would fail on a number and read a word as a key)."""
-    data = yaml.load(text, Loader=get_yaml_loader()) if text.strip() else None
-    if data is None:
-        return {}
-    if not isinstance(data, (dict, list)):
-        return data
-    return OmegaConf.to_container(OmegaConf.create(data), resolve=False)
-
-
-def _kind(value: object) -> str:
-    """``int 42``: a value's type and (short) repr, for messages; ``list`` / ``dict`` alone."""
-    if isinstance(value, (list, dict)):
-        return type(value).__name__
-    text = repr(value)
-    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
-
-
-def load_config(path: str | Path) -> TrainConfig:
-    """Read a YAML config file into a :class:`TrainConfig` (on top of the defaults)."""
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"config file {str(p)!r} does not exist")
-    try:
-        data = parse_yaml_config(p.read_text())
-    except yaml.YAMLError as e:
-        raise ValueError(
-            f"config file {str(p)!r} is not valid YAML: {yaml_error_line(e)}"
-        ) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"cannot read config file {str(p)!r}: {e}") from None
-    if not isinstance(data, Mapping):
-        raise ValueError(f"config file {str(p)!r} must be a mapping at the top level, got "
-                         f"{_kind(data)}; write one 'key: value' per line (max_steps: 50)")
-    return config_from_dict(data)
-
-
-def yaml_error_line(e: yaml.YAMLError) -> str:
-    """A one-line description of a YAML parse error (problem and line:column)."""
-    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-    mark = getattr(e, "problem_mark", None)
-    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark else problem
-
-
-def _dotlist_value(item: str) -> tuple[str, object]:
-    """``(key, value)`` of a ``key=value`` item, the value read as YAML by OmegaConf's dotlist
-    reader (a value that is not YAML stays a string)."""
-    key, sep, raw = item.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise ValueError(f"--set expects key=value, got {item!r}")
-    try:
-        value = OmegaConf.to_container(OmegaConf.from_dotlist([f"{key}={raw}"]))
-    except yaml.YAMLError:
-        return key, raw
-    except OmegaConfBaseException:
-        raise ValueError(f"--set {item!r}: {key!r} is not a valid dotted key") from None
-    for part in key.split("."):  # down the nested mapping the dotlist made
-        value = value[part]  # type: ignore[index,call-overload]  # a nested dict here
-    return key, value
-
-
-def apply_overrides(cfg: TrainConfig, overrides: list[str] | None) -> TrainConfig:
-    """Apply ``key=value`` strings (OmegaConf dotlist: dotted keys, values read as YAML; a
-    value that is not YAML stays a string) to ``cfg`` in place, all at once (the merged config
-    is validated as a whole); returns ``cfg``."""
-    if not overrides:
-        return cfg
-    tree = _tree(cfg)
-    for item in overrides:
-        _set(tree, *_dotlist_value(item))
-    new = _validated(tree)
-    cfg.__dict__.update(new.__dict__)  # validated as a whole: no field-by-field assignment
-    return cfg

@@ -40,15 +40,8 @@ from bestk.estimators import (
 from bestk.kappo.calibration import Calibration, calibrate, calibration_kind, load_calibration
 from bestk.tasks import Task, task_options
 from bestk.train.algorithms import ALGORITHMS
-from bestk.train.config import (
-    DEFAULT_OUT,
-    DEFAULT_SFT_STEPS,
-    ResolvedTrainConfig,
-    TrainConfig,
-    check_schema,
-    config_to_dict,
-    resolved_from_dict,
-)
+from bestk.train.config import DEFAULT_OUT, DEFAULT_SFT_STEPS, ResolvedTrainConfig, TrainConfig
+from bestk.train.config_io import check_schema, config_to_dict, resolved_from_dict
 from bestk.train.model.source import GGUF_MODULES, check_model_source, is_gguf
 from bestk.train.reference.bank import calibration_prompt_ids
 from bestk.train.rollout.engine import ENGINES
@@ -185,7 +178,7 @@ def check_names(cfg: TrainConfig) -> None:
 
 
 def check_values(cfg: TrainConfig) -> None:
-    """The schema's rules on the whole config (:func:`bestk.train.config.check_schema`) and
+    """The schema's rules on the whole config (:func:`bestk.train.config_io.check_schema`) and
     the ``report_to`` integrations' names."""
     check_schema(cfg)
     resolve_report_to(cfg.report_to)

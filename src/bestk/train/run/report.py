@@ -17,7 +17,7 @@ from bestk._optional import pyplot
 from bestk.kappo.calibration import Calibration
 from bestk.train.algorithms import ALGORITHMS
 from bestk.train.algorithms._base import rollout_batch_text
-from bestk.train.config import config_to_dict
+from bestk.train.config_io import config_to_dict
 from bestk.train.reference.bank import BANK_FILE, CALIBRATION_FILE
 from bestk.train.run.directory import read_metrics, read_run_config
 
