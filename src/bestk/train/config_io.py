@@ -11,6 +11,7 @@ is what ``config.yaml`` holds; :func:`resolved_from_dict` reads an already resol
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,7 +19,6 @@ from typing import Any
 
 import yaml
 from omegaconf import OmegaConf
-from omegaconf._utils import get_yaml_loader
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import ValidationError
 from pydantic.fields import FieldInfo
@@ -33,6 +33,22 @@ from bestk.train.config import (
     is_section,
     section_class,
     unknown_key,
+)
+
+
+class _YamlLoader(yaml.SafeLoader):
+    """PyYAML's safe loader reading floats as YAML 1.2 does (``5e-3``, ``1e4`` are numbers,
+    not strings, as OmegaConf reads them)."""
+
+
+_YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                   |[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
+                   |[-+]?\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+                   |[-+]?\.(?:inf|Inf|INF)
+                   |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."),
 )
 
 __all__ = ["config_to_dict", "config_keys", "check_schema", "config_from_dict",
@@ -153,7 +169,7 @@ def parse_yaml_config(text: str) -> Any:
     number; an empty document is ``{}``); ``yaml.YAMLError`` if it is not YAML. A document
     that is a scalar (``42``, ``hello world``) is returned as it is, for the caller to refuse
     (OmegaConf would fail on a number and read a word as a key)."""
-    data = yaml.load(text, Loader=get_yaml_loader()) if text.strip() else None
+    data = yaml.load(text, Loader=_YamlLoader) if text.strip() else None
     if data is None:
         return {}
     if not isinstance(data, (dict, list)):
