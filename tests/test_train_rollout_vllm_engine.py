@@ -64,7 +64,7 @@ def _perturb(model: torch.nn.Module, seed: int, scale: float = 0.5) -> None:
     with torch.no_grad():
         for p in model.parameters():
             if p.requires_grad:
-                p.add_(scale * p.abs().mean() * torch.randn(p.shape, generator=g))
+                p.add_(scale * p.abs().mean() * torch.randn(p.shape, generator=g).to(p.device))
 
 
 def _gap(ro) -> torch.Tensor:
@@ -106,7 +106,7 @@ def test_a_sync_of_other_weights_changes_greedy_output_to_the_policys(open_train
     def ids(engine) -> list[list[int]]:
         engine.sync()
         ro = engine.sample(prompts, n=1, max_new_tokens=6,
-                           generator=torch.Generator().manual_seed(0))
+                           generator=torch.Generator(engine.device).manual_seed(0))
         return [r[m.bool()].tolist() for r, m in zip(ro.completion_ids, ro.completion_mask,
                                                      strict=True)]
 
@@ -115,7 +115,7 @@ def test_a_sync_of_other_weights_changes_greedy_output_to_the_policys(open_train
     with torch.no_grad():  # visibly different weights: another initialisation
         g = torch.Generator().manual_seed(7)
         for p in tr.model.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * p.std().clamp_min(0.02))
+            p.copy_(torch.randn(p.shape, generator=g).to(p.device) * p.std().clamp_min(0.02))
     new = ids(vllm_greedy)
     assert new != old
     assert new == ids(hf_greedy)
@@ -153,7 +153,7 @@ def test_a_lora_policy_is_pushed_merged(open_trainer):
         g = torch.Generator().manual_seed(2)
         for name, p in tr.model.named_parameters():
             if "lora_B" in name:
-                p.copy_(0.5 * torch.randn(p.shape, generator=g))
+                p.copy_(0.5 * torch.randn(p.shape, generator=g).to(p.device))
     ro = tr.sample_completions(exs, 1, 4)
     assert _gap(ro).max() < 1e-4
 
@@ -228,5 +228,6 @@ def test_more_seeded_requests_than_one_scheduler_step_holds(open_trainer):
     prompts = [e["prompt"] * 3 for e in tr.task.eval[:64]]
     engine = tr.engines.eval
     engine.sync()
-    ro = engine.sample(prompts, n=32, max_new_tokens=6, generator=torch.Generator().manual_seed(0))
+    ro = engine.sample(prompts, n=32, max_new_tokens=6,
+                       generator=torch.Generator(engine.device).manual_seed(0))
     assert ro.completion_ids.shape[0] == 64 * 32 and len(ro.texts) == 64 * 32
