@@ -19,7 +19,7 @@ Per round, each variant in turn (the order alternates every round):
   :meth:`bestk.train.optim.PolicyOptimizer.step` (AdamW; for bfloat16 through float32 master
   weights).
 
-Reported: the median wall time of each over ``--rounds`` rounds (after ``--warmup`` untimed
+Each measurement is also printed to stderr as it is taken. Reported: the median wall time of each over ``--rounds`` rounds (after ``--warmup`` untimed
 ones), torch on ``--threads`` threads, and the speed-up of each variant over ``float32``; the
 last line is JSON: ``{"model", "float32_sample_s", "bfloat16_sample_s", "sample_speedup",
 "float32_update_s", "bfloat16_update_s", "update_speedup", ...}``. ``--variants`` adds
@@ -141,6 +141,8 @@ def main() -> None:
             if r >= a.warmup:
                 times[name]["sample"].append(t1 - t0)
                 times[name]["update"].append(t2 - t1)
+            print(f"round {r}{' (warm-up)' if r < a.warmup else ''}: {name} sample "
+                  f"{t1 - t0:.3f} s, update {t2 - t1:.3f} s", file=sys.stderr, flush=True)
     med = {n: {k: statistics.median(v) for k, v in t.items()} for n, t in times.items()}
     label = a.model or f"tiny qwen2 hidden={a.hidden} layers={a.layers} heads={a.heads}"
     B = a.prompts * a.n
