@@ -19,15 +19,18 @@ Per round, each variant in turn (the order alternates every round):
   :meth:`bestk.train.optim.PolicyOptimizer.step` (AdamW; for bfloat16 through float32 master
   weights).
 
-Each measurement is also printed to stderr as it is taken. Reported: the median wall time of each over ``--rounds`` rounds (after ``--warmup`` untimed
-ones), torch on ``--threads`` threads, and the speed-up of each variant over ``float32``; the
-last line is JSON: ``{"model", "float32_sample_s", "bfloat16_sample_s", "sample_speedup",
-"float32_update_s", "bfloat16_update_s", "update_speedup", ...}``. ``--variants`` adds
+Times are process CPU time by default, torch on one thread (``--threads``): on a shared
+machine, wall time mostly measures how long other jobs held the cores (``--clock wall`` gives
+it). Each measurement is printed to stderr as it is taken. Reported: the median over
+``--rounds`` rounds (after ``--warmup`` untimed ones) and the speed-up of each variant over
+``float32``; the last line is JSON: ``{"model", "clock", "threads", "float32_sample_s",
+"float32_update_s", "bfloat16_sample_s", "bfloat16_update_s", "sample_speedup",
+"update_speedup"}``. ``--variants`` adds
 ``float32-trim`` (float32 with trimmed logits, which bestk does not do by default: it rounds
 differently) and ``bfloat16-full`` (bfloat16 computing every position's logits).
 
-    python benchmarks/bf16.py                                  # tiny Qwen2, width 512, 8 layers
-    python benchmarks/bf16.py --model /work/models/smollm2-135m-instruct --n 4 --tokens 16
+    python benchmarks/bf16.py                             # tiny Qwen2, width 512, 8 layers
+    python benchmarks/bf16.py --model DIR --prompts 2 --n 4  # e.g. SmolLM2-135M-Instruct
 """
 
 from __future__ import annotations
@@ -50,6 +53,9 @@ VARIANTS: dict[str, tuple[str, bool | None]] = {
     "float32-trim": ("float32", True),
     "bfloat16-full": ("bfloat16", False),
 }
+
+
+CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 
 
 def _config(a: argparse.Namespace, out: Path) -> Any:
@@ -81,7 +87,8 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
     ap.add_argument("--variants", default="float32,bfloat16",
                     help=f"comma-separated, of {', '.join(VARIANTS)}")
     a = ap.parse_args()
@@ -130,14 +137,15 @@ def main() -> None:
         opt.step(loss, rl_step=1, rewards=None)
 
     times: dict[str, dict[str, list[float]]] = {n: {"sample": [], "update": []} for n in names}
+    clock = CLOCKS[a.clock]
     for r in range(a.warmup + a.rounds):
         order = names if r % 2 == 0 else names[::-1]
         for name in order:
-            t0 = time.perf_counter()
+            t0 = clock()
             draw(name, r)
-            t1 = time.perf_counter()
+            t1 = clock()
             update(name)
-            t2 = time.perf_counter()
+            t2 = clock()
             if r >= a.warmup:
                 times[name]["sample"].append(t1 - t0)
                 times[name]["update"].append(t2 - t1)
@@ -148,7 +156,8 @@ def main() -> None:
     B = a.prompts * a.n
     print(f"# {label}: {params / 1e6:.1f}M parameters, vocab {len(tok)}; {a.prompts} prompts x "
           f"{a.n} completions x {a.tokens} tokens; torch {torch.__version__}, {a.threads} "
-          f"thread(s), {platform.machine()}; median of {a.rounds} rounds, alternating")
+          f"thread(s), {platform.machine()}; {a.clock} time, median of {a.rounds} rounds, "
+          "alternating")
     print("| variant | sample s | tokens/s | update s | sample speed-up | update speed-up |")
     print("|---|---:|---:|---:|---:|---:|")
     f32 = med["float32"]
@@ -156,7 +165,7 @@ def main() -> None:
         s, u = med[name]["sample"], med[name]["update"]
         print(f"| {name} | {s:.3f} | {B * a.tokens / s:.0f} | {u:.3f} | "
               f"{f32['sample'] / s:.2f}x | {f32['update'] / u:.2f}x |")
-    summary: dict[str, Any] = {"model": label}
+    summary: dict[str, Any] = {"model": label, "clock": a.clock, "threads": a.threads}
     for name in names:
         key = name.replace("-", "_")
         summary[f"{key}_sample_s"] = round(med[name]["sample"], 4)

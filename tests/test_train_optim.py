@@ -65,12 +65,12 @@ def _cfg(*items: str):
 def test_a_bfloat16_model_keeps_float32_masters_and_adamw_state():
     model = _bf16_model()
     opt = PolicyOptimizer(model, _cfg("optim.lr=1e-2"))
-    assert opt.adamw.active and set(opt.master_weights()) == {0, 1, 2, 3}
+    assert opt.adamw.active and set(opt.masters()) == {0, 1, 2, 3}
     for _ in range(2):
         opt.step(_loss(model, 0), rl_step=1, rewards=None)
     assert all(p.dtype == torch.bfloat16 and p.grad is None for p in model.parameters())
     for i, p in enumerate(model.parameters()):
-        master = opt.master_weights()[i]
+        master = opt.masters()[i]
         assert master.dtype == torch.float32 and torch.equal(master.to(torch.bfloat16), p)
         state = opt.optimizer.state[master]
         assert state["exp_avg"].dtype == torch.float32
@@ -85,7 +85,7 @@ def test_a_float32_model_has_no_masters_and_steps_as_plain_adamw():
     cfg = _cfg("optim.lr=1e-2", "optim.grad_clip=0.5")
     opt = PolicyOptimizer(a, cfg)
     plain = make_optimizer(b, cfg, 1e-2)
-    assert not opt.adamw.active and opt.master_weights() == {}
+    assert not opt.adamw.active and opt.masters() == {}
     assert opt.optimizer.param_groups[0]["params"] == list(a.parameters())
     x = torch.randn(8, 6, generator=torch.Generator().manual_seed(1))
     for _ in range(3):
@@ -126,7 +126,7 @@ def test_a_bfloat16_step_is_adamw_on_the_float32_masters_by_hand_then_rounded():
             step = lr / (1 - b1 ** t) * m[i] / ((v[i] / (1 - b2 ** t)).sqrt() + eps)
             w[i] = w[i] - step
         for i, p in enumerate(model.parameters()):
-            master = opt.master_weights()[i]
+            master = opt.masters()[i]
             torch.testing.assert_close(master.double(), w[i], rtol=1e-6, atol=1e-7)
             assert torch.equal(p.detach(), master.to(torch.bfloat16))
             twin_p = list(twin.parameters())[i]
@@ -134,7 +134,7 @@ def test_a_bfloat16_step_is_adamw_on_the_float32_masters_by_hand_then_rounded():
                 twin_p.copy_(p)
     # the masters hold more than their bfloat16 rounding: the point of keeping them
     assert any(not torch.equal(mw, mw.to(torch.bfloat16).float())
-               for mw in opt.master_weights().values())
+               for mw in opt.masters().values())
 
 
 def test_updates_below_bfloat16_resolution_accumulate_in_the_masters():
@@ -160,7 +160,7 @@ def test_updates_below_bfloat16_resolution_accumulate_in_the_masters():
         opt.step(mastered(x).sum(), rl_step=1, rewards=None)
         reference -= 1e-3  # Adam's step on a constant gradient: lr, up to eps
     assert torch.equal(alone.weight, torch.ones(1, 4, dtype=torch.bfloat16))  # stuck
-    master = opt.master_weights()[0]
+    master = opt.masters()[0]
     torch.testing.assert_close(master[0], reference, rtol=0, atol=2e-6)
     assert torch.equal(mastered.weight, master.to(torch.bfloat16))
     assert float(mastered.weight.detach()[0, 0]) == 1 - 3 * 2 ** -8  # 0.988 rounds to 0.98828125
@@ -172,13 +172,13 @@ def test_a_parameter_written_elsewhere_has_its_master_read_again():
     model = _bf16_model()
     opt = PolicyOptimizer(model, _cfg("optim.lr=1e-2"))
     opt.step(_loss(model, 0), rl_step=1, rewards=None)
-    before = {i: t.clone() for i, t in opt.master_weights().items()}
+    before = {i: t.clone() for i, t in opt.masters().items()}
     model.load_state_dict(model.state_dict())  # the same (rounded) values: masters kept
-    assert all(torch.equal(before[i], t) for i, t in opt.master_weights().items())
+    assert all(torch.equal(before[i], t) for i, t in opt.masters().items())
     other = _bf16_model()
     with torch.no_grad():
         for p in other.parameters():
             p.mul_(2)
     model.load_state_dict(other.state_dict())
-    for (i, t), p in zip(opt.master_weights().items(), other.parameters(), strict=True):
+    for (i, t), p in zip(opt.masters().items(), other.parameters(), strict=True):
         assert torch.equal(t, p.float()), i

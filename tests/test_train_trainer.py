@@ -214,7 +214,7 @@ def test_checkpoint_roundtrip_restores_float32_masters(tmp_path):
 
     model, opt = trained(torch.bfloat16)
     path = save_checkpoint(tmp_path / "bf16", 1, model, opt.optimizer, {},
-                           masters=opt.master_weights())
+                           masters=opt.masters())
     with safe_open(str(path), framework="pt") as f:
         stored = {k: f.get_tensor(k) for k in f.keys() if k.startswith("master.")}
     assert set(stored) == {"master.0", "master.1"}
@@ -222,18 +222,18 @@ def test_checkpoint_roundtrip_restores_float32_masters(tmp_path):
     model2, opt2 = trained(torch.bfloat16)  # other weights, then the checkpoint's
     with torch.no_grad():
         model2.weight.add_(1)
-    load_checkpoint(path, model2, opt2.optimizer, masters=opt2.master_weights())
-    for i, master in opt.master_weights().items():
-        assert torch.equal(opt2.master_weights()[i], master)
-        assert torch.equal(opt2.optimizer.state[opt2.master_weights()[i]]["exp_avg"],
+    load_checkpoint(path, model2, opt2.optimizer, masters=opt2.masters())
+    for i, master in opt.masters().items():
+        assert torch.equal(opt2.masters()[i], master)
+        assert torch.equal(opt2.optimizer.state[opt2.masters()[i]]["exp_avg"],
                            opt.optimizer.state[master]["exp_avg"])
     small = PolicyOptimizer(torch.nn.Linear(2, 3).to(torch.bfloat16), cfg)
     with pytest.raises(ValueError, match="master weights"):
         load_checkpoint(path, torch.nn.Linear(4, 3).to(torch.bfloat16),
-                        masters=small.master_weights())
+                        masters=small.masters())
     model32, opt32 = trained(torch.float32)
     path32 = save_checkpoint(tmp_path / "f32", 1, model32, opt32.optimizer, {},
-                             masters=opt32.master_weights())
+                             masters=opt32.masters())
     with safe_open(str(path32), framework="pt") as f:
         assert not [k for k in f.keys() if k.startswith("master.")]
 
@@ -249,7 +249,7 @@ def test_resume_of_a_bfloat16_run_is_bit_identical(tmp_path):
     resumed = crash_then_resume(tiny_config(tmp_path / "b", *extra), at=3)
     assert_same_run(ref, resumed)
     assert next(resumed.model.parameters()).dtype == torch.bfloat16
-    ma, mb = ref.optim.master_weights(), resumed.optim.master_weights()
+    ma, mb = ref.optim.masters(), resumed.optim.masters()
     assert ma and set(ma) == set(mb)
     for i in ma:
         assert ma[i].dtype == torch.float32 and torch.equal(ma[i], mb[i])

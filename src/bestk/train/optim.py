@@ -17,7 +17,7 @@ master weights when they are stored in a lower precision.
   master re-read from it before the next step (:meth:`MasterAdamW.sync`). float32 (and
   float64) parameters have no master: AdamW steps them in place, exactly as
   :func:`make_optimizer`'s would (a float32 model computes what it did before masters
-  existed). Checkpoints store the masters (:meth:`MasterAdamW.master_weights`), so a resumed
+  existed). Checkpoints store the masters (:meth:`MasterAdamW.masters`), so a resumed
   bfloat16 run is bit-identical to an uninterrupted one.
 * :class:`PolicyOptimizer` -- RL's optimizer: one :meth:`~PolicyOptimizer.step` zeroes the
   gradients, backpropagates the loss (or the micro-batch losses one by one,
@@ -106,7 +106,7 @@ class MasterAdamW:
                         m.copy_(p)
                     self._written[i] = p._version
 
-    def master_weights(self) -> dict[int, torch.Tensor]:
+    def masters(self) -> dict[int, torch.Tensor]:
         """``{parameter index: float32 master}`` (empty without masters), synced first
         (:meth:`sync`): what a checkpoint stores beside AdamW's state."""
         self.sync()
@@ -150,7 +150,7 @@ class MasterAdamW:
 class PolicyOptimizer:
     """RL's optimizer of ``model`` (module docstring): AdamW through float32 masters where
     the parameters are low-precision (:attr:`adamw`; :attr:`optimizer`, its AdamW, and
-    :meth:`master_weights` are what a checkpoint saves) and the count of steps taken
+    :meth:`masters` are what a checkpoint saves) and the count of steps taken
     (:attr:`steps`)."""
 
     def __init__(self, model: torch.nn.Module, cfg: ResolvedTrainConfig):
@@ -160,9 +160,9 @@ class PolicyOptimizer:
         self.optimizer = self.adamw.optimizer
         self.steps = 0
 
-    def master_weights(self) -> dict[int, torch.Tensor]:
-        """The float32 masters by parameter index (:meth:`MasterAdamW.master_weights`)."""
-        return self.adamw.master_weights()
+    def masters(self) -> dict[int, torch.Tensor]:
+        """The float32 masters by parameter index (:meth:`MasterAdamW.masters`)."""
+        return self.adamw.masters()
 
     def learning_rate(self) -> float:
         """The rate of the next step: ``optim.lr`` times the warm-up factor."""

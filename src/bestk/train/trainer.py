@@ -218,8 +218,7 @@ class Trainer:
             self.ref_model = reference_policy(self.model)
         assert self.state.checkpoint is not None  # verified by inspect_run under the lock
         meta = load_checkpoint(self.state.checkpoint, self.model, self.optim.optimizer,
-                               ref_model=self.ref_model, verify=False,
-                               masters=self.optim.master_weights())
+                               ref_model=self.ref_model, verify=False, masters=self.optim.masters())
         self.step = int(meta["step"])
         self.optim.steps = int(meta.get("opt_steps", 0))
         self.sft_done = bool(meta.get("sft_done", True))
@@ -402,8 +401,7 @@ class Trainer:
         state = {"opt_steps": self.optim.steps, "sft_done": self.sft_done}
         return save_checkpoint(
             self.ckpt_dir, self.step, self.model, self.optim.optimizer, state,
-            ref_model=self.ref_model, keep=self.cfg.keep_checkpoints,
-            masters=self.optim.master_weights(),
+            ref_model=self.ref_model, keep=self.cfg.keep_checkpoints, masters=self.optim.masters(),
         )
 
     def rl_step(self, step: int) -> StepMetrics:

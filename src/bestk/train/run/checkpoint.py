@@ -101,7 +101,7 @@ def save_checkpoint(
 
     ``state`` must be JSON-serialisable; the python / numpy RNG states are added to it.
     ``masters``: the optimizer's float32 master weights by parameter index
-    (:meth:`bestk.train.optim.MasterAdamW.master_weights`). Returns the checkpoint's path.
+    (:meth:`bestk.train.optim.MasterAdamW.masters`). Returns the checkpoint's path.
     """
     save_file = require("safetensors.torch", extra="train").save_file
 
