@@ -205,3 +205,61 @@ def test_shared_prompt_encoding_equals_full_forward(policy):
     g4 = torch.autograd.grad((lp4 * m).sum(), params)
     for a, b in zip(g1, g4, strict=True):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+def _forward_kwargs(model):
+    """Record the keyword arguments of each forward call of ``model``: (list, hook handle)."""
+    seen: list[dict] = []
+    handle = model.register_forward_pre_hook(lambda m, args, kw: seen.append(dict(kw)),
+                                             with_kwargs=True)
+    return seen, handle
+
+
+class _NoLogitsToKeep(torch.nn.Module):
+    """A causal LM whose forward takes no ``logits_to_keep`` (a custom model)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, input_ids, attention_mask, position_ids, use_cache=False,
+                past_key_values=None):
+        return self.inner(input_ids=input_ids, attention_mask=attention_mask,
+                          position_ids=position_ids, use_cache=use_cache,
+                          past_key_values=past_key_values)
+
+
+def test_the_prefill_computes_only_the_last_logits_where_asked(policy):
+    """``trim_logits``: the prefill passes ``logits_to_keep=1`` (by default only for weights
+    that are not float32, where it may round differently); the completions are the same, their
+    log-probs and entropies equal to float32 rounding; a model that does not take the
+    argument samples as before."""
+    model, tok = policy
+    kw = dict(n=3, temperature=0.8, max_new_tokens=5)
+
+    def run(m, **extra):
+        seen, handle = _forward_kwargs(m)
+        try:
+            ro = sample(m, tok, PROMPTS, generator=torch.Generator().manual_seed(3), **kw,
+                        **extra)
+        finally:
+            handle.remove()
+        return ro, [call.get("logits_to_keep") for call in seen]
+
+    full, keeps = run(model)
+    assert set(keeps) == {None}  # float32, by default: every position's logits, as always
+    trimmed, keeps = run(model, trim_logits=True)
+    assert keeps[0] == 1 and set(keeps[1:]) == {None}  # the prefill only
+    assert trimmed.texts == full.texts
+    torch.testing.assert_close(trimmed.logprobs, full.logprobs, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(trimmed.entropy, full.entropy, rtol=1e-6, atol=1e-6)
+    plain, keeps = run(_NoLogitsToKeep(model), trim_logits=True)
+    assert set(keeps) == {None} and plain.texts == full.texts
+    assert torch.equal(plain.logprobs, full.logprobs)
+
+    bf16, _ = load_policy(SMALL.model_copy(update={"dtype": "bfloat16"}), "0123456789+=", seed=0)
+    auto, keeps = run(bf16)
+    assert keeps[0] == 1 and set(keeps[1:]) == {None}  # bfloat16, by default: trimmed
+    untrimmed, _ = run(bf16, trim_logits=False)
+    assert auto.texts == untrimmed.texts
+    torch.testing.assert_close(auto.logprobs, untrimmed.logprobs, rtol=0, atol=2e-2)

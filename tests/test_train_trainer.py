@@ -24,6 +24,7 @@ from tests.conftest import (
     TINY,
     Crash,
     assert_same_run,
+    crash_then_resume,
     is_timing,
     kappo_config,
     tiny_config,
@@ -255,6 +256,74 @@ def test_checkpoint_roundtrip_restores_optimizer_and_rng(tmp_path):
         s1, s2 = opt.state[p], opt2.state[q]
         torch.testing.assert_close(s1["exp_avg_sq"], s2["exp_avg_sq"])
     assert opt2.param_groups[0]["lr"] == 0.01
+
+
+def test_checkpoint_roundtrip_restores_float32_masters(tmp_path):
+    """A bfloat16 model's float32 masters are stored as ``master.<i>`` (float32) and restored
+    into the optimizer's; a float32 model's checkpoint has none; a master of the wrong shape
+    is refused by name."""
+    from safetensors import safe_open
+
+    from bestk.train.optim import PolicyOptimizer
+    from bestk.train.run.checkpoint import load_checkpoint
+
+    cfg = apply_overrides(TrainConfig(), ["optim.lr=0.01"])
+
+    def trained(dtype):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 3).to(dtype)
+        opt = PolicyOptimizer(model, cfg)
+        for _ in range(2):
+            opt.step(model(torch.randn(2, 4).to(dtype)).float().pow(2).sum(), rl_step=1,
+                     rewards=None)
+        return model, opt
+
+    model, opt = trained(torch.bfloat16)
+    path = save_checkpoint(tmp_path / "bf16", 1, model, opt.optimizer, {},
+                           masters=opt.masters())
+    with safe_open(str(path), framework="pt") as f:
+        stored = {k: f.get_tensor(k) for k in f.keys() if k.startswith("master.")}
+    assert set(stored) == {"master.0", "master.1"}
+    assert all(t.dtype == torch.float32 for t in stored.values())
+    model2, opt2 = trained(torch.bfloat16)  # other weights, then the checkpoint's
+    with torch.no_grad():
+        model2.weight.add_(1)
+    load_checkpoint(path, model2, opt2.optimizer, masters=opt2.masters())
+    for i, master in opt.masters().items():
+        assert torch.equal(opt2.masters()[i], master)
+        assert torch.equal(opt2.optimizer.state[opt2.masters()[i]]["exp_avg"],
+                           opt.optimizer.state[master]["exp_avg"])
+    small = PolicyOptimizer(torch.nn.Linear(2, 3).to(torch.bfloat16), cfg)
+    with pytest.raises(ValueError, match="master weights"):
+        load_checkpoint(path, torch.nn.Linear(4, 3).to(torch.bfloat16),
+                        masters=small.masters())
+    model32, opt32 = trained(torch.float32)
+    path32 = save_checkpoint(tmp_path / "f32", 1, model32, opt32.optimizer, {},
+                             masters=opt32.masters())
+    with safe_open(str(path32), framework="pt") as f:
+        assert not [k for k in f.keys() if k.startswith("master.")]
+
+
+def test_resume_of_a_bfloat16_run_is_bit_identical(tmp_path):
+    """``model.dtype: bfloat16``: a run crashed after step 3 and resumed from its step-2
+    checkpoint ends with the weights, float32 masters, AdamW moments and metrics of the
+    uninterrupted run (the masters hold bits the bfloat16 weights do not)."""
+    extra = ["max_steps=4", "checkpoint_every=2", "model.dtype=bfloat16", "estimator=grpo",
+             "optim.lr=3e-3"]
+    ref = Trainer(tiny_config(tmp_path / "a", *extra))
+    ref.run(progress=False)
+    resumed = crash_then_resume(tiny_config(tmp_path / "b", *extra), at=3)
+    assert_same_run(ref, resumed)
+    assert next(resumed.model.parameters()).dtype == torch.bfloat16
+    ma, mb = ref.optim.masters(), resumed.optim.masters()
+    assert ma and set(ma) == set(mb)
+    for i in ma:
+        assert ma[i].dtype == torch.float32 and torch.equal(ma[i], mb[i])
+        sa, sb = ref.optim.optimizer.state[ma[i]], resumed.optim.optimizer.state[mb[i]]
+        assert sa["exp_avg_sq"].dtype == torch.float32
+        assert torch.equal(sa["exp_avg"], sb["exp_avg"])
+        assert torch.equal(sa["exp_avg_sq"], sb["exp_avg_sq"])
+    assert any(not torch.equal(m, m.to(torch.bfloat16).float()) for m in ma.values())
 
 
 def test_config_errors_name_the_key():

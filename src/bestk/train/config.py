@@ -170,7 +170,7 @@ class ModelConfig(_Section):
     max_positions: Int = Field(128, ge=1)
     """Context length of the tiny default model."""
     dtype: Literal["float32", "bfloat16"] = "float32"
-    """Parameter dtype: ``float32`` or ``bfloat16``."""
+    """Parameter dtype: ``float32`` or ``bfloat16`` (AdamW on float32 masters: optim.py)."""
     chat_template: Literal["auto", "none"] = "auto"
     """``auto``: when the tokenizer has a chat template, each prompt is sent as one user
     message through ``apply_chat_template(..., add_generation_prompt=True)`` (instruct

@@ -3,7 +3,8 @@
 :func:`sft_warmup` trains a policy in place on ``prompt + answer + EOS`` (loss on the answer
 tokens only) for ``sft.steps`` steps of ``sft.batch_size`` training examples drawn with the
 ``SFT_ORDER`` stream, AdamW with a linear warm-up over the first tenth of the steps and a
-cosine decay, global-norm clipping at ``optim.grad_clip``. The
+cosine decay, global-norm clipping at ``optim.grad_clip`` (bfloat16 weights step through
+float32 masters, :class:`~bestk.train.optim.MasterAdamW`). The
 :class:`~bestk.train.trainer.Trainer` runs it first; :func:`sft_weights` runs it without a run
 directory (``bestk compare`` shares one warm-up between the methods of a seed).
 """
@@ -20,7 +21,7 @@ import torch
 from bestk._seeds import SFT_ORDER
 from bestk.tasks import Task
 from bestk.train.config import ResolvedTrainConfig, TrainConfig
-from bestk.train.optim import make_optimizer
+from bestk.train.optim import MasterAdamW, make_optimizer
 from bestk.train.run.console import Stopped
 from bestk.train.run.guards import check_sft_update
 from bestk.train.setup import load_run_policy, load_run_task
@@ -47,7 +48,7 @@ def sft_warmup(model: Policy, tokenizer: PreTrainedTokenizerBase, task: Task,
     :class:`~bestk.train.run.console.Stopped` is raised naming the steps done."""
     s = cfg.sft
     tok = tokenizer
-    opt = make_optimizer(model, cfg, s.lr)
+    opt = MasterAdamW(model, cfg, s.lr)  # float32 masters of bfloat16 weights
     rng = np.random.default_rng(SFT_ORDER.seed(cfg.seed))
     warm = max(1, s.steps // 10)
     eos = tok.eos_token_id
@@ -60,8 +61,7 @@ def sft_warmup(model: Policy, tokenizer: PreTrainedTokenizerBase, task: Task,
         lr = s.lr * min(1.0, (i + 1) / warm)
         if i >= warm:
             lr = s.lr * 0.5 * (1 + math.cos(math.pi * (i - warm) / max(1, s.steps - warm)))
-        for g in opt.param_groups:
-            g["lr"] = lr
+        opt.set_lr(lr)
         idx = rng.integers(0, len(task.train), size=s.batch_size)
         exs = [task.train[j] for j in idx]
         p_ids = tok([e["prompt"] for e in exs], add_special_tokens=False)["input_ids"]
@@ -80,11 +80,9 @@ def sft_warmup(model: Policy, tokenizer: PreTrainedTokenizerBase, task: Task,
         loss = torch.nn.functional.cross_entropy(
             logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100
         )
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad()
         loss.backward()
-        gnorm = None
-        if cfg.optim.grad_clip > 0:
-            gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+        gnorm = opt.gradients(cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else None)
         check_sft_update(i + 1, s.steps, loss, gnorm)  # nan / inf: stop before the update
         opt.step()
         if (i + 1) % 10 == 0 or i + 1 == s.steps:

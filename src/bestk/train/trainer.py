@@ -63,7 +63,6 @@ from bestk.train.reference.plan import ReferencePlan, plan_reference, restrict_p
 from bestk.train.rollout.batch import Rollout
 from bestk.train.rollout.engine import open_engines, synced_sample
 from bestk.train.rollout.evaluate import evaluate, pass_summary
-from bestk.train.rollout.sample_log import eval_samples
 from bestk.train.rollout.scoring import score_batch
 from bestk.train.run.checkpoint import (
     global_rng_kept,
@@ -223,7 +222,7 @@ class Trainer:
             self.ref_model = reference_policy(self.model)
         assert self.state.checkpoint is not None  # verified by inspect_run under the lock
         meta = load_checkpoint(self.state.checkpoint, self.model, self.optim.optimizer,
-                               ref_model=self.ref_model, verify=False)
+                               ref_model=self.ref_model, verify=False, masters=self.optim.masters())
         self.step = int(meta["step"])
         self.optim.steps = int(meta.get("opt_steps", 0))
         self.sft_done = bool(meta.get("sft_done", True))
@@ -391,22 +390,19 @@ class Trainer:
         """Held-out evaluation at ``step`` (logged as a ``phase: eval`` line, its samples to
         ``samples.jsonl``); the step-0 one, before the first checkpoint, stops at its next
         batch on Ctrl-C / SIGTERM."""
-        e = self.cfg.eval
         res = evaluate(
-            self.engines.eval, self.task, self.eval_examples, n=e.n,
+            self.engines.eval, self.task, self.eval_examples, n=self.cfg.eval.n,
             max_new_tokens=self.max_new_tokens, seed=EVAL_SAMPLING.seed(self.sampling_seed, step),
             should_stop=self.stop.should_stop if step == 0 else None,
         )
-        rec: Record = {"phase": "eval", "step": step, **res.metrics}
-        self.log.record(rec)
-        self.log.samples(step, eval_samples(step, res, self.task))  # what the model saw
-        return rec
+        return self.log.evaluation(step, res, self.task)
 
     def checkpoint(self) -> Path:
         """Atomic checkpoint of the current state."""
         state = dict(opt_steps=self.optim.steps, sft_done=self.sft_done, run=self.state.identity)
         return save_checkpoint(self.ckpt_dir, self.step, self.model, self.optim.optimizer, state,
-                               ref_model=self.ref_model, keep=self.cfg.keep_checkpoints)
+                               ref_model=self.ref_model, keep=self.cfg.keep_checkpoints,
+                               masters=self.optim.masters())
 
     def rl_step(self, step: int) -> StepMetrics:
         """One RL step of the configured algorithm; returns its logged metrics."""

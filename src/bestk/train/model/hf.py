@@ -9,6 +9,8 @@ checkpointing, the KV-cache arguments of a forward pass and saving ``final/``.
 * **KV cache** (:func:`cache_kwarg`, :func:`output_cache`, :func:`positions`): the cache
   argument's name across transformers versions, the cache a forward returned, and the
   position ids of a left-padded batch -- what the sampler and the training forward share.
+* **Logits used** (:func:`logits_to_keep`): a forward that needs only its last positions'
+  logits (the sampler's prefill, the update's completion positions) asks for those alone.
 * **final/**: :func:`save_model` writes a plain Hugging Face model (a LoRA policy is saved
   with its adapters merged, plus the adapters alone in ``final/adapter/``).
 
@@ -39,8 +41,8 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers is option
 
     from bestk.train.model.policy import Policy
 
-__all__ = ["autocast", "cache_kwarg", "enable_gradient_checkpointing", "output_cache",
-           "positions", "save_final", "save_model", "stop_token_ids"]
+__all__ = ["autocast", "cache_kwarg", "enable_gradient_checkpointing", "logits_to_keep",
+           "output_cache", "positions", "save_final", "save_model", "stop_token_ids"]
 
 
 
@@ -203,6 +205,32 @@ def cache_kwarg(model: torch.nn.Module) -> str:
         model = model.get_base_model()  # type: ignore[operator]
     params = inspect.signature(model.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
+
+
+def logits_to_keep(model: torch.nn.Module, n: int, trim: bool | None = None
+                   ) -> dict[str, int]:
+    """Keyword arguments of a forward pass of ``model`` that uses the logits of its last
+    ``n`` positions only: ``{"logits_to_keep": n}`` when ``trim`` and the forward takes that
+    argument (transformers' causal LMs; a PEFT model or the reference view: their base
+    model's), else ``{}`` (every position's logits; the caller slices the last ``n``).
+
+    ``trim=None`` decides by the weights: trimmed when any floating parameter of the model is
+    not float32 (a ``model.dtype: bfloat16`` policy, a LoRA over one), not for a float32
+    model. Why not always: the output projection over fewer rows is a matmul of another shape,
+    which the CPU kernels round differently (measured: the prefill's last-position logits
+    and the gradient of the tied embedding change in the last bits), so a float32 run keeps
+    the full computation and stays bit-identical to bestk's before trimming existed. The
+    values are the same up to that rounding.
+    """
+    base = model
+    if hasattr(model, "get_base_model"):  # a PEFT model forwards **kwargs to its base model
+        # a PEFT model or the reference view; torch types other attributes Tensor | Module
+        base = model.get_base_model()  # type: ignore[operator]
+    if trim is None:
+        trim = any(p.dtype != torch.float32 for p in base.parameters() if p.is_floating_point())
+    if not trim or "logits_to_keep" not in inspect.signature(base.forward).parameters:
+        return {}
+    return {"logits_to_keep": int(n)}
 
 
 def output_cache(out: object) -> Cache | None:

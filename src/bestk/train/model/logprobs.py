@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from bestk.losses import chunked_token_logprobs, entropy_from_logits, token_logprobs
-from bestk.train.model.hf import cache_kwarg, output_cache, positions
+from bestk.train.model.hf import cache_kwarg, logits_to_keep, output_cache, positions
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from bestk.train.model.policy import Policy, Reference
@@ -33,6 +33,7 @@ def sequence_logprobs(
     with_entropy: bool = False,
     group_size: int = 1,
     chunked: bool = False,
+    trim_logits: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(B, T)`` log-probs of ``completion_ids`` given the prompts (temperature-scaled), and
     optionally the ``(B, T)`` token entropies (differentiable).
@@ -45,6 +46,12 @@ def sequence_logprobs(
     ``chunked``: compute them with :func:`bestk.losses.chunked_token_logprobs` (no float32
     copy of the whole ``(B, T, V)`` logits; equal up to float32 rounding), as runs with
     ``loss.micro_batch_size`` set do.
+
+    ``trim_logits``: compute only the logits used -- the prompt encoding's last position in
+    the shared branch, the last ``T + 1`` positions of the one forward otherwise
+    (``logits_to_keep``); ``None``: when the model's weights are not float32
+    (:func:`bestk.train.model.hf.logits_to_keep`, which says why). Values are unchanged up
+    to rounding.
     """
     P = prompt_ids.shape[1]
     B, T = completion_ids.shape
@@ -59,7 +66,7 @@ def sequence_logprobs(
     if shared:
         uniq_mask = prompt_mask[::n]
         out = model(input_ids=uniq_ids, attention_mask=uniq_mask, position_ids=pos[::n, :P],
-                    use_cache=True)
+                    use_cache=True, **logits_to_keep(model, 1, trim_logits))
         cache = output_cache(out)
         shared = cache is not None and hasattr(cache, "batch_repeat_interleave")
     if shared:
@@ -79,8 +86,9 @@ def sequence_logprobs(
             logits = first
     else:
         ids = torch.cat([prompt_ids, completion_ids], 1)
-        out = model(input_ids=ids, attention_mask=mask, position_ids=pos)
-        logits = out.logits[:, P - 1 : -1, :]
+        out = model(input_ids=ids, attention_mask=mask, position_ids=pos,
+                    **logits_to_keep(model, T + 1, trim_logits))
+        logits = out.logits[:, -(T + 1) : -1, :]  # positions P - 1 .. P + T - 2
     if chunked:
         return chunked_token_logprobs(logits, completion_ids, temperature=temperature,
                                       with_entropy=with_entropy)

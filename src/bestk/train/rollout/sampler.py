@@ -5,8 +5,10 @@ one single-token forward per new token reusing the model's KV cache (temperature
 top-p, stop at any of the model's stop ids (:func:`bestk.train.model.hf.stop_token_ids`), a length
 cap; prompts longer than ``max_prompt_length`` tokens cut from the left or refused,
 :mod:`bestk.train.rollout.prompts`). It is a loop over *tokens* only; everything per token is one
-batched forward. The update recomputes the log-probabilities of the sampled completions
-with gradients (:func:`bestk.train.model.logprobs.sequence_logprobs`).
+batched forward. The prefill needs the logits of the last prompt position only and asks for
+those alone (``logits_to_keep=1``; for a float32 model only when ``trim_logits`` says so,
+:func:`bestk.train.model.hf.logits_to_keep`). The update recomputes the log-probabilities of
+the sampled completions with gradients (:func:`bestk.train.model.logprobs.sequence_logprobs`).
 
 Why a hand-written loop and not ``model.generate``: (1) every draw comes from an explicit
 ``torch.Generator`` seeded by ``(seed, step)``, so a resumed run repeats the uninterrupted one
@@ -27,7 +29,13 @@ from typing import TYPE_CHECKING
 import torch
 
 from bestk.losses import entropy_from_logits
-from bestk.train.model.hf import cache_kwarg, output_cache, positions, stop_token_ids
+from bestk.train.model.hf import (
+    cache_kwarg,
+    logits_to_keep,
+    output_cache,
+    positions,
+    stop_token_ids,
+)
 from bestk.train.rollout.batch import Rollout, concat_rollouts
 from bestk.train.rollout.prompts import encode_prompts
 
@@ -75,6 +83,7 @@ def sample(
     max_prompt_length: int | None = None,
     prompt_truncation: str = "left",
     batch_size: int | None = None,
+    trim_logits: bool | None = None,
 ) -> Rollout:
     """Sample ``n`` completions for each prompt (see the module docstring); ``top_k`` 0 and
     ``max_prompt_length`` ``None`` are off.
@@ -84,7 +93,10 @@ def sample(
     groups), each with its own prefill and KV cache, drawing from the same ``generator`` in
     order, and the chunks are joined (:func:`concat_rollouts`). The KV cache and the per-token
     logits then scale with ``batch_size``, not with ``len(prompts) * n``. ``None`` (or a
-    chunk holding every prompt) samples all at once."""
+    chunk holding every prompt) samples all at once.
+
+    ``trim_logits``: the prefill computes the last position's logits only (``None``: when the
+    model's weights are not float32; :func:`bestk.train.model.hf.logits_to_keep`)."""
     if not prompts:
         raise ValueError("sample: no prompts")
     if temperature <= 0:
@@ -97,7 +109,7 @@ def sample(
             opts = dict(n=n, temperature=temperature, top_p=top_p,
                         max_new_tokens=max_new_tokens, generator=generator, top_k=top_k,
                         max_prompt_length=max_prompt_length,
-                        prompt_truncation=prompt_truncation)
+                        prompt_truncation=prompt_truncation, trim_logits=trim_logits)
             parts = [sample(model, tokenizer, prompts[i:i + per_chunk], **opts)  # type: ignore[arg-type]
                      for i in range(0, len(prompts), per_chunk)]
             return concat_rollouts(parts, pad_id=_pad_id(model, tokenizer))
@@ -115,9 +127,11 @@ def sample(
     was_training = model.training
     model.eval()
     cache_kw = cache_kwarg(model)
+    last_only = logits_to_keep(model, 1, trim_logits)  # the prefill uses its last logits
     # Prefill each distinct prompt once, then give each of its n samples a copy of the cache.
     pos = positions(uniq_mask)
-    out = model(input_ids=uniq_ids, attention_mask=uniq_mask, position_ids=pos, use_cache=True)
+    out = model(input_ids=uniq_ids, attention_mask=uniq_mask, position_ids=pos, use_cache=True,
+                **last_only)
     past = output_cache(out)
     next_logits = out.logits[:, -1, :]
     if n > 1:
@@ -129,7 +143,7 @@ def sample(
         else:  # a cache without the helper: prefill every copy
             pos = positions(prompt_mask)
             out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=pos,
-                        use_cache=True)
+                        use_cache=True, **last_only)
             past = output_cache(out)
             next_logits = out.logits[:, -1, :]
     attn = prompt_mask

@@ -8,6 +8,9 @@ One checkpoint is one file ``DIR/checkpoints/step_XXXXXXX.safetensors`` holding
   stored again (state ``"weights": "adapters"``),
 * ``ref.<name>``: the frozen reference policy (only when a KL penalty is used),
 * ``optim.<param index>.<state name>``: AdamW moments and step counts,
+* ``master.<param index>``: the float32 master copy of each bfloat16 / float16 trainable
+  parameter (:class:`bestk.train.optim.MasterAdamW`; none for a float32 model), which AdamW's
+  moments of that index belong to,
 * ``rng.torch``: the global torch CPU RNG state,
 
 and, in the safetensors metadata, a JSON ``state`` (step, optimizer param groups, numpy /
@@ -97,11 +100,13 @@ def save_checkpoint(
     *,
     ref_model: torch.nn.Module | None = None,
     keep: int = 2,
+    masters: Mapping[int, torch.Tensor] | None = None,
 ) -> Path:
     """Write checkpoint ``step`` atomically into ``directory``; keep the newest ``keep``.
 
     ``state`` must be JSON-serialisable; the python / numpy RNG states are added to it.
-    Returns the checkpoint's path.
+    ``masters``: the optimizer's float32 master weights by parameter index
+    (:meth:`bestk.train.optim.MasterAdamW.masters`). Returns the checkpoint's path.
     """
     save_file = require("safetensors.torch", extra="train").save_file
 
@@ -116,6 +121,8 @@ def save_checkpoint(
         for name, value in st.items():
             t = value if isinstance(value, torch.Tensor) else torch.tensor(value)
             tensors[f"optim.{idx}.{name}"] = t.detach().to("cpu").clone().contiguous()
+    for idx, master in (masters or {}).items():
+        tensors[f"master.{idx}"] = master.detach().to("cpu").clone().contiguous()
     tensors["rng.torch"] = torch.get_rng_state().clone()
     np_state: Any = np.random.get_state()  # noqa: NPY002  (global state used by user rewards)
     meta_state = dict(state)
@@ -288,6 +295,18 @@ def _load_adapters(model: torch.nn.Module, tensors: dict[str, torch.Tensor], pat
     model.load_state_dict(tensors, strict=False)
 
 
+def _load_masters(masters: Mapping[int, torch.Tensor], stored: dict[str, torch.Tensor],
+                  path: Path) -> None:
+    """Copy the stored float32 masters into ``masters`` (each must exist and fit)."""
+    for key, value in stored.items():
+        target = masters.get(int(key))
+        if target is None or target.shape != value.shape:
+            raise ValueError(f"checkpoint {str(path)!r} does not fit the optimizer's master "
+                             f"weights (another model config?): master.{key}")
+        with torch.no_grad():
+            target.copy_(value)
+
+
 def _py_state_to_json(st: tuple[int, tuple[int, ...], float | None]) -> list[object]:
     version, internal, gauss = st
     return [version, list(internal), gauss]
@@ -316,8 +335,13 @@ def load_checkpoint(
     ref_model: torch.nn.Module | None = None,
     restore_rng: bool = True,
     verify: bool = True,
+    masters: Mapping[int, torch.Tensor] | None = None,
 ) -> dict[str, Any]:
     """Load a checkpoint into ``model`` (and ``optimizer`` / ``ref_model``); return its state.
+
+    ``masters`` (the optimizer's float32 master weights by parameter index) are overwritten
+    with the stored ones; a master the checkpoint lacks is left as it is (the optimizer
+    re-reads it from its parameter, :meth:`bestk.train.optim.MasterAdamW.sync`).
 
     With ``verify`` (default) the file must match its checksum file (:func:`verify_checkpoint`);
     a damaged or unreadable checkpoint raises ``ValueError`` naming it. Restores the torch,
@@ -332,7 +356,8 @@ def load_checkpoint(
         why = verify_checkpoint(path)
         if why is not None:
             raise ValueError(f"checkpoint {str(path)!r} is damaged: {why}")
-    groups: dict[str, dict[str, torch.Tensor]] = {"model.": {}, "ref.": {}, "optim.": {}}
+    groups: dict[str, dict[str, torch.Tensor]] = {"model.": {}, "ref.": {}, "optim.": {},
+                                                  "master.": {}}
     try:
         with safe_open(str(path), framework="pt") as f:
             meta = json.loads(f.metadata()["state"])
@@ -364,6 +389,8 @@ def load_checkpoint(
             idx, _, name = key.partition(".")
             state.setdefault(int(idx), {})[name] = value
         optimizer.load_state_dict({"state": state, "param_groups": meta["optimizer_param_groups"]})
+    if masters is not None:
+        _load_masters(masters, groups["master."], path)
     if restore_rng:
         torch.set_rng_state(rng_torch)
         st = meta["rng_numpy"]

@@ -21,13 +21,16 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 from bestk._atomic import write_text_atomic
+from bestk.tasks import Task
 from bestk.train.config import ResolvedTrainConfig
 from bestk.train.config_io import config_to_dict
+from bestk.train.rollout.evaluate import EvalResult
 from bestk.train.rollout.sample_log import (
     SAMPLES_FILE,
     SampleRecord,
     append_samples,
     drop_samples_after,
+    eval_samples,
 )
 from bestk.train.run.directory import drop_metrics_after, read_metrics
 from bestk.train.run.reporters import Reporters, resolve_report_to
@@ -107,6 +110,15 @@ class RunLog:
         """Append an evaluation's samples to ``samples.jsonl`` and show them live."""
         append_samples(self.samples_file, samples)
         self.reporters.log_samples(step, [dict(s) for s in samples])
+
+    def evaluation(self, step: int, res: EvalResult, task: Task) -> Record:
+        """Log an evaluation at ``step``: its ``phase: eval`` record and a few of its samples
+        (what the model saw and said, :func:`~bestk.train.rollout.sample_log.eval_samples`);
+        returns the record."""
+        rec: Record = {"phase": "eval", "step": step, **res.metrics}
+        self.record(rec)
+        self.samples(step, eval_samples(step, res, task))
+        return rec
 
     def last_evaluation(self) -> Record:
         """The newest ``phase: eval`` record of ``metrics.jsonl`` (``{}`` if none)."""
