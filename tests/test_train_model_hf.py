@@ -530,9 +530,9 @@ def test_real_data_rewards_samples_and_eval_of_the_run(tiny_hf_model, tmp_path, 
     seen: list[list[str]] = []
     real = evaluate_module.evaluate
 
-    def spy(model, tokenizer, task, examples, **kw):
+    def spy(engine, task, examples, **kw):
         seen.append([ex["prompt"] for ex in examples])
-        return real(model, tokenizer, task, examples, **kw)
+        return real(engine, task, examples, **kw)
 
     monkeypatch.setattr(evaluate_module, "evaluate", spy)
     res = CliRunner().invoke(app, ["eval", "--run", str(out), "--set", "eval.n=3",
