@@ -345,6 +345,7 @@ def _eval(
     from bestk.train.model.hf import autocast
     from bestk.train.rollout.evaluate import evaluate
     from bestk.train.rollout.settings import sampling_options
+    from bestk.train.run.console import progress_bar
     from bestk.train.setup import check_run_prompts
     from bestk.train.validation import resolve_config
 
@@ -375,8 +376,10 @@ def _eval(
             err=True,
         )
     opts = sampling_options(cfg, "eval")
-    with autocast(cfg.device, cfg.model.autocast):
-        res = evaluate(mdl, tok, t, examples, n=n, max_new_tokens=max_new, seed=seed, **opts)
+    err = Console(stderr=True)  # a progress bar with the time left, in a terminal
+    with autocast(cfg.device, cfg.model.autocast), progress_bar(err, err.is_terminal) as bar:
+        res = evaluate(mdl, tok, t, examples, n=n, max_new_tokens=max_new, seed=seed, **opts,
+                       progress=bar, description="held-out prompts")
     table = Table(title=f"{t.name}: {len(examples)} held-out prompts x {n} samples")
     table.add_column("k")
     table.add_column("pass@k [95% CI]")
@@ -396,9 +399,10 @@ def _eval(
     if json_out is not None:
         write_text_atomic(json_out, json.dumps(m, indent=1))
     if bank_out is not None:
-        with autocast(cfg.device, cfg.model.autocast):
+        with autocast(cfg.device, cfg.model.autocast), progress_bar(err, err.is_terminal) as bar:
             b = evaluate(mdl, tok, t, bank_ex, n=n, max_new_tokens=max_new,
-                         seed=EVAL_BANK_SAMPLING.seed(seed), **opts)
+                         seed=EVAL_BANK_SAMPLING.seed(seed), **opts, progress=bar,
+                         description="bank (training prompts)")
         write_text_atomic(bank_out, "".join(
             json.dumps({"prompt_id": ex["id"], "rewards": row.tolist()}) + "\n"
             for ex, row in zip(bank_ex, b.rewards, strict=True)

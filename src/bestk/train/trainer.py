@@ -47,7 +47,7 @@ from rich.progress import Progress
 
 from bestk._seeds import EVAL_SAMPLING, PROMPTS, SAMPLING
 from bestk.kappo import Calibration
-from bestk.tasks import Example
+from bestk.tasks import Example, Task
 from bestk.train.algorithms import ALGORITHMS
 from bestk.train.algorithms._base import StepMetrics
 from bestk.train.config import (
@@ -110,7 +110,9 @@ class Trainer:
     (a state dict, or its file) is the policy after an SFT made elsewhere (``bestk compare``
     shares one per seed): a new run starts from it and skips its own SFT. The algorithm
     (:attr:`algo`) sees the run as its :class:`~bestk.train.algorithms.RunContext`; RL draws
-    from :attr:`rl_prompts` (the training prompts, or :attr:`plan`'s calibrated ones)."""
+    from :attr:`rl_prompts` (the training prompts, or :attr:`plan`'s calibrated ones).
+    :attr:`continue_with` is the command an interrupted run's last line says continues it
+    (``None``: ```bestk train --resume OUT```; ``bestk compare`` names itself)."""
 
     def __init__(
         self,
@@ -134,6 +136,7 @@ class Trainer:
             else self.cfg.sampling_seed
         self.notes: list[str] = []
         self.stop = StopRequest()  # Ctrl-C while running
+        self.continue_with: str | None = None  # None: `bestk train --resume OUT`
         self.interrupted = False
         self.step_rewards: np.ndarray | None = None  # the rewards of the RL step in progress
         self._load_task()  # task options and sizes are checked here, still before any write
@@ -156,9 +159,23 @@ class Trainer:
         cfg, stored = resume_config(out, overrides)
         return cls(cfg, resume=True, stored=stored, **kw)
 
-    def _load_task(self) -> None:
+    @classmethod
+    def check(cls, cfg: TrainConfig, *, task: Task | None = None) -> None:
+        """Every check ``Trainer(cfg)`` makes before it touches the run directory or builds a
+        model -- the config's values, the task's options and sizes, the KAPPO plan, the
+        estimator's options and reward domain, the prompt pool -- and nothing else: nothing
+        is written. ``task``: the run's task, already loaded (``bestk compare`` checks every
+        run of its grid this way before any work, loading each seed's task once)."""
+        run = cls.__new__(cls)
+        run.cfg = resolve_config(cfg)
+        run._load_task(task)
+
+    def _load_task(self, task: Task | None = None) -> None:
         cfg = self.cfg
-        self.task, self.device = load_run_task(cfg)
+        if task is None:
+            self.task, self.device = load_run_task(cfg)
+        else:
+            self.task, self.device = task, torch.device(cfg.device)
         self.max_new_tokens = max_new_tokens(cfg, self.task)
         self.eval_examples = self.task.eval[: cfg.eval.num_prompts or len(self.task.eval)]
         if not self.eval_examples:
@@ -342,7 +359,8 @@ class Trainer:
         resumable = not where and latest_checkpoint(self.ckpt_dir) is not None
         if resumable:
             self.checkpoint()
-        return interrupted_line(where, self.out, self.step if resumable else None)
+        return interrupted_line(where, self.out, self.step if resumable else None,
+                                self.continue_with)
 
     def finish(self, *, progress: bool = False) -> None:
         """Save ``final/`` (HF model + tokenizer, :func:`~bestk.train.model.hf.save_final`) and

@@ -112,16 +112,21 @@ def transformers_progress(enabled: bool) -> Iterator[None]:
         (hf_logging.enable_progress_bar if was else hf_logging.disable_progress_bar)()
 
 
-def interrupted_line(where: str, out: Path, step: int | None) -> str:
+def interrupted_line(where: str, out: Path, step: int | None,
+                     continue_with: str | None = None) -> str:
     """What a run stopped by Ctrl-C / SIGTERM says: after ``step`` (checkpointed: continue
     with ``--resume``), or, ``step`` ``None``, during ``where`` before its first checkpoint
-    (the same command starts it over, keeping the attempt's files in ``previous-attempt/``)."""
+    (the same command starts it over, keeping the attempt's files in ``previous-attempt/``).
+    ``continue_with``: the command that continues the run instead (``bestk compare`` says
+    "the same `bestk compare` command"), which also starts it over."""
     if step is None:
+        again = (f"{continue_with} starts it over" if continue_with is not None else
+                 "the same command starts the run over (keeping this attempt's files in "
+                 f"{out / PREVIOUS_ATTEMPT})")
         return (f"interrupted during {where or 'start-up'}, before the run's first checkpoint: "
-                "nothing to continue from; the same command starts the run over (keeping this "
-                f"attempt's files in {out / PREVIOUS_ATTEMPT})")
+                f"nothing to continue from; {again}")
     return (f"interrupted after step {step}; checkpoint saved. Continue with "
-            f"`bestk train --resume {out}`")
+            + (continue_with if continue_with is not None else f"`bestk train --resume {out}`"))
 
 
 def start_line(cfg: ResolvedTrainConfig, *, task: str, uses_estimator: bool, params: int,
