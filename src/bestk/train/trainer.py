@@ -68,6 +68,7 @@ from bestk.train.rollout.scoring import score_batch
 from bestk.train.rollout.settings import sampling_options
 from bestk.train.run.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from bestk.train.run.console import (
+    RunProgress,
     Stopped,
     StopRequest,
     interrupted_line,
@@ -97,7 +98,7 @@ from bestk.train.validation import check_reward_domain, resolve_config
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from bestk.train.model.policy import Reference
 
-__all__ = ["Trainer", "train"]
+__all__ = ["Trainer", "check_run", "train"]
 
 _MODES = {True: "resume", False: "new", "auto": "auto", "resume": "resume", "new": "new"}
 
@@ -110,9 +111,7 @@ class Trainer:
     (a state dict, or its file) is the policy after an SFT made elsewhere (``bestk compare``
     shares one per seed): a new run starts from it and skips its own SFT. The algorithm
     (:attr:`algo`) sees the run as its :class:`~bestk.train.algorithms.RunContext`; RL draws
-    from :attr:`rl_prompts` (the training prompts, or :attr:`plan`'s calibrated ones).
-    :attr:`continue_with` is the command an interrupted run's last line says continues it
-    (``None``: ```bestk train --resume OUT```; ``bestk compare`` names itself)."""
+    from :attr:`rl_prompts` (the training prompts, or :attr:`plan`'s calibrated ones)."""
 
     def __init__(
         self,
@@ -136,7 +135,7 @@ class Trainer:
             else self.cfg.sampling_seed
         self.notes: list[str] = []
         self.stop = StopRequest()  # Ctrl-C while running
-        self.continue_with: str | None = None  # None: `bestk train --resume OUT`
+        self.continue_with: str | None = None  # what continues it, if not bestk train --resume
         self.interrupted = False
         self.step_rewards: np.ndarray | None = None  # the rewards of the RL step in progress
         self._load_task()  # task options and sizes are checked here, still before any write
@@ -159,23 +158,9 @@ class Trainer:
         cfg, stored = resume_config(out, overrides)
         return cls(cfg, resume=True, stored=stored, **kw)
 
-    @classmethod
-    def check(cls, cfg: TrainConfig, *, task: Task | None = None) -> None:
-        """Every check ``Trainer(cfg)`` makes before it touches the run directory or builds a
-        model -- the config's values, the task's options and sizes, the KAPPO plan, the
-        estimator's options and reward domain, the prompt pool -- and nothing else: nothing
-        is written. ``task``: the run's task, already loaded (``bestk compare`` checks every
-        run of its grid this way before any work, loading each seed's task once)."""
-        run = cls.__new__(cls)
-        run.cfg = resolve_config(cfg)
-        run._load_task(task)
-
     def _load_task(self, task: Task | None = None) -> None:
         cfg = self.cfg
-        if task is None:
-            self.task, self.device = load_run_task(cfg)
-        else:
-            self.task, self.device = task, torch.device(cfg.device)
+        self.task, self.device = load_run_task(cfg, task)
         self.max_new_tokens = max_new_tokens(cfg, self.task)
         self.eval_examples = self.task.eval[: cfg.eval.num_prompts or len(self.task.eval)]
         if not self.eval_examples:
@@ -312,7 +297,7 @@ class Trainer:
                     if self.step == 0 and latest_checkpoint(self.ckpt_dir) is None:
                         if self.plan is not None:
                             self.calibrate(bar)
-                        last_eval = self.evaluate(0)
+                        last_eval = self.evaluate(0, bar)
                         if self.spec.keeps_reference(cfg):
                             self.ref_model = reference_policy(self.model)
                         self.checkpoint()
@@ -330,7 +315,7 @@ class Trainer:
                          f"run is complete (final model in {self.out / 'final'})")
         return last_eval or self.log.last_evaluation()
 
-    def _rl_steps(self, bar: Progress, last_eval: Record) -> Record:
+    def _rl_steps(self, bar: RunProgress, last_eval: Record) -> Record:
         """The RL steps after :attr:`step` until ``max_steps`` or a Ctrl-C, with their
         evaluations and checkpoints; returns the last evaluation (``last_eval`` if none)."""
         cfg = self.cfg
@@ -343,12 +328,12 @@ class Trainer:
             self.log.record(m)
             self.step = step
             if step % cfg.eval.every == 0 or step == cfg.max_steps:
-                last_eval = self.evaluate(step)
+                last_eval = self.evaluate(step, bar)
                 live = (f" | eval pass@1={last_eval['pass@1']:.3f} "
                         f"pass@{cfg.eval.n}={last_eval[f'pass@{cfg.eval.n}']:.3f}")
             if step % cfg.checkpoint_every == 0 or step == cfg.max_steps:
                 self.checkpoint()
-            bar.update(rl, completed=step, description=self.algo.describe(m) + live)
+            bar.step(rl, step, self.algo.describe(m) + live)  # in a log: a line a step
             if self.on_step is not None:
                 self.on_step(step, m)
         return last_eval
@@ -356,11 +341,10 @@ class Trainer:
     def _interrupted_line(self, where: str) -> str:
         """Checkpoint a run stopped by Ctrl-C / SIGTERM (once it has one to continue) and say
         how it continues (:func:`~bestk.train.run.console.interrupted_line`)."""
-        resumable = not where and latest_checkpoint(self.ckpt_dir) is not None
-        if resumable:
+        saved = not where and latest_checkpoint(self.ckpt_dir) is not None
+        if saved:
             self.checkpoint()
-        return interrupted_line(where, self.out, self.step if resumable else None,
-                                self.continue_with)
+        return interrupted_line(where, self.out, self.step if saved else None, self.continue_with)
 
     def finish(self, *, progress: bool = False) -> None:
         """Save ``final/`` (HF model + tokenizer, :func:`~bestk.train.model.hf.save_final`) and
@@ -395,16 +379,16 @@ class Trainer:
         self.calibration, self.bank = cal, bank
         self.algo.prepare(cal, bank)
 
-    def evaluate(self, step: int) -> Record:
+    def evaluate(self, step: int, progress: Progress | None = None) -> Record:
         """Held-out evaluation at ``step`` (logged as a ``phase: eval`` line, its samples to
-        ``samples.jsonl``); the step-0 one, before the first checkpoint, stops at its next
-        batch on Ctrl-C / SIGTERM."""
+        ``samples.jsonl``; on the ``progress`` bar while it runs); the step-0 one, before the
+        first checkpoint, stops at its next batch on Ctrl-C / SIGTERM."""
         e = self.cfg.eval
         res = evaluate(
             self.model, self.tokenizer, self.task, self.eval_examples, n=e.n,
             max_new_tokens=self.max_new_tokens, seed=EVAL_SAMPLING.seed(self.sampling_seed, step),
             **sampling_options(self.cfg, "eval"),
-            should_stop=self.stop.should_stop if step == 0 else None,
+            should_stop=self.stop.should_stop if step == 0 else None, progress=progress,
         )
         rec: Record = {"phase": "eval", "step": step, **res.metrics}
         self.log.record(rec)
@@ -468,6 +452,17 @@ class Trainer:
         warm-up, clipping, a non-finite loss or norm stops the run before the update);
         returns ``(gradient norm before clipping, learning rate)``."""
         return self.optim.step(loss, rl_step=self.step + 1, rewards=self.step_rewards)
+
+
+def check_run(cfg: TrainConfig, *, task: Task | None = None) -> None:
+    """Every check ``Trainer(cfg)`` makes before it touches the run directory or builds a model
+    -- the config's values, the task's options and sizes, the KAPPO plan, the estimator's
+    options and reward domain, the prompt pool -- and nothing else: nothing is written.
+    ``task``: the run's task, already loaded (``bestk compare`` checks every run of its grid
+    this way before any work, loading each seed's task once)."""
+    run = Trainer.__new__(Trainer)
+    run.cfg = resolve_config(cfg)
+    run._load_task(task)
 
 
 def train(cfg: TrainConfig, *, progress: bool = True) -> Record:
