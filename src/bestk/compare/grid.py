@@ -354,6 +354,7 @@ def validation_runs(
     val = _validation_config(base, val_prompts)
     out = Path(out)
     sweep_seeds = [SWEEP_SEEDS.seed(base.seed, index=j) for j in range(seeds)]
+    check_runs(list(methods), val, sweep_seeds, out / f"lr{lr:g}", kappo, [float(lr)])
     with stop_on_signals():
         return _grid(list(methods), val, sweep_seeds, out / f"lr{lr:g}",
                      {m.label: float(lr) for m in methods}, kappo, workers, progress, True,
