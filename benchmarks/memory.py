@@ -189,6 +189,8 @@ def _trl_step(model: Any, tok: Any, a: argparse.Namespace, device: Any, out: Pat
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
+    from bestk.train.model.hf import as_plain_model
+
     prompts = a.prompts or [f"Write a story about the number {i}." for i in range(a.batch // a.n)]
     ds = Dataset.from_list([{"prompt": p} for p in prompts])
     micro = a.micro_batch or a.batch
@@ -212,11 +214,12 @@ def _trl_step(model: Any, tok: Any, a: argparse.Namespace, device: Any, out: Pat
     def reward(completions, **_):
         return [float(len(c)) for c in completions]
 
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds,
-                          processing_class=tok, peft_config=peft_config)
-    t0 = time.perf_counter()
-    _reset_peak(device)
-    trainer.train()
+    with as_plain_model(model):  # a GGUF file's model: TRL refuses its quantization record
+        trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds,
+                              processing_class=tok, peft_config=peft_config)
+        t0 = time.perf_counter()
+        _reset_peak(device)
+        trainer.train()
     return {"seconds": time.perf_counter() - t0}
 
 

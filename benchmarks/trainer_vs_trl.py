@@ -157,6 +157,7 @@ def _real_trl(a: argparse.Namespace, out: Path) -> dict[str, list[float]]:
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
+    from bestk.train.model.hf import as_plain_model
     from bestk.train.trainer import Trainer
 
     tr = Trainer(_real_config(a, out / "bestk"))  # the same prompts, model and reward
@@ -176,9 +177,10 @@ def _real_trl(a: argparse.Namespace, out: Path) -> dict[str, list[float]]:
         bf16=False, beta=0.0, dataloader_num_workers=0, disable_tqdm=True, seed=0,
         optim="adamw_torch_fused",
     )
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds,
-                          processing_class=tok)
-    durations = _timed_train(trainer)
+    with as_plain_model(model):  # a GGUF file's model: TRL refuses its quantization record
+        trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds,
+                              processing_class=tok)
+        durations = _timed_train(trainer)
     lengths = [h["completions/mean_length"] for h in trainer.state.log_history
                if "completions/mean_length" in h]
     return {"seconds": durations[a.warmup:],

@@ -143,7 +143,7 @@ def test_a_run_killed_during_calibration_starts_over(tmp_path, monkeypatch):
     (SFT and the calibration again: the same, since both are seeded) and finishes."""
     cfg = kappo_config(tmp_path / "c", "algorithm=apo", "max_steps=1")
     tr = Trainer(cfg)
-    monkeypatch.setattr(Trainer, "evaluate", lambda self, step: (_ for _ in ()).throw(Crash()))
+    monkeypatch.setattr(Trainer, "evaluate", lambda self, *args: (_ for _ in ()).throw(Crash()))
     with pytest.raises(Crash):
         tr.run(progress=False)
     first = (tmp_path / "c/calibration.json").read_bytes()

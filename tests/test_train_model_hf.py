@@ -6,6 +6,7 @@ with LoRA, a loadable ``final/``, and the autocast switch."""
 from __future__ import annotations
 
 import contextlib
+import json
 
 import numpy as np
 import pytest
@@ -335,6 +336,91 @@ def test_the_real_model_recipe_is_a_valid_config():
     assert cfg.model.lora.r == 16 and cfg.model.lora.target_modules == "all-linear"
     assert (cfg.task.name, cfg.device, cfg.model.chat_template) == ("dataset", "cuda", "auto")
     assert cfg.report_to == ["tensorboard"] and cfg.loss.kl_coef > 0
+
+
+# -- final/ of a model read from a GGUF file -------------------------------------------------------
+#: The ``config.quantization_config`` that transformers 5.24 (its GGUF quantizer; 5.10 records
+#: nothing) leaves on a model it read from a GGUF file and dequantized into float tensors.
+GGUF_RECORD = {"quant_method": "gguf"}
+
+
+def _as_read_from_gguf(model, quantizer: object = None):
+    """``model`` (a PEFT model: its base) as transformers 5.24 leaves it: the record,
+    ``is_quantized``, ``quantization_method`` and ``quantizer`` as ``hf_quantizer``
+    (``None``: what transformers 5.10's ``save_pretrained`` can serialize, unlike a stand-in
+    object)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base.config.quantization_config = dict(GGUF_RECORD)
+    base.hf_quantizer, base.is_quantized, base.quantization_method = quantizer, True, "gguf"
+    return base
+
+
+def test_as_plain_model_hides_the_gguf_record_and_gives_it_back(tiny_hf_model):
+    from transformers import AutoModelForCausalLM
+
+    from bestk.train.model.hf import QUANTIZER_ATTRIBUTES, as_plain_model, gguf_quantization
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_hf_model)
+    assert gguf_quantization(model) is None
+    before = model.config.to_dict()
+    with as_plain_model(model):  # nothing to hide: untouched
+        assert model.config.to_dict() == before
+    quantizer = object()  # stands for the GgufHfQuantizer
+    _as_read_from_gguf(model, quantizer)
+    assert gguf_quantization(model) == GGUF_RECORD
+    state = {k: vars(model)[k] for k in QUANTIZER_ATTRIBUTES}
+    with as_plain_model(model):
+        assert "quantization_config" not in model.config.to_dict()
+        assert gguf_quantization(model) is None and model.hf_quantizer is None
+        assert not model.is_quantized and not hasattr(model, "quantization_method")
+    assert gguf_quantization(model) == GGUF_RECORD
+    assert {k: vars(model)[k] for k in QUANTIZER_ATTRIBUTES} == state
+    with pytest.raises(KeyError), as_plain_model(model):
+        raise KeyError  # given back on an error too
+    assert gguf_quantization(model) == GGUF_RECORD and model.hf_quantizer is quantizer
+    del model.is_quantized, model.quantization_method  # attributes it lacked stay absent
+    with as_plain_model(model):
+        pass
+    assert "is_quantized" not in vars(model) and "quantization_method" not in vars(model)
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_final_of_a_gguf_model_is_a_plain_float_model_that_trl_trains(tiny_hf_model, tmp_path,
+                                                                       lora):
+    """final/ of a model read from a GGUF file (with LoRA: merged, + adapter/) has no
+    ``quantization_config``, so TRL's GRPOTrainer (and any transformers Trainer) trains it
+    rather than refusing a "purely quantized" model; the live model keeps its record."""
+    pytest.importorskip("trl")
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import GRPOTrainer
+
+    from bestk.train.config import ModelConfig
+    from bestk.train.model.hf import save_final
+    from bestk.train.model.policy import load_policy
+    from tests._trl_tiny import grpo_config
+
+    lora_cfg = LoRAConfig(r=2, target_modules=["q_proj"]) if lora else LoRAConfig()
+    model, tok = load_policy(ModelConfig(path=str(tiny_hf_model), lora=lora_cfg), None)
+    base = _as_read_from_gguf(model)
+    save_final(tmp_path, model, tok)
+    final = tmp_path / "final"
+    config = json.loads((final / "config.json").read_text())
+    assert "quantization_config" not in config and config["dtype"] == "float32"
+    assert (final / "adapter").is_dir() == lora
+    assert base.config.quantization_config == GGUF_RECORD and base.is_quantized  # as it was
+
+    rows = [{"prompt": f"Tom has {i} apples."} for i in range(8)]
+    trainer = GRPOTrainer(
+        model=str(final), reward_funcs=lambda completions, **_: [float(len(c)) for c in
+                                                                  completions],
+        args=grpo_config(tmp_path / "trl", max_steps=1, num_generations=2,
+                         per_device_train_batch_size=2),
+        train_dataset=Dataset.from_list(rows), processing_class=AutoTokenizer.from_pretrained(
+            final))
+    assert not getattr(trainer.model, "is_quantized", False)
+    trainer.train()
+    assert trainer.state.global_step == 1
 
 
 # -- stop ids and gradient checkpointing ----------------------------------------------------------

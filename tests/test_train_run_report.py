@@ -32,3 +32,17 @@ def test_a_report_without_an_end_evaluation_says_so(tmp_path):
     text = write_report(Path(old)).read_text()
     assert "**No evaluation was run at the end of RL (step 2)**: the end column is the last " \
            "evaluation, of step 0." in text
+
+
+def test_report_does_not_round_a_slow_model_rate_to_zero(tmp_path):
+    """A real model on a CPU makes a fraction of a completion per second: 0.25 is reported as
+    0.25 completions/s, not 0."""
+    out = tmp_path / "a"
+    Trainer(tiny_config(out, "max_steps=2")).run(progress=False)
+    path = out / "metrics.jsonl"
+    records = [json.loads(x) for x in path.read_text().splitlines()]
+    for r in records:
+        if r["phase"] == "train":
+            r["completions_per_s"] = 0.25
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert "; 0.25 completions/s per RL step on average." in write_report(out).read_text()

@@ -49,3 +49,35 @@ def test_smollm2_gguf_trains_with_lora_micro_batches_and_checkpointing(
     assert model.config.vocab_size == 49152 and tok.eos_token == "<|im_end|>"
     assert "<|im_start|>" in tok.apply_chat_template(
         [{"role": "user", "content": "1+1="}], tokenize=False, add_generation_prompt=True)
+
+
+@pytest.mark.slow  # loads the GGUF file, then final/ into TRL, and trains a step: about a minute
+def test_final_of_the_gguf_model_trains_in_trls_grpo_trainer(smollm2_gguf, tmp_path):
+    """final/ of SmolLM2 read from its GGUF file is a plain float model: TRL's GRPOTrainer
+    trains it (transformers 5.24 records the file's quantization on the model it loads, and
+    TRL refuses a directory that keeps it: "cannot perform fine-tuning on purely quantized
+    models")."""
+    pytest.importorskip("trl")
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import GRPOTrainer
+
+    from bestk.train.config import ModelConfig
+    from bestk.train.model.hf import save_final
+    from bestk.train.model.policy import load_policy
+    from tests._trl_tiny import grpo_config
+
+    model, tok = load_policy(ModelConfig(path=str(smollm2_gguf)), None)
+    save_final(tmp_path, model, tok)
+    del model
+    final = tmp_path / "final"
+    assert "quantization_config" not in json.loads((final / "config.json").read_text())
+    trainer = GRPOTrainer(
+        model=str(final), reward_funcs=lambda completions, **_: [float(len(c)) for c in
+                                                                  completions],
+        args=grpo_config(tmp_path / "trl", max_steps=1, num_generations=2,
+                         per_device_train_batch_size=2, max_completion_length=4),
+        train_dataset=Dataset.from_list([{"prompt": "1+1="}, {"prompt": "2+2="}]),
+        processing_class=AutoTokenizer.from_pretrained(final))
+    trainer.train()
+    assert trainer.state.global_step == 1

@@ -60,42 +60,47 @@ def compare_command(
     """Matched runs of several methods (same SFT weights, prompts, rollout budget, optimiser);
     a table of final pass@k / best@k with CIs over seeds and one overlay plot."""
     from bestk.compare.grid import run_compare
+    from bestk.compare.jobs import CompareInterrupted
     from bestk.compare.methods import Method
     from bestk.train.commands import check_flag_conflicts
 
-    with cli_errors():
-        out_directory(out)
-        check_flag_conflicts([("--max-steps", "max_steps", max_steps)], set_)
-        specs: dict[str, tuple[str, list[str]]] = {}
-        for item in (e.strip() for e in estimators.split(",")):
-            if not item:
-                continue
-            label, _, est = item.partition("=")
-            label, est = label.strip(), est.strip() or label.strip()
-            if label in specs:
-                fail(f"--estimators lists {label!r} twice; give each method once (a variant of "
-                     f"an estimator gets a label of its own: {label},{label}_2={est})")
-            specs[label] = (est, [])
-        for item in set_for:
-            label, sep, kv = item.partition(":")
-            if not sep or "=" not in kv:
-                fail(f"--set-for expects LABEL:key=value, got {item!r}")
-            if label not in specs:
-                fail(f"--set-for {item!r}: {label!r} is not among the methods {list(specs)}")
-            specs[label][1].append(kv)
-        methods = [Method(lb, est, overrides=tuple(ov)) for lb, (est, ov) in specs.items()]
-        grid = None
-        if lr_sweep is not None:
-            try:
-                grid = [float(x) for x in lr_sweep.split(",") if x.strip()]
-            except ValueError:
-                fail(f"--lr-sweep must be comma-separated numbers, got {lr_sweep!r}")
-        table = run_compare(
-            methods, seeds=seeds, out=out, config=config, max_steps=max_steps, overrides=set_,
-            progress=not quiet, controls=control, workers=workers, lr_sweep=grid,
-            sweep_seeds=sweep_seeds, val_prompts=val_prompts, resume=resume,
-            max_extensions=max_extensions, select_by=select_by, common_lr_from=common_lr_from,
-        )
+    try:
+        with cli_errors():
+            out_directory(out)
+            check_flag_conflicts([("--max-steps", "max_steps", max_steps)], set_)
+            specs: dict[str, tuple[str, list[str]]] = {}
+            for item in (e.strip() for e in estimators.split(",")):
+                if not item:
+                    continue
+                label, _, est = item.partition("=")
+                label, est = label.strip(), est.strip() or label.strip()
+                if label in specs:
+                    fail(f"--estimators lists {label!r} twice; give each method once (a variant of "
+                         f"an estimator gets a label of its own: {label},{label}_2={est})")
+                specs[label] = (est, [])
+            for item in set_for:
+                label, sep, kv = item.partition(":")
+                if not sep or "=" not in kv:
+                    fail(f"--set-for expects LABEL:key=value, got {item!r}")
+                if label not in specs:
+                    fail(f"--set-for {item!r}: {label!r} is not among the methods {list(specs)}")
+                specs[label][1].append(kv)
+            methods = [Method(lb, est, overrides=tuple(ov)) for lb, (est, ov) in specs.items()]
+            grid = None
+            if lr_sweep is not None:
+                try:
+                    grid = [float(x) for x in lr_sweep.split(",") if x.strip()]
+                except ValueError:
+                    fail(f"--lr-sweep must be comma-separated numbers, got {lr_sweep!r}")
+            table = run_compare(
+                methods, seeds=seeds, out=out, config=config, max_steps=max_steps, overrides=set_,
+                progress=not quiet, controls=control, workers=workers, lr_sweep=grid,
+                sweep_seeds=sweep_seeds, val_prompts=val_prompts, resume=resume,
+                max_extensions=max_extensions, select_by=select_by, common_lr_from=common_lr_from,
+            )
+    except CompareInterrupted as e:  # 130 after Ctrl-C, 143 after SIGTERM (a preemption)
+        typer.echo(str(e), err=True)
+        raise typer.Exit(e.status) from None
     typer.echo(table)
 
 

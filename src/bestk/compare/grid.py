@@ -24,6 +24,7 @@ from bestk.compare.jobs import (
     rl_job,
     samples_bank,
     sft_job,
+    stop_on_signals,
 )
 from bestk.compare.keys import (
     bank_key,
@@ -45,6 +46,8 @@ from bestk.estimators import estimator_info
 from bestk.lr_sweep import fixed_rate, sweep_until_interior
 from bestk.train.config import TrainConfig
 from bestk.train.config_io import config_to_dict
+from bestk.train.setup import load_run_task
+from bestk.train.trainer import check_run
 from bestk.train.validation import resolve_defaults
 
 __all__ = ["run_compare", "validation_runs", "Method", "KappoAuto", "summarize",
@@ -99,6 +102,42 @@ __all__ = ["run_compare", "validation_runs", "Method", "KappoAuto", "summarize",
 
 # ---------------------------------------------------------------------------------------------
 # the grid
+
+
+def _checked_method(m: Method, kappo: KappoAuto | None) -> Method:
+    """``m`` as a run that :func:`~bestk.train.trainer.check_run` can check before any work.
+    Its ``calibration: auto`` file is made later, from the seed's SFT weights, on every
+    training prompt with ``kappo``'s kind: checked as the in-run calibration of that kind on
+    every training prompt, which the trainer checks the same way."""
+    if m.options.get("calibration") != "auto":
+        return m
+    if kappo is None:
+        raise ValueError(f"method {m.label!r} has calibration 'auto' but no KAPPO calibration "
+                         "was configured")
+    options = {k: v for k, v in m.options.items() if k != "calibration"}
+    overrides = (*m.overrides, f"kappo.kind={kappo.kind}", "kappo.bank_prompts=null")
+    return Method(m.label, m.estimator, options, overrides, m.control_of)
+
+
+def check_runs(methods: Sequence[Method], base: TrainConfig, seeds: Sequence[int], out: Path,
+               kappo: KappoAuto | None = None, lrs: Sequence[float | None] = (None,)) -> None:
+    """Check every run of a grid -- each method, seed and learning rate of ``lrs`` (``None``:
+    the config's) -- as its trainer will (:func:`~bestk.train.trainer.check_run`: config
+    values, task, KAPPO plan, estimator options and reward domain, prompt pool), before any
+    work: the first problem is a one-line ``ValueError`` naming the method. Each seed's task
+    is loaded once (the methods share it: their overrides may not change it)."""
+    for i, sid in enumerate(seeds):
+        task = None
+        for m in methods:
+            for lr in lrs:
+                cfg = run_config(base, _checked_method(m, kappo), i, sid,
+                                 out / method_slug(m.label) / f"seed{i}", lr)
+                if task is None:
+                    task, _ = load_run_task(cfg)
+                try:
+                    check_run(cfg, task=task)
+                except ValueError as e:
+                    raise ValueError(f"method {m.label!r}: {e}") from None
 
 
 def sweep_score(end: dict[str, float], n: int) -> float:
@@ -229,33 +268,37 @@ def run_compare(
         raise ValueError(f"--workers must be >= 1, got {workers}")
     if max_extensions < 0:
         raise ValueError(f"--max-extensions must be >= 0, got {max_extensions}")
+    if lr_sweep and sweep_seeds < 1:
+        raise ValueError(f"sweep_seeds must be >= 1, got {sweep_seeds}")
     methods = make_methods(estimators, estimator_options, controls)
     out = Path(out)
     base = base_config(config, max_steps, list(overrides or []))
     test_seeds = [COMPARE_SEEDS.seed(base.seed, index=s) for s in range(seeds)]
-    # validate every run configuration before any work starts
-    for i, sid in enumerate(test_seeds):
-        for m in methods:
-            if m.options.get("calibration") != "auto":
-                run_config(base, m, i, sid, out / method_slug(m.label) / f"seed{i}")
+    swept = methods
+    if common_lr_from is not None:
+        swept = [m for m in methods if m.label == common_lr_from]
+        if not swept:
+            raise ValueError(f"common_lr_from {common_lr_from!r} is not one of the methods "
+                             f"{[m.label for m in methods]}")
+    if not lr_sweep and (common_lr_from is not None or select_by is not None):
+        raise ValueError("common_lr_from / select_by need an lr_sweep")
+    # every run of the grid checked as its trainer will check it, before any work starts
+    check_runs(methods, base, test_seeds, out, kappo)
+    if lr_sweep:
+        check_runs(swept, _validation_config(base, val_prompts),
+                   [SWEEP_SEEDS.seed(base.seed, index=j) for j in range(sweep_seeds)],
+                   out / "sweep", kappo, [float(v) for v in lr_sweep])
     lrs = None
     t0 = time.time()
-    if lr_sweep:
-        swept = methods
-        if common_lr_from is not None:
-            swept = [m for m in methods if m.label == common_lr_from]
-            if not swept:
-                raise ValueError(f"common_lr_from {common_lr_from!r} is not one of the methods "
-                                 f"{[m.label for m in methods]}")
-        lrs = _sweep(swept, base, out, [float(v) for v in lr_sweep], sweep_seeds, val_prompts,
-                     kappo, workers, progress, resume, share_bank, max_extensions, select_by,
-                     common_lr_from)
-        if common_lr_from is not None:
-            lrs = {m.label: lrs[common_lr_from] for m in methods}
-    elif common_lr_from is not None or select_by is not None:
-        raise ValueError("common_lr_from / select_by need an lr_sweep")
-    grid = _grid(methods, base, test_seeds, out, lrs, kappo, workers, progress, resume, "test",
-                 share_bank=share_bank)
+    with stop_on_signals():  # Ctrl-C / SIGTERM: every job stops at its next safe point
+        if lr_sweep:
+            lrs = _sweep(swept, base, out, [float(v) for v in lr_sweep], sweep_seeds,
+                         val_prompts, kappo, workers, progress, resume, share_bank,
+                         max_extensions, select_by, common_lr_from)
+            if common_lr_from is not None:
+                lrs = {m.label: lrs[common_lr_from] for m in methods}
+        grid = _grid(methods, base, test_seeds, out, lrs, kappo, workers, progress, resume,
+                     "test", share_bank=share_bank)
     results: dict[str, dict[str, SeedResult]] = {
         label: {s: {"start": r["start"], "end": r["end"], "run": r["run"]}
                 for s, r in runs.items()} for label, runs in grid.items()}
@@ -310,9 +353,11 @@ def validation_runs(
     val = _validation_config(base, val_prompts)
     out = Path(out)
     sweep_seeds = [SWEEP_SEEDS.seed(base.seed, index=j) for j in range(seeds)]
-    return _grid(list(methods), val, sweep_seeds, out / f"lr{lr:g}",
-                 {m.label: float(lr) for m in methods}, kappo, workers, progress, True,
-                 f"validation lr={lr:g}", shared=out)
+    check_runs(list(methods), val, sweep_seeds, out / f"lr{lr:g}", kappo, [float(lr)])
+    with stop_on_signals():
+        return _grid(list(methods), val, sweep_seeds, out / f"lr{lr:g}",
+                     {m.label: float(lr) for m in methods}, kappo, workers, progress, True,
+                     f"validation lr={lr:g}", shared=out)
 
 
 def _sweep(methods: list[Method], base: TrainConfig, out: Path, grid: list[float],

@@ -1,6 +1,13 @@
 """The jobs of a grid (module-level functions: they run in worker processes): a seed's SFT
 warm-up (and KAPPO calibration), a shared reference bank, one RL run; and :func:`execute`, which
 runs them in order in this process or a pool of single-threaded workers.
+
+**Ctrl-C and SIGTERM.** A comparison runs under :func:`stop_on_signals`: the first Ctrl-C or
+SIGTERM stops every job at its next safe point (an SFT step, a bank or evaluation batch, the
+end of an RL step, which is checkpointed; in a worker process, through the pool's stop event),
+no new job starts, and :class:`CompareInterrupted` (a ``KeyboardInterrupt``) carries the exit
+status, 130 or 143 (128 + SIGTERM); a second one aborts at once. Running the same comparison
+again skips the finished runs and continues an interrupted one from its checkpoint.
 """
 
 from __future__ import annotations
@@ -9,9 +16,11 @@ import copy
 import json
 import multiprocessing as mp
 import shutil
+import signal
 import time
-from collections.abc import Mapping
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Iterator, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -45,6 +54,7 @@ from bestk.train.rollout.engine import HFEngine
 from bestk.train.rollout.evaluate import evaluate
 from bestk.train.rollout.settings import sampling_options
 from bestk.train.run.checkpoint import latest_checkpoint
+from bestk.train.run.console import Stopped, StopRequest
 from bestk.train.run.directory import read_metrics
 from bestk.train.setup import load_run_policy, load_run_task, max_new_tokens
 from bestk.train.sft import sft_weights
@@ -52,6 +62,68 @@ from bestk.train.trainer import Trainer
 from bestk.train.validation import (
     resolve_config,
 )
+
+#: What an interrupted run of a comparison says continues it (:attr:`Trainer.continue_with`).
+CONTINUE_WITH = "the same `bestk compare` command"
+
+
+class CompareInterrupted(KeyboardInterrupt):
+    """A comparison stopped by Ctrl-C or SIGTERM (module docstring): ``status`` is the exit
+    status (130, or 143 after SIGTERM); ``aborted``: by a second one, at once (the last
+    checkpoints are intact), rather than at the jobs' next safe point."""
+
+    def __init__(self, status: int, aborted: bool = False):
+        super().__init__(status, aborted)
+        self.status, self.aborted = status, aborted
+
+    def __str__(self) -> str:
+        how = ("aborted; the last checkpoints are intact" if self.aborted else
+               "interrupted: the finished runs are kept, an interrupted run continues from its "
+               "last checkpoint")
+        return f"{how}; run the same `bestk compare` command to continue"
+
+
+#: This process's stop request while a comparison runs here (:func:`stop_on_signals`), and in
+#: a worker process the pool's stop event (:func:`_worker_init`).
+_requests: list[StopRequest] = []
+_event: Any = None
+
+
+def stop_requested() -> bool:
+    """Whether the comparison was asked to stop (what the jobs poll between steps)."""
+    return any(r.requested for r in _requests) or (_event is not None and _event.is_set())
+
+
+def _signum() -> int | None:
+    """The signal that asked this process's comparison to stop (``None``: none, or the pool's
+    stop event)."""
+    return next((r.signum for r in _requests if r.signum is not None), None)
+
+
+def _status() -> int:
+    """The exit status of the stop: 128 + the signal (130 without one)."""
+    return 128 + (_signum() or signal.SIGINT)
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[StopRequest]:
+    """Ctrl-C / SIGTERM handling of a comparison (module docstring): jobs poll
+    :func:`stop_requested`; a second signal's ``KeyboardInterrupt`` becomes an aborted
+    :class:`CompareInterrupted` with the first signal's exit status."""
+    with StopRequest() as stop:
+        _requests.append(stop)
+        try:
+            yield stop
+        except CompareInterrupted:
+            raise
+        except KeyboardInterrupt:
+            raise CompareInterrupted(_status(), aborted=True) from None
+        finally:
+            _requests.remove(stop)
+
+
+def _stopped() -> CompareInterrupted:
+    return CompareInterrupted(_status())
 
 
 class SeedResult(TypedDict):
@@ -89,7 +161,10 @@ def sft_job(cfg_dict: Mapping[str, object], path: str, kappo: KappoFields | None
     if not (Path(path).exists() and meta.exists() and json.loads(meta.read_text()) == key):
         if cal_path is not None:  # made from the weights this replaces
             Path(cal_path).unlink(missing_ok=True)
-        weights = sft_weights(cfg)
+        try:
+            weights = sft_weights(cfg, should_stop=stop_requested)
+        except Stopped:
+            raise _stopped() from None
         with atomic_path(path) as tmp:
             torch.save(weights, tmp)
         write_text_atomic(meta, json.dumps(key))
@@ -105,8 +180,11 @@ def _calibrate(cfg: ResolvedTrainConfig, sft_path: str, kp: KappoAuto, cal_path:
     model.load_state_dict(torch.load(sft_path))
     exs = task.train
     engine = HFEngine(model, tokenizer, sampling_options(cfg))
-    res = evaluate(engine, task, exs, n=kp.bank_n, max_new_tokens=max_new_tokens(cfg, task),
-                   seed=KAPPO_AUTO_BANK.seed(cfg.seed))
+    try:
+        res = evaluate(engine, task, exs, n=kp.bank_n, max_new_tokens=max_new_tokens(cfg, task),
+                       seed=KAPPO_AUTO_BANK.seed(cfg.seed), should_stop=stop_requested)
+    except Stopped:
+        raise _stopped() from None
     vals = calibration_values(task, kp.kind, res.rewards)
     bank = {int(ex["id"]): row.tolist() for ex, row in zip(exs, vals, strict=True)}
     calibrate(bank, k=kp.k, beta=kp.beta, kind=kp.kind).save(cal_path)
@@ -143,7 +221,11 @@ def bank_job(cfg_dict: Mapping[str, object], sft_path: str | None, bank_dir: str
     model, tokenizer = load_run_policy(cfg, task, device)
     if sft_path is not None:
         model.load_state_dict(torch.load(sft_path))
-    bank = plan.reference_bank(model, tokenizer, task, max_new_tokens(cfg, task))
+    try:
+        bank = plan.reference_bank(model, tokenizer, task, max_new_tokens(cfg, task),
+                                   should_stop=stop_requested)
+    except Stopped:
+        raise _stopped() from None
     k = cfg.kappo
     if bank is None:
         raise ValueError(f"the bank job of {key} samples no reference bank")
@@ -186,16 +268,31 @@ def rl_job(cfg_dict: Mapping[str, object], sft_path: str | None, label: str, key
         if done.get("key") == key:
             return done
     t0 = time.perf_counter()
+
+    def poll(step: int, metrics: object) -> None:
+        """After each RL step: a stop asked of the comparison stops the run here."""
+        if stop_requested() and not tr.stop.requested:
+            tr.stop.requested, tr.stop.signum = True, _signum()
+
     same = (run_dir / "run.key").exists() and (run_dir / "run.key").read_text() == key
     if same and latest_checkpoint(run_dir / "checkpoints") is not None:
-        tr = Trainer.resume(run_dir)
+        tr = Trainer.resume(run_dir, on_step=poll)
     else:
         shutil.rmtree(run_dir, ignore_errors=True)
-        tr = Trainer(cfg, warm_start=sft_path)
+        tr = Trainer(cfg, warm_start=sft_path, on_step=poll)
         write_text_atomic(run_dir / "run.key", key)
-    tr.run(progress=False)
+    tr.continue_with = CONTINUE_WITH
+    if stop_requested():
+        tr.close()
+        raise _stopped()
+    try:
+        tr.run(progress=False)
+    except CompareInterrupted:
+        raise
+    except KeyboardInterrupt:  # a second Ctrl-C / SIGTERM during the run: aborted at once
+        raise CompareInterrupted(tr.stop.exit_status, aborted=True) from None
     if tr.interrupted:
-        raise KeyboardInterrupt
+        raise CompareInterrupted(tr.stop.exit_status)
     evals = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["phase"] == "eval"]
     keep = [k for k in evals[-1] if not k.endswith(("_lo", "_hi"))]
     task = tr.task
@@ -234,7 +331,9 @@ def rl_job(cfg_dict: Mapping[str, object], sft_path: str | None, label: str, key
 
 def execute(jobs: list[tuple], workers: int, progress: bool, what: str) -> list[Any]:
     """Run ``(fn, *args)`` jobs in order (in-process for 1 worker, else a process pool of
-    single-threaded workers); results in job order."""
+    single-threaded workers); results in job order. A stop (:func:`stop_requested`) starts
+    no further job, reaches the running ones (in the workers through the pool's stop event)
+    and raises :class:`CompareInterrupted` once they stopped."""
     if not jobs:
         return []
     with Progress(disable=not progress, transient=True) as bar:
@@ -242,17 +341,44 @@ def execute(jobs: list[tuple], workers: int, progress: bool, what: str) -> list[
         if workers <= 1:
             out = []
             for fn, *args in jobs:
+                if stop_requested():
+                    raise _stopped()
                 out.append(fn(*args))
                 bar.advance(task)
             return out
-        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
-                                 initializer=_worker_init) as pool:
+        ctx = mp.get_context("spawn")
+        event = ctx.Event()
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
+                                 initargs=(event,)) as pool:
             futs = [pool.submit(fn, *args) for fn, *args in jobs]
-            for f in futs:
-                f.result()
-                bar.advance(task)
+            pending: set[Future[Any]] = set(futs)
+            stopped = False
+            while pending:
+                done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                for f in done:
+                    if f.cancelled():
+                        continue
+                    try:
+                        f.result()
+                    except CompareInterrupted:
+                        stopped = True
+                        continue
+                    bar.advance(task)
+                if (stopped or stop_requested()) and not event.is_set():
+                    event.set()  # the running jobs stop at their next safe point
+                    for f in pending:
+                        f.cancel()
+            if event.is_set():
+                raise _stopped()
             return [f.result() for f in futs]
 
 
-def _worker_init() -> None:
+def _worker_init(event: Any = None) -> None:
+    """A worker process: one torch thread; Ctrl-C reaches its jobs through the pool's stop
+    ``event`` (set by the main process), not from the terminal (a trainer's own handler
+    still takes one during a run)."""
+    global _event
     torch.set_num_threads(1)
+    _event = event
+    if event is not None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)

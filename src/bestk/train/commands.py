@@ -440,9 +440,12 @@ def _evaluate_and_report(engine: RolloutEngine, cfg: ResolvedTrainConfig, t: Tas
     from bestk._seeds import EVAL_BANK_SAMPLING
     from bestk.train.model.hf import autocast
     from bestk.train.rollout.evaluate import evaluate
+    from bestk.train.run.console import progress_bar
 
-    with autocast(cfg.device, cfg.model.autocast):
-        res = evaluate(engine, t, examples, n=n, max_new_tokens=max_new, seed=seed)
+    err = Console(stderr=True)  # a progress bar with the time left, in a terminal
+    with autocast(cfg.device, cfg.model.autocast), progress_bar(err, err.is_terminal) as bar:
+        res = evaluate(engine, t, examples, n=n, max_new_tokens=max_new, seed=seed,
+                       progress=bar, description="held-out prompts")
     table = Table(title=f"{t.name}: {len(examples)} held-out prompts x {n} samples")
     table.add_column("k")
     table.add_column("pass@k [95% CI]")
@@ -462,9 +465,10 @@ def _evaluate_and_report(engine: RolloutEngine, cfg: ResolvedTrainConfig, t: Tas
     if json_out is not None:
         write_text_atomic(json_out, json.dumps(m, indent=1))
     if bank_out is not None:
-        with autocast(cfg.device, cfg.model.autocast):
+        with autocast(cfg.device, cfg.model.autocast), progress_bar(err, err.is_terminal) as bar:
             b = evaluate(engine, t, bank_ex, n=n, max_new_tokens=max_new,
-                         seed=EVAL_BANK_SAMPLING.seed(seed))
+                         seed=EVAL_BANK_SAMPLING.seed(seed), progress=bar,
+                         description="bank (training prompts)")
         write_text_atomic(bank_out, "".join(
             json.dumps({"prompt_id": ex["id"], "rewards": row.tolist()}) + "\n"
             for ex, row in zip(bank_ex, b.rewards, strict=True)

@@ -28,15 +28,19 @@ __all__ = ["load_run_task", "load_run_policy", "max_new_tokens", "check_run_prom
            "check_prompt_pool", "model_context", "check_context", "run_header"]
 
 
-def load_run_task(cfg: ResolvedTrainConfig) -> tuple[Task, torch.device]:
+def load_run_task(cfg: ResolvedTrainConfig, task: Task | None = None
+                  ) -> tuple[Task, torch.device]:
     """``(task, device)`` of a run of ``cfg``: sets ``threads`` and the global torch seed
-    (``seed``), then loads the task (its options and sizes checked)."""
+    (``seed``), then loads the task (its options and sizes checked), unless given the ``task``
+    loaded already (``bestk compare`` checks the runs of a seed against one)."""
     if cfg.threads:
         torch.set_num_threads(int(cfg.threads))
     torch.manual_seed(cfg.seed)
     device = torch.device(cfg.device)
-    task = load_task(cfg.task.name, cfg.task.options, seed=cfg.seed, reward=cfg.task.reward,
-                     reward_weights=cfg.task.reward_weights, system_prompt=cfg.task.system_prompt)
+    if task is None:
+        task = load_task(cfg.task.name, cfg.task.options, seed=cfg.seed, reward=cfg.task.reward,
+                         reward_weights=cfg.task.reward_weights,
+                         system_prompt=cfg.task.system_prompt)
     return task, device
 
 

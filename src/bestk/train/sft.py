@@ -92,14 +92,17 @@ def sft_warmup(model: Policy, tokenizer: PreTrainedTokenizerBase, task: Task,
             progress.update(task_id, advance=1, description=f"SFT warm-up loss={loss.item():.3f}")
 
 
-def sft_weights(cfg: TrainConfig) -> dict[str, torch.Tensor]:
+def sft_weights(cfg: TrainConfig, should_stop: Callable[[], bool] | None = None
+                ) -> dict[str, torch.Tensor]:
     """The policy's weights after ``cfg``'s SFT warm-up, with no run directory: the run's task
     and fresh policy (:func:`~bestk.train.setup.load_run_task`,
-    :func:`~bestk.train.setup.load_run_policy`), :func:`sft_warmup` (its log dropped), then
-    a detached copy of the state dict. ``cfg`` is checked and resolved first
-    (:func:`~bestk.train.validation.resolve_config`; a resolved config only checked)."""
+    :func:`~bestk.train.setup.load_run_policy`), :func:`sft_warmup` (its log dropped; stopped
+    by ``should_stop``), then a detached copy of the state dict. ``cfg`` is checked and
+    resolved first (:func:`~bestk.train.validation.resolve_config`; a resolved config only
+    checked)."""
     cfg = resolve_config(cfg)
     task, device = load_run_task(cfg)
     model, tokenizer = load_run_policy(cfg, task, device)
-    sft_warmup(model, tokenizer, task, cfg, device, log=lambda record: None)
+    sft_warmup(model, tokenizer, task, cfg, device, log=lambda record: None,
+               should_stop=should_stop)
     return {k: v.detach().clone() for k, v in model.state_dict().items()}

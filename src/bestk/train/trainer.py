@@ -47,7 +47,7 @@ from rich.progress import Progress
 
 from bestk._seeds import EVAL_SAMPLING, PROMPTS, SAMPLING
 from bestk.kappo import Calibration
-from bestk.tasks import Example
+from bestk.tasks import Example, Task
 from bestk.train.algorithms import ALGORITHMS
 from bestk.train.algorithms._base import StepMetrics
 from bestk.train.config import (
@@ -71,6 +71,7 @@ from bestk.train.run.checkpoint import (
     save_checkpoint,
 )
 from bestk.train.run.console import (
+    RunProgress,
     Stopped,
     StopRequest,
     interrupted_line,
@@ -100,7 +101,7 @@ from bestk.train.validation import check_reward_domain, resolve_config
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from bestk.train.model.policy import Reference
 
-__all__ = ["Trainer", "train", "evaluation_due"]
+__all__ = ["Trainer", "check_run", "train", "evaluation_due"]
 
 _MODES = {True: "resume", False: "new", "auto": "auto", "resume": "resume", "new": "new"}
 
@@ -137,6 +138,7 @@ class Trainer:
             else self.cfg.sampling_seed
         self.notes: list[str] = []
         self.stop = StopRequest()  # Ctrl-C while running
+        self.continue_with: str | None = None  # what continues it, if not bestk train --resume
         self.interrupted = False
         self.step_rewards: np.ndarray | None = None  # the rewards of the RL step in progress
         self._load_task()  # task options and sizes are checked here, still before any write
@@ -159,9 +161,9 @@ class Trainer:
         cfg, stored = resume_config(out, overrides)
         return cls(cfg, resume=True, stored=stored, **kw)
 
-    def _load_task(self) -> None:
+    def _load_task(self, task: Task | None = None) -> None:
         cfg = self.cfg
-        self.task, self.device = load_run_task(cfg)
+        self.task, self.device = load_run_task(cfg, task)
         self.max_new_tokens = max_new_tokens(cfg, self.task)
         self.eval_examples = self.task.eval[: cfg.eval.num_prompts or len(self.task.eval)]
         if not self.eval_examples:
@@ -302,7 +304,7 @@ class Trainer:
                     if self.step == 0 and latest_checkpoint(self.ckpt_dir) is None:
                         if self.plan is not None:
                             self.calibrate(bar)
-                        last_eval = self.evaluate(0)
+                        last_eval = self.evaluate(0, bar)
                         if self.spec.keeps_reference(cfg):
                             self.ref_model = reference_policy(self.model)
                         self.checkpoint()
@@ -320,7 +322,7 @@ class Trainer:
                          f"run is complete (final model in {self.out / 'final'})")
         return last_eval or self.log.last_evaluation()
 
-    def _rl_steps(self, bar: Progress, last_eval: Record) -> Record:
+    def _rl_steps(self, bar: RunProgress, last_eval: Record) -> Record:
         """The RL steps after :attr:`step` until ``max_steps`` or a Ctrl-C, with their
         evaluations and checkpoints; returns the last evaluation (``last_eval`` if none)."""
         cfg = self.cfg
@@ -336,11 +338,11 @@ class Trainer:
             self.log.record(m)
             self.step = step
             if evaluation_due(cfg, step):
-                last_eval = self.evaluate(step)
+                last_eval = self.evaluate(step, bar)
                 live = f" | eval {pass_summary(last_eval, cfg.eval.n)}"
             if step % cfg.checkpoint_every == 0 or step == cfg.max_steps:
                 self.checkpoint()
-            bar.update(rl, completed=step, description=self.algo.describe(m) + live)
+            bar.step(rl, step, self.algo.describe(m) + live)  # in a log: a line a step
             if self.on_step is not None:
                 self.on_step(step, m)
         return last_eval
@@ -348,10 +350,10 @@ class Trainer:
     def _interrupted_line(self, where: str) -> str:
         """Checkpoint a run stopped by Ctrl-C / SIGTERM (once it has one to continue) and say
         how it continues (:func:`~bestk.train.run.console.interrupted_line`)."""
-        resumable = not where and latest_checkpoint(self.ckpt_dir) is not None
-        if resumable:
+        saved = not where and latest_checkpoint(self.ckpt_dir) is not None
+        if saved:
             self.checkpoint()
-        return interrupted_line(where, self.out, self.step if resumable else None)
+        return interrupted_line(where, self.out, self.step if saved else None, self.continue_with)
 
     def finish(self, *, progress: bool = False) -> None:
         """Save ``final/`` (HF model + tokenizer, :func:`~bestk.train.model.hf.save_final`) and
@@ -386,14 +388,14 @@ class Trainer:
         self.calibration, self.bank = cal, bank
         self.algo.prepare(cal, bank)
 
-    def evaluate(self, step: int) -> Record:
+    def evaluate(self, step: int, progress: Progress | None = None) -> Record:
         """Held-out evaluation at ``step`` (logged as a ``phase: eval`` line, its samples to
-        ``samples.jsonl``); the step-0 one, before the first checkpoint, stops at its next
-        batch on Ctrl-C / SIGTERM."""
+        ``samples.jsonl``; on the ``progress`` bar while it runs); the step-0 one, before the
+        first checkpoint, stops at its next batch on Ctrl-C / SIGTERM."""
         res = evaluate(
             self.engines.eval, self.task, self.eval_examples, n=self.cfg.eval.n,
             max_new_tokens=self.max_new_tokens, seed=EVAL_SAMPLING.seed(self.sampling_seed, step),
-            should_stop=self.stop.should_stop if step == 0 else None,
+            should_stop=self.stop.should_stop if step == 0 else None, progress=progress,
         )
         return self.log.evaluation(step, res, self.task)
 
@@ -458,6 +460,17 @@ def evaluation_due(cfg: ResolvedTrainConfig, step: int) -> bool:
     """Whether the run of ``cfg`` evaluates at RL step ``step``: every ``eval.every`` steps
     (step 0, the start of RL, included) and at the end, ``max_steps``."""
     return step % cfg.eval.every == 0 or step == cfg.max_steps
+
+
+def check_run(cfg: TrainConfig, *, task: Task | None = None) -> None:
+    """Every check ``Trainer(cfg)`` makes before it touches the run directory or builds a model
+    -- the config's values, the task's options and sizes, the KAPPO plan, the estimator's
+    options and reward domain, the prompt pool -- and nothing else: nothing is written.
+    ``task``: the run's task, already loaded (``bestk compare`` checks every run of its grid
+    this way before any work, loading each seed's task once)."""
+    run = Trainer.__new__(Trainer)
+    run.cfg = resolve_config(cfg)
+    run._load_task(task)
 
 
 def train(cfg: TrainConfig, *, progress: bool = True) -> Record:

@@ -12,7 +12,8 @@ checkpointing, the KV-cache arguments of a forward pass and saving ``final/``.
 * **Logits used** (:func:`logits_to_keep`): a forward that needs only its last positions'
   logits (the sampler's prefill, the update's completion positions) asks for those alone.
 * **final/**: :func:`save_model` writes a plain Hugging Face model (a LoRA policy is saved
-  with its adapters merged, plus the adapters alone in ``final/adapter/``).
+  with its adapters merged, plus the adapters alone in ``final/adapter/``; a model read from a
+  GGUF file without the file's quantization record, :func:`as_plain_model`).
 
 Chat templates are :mod:`bestk.train.model.chat`'s, LoRA and the reference policy
 :mod:`bestk.train.model.lora`'s.
@@ -24,6 +25,7 @@ import contextlib
 import inspect
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,8 +43,9 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers is option
 
     from bestk.train.model.policy import Policy
 
-__all__ = ["autocast", "cache_kwarg", "enable_gradient_checkpointing", "logits_to_keep",
-           "output_cache", "positions", "save_final", "save_model", "stop_token_ids"]
+__all__ = ["QUANTIZER_ATTRIBUTES", "as_plain_model", "autocast", "cache_kwarg",
+           "enable_gradient_checkpointing", "gguf_quantization", "logits_to_keep", "output_cache",
+           "positions", "save_final", "save_model", "stop_token_ids"]
 
 
 
@@ -88,32 +91,89 @@ def autocast(device: torch.device | str, mode: str = "auto"
 
 
 
+def gguf_quantization(model: torch.nn.Module) -> object | None:
+    """The GGUF quantization record transformers left on ``model`` (a PEFT model: on its base
+    model), or ``None``: its ``config.quantization_config`` when that names ``quant_method``
+    ``gguf`` (a dict, or a ``GgufConfig`` whose ``quant_method`` is a ``str`` enum).
+
+    transformers versions that load a GGUF file through a GGUF quantizer (``GgufHfQuantizer``)
+    keep this record, and the quantizer as ``model.hf_quantizer``, even when they dequantized
+    every weight into a float tensor, which bestk's loading does (``model.dtype``)."""
+    base = model.get_base_model() if is_peft_model(model) else model
+    qc = getattr(getattr(base, "config", None), "quantization_config", None)
+    method = qc.get("quant_method") if isinstance(qc, dict) else getattr(qc, "quant_method", None)
+    return qc if str(getattr(method, "value", method)).lower() == "gguf" else None
+
+
+#: What a transformers quantizer sets on the model it loads (``HfQuantizer.preprocess_model``
+#: and ``from_pretrained``) and drops when it removes the quantization
+#: (``HfQuantizer.remove_quantization_config``), besides ``config.quantization_config``.
+QUANTIZER_ATTRIBUTES = ("hf_quantizer", "is_quantized", "quantization_method")
+
+
+@contextlib.contextmanager
+def as_plain_model(model: torch.nn.Module) -> Iterator[None]:
+    """Inside: ``model`` (a PEFT model: its base model) without a GGUF quantization record
+    (:func:`gguf_quantization`): no ``config.quantization_config``, ``hf_quantizer`` ``None``,
+    ``is_quantized`` false, no ``quantization_method`` (:data:`QUANTIZER_ATTRIBUTES`), as
+    transformers' own ``remove_quantization_config`` leaves a model; all come back on exit, so
+    the live model is as it was. ``save_pretrained`` then writes the plain float model the
+    weights are (a ``config.json`` with ``"quantization_config": {"quant_method": "gguf"}`` makes
+    TRL and every transformers ``Trainer`` refuse the directory: "cannot perform fine-tuning on
+    purely quantized models"), and TRL's trainers take the model itself. A model without the
+    record is left alone."""
+    if gguf_quantization(model) is None:
+        yield
+        return
+    # the causal LM (PEFT annotates get_base_model() as a plain Module)
+    base: PreTrainedModel = model.get_base_model() if is_peft_model(model) else model  # type: ignore[assignment]
+    config = base.config
+    record = getattr(config, "quantization_config")  # noqa: B009 - not a declared attribute
+    saved = {name: vars(base)[name] for name in QUANTIZER_ATTRIBUTES if name in vars(base)}
+    delattr(config, "quantization_config")
+    setattr(base, "hf_quantizer", None)  # noqa: B010 - not declared by every version
+    setattr(base, "is_quantized", False)  # noqa: B010
+    if "quantization_method" in saved:
+        delattr(base, "quantization_method")
+    try:
+        yield
+    finally:
+        setattr(config, "quantization_config", record)  # noqa: B010
+        for name in QUANTIZER_ATTRIBUTES:
+            if name in saved:
+                setattr(base, name, saved[name])
+            elif name in vars(base):
+                delattr(base, name)
+
+
 def save_model(model: Policy, path: str | Path) -> None:
     """Save ``model`` as a Hugging Face model directory loadable with ``AutoModelForCausalLM``.
 
     A PEFT model is saved with its adapters merged into the weights (:func:`merged_state_dict`)
     and, in ``path/adapter``, its adapters alone (``PeftModel.from_pretrained`` on the base
-    model reloads them).
+    model reloads them). A model read from a GGUF file is saved as the plain float model it is
+    (:func:`as_plain_model`).
     """
     path = Path(path)
-    if not is_peft_model(model):
-        # a PreTrainedModel here (a TypeGuard does not narrow this branch), which takes a path
-        model.save_pretrained(path)  # type: ignore[arg-type]  # PEFT's annotation says str
-        return
-    require("transformers", extra="train")
-    from transformers import AutoModelForCausalLM
+    with as_plain_model(model):
+        if not is_peft_model(model):
+            # a PreTrainedModel here (a TypeGuard does not narrow this branch), takes a path
+            model.save_pretrained(path)  # type: ignore[arg-type]  # PEFT's annotation says str
+            return
+        require("transformers", extra="train")
+        from transformers import AutoModelForCausalLM
 
-    base = model.get_base_model()
-    state = merged_state_dict(model)
-    with torch.device("meta"):
-        plain = AutoModelForCausalLM.from_config(base.config)
-    plain.load_state_dict(state, strict=True, assign=True)
-    if getattr(base.config, "tie_word_embeddings", False):
-        plain.tie_weights()
-    if getattr(base, "generation_config", None) is not None:
-        plain.generation_config = base.generation_config
-    plain.save_pretrained(path)
-    model.save_pretrained(path / "adapter")  # type: ignore[arg-type]  # annotated str, takes a path
+        base = model.get_base_model()
+        state = merged_state_dict(model)
+        with torch.device("meta"):
+            plain = AutoModelForCausalLM.from_config(base.config)
+        plain.load_state_dict(state, strict=True, assign=True)
+        if getattr(base.config, "tie_word_embeddings", False):
+            plain.tie_weights()
+        if getattr(base, "generation_config", None) is not None:
+            plain.generation_config = base.generation_config
+        plain.save_pretrained(path)
+        model.save_pretrained(path / "adapter")  # type: ignore[arg-type]  # annotated str
 
 
 

@@ -20,6 +20,8 @@ from bestk.tasks import Example, Task
 from bestk.train.run.console import Stopped
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from rich.progress import Progress
+
     from bestk.train.rollout.engine import RolloutEngine
 
 __all__ = ["EvalResult", "evaluate", "pass_summary"]
@@ -63,13 +65,18 @@ def evaluate(
     batch_prompts: int = 64,
     seed: int = 0,
     should_stop: Callable[[], bool] | None = None,
+    progress: Progress | None = None,
+    description: str = "evaluation",
 ) -> EvalResult:
     """Sample ``n`` completions for each example with ``engine`` (synced with the policy
     first; its sampling settings: temperature, top-p, top-k, prompt length limit),
-    ``batch_prompts`` prompts at a time, the
-    noise drawn from one generator seeded by ``seed``; score them; compute the curves
-    (k = 1..n). ``should_stop`` (Ctrl-C, SIGTERM) is asked before each batch of prompts: when
-    it says so, :class:`~bestk.train.run.console.Stopped` is raised."""
+    ``batch_prompts`` prompts at a time, the noise drawn from one generator seeded by
+    ``seed``; score them; compute the curves (k = 1..n). ``should_stop`` (Ctrl-C, SIGTERM) is
+    asked before each batch of prompts: when it says so,
+    :class:`~bestk.train.run.console.Stopped` is raised. ``progress``: a ``rich`` progress
+    bar, to which the evaluation adds a task (``description: P prompts x n``, advanced after
+    each batch of prompts, so that it shows the time left) and from which it removes it when
+    done."""
     if not examples:
         raise ValueError("evaluate: no held-out prompts")
     engine.sync()
@@ -77,24 +84,33 @@ def evaluate(
     several = len(task.reward_names) > 1
     rewards, texts, entropy, lengths = [], [], [], []
     parts: dict[str, list[np.ndarray]] = {}
-    for start in range(0, len(examples), batch_prompts):
-        if should_stop is not None and should_stop():
-            raise Stopped(f"an evaluation ({start} of {len(examples)} prompts)")
-        chunk = list(examples[start : start + batch_prompts])
-        ro = engine.sample([ex["prompt"] for ex in chunk], n=n, max_new_tokens=max_new_tokens,
-                           generator=gen)
-        exs = [ex for ex in chunk for _ in range(n)]
-        if several:
-            scores = task.score_detailed(exs, ro.texts)
-            rewards.append(scores.total)
-            for name, col in scores.columns.items():
-                parts.setdefault(name, []).append(col)
-        else:
-            rewards.append(task.score(exs, ro.texts))
-        texts.extend(ro.texts)
-        m = ro.completion_mask.float()
-        entropy.append(float((ro.entropy * m).sum()))
-        lengths.append(m.sum(1).cpu().numpy())
+    bar = progress.add_task(f"{description}: {len(examples)} prompts x {n}",
+                            total=len(examples)) if progress is not None else None
+    try:
+        for start in range(0, len(examples), batch_prompts):
+            if should_stop is not None and should_stop():
+                raise Stopped(f"an evaluation ({start} of {len(examples)} prompts)")
+            chunk = list(examples[start : start + batch_prompts])
+            ro = engine.sample([ex["prompt"] for ex in chunk], n=n,
+                               max_new_tokens=max_new_tokens, generator=gen)
+            exs = [ex for ex in chunk for _ in range(n)]
+            if several:
+                scores = task.score_detailed(exs, ro.texts)
+                rewards.append(scores.total)
+                for name, col in scores.columns.items():
+                    parts.setdefault(name, []).append(col)
+            else:
+                rewards.append(task.score(exs, ro.texts))
+            texts.extend(ro.texts)
+            m = ro.completion_mask.float()
+            entropy.append(float((ro.entropy * m).sum()))
+            lengths.append(m.sum(1).cpu().numpy())
+            if progress is not None:
+                assert bar is not None  # added with the progress bar
+                progress.update(bar, advance=len(chunk))
+    finally:
+        if progress is not None and bar is not None:
+            progress.remove_task(bar)
     r = np.concatenate(rewards).reshape(len(examples), n)
     ntok = float(np.concatenate(lengths).sum())
     succ = task.success(r)

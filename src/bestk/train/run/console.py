@@ -9,13 +9,15 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -31,16 +33,61 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
     #: What ``signal.getsignal`` returns: a handler, ``SIG_DFL`` / ``SIG_IGN``, or ``None``.
     _Handler: TypeAlias = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
 
-__all__ = ["progress_bar", "StopRequest", "Stopped", "STOP_SIGNALS", "transformers_progress",
-           "start_line", "interrupted_line"]
+__all__ = ["progress_bar", "RunProgress", "StopRequest", "Stopped", "STOP_SIGNALS",
+           "transformers_progress", "start_line", "interrupted_line", "step_line", "clock",
+           "rate"]
 
 
-def progress_bar(console: Console, enabled: bool) -> Progress:
+class RunProgress(Progress):
+    """The run's progress bar (:func:`progress_bar`), whose :meth:`step` also prints one
+    line per step (:func:`step_line`) when its console is not a terminal (``nohup``, a log
+    file), where the bar is not redrawn."""
+
+    def __init__(self, *columns: str | ProgressColumn, **kwargs: Any) -> None:
+        super().__init__(*columns, **kwargs)
+        self._first: dict[TaskID, float] = {}  # a task's steps done before its first step()
+
+    def step(self, task_id: TaskID, step: int, description: str) -> None:
+        """``task_id`` (of steps) is at ``step``, described by ``description``."""
+        task = next(t for t in self.tasks if t.id == task_id)
+        first = self._first.setdefault(task_id, task.completed)
+        self.update(task_id, completed=step, description=description)
+        if self.disable or self.console.is_terminal:
+            return
+        self.console.print(step_line(step, int(task.total or step), description,
+                                     task.elapsed or 0.0, int(step - first)),
+                           markup=False, highlight=False, soft_wrap=True)
+
+
+def progress_bar(console: Console, enabled: bool) -> RunProgress:
     """The run's progress bar on ``console`` (phase, bar, steps done, elapsed, remaining)."""
-    return Progress(
+    return RunProgress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
         TimeElapsedColumn(), TimeRemainingColumn(), console=console, disable=not enabled,
     )
+
+
+def clock(seconds: float) -> str:
+    """``H:MM:SS`` (the progress bar's format) of a duration in seconds."""
+    s = max(0, round(seconds))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+def rate(per_second: float) -> str:
+    """A rate with the digits it needs: three significant ones below 100 (``0.25``,
+    ``0.0123``, ``12.3``), whole numbers above (``846``)."""
+    return f"{per_second:.0f}" if abs(per_second) >= 100 else f"{per_second:.3g}"
+
+
+def step_line(step: int, total: int, summary: str, elapsed: float, steps: int) -> str:
+    """The line an RL step prints when the run's console is not a terminal (``nohup``, a log
+    file), where the progress bar does not redraw: the step of ``total``, its ``summary``
+    (the progress bar's description: reward, success, the last evaluation), the time per step
+    (``elapsed`` seconds over the ``steps`` steps taken since the run started or resumed), the
+    time elapsed and the time left at that pace."""
+    per = elapsed / max(steps, 1)
+    return (f"step {step}/{total} {summary} | {rate(per)} s/step, elapsed {clock(elapsed)}, "
+            f"ETA {clock(per * (total - step))}")
 
 
 class Stopped(Exception):  # noqa: N818 - a request honoured, not an error
@@ -112,17 +159,22 @@ def transformers_progress(enabled: bool) -> Iterator[None]:
         (hf_logging.enable_progress_bar if was else hf_logging.disable_progress_bar)()
 
 
-def interrupted_line(where: str, out: Path, step: int | None) -> str:
+def interrupted_line(where: str, out: Path, step: int | None,
+                     continue_with: str | None = None) -> str:
     """What a run stopped by Ctrl-C / SIGTERM says: after ``step`` (checkpointed: continue
     with ``--resume``), or, ``step`` ``None``, during ``where`` before its first checkpoint
     (the same command starts it over, keeping the attempt's files in ``previous-attempt/``, or
-    the first free ``previous-attempt-N/``)."""
+    the first free ``previous-attempt-N/``). ``continue_with``: the command that continues the
+    run instead (``bestk compare`` says "the same `bestk compare` command"), which also starts
+    it over."""
     if step is None:
+        again = (f"{continue_with} starts it over" if continue_with is not None else
+                 "the same command starts the run over (keeping this attempt's files in "
+                 f"{attempt_folder(out)})")
         return (f"interrupted during {where or 'start-up'}, before the run's first checkpoint: "
-                "nothing to continue from; the same command starts the run over (keeping this "
-                f"attempt's files in {attempt_folder(out)})")
+                f"nothing to continue from; {again}")
     return (f"interrupted after step {step}; checkpoint saved. Continue with "
-            f"`bestk train --resume {out}`")
+            + (continue_with if continue_with is not None else f"`bestk train --resume {out}`"))
 
 
 def start_line(cfg: ResolvedTrainConfig, *, task: str, uses_estimator: bool, params: int,

@@ -19,6 +19,7 @@ from bestk.train.algorithms import ALGORITHMS
 from bestk.train.algorithms._base import rollout_batch_text
 from bestk.train.config_io import config_to_dict
 from bestk.train.reference.bank import BANK_FILE, CALIBRATION_FILE
+from bestk.train.run.console import rate
 from bestk.train.run.directory import read_metrics, read_run_config
 
 __all__ = ["write_report", "curve_of"]
@@ -183,13 +184,13 @@ def write_report(out: str | Path) -> Path:
             speed = sum(r["completions_per_s"] for r in train) / len(train)
             summary = (f"Mean training reward {train[0]['reward_mean']:.3f} (step "
                        f"{train[0]['step']}) -> {train[-1]['reward_mean']:.3f} (step "
-                       f"{train[-1]['step']}); {speed:.0f} completions/s per RL step on average.")
+                       f"{train[-1]['step']}); {rate(speed)} completions/s per RL step on average.")
         else:
             speed = sum(r["pairs_per_s"] for r in train) / len(train)
             summary = (f"Pair accuracy of the implicit reward {train[0]['reward_accuracy']:.3f} "
                        f"(step {train[0]['step']}) -> {train[-1]['reward_accuracy']:.3f} (step "
                        f"{train[-1]['step']}), loss {train[0]['loss']:.3f} -> "
-                       f"{train[-1]['loss']:.3f}; {speed:.0f} pairs/s on average.")
+                       f"{train[-1]['loss']:.3f}; {rate(speed)} pairs/s on average.")
         lines += [
             "## Training",
             "",

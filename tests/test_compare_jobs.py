@@ -1,0 +1,77 @@
+"""``bestk.compare.jobs``: Ctrl-C and SIGTERM stop a comparison at its jobs' next safe point,
+with the exit status of the signal and a line saying to run the same ``bestk compare`` command,
+which then continues it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from bestk.cli import app
+from bestk.train.run.checkpoint import latest_checkpoint
+from bestk.train.run.directory import read_metrics
+from tests import conftest
+
+pytestmark = pytest.mark.usefixtures("restore_torch_threads")
+
+
+def _compare_args(out: Path, workers: int) -> list[str]:
+    args = ["compare", "--estimators", "grpo,rloo", "--seeds", "1", "--max-steps", "30",
+            "--workers", str(workers), "--out", str(out), "--quiet"]
+    for s in [*conftest.TINY, "checkpoint_every=1000", "eval.every=1000"]:
+        args += ["--set", s]
+    return args
+
+
+def _trained(run: Path) -> bool:
+    return any(r["phase"] == "train" for r in read_metrics(run / "metrics.jsonl"))
+
+
+@pytest.mark.parametrize("signame, status, workers", [
+    ("SIGTERM", 143, 1), ("SIGINT", 130, 1), ("SIGTERM", 143, 2),
+])
+def test_a_signal_stops_the_comparison_with_its_status_and_the_same_command_continues(
+        tmp_path, signame, status, workers):
+    """A signal during the first RL run: that run stops after its step with a checkpoint, no
+    other run starts, the command exits 130 (Ctrl-C) or 143 (SIGTERM) saying to run the same
+    ``bestk compare`` command -- not ``bestk train --resume`` -- which then finishes the grid,
+    the interrupted run continued from its checkpoint."""
+    out = tmp_path / "c"
+    first = out / "grpo" / "seed0"
+    proc = subprocess.Popen([sys.executable, "-m", "bestk", *_compare_args(out, workers)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 180
+        while time.time() < deadline and proc.poll() is None and not _trained(first):
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.stderr.read().decode()
+        os.kill(proc.pid, getattr(signal, signame))
+        rc = proc.wait(timeout=120)
+    finally:
+        proc.kill()
+        proc.wait()
+    err = proc.stderr.read().decode()
+    assert rc == status, err
+    assert "bestk train --resume" not in err and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == (
+        "interrupted: the finished runs are kept, an interrupted run continues from its last "
+        "checkpoint; run the same `bestk compare` command to continue")
+    steps = [r["step"] for r in read_metrics(first / "metrics.jsonl") if r["phase"] == "train"]
+    assert 1 <= len(steps) < 30
+    if workers == 1:
+        assert latest_checkpoint(first / "checkpoints").name == f"step_{steps[-1]:07d}.safetensors"
+        assert "Continue with the same `bestk compare` command" in err
+        assert not (out / "rloo").exists()  # no run started after the stop
+    again = CliRunner().invoke(app, _compare_args(out, 1))
+    assert again.exit_code == 0, again.output
+    for method in ("grpo", "rloo"):
+        assert (out / method / "seed0" / "result.json").is_file()
+    done = [r["step"] for r in read_metrics(first / "metrics.jsonl") if r["phase"] == "train"]
+    assert done == list(range(1, 31))  # each step once: continued, not started over

@@ -1,0 +1,90 @@
+"""``bestk.train.run.console``: what a run shows. In a terminal the progress bar (with the time
+left) covers the start and end evaluations too; where the console is not a terminal (``nohup``,
+a log file) each RL step prints one line: step, summary (reward, ...), time per step, elapsed,
+ETA."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+from rich.console import Console
+
+from bestk.train.run.console import clock, progress_bar, rate, step_line
+from bestk.train.trainer import Trainer
+from tests.conftest import tiny_config
+
+pytestmark = pytest.mark.usefixtures("restore_torch_threads")
+
+#: One RL step's line in a log.
+STEP_LINE = re.compile(r"^step (\d+)/(\d+) RL reward=\d\.\d{3} success=\d\.\d{3}"
+                       r"( \| eval pass@1=\d\.\d{3} pass@4=\d\.\d{3})? \| [0-9.e+-]+ s/step, "
+                       r"elapsed \d+:\d\d:\d\d, ETA \d+:\d\d:\d\d$")
+
+
+def test_clock_rate_and_step_line():
+    assert [clock(s) for s in (0, 59.4, 61, 3725.6, -1)] == [
+        "0:00:00", "0:00:59", "0:01:01", "1:02:06", "0:00:00"]
+    assert [rate(x) for x in (0.25, 0.0123, 12.345, 99.94, 846.3, 0)] == [
+        "0.25", "0.0123", "12.3", "99.9", "846", "0"]
+    assert step_line(3, 10, "RL reward=0.500", elapsed=6.0, steps=3) == (
+        "step 3/10 RL reward=0.500 | 2 s/step, elapsed 0:00:06, ETA 0:00:14")
+
+
+def _bar(terminal: bool, enabled: bool = True):
+    out = io.StringIO()
+    return progress_bar(Console(file=out, force_terminal=terminal, width=60), enabled), out
+
+
+def test_a_step_prints_a_line_only_where_the_bar_is_not_redrawn():
+    for terminal, enabled in ((False, True), (True, True), (False, False)):
+        bar, out = _bar(terminal, enabled)
+        with bar:
+            task = bar.add_task("RL", total=5, completed=2)  # resumed at step 2
+            bar.step(task, 3, "RL reward=0.123 success=0.000")
+            bar.step(task, 4, "RL reward=0.456 success=0.250")
+        lines = [x for x in out.getvalue().splitlines() if x.startswith("step ")]
+        if terminal or not enabled:
+            assert lines == []
+        else:  # two steps of this session, 2 of 5 left after step 3, 1 after step 4
+            assert [x.split(" | ")[0] for x in lines] == [
+                "step 3/5 RL reward=0.123 success=0.000", "step 4/5 RL reward=0.456 success=0.250"]
+            assert all(re.search(r"s/step, elapsed \d:\d\d:\d\d, ETA \d:\d\d:\d\d$", x)
+                       for x in lines)
+
+
+def test_under_nohup_each_rl_step_prints_one_line(tmp_path, capsys, monkeypatch):
+    """stderr not a terminal (``nohup``, ``> log 2>&1``): one line per RL step, with the
+    evaluation of the steps that have one; nothing of the kind with ``--quiet``."""
+    monkeypatch.setenv("TTY_COMPATIBLE", "0")  # whatever the test runner's stderr is
+    Trainer(tiny_config(tmp_path / "a", "max_steps=3")).run(progress=True)
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if x.startswith("step ")]
+    assert len(lines) == 3, err
+    matches = [STEP_LINE.match(x) for x in lines]
+    assert all(matches), lines
+    assert [(m.group(1), m.group(2), bool(m.group(3))) for m in matches] == [
+        ("1", "3", False), ("2", "3", True), ("3", "3", True)]  # eval.every=2, and the end
+    Trainer(tiny_config(tmp_path / "b", "max_steps=2")).run(progress=False)
+    assert "step " not in capsys.readouterr().err
+
+
+def test_the_start_and_end_evaluations_are_on_the_progress_bar(tmp_path, monkeypatch):
+    """The evaluations at the start and the end of RL (and between) run on the run's progress
+    bar, which shows the time left."""
+    from rich.progress import TimeRemainingColumn
+
+    import bestk.train.trainer as trainer_module
+
+    seen = []
+    real = trainer_module.evaluate
+
+    def spy(*args, progress=None, **kw):
+        seen.append(progress is not None and not progress.disable and any(
+            isinstance(c, TimeRemainingColumn) for c in progress.columns))
+        return real(*args, progress=progress, **kw)
+
+    monkeypatch.setattr(trainer_module, "evaluate", spy)
+    Trainer(tiny_config(tmp_path / "a", "max_steps=2")).run(progress=True)
+    assert seen == [True, True]  # step 0 and step 2
