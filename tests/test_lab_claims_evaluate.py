@@ -1,5 +1,5 @@
-"""bestk.lab.claims.evaluate end to end on synthetic per-seed data: the labels issue 33 found
-misleading (a significant opposite result hidden by the MDE, "not reproduced" from an interval
+"""bestk.lab.claims.evaluate end to end on synthetic per-seed data: the labels an earlier rule
+made misleading (a significant opposite result hidden by the MDE, "not reproduced" from an interval
 that still reaches the SESOI, a baseline that did not train judging a claim that it does not
 train, robust "yes" where the sign-flip test cannot reach alpha) and the SESOI in claims.json.
 Each test judges one claim, so the family is that claim's arms."""

@@ -1,5 +1,5 @@
-"""bestk.lab.claims.rule: the verdict rule of one arm on given test results (issue 33: no
-power guard hides a significant opposite result, "not reproduced" is an equivalence-style
+"""bestk.lab.claims.rule: the verdict rule of one arm on given test results (no power
+guard hides a significant opposite result, "not reproduced" is an equivalence-style
 judgement against the SESOI, a baseline that did not train cannot judge a claim that it does
 not train, and the robust flag is n/a where the sign-flip test cannot reach alpha)."""
 

@@ -298,7 +298,7 @@ def test_every_judged_arm_has_its_power_and_the_verdict_respects_it(committed):
 
 
 def test_the_committed_labels_hide_no_significant_opposite_result(committed):
-    """Issue 33's labels: @k-A*PO (k = 4) with n = 1, 2, 4 completions is significantly
+    """The committed labels: @k-A*PO (k = 4) with n = 1, 2, 4 completions is significantly
     inferior to PKPO beyond the margin (Holm p <= 0.0023), so it is contradicted although its
     MDE exceeds the margin; with n = 8 (not significant after Holm) and PKPO against GRPO on
     anagrams (interval wholly below 0, Holm p 0.41) the interval ends below the SESOI: not
