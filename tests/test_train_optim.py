@@ -183,3 +183,27 @@ def test_a_parameter_written_elsewhere_has_its_master_read_again():
     model.load_state_dict(other.state_dict())
     for (i, t), p in zip(opt.masters().items(), other.parameters(), strict=True):
         assert torch.equal(t, p.float()), i
+
+
+def test_micro_batch_gradients_add_up_in_float32():
+    """Micro-batch losses backpropagated one by one: each one's bfloat16 gradients are added
+    into the masters' float32 gradients before the next, not summed in bfloat16."""
+    model = _bf16_model()
+    twin = _bf16_model()
+    opt = PolicyOptimizer(model, _cfg("optim.lr=1e-2", "optim.grad_clip=0"))
+    parts = []
+    for seed in (1, 2, 3):
+        twin.zero_grad()
+        _loss(twin, seed).backward()
+        parts.append([p.grad.clone() for p in twin.parameters()])
+    captured = []
+    real = opt.optimizer.step
+    opt.optimizer.step = lambda: captured.append([t.grad.clone() for t in opt.adamw.tensors])
+    opt.step((_loss(model, seed) for seed in (1, 2, 3)), rl_step=1, rewards=None)
+    opt.optimizer.step = real
+    (grads,) = captured
+    for i, g in enumerate(grads):
+        float32_sum = parts[0][i].float() + parts[1][i].float() + parts[2][i].float()
+        assert g.dtype == torch.float32 and torch.equal(g, float32_sum)
+    bf16_sums = [(a + b + c).float() for a, b, c in zip(*parts, strict=True)]
+    assert any(not torch.equal(g, s) for g, s in zip(grads, bf16_sums, strict=True))

@@ -7,7 +7,9 @@ master weights when they are stored in a lower precision.
   AdamW, except that every trainable parameter stored in bfloat16 or float16
   (``model.dtype: bfloat16``) is stepped through a float32 *master* copy. The rule, per
   optimizer step: the forward and backward run in the parameters' own dtype; the gradients
-  are upcast onto the masters (and dropped from the parameters); clipping, AdamW's moments
+  are upcast onto the masters (and dropped from the parameters) after each backward pass, so
+  micro-batches' gradients add up in float32 (within one backward pass autograd sums the
+  uses of a weight, e.g. a tied embedding's, in its own dtype); clipping, AdamW's moments
   (``exp_avg``, ``exp_avg_sq``, float32) and the update all work on the masters; then each
   parameter is written from its master, rounded to its dtype (round to nearest even). An
   update smaller than the parameter's resolution (bfloat16 keeps 8 significant bits) thus
@@ -35,7 +37,7 @@ master weights when they are stored in a lower precision.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import torch
@@ -120,18 +122,28 @@ class MasterAdamW:
             for i in self.low:
                 self.params[i].grad = None
 
+    def accumulate(self) -> None:
+        """Add the low-precision parameters' gradients into their masters' float32
+        gradients and drop them (after each micro-batch's backward pass)."""
+        for i in self.low:
+            p, m = self.params[i], self.tensors[i]
+            if p.grad is None:
+                continue
+            if m.grad is None:
+                m.grad = p.grad.float()
+            else:
+                m.grad.add_(p.grad.float())
+            p.grad = None
+
     def gradients(self, max_norm: float | None) -> torch.Tensor | None:
         """After the backward pass: move the low-precision gradients onto the masters
-        (float32), then, unless ``max_norm`` is ``None``, clip the global norm of AdamW's
-        gradients at ``max_norm`` and return it before clipping."""
+        (float32, :meth:`accumulate`), then, unless ``max_norm`` is ``None``, clip the global
+        norm of AdamW's gradients at ``max_norm`` and return it before clipping."""
         if not self.active:
             if max_norm is None:
                 return None
             return torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
-        for i in self.low:
-            p, m = self.params[i], self.tensors[i]
-            m.grad = None if p.grad is None else p.grad.float()
-            p.grad = None
+        self.accumulate()
         if max_norm is None:
             return None
         return torch.nn.utils.clip_grad_norm_(self.tensors, max_norm)
@@ -178,7 +190,7 @@ class PolicyOptimizer:
         lr = self.learning_rate()
         self.adamw.set_lr(lr)
         self.adamw.zero_grad()
-        total = backward(loss)
+        total = backward(loss, self.adamw.accumulate if self.adamw.active else None)
         clip = self.settings.grad_clip if self.settings.grad_clip > 0 else float("inf")
         gnorm = self.adamw.gradients(clip)
         assert gnorm is not None  # a norm is asked for
@@ -188,18 +200,21 @@ class PolicyOptimizer:
         return float(gnorm), lr
 
 
-def backward(loss: torch.Tensor | Iterable[torch.Tensor]) -> torch.Tensor:
+def backward(loss: torch.Tensor | Iterable[torch.Tensor],
+             after_each: Callable[[], None] | None = None) -> torch.Tensor:
     """Backpropagate ``loss`` and return it: a tensor is ``loss.backward()`` (exactly); an
     iterable of micro-batch losses (e.g. a generator computing each when asked) has each
-    backpropagated as it is yielded, before the next is computed, and the detached sum
-    :math:`\\sum_j L_j` is returned (the minibatch's loss). Raises ``ValueError`` for an empty
-    iterable."""
+    backpropagated as it is yielded, before the next is computed (then ``after_each()``, e.g.
+    :meth:`MasterAdamW.accumulate`), and the detached sum :math:`\\sum_j L_j` is returned (the
+    minibatch's loss). Raises ``ValueError`` for an empty iterable."""
     if isinstance(loss, torch.Tensor):
         loss.backward()
         return loss
     total: torch.Tensor | None = None
     for part in loss:
         part.backward()
+        if after_each is not None:
+            after_each()
         total = part.detach() if total is None else total + part.detach()
     if total is None:
         raise ValueError("backward: no micro-batch losses")
