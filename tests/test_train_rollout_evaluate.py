@@ -11,6 +11,7 @@ from bestk.tasks import load_task
 from bestk.train.config import ModelConfig
 from bestk.train.model.policy import load_policy
 from bestk.train.rollout import evaluate as evaluate_module
+from bestk.train.rollout.engine import HFEngine
 from bestk.train.rollout.evaluate import evaluate
 from tests.conftest import TINY_MODEL
 
@@ -43,8 +44,9 @@ def test_an_evaluation_advances_a_task_of_its_prompts_and_removes_it():
     task = load_task("strings", OPTIONS, seed=0)
     model, tok = load_policy(ModelConfig(**TINY_MODEL), task.alphabet, seed=0)
     bar = Recorder()
-    plain = evaluate(model, tok, task, task.eval, n=2, max_new_tokens=4, batch_prompts=2)
-    res = evaluate(model, tok, task, task.eval, n=2, max_new_tokens=4, batch_prompts=2,
+    engine = HFEngine(model, tok)
+    plain = evaluate(engine, task, task.eval, n=2, max_new_tokens=4, batch_prompts=2)
+    res = evaluate(engine, task, task.eval, n=2, max_new_tokens=4, batch_prompts=2,
                    progress=bar, description="held-out")
     assert bar.calls == [("add", "held-out: 5 prompts x 2", 5), ("update", 2), ("update", 2),
                          ("update", 1), ("remove",)]
