@@ -111,6 +111,40 @@ def pkpo_ref(g, k, variant="sloo_minus_one"):
     return n * (s - np.array(base))
 
 
+def passk_training_ref(r, k, eps=1e-6):
+    """Chen et al. 2025 (arXiv:2508.10751), the analytical Pass@k Training advantage, as
+    written: ``R = 1 - C(N_neg, k)/C(N, k)``, ``sigma = sqrt(R (1 - R))``,
+    ``A_pos = (1 - R)/sigma``, ``A_neg = (1 - R - C(N_neg-1, k-1)/C(N-1, k-1))/sigma``, with
+    the authors' ``sigma + eps`` in the denominators; exact rationals until the square root."""
+    r = [float(x) for x in r]
+    n = len(r)
+    n_neg = sum(1 for x in r if x == 0.0)
+    big_r = 1 - Fraction(comb(n_neg, k), comb(n, k))
+    sigma = math.sqrt(float(big_r * (1 - big_r)))
+    a_pos = float(1 - big_r) / (sigma + eps) if sigma + eps > 0 else 0.0
+    if n_neg >= 1:
+        num = 1 - big_r - Fraction(comb(n_neg - 1, k - 1), comb(n - 1, k - 1))
+        a_neg = float(num) / (sigma + eps) if sigma + eps > 0 else 0.0
+    else:
+        a_neg = 0.0
+    return np.array([a_pos if x == 1.0 else a_neg for x in r])
+
+
+def loo_max_ref(r, scale="none", eps=1e-6):
+    """Tang et al. 2025 (arXiv:2503.19595): ``A_i = max_j r_j - max_{j != i} r_j`` sample by
+    sample; ``scale="std"`` divides by the sample std (``n - 1``) plus ``eps``."""
+    r = [float(x) for x in r]
+    n = len(r)
+    if n == 1:
+        return np.zeros(1)
+    a = np.array([max(r) - max(r[:i] + r[i + 1:]) for i in range(n)])
+    if scale == "std":
+        mean = math.fsum(r) / n
+        std = math.sqrt(math.fsum((x - mean) ** 2 for x in r) / (n - 1))
+        a = np.array([x / (std + eps) if x > 0 else 0.0 for x in a])
+    return a
+
+
 def pass_at_k_exact(n, c, k):
     if n - c < k:
         return 1.0

@@ -10,6 +10,7 @@ import bestk
 from tests._reference import (
     argmaxrl_ref,
     grpo_ref,
+    loo_max_ref,
     per_group,
     pkpo_ref,
     rloo_ref,
@@ -40,6 +41,9 @@ CASES = [
     ("softmax_grpo", {}, softmax_ref),
     ("softmax_grpo", {"tau": 2.0}, lambda r: softmax_ref(r, 2.0)),
     ("pkpo", {"k": 1, "variant": "s"}, lambda r: pkpo_ref(r, 1, "s")),
+    ("loo_max", {}, loo_max_ref),
+    ("loo_max", {"scale": "std"}, lambda r: loo_max_ref(r, "std")),
+    ("loo_max", {"scale": "std", "eps": 0.0}, lambda r: loo_max_ref(r, "std", eps=0.0)),
 ]
 
 
@@ -126,8 +130,10 @@ ALL = [
     ("rloo", {}),
     ("reinforce", {}),
     ("pkpo", {"k": 1}),
+    ("loo_max", {}),
+    ("loo_max", {"scale": "std"}),
 ]
-SHIFT_INVARIANT = [ALL[i] for i in (0, 1, 3, 4, 5, 6)]
+SHIFT_INVARIANT = [ALL[i] for i in (0, 1, 3, 4, 5, 6, 9, 10)]
 
 
 @settings(max_examples=60, deadline=None)
@@ -209,6 +215,8 @@ def test_size_one_groups_get_zero_from_baselined_estimators():
         ("softmax_grpo", {}),
         ("pkpo", {"k": 1}),
         ("pkpo", {"k": 2, "variant": "sloo_minus_one"}),
+        ("loo_max", {}),
+        ("loo_max", {"scale": "std"}),
     ]:
         assert bestk.advantages(name, r, lab, **opts)[0] == 0, name
     assert bestk.advantages("reinforce", r, lab)[0] == 3.0

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import bestk
-from bestk.estimators import ByOption, Objective, best_at, estimator_info, joint
+from bestk.estimators import ByOption, Objective, best_at, best_at_n, estimator_info, joint
 
 BANDITS = {
     # arms' rewards: graded with ties and negatives; binary; all-negative graded
@@ -72,6 +72,8 @@ SETTINGS: dict[str, list[dict]] = {
              {"k": 2, "variant": "sloo_minus_one"}, {"k": 3, "variant": "sloo_minus_one"},
              {"k": 1, "variant": "sloo_minus_one"}],
     "softmax_grpo": [{"tau": 0.1}],
+    "loo_max": [{"scale": "none"}, {"scale": "std"}],
+    "passk_training": [{"k": 2}, {"k": 3}],  # claims none: its prompt weight, tested below
     "kappo_grpo": [],  # needs a calibration: its own test below
 }
 
@@ -153,3 +155,69 @@ def test_kappo_grpo_expectation_is_a_k_times_grpo_and_not_a_pass_at_k_gradient()
     np.testing.assert_allclose(got, a_k * grpo, atol=1e-12, rtol=1e-12)
     pass2 = exact_gradient(best_at(2), N, logits, values)
     assert np.abs(got - pass2).max() > 1e-3 and np.abs(got / a_k - pass2).max() > 1e-3
+
+
+def test_loo_max_std_scaling_is_not_the_best_at_n_gradient():
+    """The std-normalised leave-one-out max (verl's grpo_passk default) claims nothing: its
+    expectation is measurably not ``grad best@N / N``, though it points the same way."""
+    values, logits = BANDITS["graded_ties_negative"]
+    N = 4
+    got = expected_estimate("loo_max", {"scale": "std"}, N, logits, values)
+    want = exact_gradient(best_at_n(), N, logits, values)
+    cos = got @ want / np.linalg.norm(got) / np.linalg.norm(want)
+    assert np.abs(got - want).max() > 1e-3 and cos > 0.5
+
+
+def binary_pass_rate(logits_np: np.ndarray, values: np.ndarray) -> tuple[float, np.ndarray]:
+    """``(p, grad p)`` of a binary bandit: the success probability and its autograd gradient."""
+    logits = torch.tensor(logits_np, dtype=torch.float64, requires_grad=True)
+    p = best_at_k_closed_form(logits, values, 1)
+    p.backward()
+    return p.item(), logits.grad.numpy()
+
+
+def passk_training_update(k, eps, N, logits):
+    """``(expected update, omega(p) grad p, grad pass@k, p)`` on the binary bandit."""
+    values = BANDITS["binary"][0]
+    p, grad_p = binary_pass_rate(logits, values)
+    opts = {"k": k, "eps": eps}
+    got = expected_estimate("passk_training", opts, N, logits, values)
+    omega = estimator_info("passk_training").binary_prompt_weight(p, N, opts)
+    return got, omega * grad_p, exact_gradient(best_at(k), N, logits, values), p
+
+
+PASS_RATE_LOGITS = (BANDITS["binary"][1], np.array([0.8, 0.1, -0.5, 0.3]))
+
+
+@pytest.mark.parametrize("k, N, eps", [(1, 4, 1e-6), (2, 4, 1e-6), (2, 4, 0.0), (2, 5, 1e-6),
+                                       (3, 5, 1e-6), (3, 5, 0.0)])
+def test_passk_training_expectation_is_its_prompt_weight_not_grad_pass_at_k(k, N, eps):
+    """passk_training claims no objective; what it claims (its registry's prompt weight): the
+    exact expected update on 0/1 rewards is ``omega(p) grad p``. For ``N >= k + 2`` that is
+    not pass@k's gradient ``k (1-p)^(k-1) grad p``, nor a fixed multiple of it: the ratio
+    changes with ``p`` (a per-prompt reweighting)."""
+    assert estimator_info("passk_training").objective_for({"k": k}) is None
+    ratios = []
+    for logits in PASS_RATE_LOGITS:
+        got, predicted, pass_k, p = passk_training_update(k, eps, N, logits)
+        np.testing.assert_allclose(got, predicted, atol=1e-12, rtol=1e-10)
+        assert np.abs(got - pass_k).max() > 1e-3
+        ratios.append(float(np.linalg.norm(got) / np.linalg.norm(pass_k)))
+    assert abs(ratios[0] - ratios[1]) > 1e-3 * max(ratios)
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_passk_training_is_a_multiple_of_grad_pass_at_k_at_n_k_plus_1_and_zero_at_n_k(k):
+    """The edge cases of the group size: with ``N = k + 1`` only groups with one success have
+    ``sigma > 0``, so the update is a constant multiple ``A_pos(K=1) / k`` of ``grad pass@k``;
+    with ``N = k`` every group has ``R`` in {0, 1}: no update at all."""
+    from bestk.estimators.passk_training import count_advantages
+
+    N = k + 1
+    scale = count_advantages(N, k)[0][1] / k  # A_pos of a group with one success, over k
+    for logits in PASS_RATE_LOGITS:
+        got, predicted, pass_k, _ = passk_training_update(k, 1e-6, N, logits)
+        np.testing.assert_allclose(got, predicted, atol=1e-12, rtol=1e-10)
+        np.testing.assert_allclose(got, scale * pass_k, atol=1e-12, rtol=1e-10)
+        zero, omega_zero, _, _ = passk_training_update(k, 1e-6, k, logits)
+        assert not zero.any() and not omega_zero.any()

@@ -2,12 +2,21 @@
 
 Importing this package registers the built-in estimators in :data:`ESTIMATORS`: ``argmaxrl``,
 ``maxrl`` (:mod:`~bestk.estimators.argmaxrl`), ``grpo``, ``rloo``, ``reinforce``
-(:mod:`~bestk.estimators.baselines`), ``softmax_grpo``, ``pkpo`` and ``kappo_grpo`` (@k-GRPO,
-on a KAPPO calibration from :mod:`bestk.kappo`). See ``docs/estimators.md`` for the formulas
-and ``docs/design.md`` for adding one.
+(:mod:`~bestk.estimators.baselines`), ``softmax_grpo``, ``pkpo``, ``passk_training`` (Pass@k
+Training's analytical advantage), ``loo_max`` (the leave-one-out max of best@N) and
+``kappo_grpo`` (@k-GRPO, on a KAPPO calibration from :mod:`bestk.kappo`). See
+``docs/estimators.md`` for the formulas and ``docs/design.md`` for adding one.
 """
 
-from bestk.estimators import argmaxrl, baselines, kappo_grpo, pkpo, softmax_grpo
+from bestk.estimators import (
+    argmaxrl,
+    baselines,
+    kappo_grpo,
+    loo_max,
+    passk_training,
+    pkpo,
+    softmax_grpo,
+)
 from bestk.estimators._registry import (
     ESTIMATORS,
     REWARD_DOMAINS,
@@ -24,7 +33,7 @@ from bestk.estimators._registry import (
     register_estimator,
     resolve_options,
 )
-from bestk.estimators.objectives import ByOption, Objective, best_at, joint
+from bestk.estimators.objectives import ByOption, Objective, best_at, best_at_n, joint
 
 __all__ = [
     "ESTIMATORS",
@@ -35,6 +44,7 @@ __all__ = [
     "Options",
     "advantages",
     "best_at",
+    "best_at_n",
     "check_estimator_options",
     "check_option_names",
     "estimator_info",
@@ -49,6 +59,8 @@ __all__ = [
     "argmaxrl",
     "baselines",
     "kappo_grpo",
+    "loo_max",
+    "passk_training",
     "pkpo",
     "softmax_grpo",
 ]

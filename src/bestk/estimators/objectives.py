@@ -15,6 +15,8 @@ centred=True)``     includes the sample itself)                 (Dr.GRPO)
 ``joint()``         ``J_N = sum_{k=1}^{N} best@k / k``          ``argmaxrl`` / ``maxrl`` (loo,
                                                                 none)
 ``joint(lag=1)``    ``J_{N-1}``                                 ``argmaxrl`` / ``maxrl`` (mean)
+``best_at_n()``     ``best@N / N`` (``k`` = the group size)     ``loo_max`` with
+                                                                ``scale="none"``
 ==================  ==========================================  ===============================
 
 "Unbiased gradient of J" means: with the GRPO scaling of :mod:`bestk.estimators`, the
@@ -31,7 +33,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, SupportsInt, TypeVar, cast
 
-__all__ = ["Objective", "ByOption", "best_at", "joint"]
+__all__ = ["Objective", "ByOption", "best_at", "best_at_n", "joint"]
+
+#: The objective kinds: ``scale * best@k``, ``J_{N-lag}``, ``best@N / N``.
+KINDS = ("best@k", "J", "best@N")
 
 
 class _Scalable(Protocol):
@@ -45,11 +50,12 @@ T = TypeVar("T", bound=_Scalable)
 
 @dataclass(frozen=True)
 class Objective:
-    """``scale(N) * best@k`` (``kind="best@k"``) or ``J_{N-lag}`` (``kind="J"``).
+    """``scale(N) * best@k`` (``kind="best@k"``), ``J_{N-lag}`` (``kind="J"``) or ``best@N / N``
+    (``kind="best@N"``: ``k`` is the group size ``N`` itself).
 
     Attributes
     ----------
-    kind: ``"best@k"`` or ``"J"``.
+    kind: one of :data:`KINDS`.
     k: for ``best@k``: an int, or the name of the estimator option that holds it (``"k"``);
         :meth:`bind` replaces an option name by the option's value.
     lag: for ``J``: the objective is ``J_{N - lag} = sum_{k=1}^{N-lag} best@k / k``.
@@ -62,8 +68,9 @@ class Objective:
     centred: bool = False
 
     def __post_init__(self) -> None:
-        if self.kind not in ("best@k", "J"):
-            raise ValueError(f"objective kind must be 'best@k' or 'J', got {self.kind!r}")
+        if self.kind not in KINDS:
+            raise ValueError(
+                f"objective kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
         if isinstance(self.k, int) and (isinstance(self.k, bool) or self.k < 1):
             raise ValueError(
                 f"objective k must be an integer >= 1 or an option name, got {self.k!r}"
@@ -81,7 +88,9 @@ class Objective:
     @property
     def name(self) -> str:
         """``"best@1"``, ``"best@4"``, ``"best@k"``, ``"(N-1)/N best@1"``, ``"J_N"``,
-        ``"J_{N-1}"``."""
+        ``"J_{N-1}"``, ``"best@N / N"``."""
+        if self.kind == "best@N":
+            return "best@N / N"
         if self.kind == "J":
             return "J_N" if self.lag == 0 else f"J_{{N-{self.lag}}}"
         return ("(N-1)/N " if self.centred else "") + f"best@{self.k}"
@@ -95,6 +104,8 @@ class Objective:
             raise ValueError(f"objective {self.name} names option {self.k!r}: bind it first")
         if self.kind == "J":
             return [(j, 1.0 / j) for j in range(1, n - self.lag + 1)]
+        if self.kind == "best@N":
+            return [(n, 1.0 / n)]
         return [(self.k, (n - 1) / n if self.centred else 1.0)]
 
     def value(self, best_at_k: Callable[[int], T], n: int) -> T:
@@ -143,6 +154,12 @@ def best_at(k: int | str, *, centred: bool = False) -> Objective:
     """``best@k`` (``k`` an int or the option that holds it); ``(N-1)/N best@k`` if
     ``centred``."""
     return Objective("best@k", k=k, centred=centred)
+
+
+def best_at_n() -> Objective:
+    """``best@N / N``: the best of the whole group of ``N`` samples, divided by ``N`` (the
+    ``(1/N) sum_i A_i grad log pi`` scaling of a per-group estimate of ``grad best@N``)."""
+    return Objective("best@N")
 
 
 def joint(lag: int = 0) -> Objective:
