@@ -46,6 +46,7 @@ from tests._reference import (
     best_at_k_formula,
     exact_center,
     pass_at_k_exact,
+    passk_training_ref,
     pkpo_formula,
     pkpo_ref,
     rloo_exact,
@@ -208,6 +209,33 @@ def _pkpo(k, variant):
     return ref
 
 
+def _loo_max(scale, eps):
+    """Top minus second best on a unique top sample (one rounding); ``std``: over the exact
+    std (``N - 1``) plus ``eps``, with GRPO's magnitude."""
+    def ref(g, batch, idx):
+        n = g.size
+        a = np.zeros(n)
+        if n == 1:
+            return a, a.copy()
+        srt = np.sort(g)
+        if srt[-1] > srt[-2]:
+            a[np.argmax(g)] = srt[-1] - srt[-2]
+        if scale == "none":
+            return a, np.abs(a)
+        denom = math.sqrt(float(batch.exact(idx)[1])) + eps
+        a = np.where(a > 0, a / np.where(denom > 0, denom, 1.0), 0.0)
+        return a, n * math.sqrt(n) * (1.0 + np.abs(a))
+
+    return ref
+
+
+def _passk_training(g, batch, idx, k):
+    """The paper's formula in exact rationals; ``mag``: the log-gamma binomials' error scales
+    with ``N log2 N`` relative to the advantage."""
+    a = passk_training_ref(g, k)
+    return a, g.size * (1 + math.log2(g.size)) * (1.0 + np.abs(a))
+
+
 def _reinforce(g, batch, idx):
     return g.copy(), np.zeros(g.size)
 
@@ -241,6 +269,16 @@ def _binary_only(opts):
     return lambda batch: opts if batch.binary else None
 
 
+def _passk_opts(pick):
+    def opts(batch):
+        if not batch.binary:
+            return None
+        limit = int(np.bincount(batch.gid).min())
+        return {"k": max(1, min(limit, 1 + int(pick * limit)))}
+
+    return opts
+
+
 CONFIGS = [
     Config("argmaxrl", {"baseline": "loo"}, _argmaxrl("loo"), True),
     Config("argmaxrl", {"baseline": "mean"}, _argmaxrl("mean"), True),
@@ -257,6 +295,10 @@ CONFIGS = [
     Config("pkpo", _pkpo_opts("sloo", 0.5), None, True),
     Config("pkpo", _pkpo_opts("sloo_minus_one", 0.8), None, True),
     Config("pkpo", _pkpo_opts("sloo_minus_one", 0.0), None, True),  # k = 1: RLOO
+    Config("loo_max", {}, _loo_max("none", 0.0), True),
+    Config("loo_max", {"scale": "std"}, _loo_max("std", 1e-6), False),
+    Config("passk_training", _passk_opts(0.0), None, False),  # k = 1
+    Config("passk_training", _passk_opts(0.4), None, False),
 ]
 
 
@@ -290,7 +332,13 @@ def _check_config(cfg: Config, batch: Batch, rng) -> None:
     if opts is None:
         return
     what = f"{cfg.name} {opts} seed={batch.seed}"
-    ref_fn = cfg.ref or _pkpo(opts["k"], opts["variant"])
+    if cfg.ref is not None:
+        ref_fn = cfg.ref
+    elif cfg.name == "passk_training":
+        def ref_fn(g, batch, idx):
+            return _passk_training(g, batch, idx, opts["k"])
+    else:
+        ref_fn = _pkpo(opts["k"], opts["variant"])
     ref = np.empty(batch.r.size)
     mag = np.empty(batch.r.size)
     for idx in batch.members:

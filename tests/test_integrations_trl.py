@@ -27,7 +27,13 @@ pytest.importorskip("trl")  # the `trl` extra; CI installs it
 
 import bestk  # noqa: E402
 from bestk.integrations.trl import BestkGRPOTrainer, bestk_advantages  # noqa: E402
-from tests._reference import argmaxrl_ref, per_group, softmax_ref  # noqa: E402
+from tests._reference import (  # noqa: E402
+    argmaxrl_ref,
+    loo_max_ref,
+    passk_training_ref,
+    per_group,
+    softmax_ref,
+)
 from tests._trl_tiny import grpo_config, tiny_policy  # noqa: E402
 
 N = 4  # num_generations
@@ -405,6 +411,60 @@ def test_check_trl_args_honours_or_refuses():
         check_trl_args(cfg(), "grpo", {"scale": "none"})
     with pytest.raises(ValueError, match="sum_then_normalize"):
         check_trl_args(cfg(multi_objective_aggregation="normalize_then_sum"), "grpo", {})
+
+
+def test_every_registered_estimator_takes_trls_advantage_path():
+    """Every estimator of the registry (with its default options; the calibrated one has its
+    own tests) goes through TRL's argument check and TRL's gathered reward matrix by its
+    registry properties alone: 0/1 rewards for a binary one."""
+    from bestk.integrations.trl import check_trl_args
+
+    rng = np.random.default_rng(0)
+    assert {"passk_training", "loo_max"} <= set(bestk.ESTIMATORS)
+    for name in bestk.ESTIMATORS:
+        info = bestk.estimator_info(name)
+        if info.calibrated:
+            continue
+        opts, _ = check_trl_args(None, name, dict(info.default_options))
+        binary = info.binary_rewards()
+        m = torch.tensor(rng.integers(0, 2 if binary else 5, (16, 1)), dtype=torch.float32)
+        got = bestk_advantages(m, torch.ones(1), 8, name, opts)
+        want = bestk.advantages(name, m[:, 0].double().view(2, 8), **opts).reshape(-1)
+        torch.testing.assert_close(got, want.float(), msg=name)
+
+
+def test_loo_max_follows_scale_rewards_and_passk_training_its_formula():
+    """loo_max has GRPO's scale and eps options, so TRL's scale_rewards maps onto it as onto
+    grpo: "group" (TRL's default) is the std-scaled form with TRL's epsilon 1e-4, "none" the
+    paper's unbiased leave-one-out max, "batch" that divided by the batch std."""
+    from trl import GRPOConfig
+
+    from bestk.integrations.trl import check_trl_args
+
+    def cfg(**kw):
+        return GRPOConfig(output_dir="unused", use_cpu=True, report_to="none", **kw)
+
+    r = torch.tensor([[0.5], [2.0], [1.0], [2.0], [3.0], [1.0], [0.0], [1.5]])
+    x = r[:, 0].double().numpy()
+    groups = list(np.arange(8) // 4)
+    opts, eps = check_trl_args(cfg(), "loo_max", {})
+    assert opts == {"scale": "std", "eps": 1e-4} and eps is None
+    np.testing.assert_allclose(bestk_advantages(r, torch.ones(1), 4, "loo_max", opts).numpy(),
+                               per_group(lambda g: loo_max_ref(g, "std", 1e-4), x, groups),
+                               rtol=1e-6)
+    opts, eps = check_trl_args(cfg(scale_rewards="none"), "loo_max", {})
+    got = bestk_advantages(r, torch.ones(1), 4, "loo_max", opts)
+    np.testing.assert_allclose(got.numpy(), per_group(loo_max_ref, x, groups), rtol=1e-6)
+    assert got.tolist() == [0, 0, 0, 0, 1.5, 0, 0, 0]  # group 0 ties at the top
+    opts, eps = check_trl_args(cfg(scale_rewards="batch"), "loo_max", {})
+    got = bestk_advantages(r, torch.ones(1), 4, "loo_max", opts, batch_std_eps=eps)
+    np.testing.assert_allclose(got.numpy(), per_group(loo_max_ref, x, groups)
+                               / (np.std(x, ddof=1) + 1e-4), rtol=1e-6)
+    b = torch.tensor([[1.0], [0.0], [0.0], [0.0], [0.0], [1.0], [1.0], [0.0]])
+    assert check_trl_args(cfg(), "passk_training", {"k": 2}) == ({"k": 2}, None)
+    got = bestk_advantages(b, torch.ones(1), 4, "passk_training", {"k": 2})
+    want = per_group(lambda g: passk_training_ref(g, 2), b[:, 0].double().numpy(), groups)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)
 
 
 @pytest.mark.parametrize(

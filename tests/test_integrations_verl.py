@@ -27,7 +27,14 @@ from verl.trainer.ppo import core_algos  # noqa: E402
 
 import bestk  # noqa: E402
 from bestk.integrations import verl as bverl  # noqa: E402
-from tests._reference import argmaxrl_ref, per_group, pkpo_ref, softmax_ref  # noqa: E402
+from tests._reference import (  # noqa: E402
+    argmaxrl_ref,
+    loo_max_ref,
+    passk_training_ref,
+    per_group,
+    pkpo_ref,
+    softmax_ref,
+)
 
 L = 7  # response_length
 
@@ -75,6 +82,8 @@ def expected(name, rewards, mask, uid, real, **options):
         "maxrl": lambda r: argmaxrl_ref(r, options.get("baseline", "loo")),
         "softmax_grpo": lambda r: softmax_ref(r, options.get("tau", 0.1)),
         "pkpo": lambda r: pkpo_ref(r, options["k"], options.get("variant", "sloo_minus_one")),
+        "loo_max": lambda r: loo_max_ref(r, options.get("scale", "none"), options.get("eps", 1e-6)),
+        "passk_training": lambda r: passk_training_ref(r, options["k"], options.get("eps", 1e-6)),
     }
     a = np.zeros(len(scores))
     a[real] = per_group(refs[name], scores[real], list(uid[real]))
@@ -148,6 +157,9 @@ CASES = [
     ("softmax_grpo", {"tau": 0.7}, {}),
     ("pkpo", {"k": 2}, {"min_size": 2}),
     ("pkpo", {"k": 3, "variant": "s"}, {"min_size": 3}),
+    ("loo_max", {}, {}),
+    ("loo_max", {"scale": "std"}, {}),
+    ("passk_training", {"k": 2}, {"binary": True, "min_size": 2, "max_size": 9}),
 ]
 
 
@@ -173,6 +185,68 @@ def test_verl_estimator_matches_reference_and_bestk(name, options, batch, seed):
     first_tok = mask[keep].argmax(-1)
     torch.testing.assert_close(adv[keep, first_tok], a)
     assert not adv[~keep].any()
+
+
+def test_every_registered_estimator_reaches_verl():
+    """Every estimator of bestk's registry is verl's under its name -- bestk's own, or verl's
+    where verl has one (grpo, rloo) -- and each bestk one runs through verl's registry on a
+    verl batch (with its default options; the calibrated one has its own tests below)."""
+    for name in bestk.ESTIMATORS:
+        fn = core_algos.get_adv_estimator_fn(name)
+        ours = getattr(fn, "__bestk_estimator__", None) == name
+        assert ours == (name in bverl.VERL_ESTIMATORS), name
+    assert {"passk_training", "loo_max"} <= set(bverl.VERL_ESTIMATORS)
+    for name in bverl.VERL_ESTIMATORS:
+        info = bestk.estimator_info(name)
+        if info.calibrated:
+            continue
+        rewards, mask, uid, real = verl_batch(seed=9, min_size=4, binary=info.binary_rewards())
+        options = dict(info.default_options)
+        adv, _ = core_algos.get_adv_estimator_fn(name)(rewards, mask, uid,
+                                                       config={"bestk": options})
+        keep = torch.from_numpy(real)
+        want = bestk.advantages(name, rewards.sum(-1)[keep], group=uid[real], **options)
+        torch.testing.assert_close(adv[keep, mask[keep].argmax(-1)], want)
+
+
+def grpo_passk_batch(seed, binary=False):
+    """A verl batch for verl's own grpo_passk: no padding rows (grpo_passk counts them as
+    samples), groups of at least 2 (it refuses smaller ones); graded scores on a coarse grid
+    (half-integers in [-1, 1.5], on one response token), so that some groups tie at the top."""
+    rewards, mask, uid, real = verl_batch(seed=seed, n_groups=12, min_size=2, max_size=8,
+                                          binary=binary, n_pad=0)
+    if not binary:
+        rng = np.random.default_rng(seed)
+        rows = torch.arange(len(uid))
+        score = torch.tensor(rng.integers(-2, 4, len(uid)) / 2.0, dtype=rewards.dtype)
+        rewards = torch.zeros_like(rewards)
+        rewards[rows, mask.argmax(-1)] = score
+    return rewards, mask, uid, real
+
+
+@pytest.mark.parametrize("norm", [True, False])
+@pytest.mark.parametrize("seed, binary", [(0, False), (1, False), (2, True), (3, False)])
+def test_loo_max_equals_verls_grpo_passk(seed, binary, norm):
+    """Peer test against the installed verl: ``loo_max`` with ``scale="std"`` (``"none"``) is
+    verl's ``grpo_passk`` with ``norm_adv_by_std_in_grpo=True`` (``False``), on ragged batches
+    with ties at the top (where verl's topk picks one of the tied samples and gives it
+    ``r_max - r_second_max = 0``: everyone gets 0 in both)."""
+    rewards, mask, uid, _ = grpo_passk_batch(seed, binary)
+    theirs, _ = core_algos.get_adv_estimator_fn("grpo_passk")(
+        token_level_rewards=rewards, response_mask=mask, index=uid,
+        config={"norm_adv_by_std_in_grpo": norm},
+    )
+    scale = "std" if norm else "none"
+    ours, _ = core_algos.get_adv_estimator_fn("loo_max")(
+        token_level_rewards=rewards, response_mask=mask, index=uid,
+        config={"bestk": {"scale": scale}},
+    )
+    torch.testing.assert_close(ours, theirs)
+    # not vacuous: some groups have a unique best sample, some a tie at the top
+    scores = rewards.sum(-1).numpy()
+    tops = [np.sort(scores[uid == u])[-2:] for u in np.unique(uid)]
+    assert any(a < b for a, b in tops) and any(a == b for a, b in tops)
+    assert ours.abs().sum() > 0
 
 
 def test_padding_rows_do_not_change_real_advantages():

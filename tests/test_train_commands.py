@@ -196,3 +196,38 @@ def test_eval_n_1_prints_pass_at_1_once(tmp_path):
     assert res.exit_code == 0, res.output
     done = [ln for ln in res.output.splitlines() if ln.startswith("done:")]
     assert len(done) == 1 and done[0].count("pass@1=") == 1, done
+
+
+def _registered_estimators() -> list[str]:
+    """Every estimator of the registry but the calibrated one (its runs need a reference bank:
+    ``tests/test_train_reference_plan.py``)."""
+    import bestk
+
+    return sorted(n for n in bestk.ESTIMATORS if not bestk.estimator_info(n).calibrated)
+
+
+@pytest.mark.parametrize("estimator", _registered_estimators())
+def test_bestk_train_takes_every_registered_estimator(tmp_path, estimator):
+    """``bestk train --estimator X`` trains the tiny default two steps with every registered
+    estimator, with its required options from the registry's ``default_options`` fitted to the
+    group size (``rollout.n=4``), and the reward domain it declares."""
+    import json
+
+    import bestk
+    from tests.conftest import TINY
+
+    info = bestk.estimator_info(estimator)
+    out = tmp_path / "run"
+    args = ["train", "--out", str(out), "--quiet", "--max-steps", "2", "--estimator", estimator]
+    for s in TINY:
+        args += ["--set", s]
+    for key, value in info.fit_group(info.default_options, 4 - 1).items():
+        args += ["--set", f"estimator_options.{key}={value}"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    train = [row for row in rows if row["phase"] == "train"]
+    assert [row["step"] for row in train] == [1, 2]
+    assert all(isinstance(row["adv_abs_mean"], float) for row in train)
+    config = (out / "config.yaml").read_text()
+    assert f"estimator: {estimator}" in config

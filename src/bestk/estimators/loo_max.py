@@ -1,7 +1,8 @@
 """The leave-one-out max estimator of best@N (Tang et al. 2025; verl's ``grpo_passk``).
 
-Tang, Rowland, Munos, Pires, Valko, Tang and Piot, "Optimizing Language Models for Inference
-Time Objectives using Reinforcement Learning", ICML 2025, arXiv:2503.19595.
+Tang, Zheng, Synnaeve and Munos, "Optimizing Language Models for Inference Time Objectives
+using Reinforcement Learning", ICML 2025, arXiv:2503.19595 (the leave-one-out gradient of a
+k-sample objective, here ``f = max`` with ``k = N``).
 
 For a group of ``N`` rewards, ``max_i r_i`` is an unbiased estimate of ``best@N = E[max of N
 iid rewards]``, and its score-function gradient with the leave-one-out control variate

@@ -51,9 +51,12 @@ before any model is loaded):
 * ``scale_rewards`` with ``estimator="grpo"``: honoured as TRL does it -- ``"group"`` divides by
   the group std, ``"none"`` only centres (Dr.GRPO), ``"batch"`` centres per group and divides by
   the std of all the batch's rewards (PPO-Lite), with TRL's epsilon 1e-4 (unless
-  ``estimator_options`` sets ``eps``); so ``estimator="grpo"`` gives TRL's own advantages. With
-  any other estimator the estimator defines the scale: ``"group"`` (TRL's default) and ``"none"``
-  add nothing on top, ``"batch"`` is refused;
+  ``estimator_options`` sets ``eps``); so ``estimator="grpo"`` gives TRL's own advantages. The
+  same holds for every estimator with GRPO's ``scale`` and ``eps`` options
+  (:func:`follows_scale_rewards`): ``loo_max`` is std-scaled under ``"group"`` (TRL's default;
+  verl's ``grpo_passk`` default), the paper's unbiased leave-one-out max under ``"none"``. With
+  any other estimator the estimator defines the scale: ``"group"`` and ``"none"`` add nothing on
+  top, ``"batch"`` is refused;
 * ``num_generations`` / ``num_generations_eval``: the group size, honoured.
 
 Everything else in ``GRPOConfig`` acts on the loss or on generation, not on the advantages
@@ -126,7 +129,8 @@ def check_estimator(estimator: str, options: Options | None) -> dict[str, Any]:
 def follows_scale_rewards(estimator: str) -> bool:
     """Whether TRL's ``scale_rewards`` (and its epsilon) map onto the estimator's options: an
     estimator with GRPO's ``scale`` (``"std"`` / ``"none"``) and ``eps`` options -- bestk's
-    ``grpo``, TRL's own group normalisation -- read off its registered options."""
+    ``grpo``, TRL's own group normalisation, and ``loo_max`` -- read off its registered
+    options."""
     return {"scale", "eps"} <= set(estimator_options(estimator))
 
 

@@ -2,8 +2,8 @@ r"""verl plugin: bestk's @k-aware advantage estimators as verl advantage estimat
 
 Importing this module registers every estimator of bestk's registry
 (:data:`bestk.ESTIMATORS`) with ``verl.trainer.ppo.core_algos.register_adv_est`` under its
-bestk name -- ``argmaxrl``, ``maxrl``, ``softmax_grpo``, ``pkpo``, ``reinforce``,
-``kappo_grpo``, and any estimator registered later (:func:`bestk.estimators.on_register`),
+bestk name -- ``argmaxrl``, ``maxrl``, ``softmax_grpo``, ``pkpo``, ``passk_training``,
+``loo_max``, ``reinforce``, ``kappo_grpo``, and any estimator registered later (:func:`bestk.estimators.on_register`),
 yours included -- except the names verl already has: verl's own ``grpo`` / ``rloo`` / ... keep
 their verl implementations (:data:`VERL_ESTIMATORS` lists what was registered). What each
 needs is read from its registry properties: path-valued options (``kappo_grpo``'s
@@ -37,13 +37,18 @@ is a struct config, so a new key needs Hydra's ``+``::
 
     algorithm.adv_estimator=softmax_grpo +algorithm.bestk.tau=0.1
     algorithm.adv_estimator=pkpo +algorithm.bestk.k=4
+    algorithm.adv_estimator=loo_max +algorithm.bestk.scale=std   # = verl's grpo_passk
     algorithm.adv_estimator=kappo_grpo +algorithm.bestk.calibration=/path/cal.json
 
 verl passes ``algorithm`` to estimators as the raw ``DictConfig``; nothing converts it into the
 ``AlgoConfig`` dataclass on that path. (If your own code does convert it with
 ``verl.utils.config.omega_conf_to_dataclass``, the unknown ``bestk`` key is rejected by
 OmegaConf; pass the options in a plain mapping instead.) Unknown options, a missing required
-option (``pkpo``'s ``k``) and invalid values raise ``ValueError`` naming them.
+option (``pkpo``'s ``k``) and invalid values raise ``ValueError`` naming them. verl's own
+``algorithm`` keys do not reach bestk's estimators: ``norm_adv_by_std_in_grpo`` switches verl's
+``grpo_passk`` between std-scaled and plain leave-one-out max; with ``loo_max`` the same switch
+is ``+algorithm.bestk.scale=std`` / ``none`` (the default), which then gives verl's numbers
+(``tests/test_integrations_verl.py``).
 
 ``kappo_grpo``: ``calibration`` is a path to a file written by ``bestk calibrate`` (loaded
 once and cached per path, modification time and size) or a :class:`bestk.kappo.Calibration`; the
