@@ -1,18 +1,18 @@
 r"""verl plugin: bestk's @k-aware advantage estimators as verl advantage estimators.
 
-Importing this module registers every estimator of bestk's registry
-(:data:`bestk.ESTIMATORS`) with ``verl.trainer.ppo.core_algos.register_adv_est`` under its
-bestk name -- ``argmaxrl``, ``maxrl``, ``softmax_grpo``, ``pkpo``, ``passk_training``,
-``loo_max``, ``reinforce``, ``kappo_grpo``, and any estimator registered later (:func:`bestk.estimators.on_register`),
+Importing this module registers every estimator of bestk's registry (:data:`bestk.ESTIMATORS`)
+with ``verl.trainer.ppo.core_algos.register_adv_est`` under its bestk name -- ``argmaxrl``,
+``maxrl``, ``softmax_grpo``, ``pkpo``, ``passk_training``, ``loo_max``, ``reinforce``,
+``kappo_grpo``, and any estimator registered later (:func:`bestk.estimators.on_register`),
 yours included -- except the names verl already has: verl's own ``grpo`` / ``rloo`` / ... keep
-their verl implementations (:data:`VERL_ESTIMATORS` lists what was registered). What each
-needs is read from its registry properties: path-valued options (``kappo_grpo``'s
-``calibration`` file) are loaded once and cached (by path, modification time and
-size: :func:`bestk.estimators.resolve_options`), and an estimator that ``needs_prompt_ids``
-gets verl's ``uid`` as its prompt ids. Each function computes
-exactly ``bestk.advantages(name, scores, group=uid, **options)`` (the formulas, their
-objectives and paper equations are in the estimators' docstrings, e.g.
-:func:`bestk.estimators.argmaxrl.argmaxrl`), with verl's conventions around it:
+their verl implementations (:data:`VERL_ESTIMATORS` lists what was registered). What each needs
+is read from its registry properties: path-valued options (``kappo_grpo``'s ``calibration``
+file) are loaded once and cached (by path, modification time and size:
+:func:`bestk.estimators.resolve_options`), and an estimator that ``needs_prompt_ids`` gets
+verl's ``uid`` as its prompt ids. Each function computes exactly ``bestk.advantages(name,
+scores, group=uid, **options)`` (the formulas, their objectives and paper equations are in the
+estimators' docstrings, e.g. :func:`bestk.estimators.argmaxrl.argmaxrl`), with verl's
+conventions around it:
 
 * ``scores = token_level_rewards.sum(-1)`` (outcome reward, as verl's GRPO);
 * groups are the ``uid`` strings (ragged groups and non-contiguous members are fine; labels are
