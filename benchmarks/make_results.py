@@ -5,6 +5,9 @@
     python benchmarks/make_results.py --testbed digits  # one testbed (bandit, digits, sparse,
                                       # kappo, language-permute, language-reverse,
                                       # language-permute-kappo)
+    python benchmarks/make_results.py --testbed language-permute-exploratory  # the exploratory
+                                      # arms of a language testbed (a grid of their own),
+                                      # merged into its committed data file when complete
     python benchmarks/make_results.py --collect language-permute  # gather finished language
                                                         # runs (complete seeds) without running
     python benchmarks/make_results.py --runs OTHER/runs/lab --collect language-permute
@@ -190,6 +193,23 @@ KAPPO_LANGUAGE: dict[str, dict[str, Any]] = {
 }
 
 
+#: The exploratory arms of the language testbeds: no claim names them; they show how more @k
+#: estimators compare. Each language testbed ``NAME`` has them as a grid of their own,
+#: ``NAME-exploratory`` (:data:`EXPLORATORY`): the testbed's spec (seeds, so the same SFT
+#: weights, prompts and sampling seeds as every other method; the same validation sweep), run
+#: without repeating the other methods' runs, and merged into ``NAME``'s data file once every
+#: seed is finished (:func:`merge_exploratory`). (The bandit and digits testbeds have theirs in
+#: ``bestk.lab.bandit.EXPLORATORY_SPECS`` and the ``exploratory`` learners of
+#: ``bestk.lab.digits.LEARNERS``.)
+EXPLORATORY_METHODS: tuple[Method, ...] = (
+    Method("passk_training(k=4)", "passk_training", {"k": 4}),
+    Method("loo_max", "loo_max"),
+)
+EXPLORATORY_SUFFIX = "-exploratory"
+#: The exploratory grids: ``NAME-exploratory`` -> ``NAME``.
+EXPLORATORY: dict[str, str] = {f"{n}{EXPLORATORY_SUFFIX}": n for n in LANGUAGE}
+
+
 def _kappo_spec(name: str, fast: bool) -> dict[str, Any]:
     spec = json.loads(json.dumps(KAPPO_LANGUAGE[name]))
     if fast:
@@ -218,11 +238,16 @@ def _spec_methods(spec: dict[str, Any]) -> list[Method]:
 
 
 def _testbed_spec(name: str, fast: bool) -> dict[str, Any]:
+    if name in EXPLORATORY:  # the grid of the exploratory arms: its testbed's spec
+        return _language_spec(EXPLORATORY[name], fast)
     return _kappo_spec(name, fast) if name in KAPPO_LANGUAGE else _language_spec(name, fast)
 
 
 def _grid_methods(name: str, spec: dict[str, Any]) -> tuple[list[Method], list[Method]]:
-    """``(methods, with the A/A control)`` of a language testbed."""
+    """``(methods, with the A/A control)`` of a language testbed (an exploratory grid has no
+    control)."""
+    if name in EXPLORATORY:
+        return list(EXPLORATORY_METHODS), list(EXPLORATORY_METHODS)
     if name in KAPPO_LANGUAGE:
         ms = _spec_methods(spec)
         base = next(m for m in ms if m.label == spec["control"])
@@ -275,7 +300,8 @@ def run_language(name: str, runs: Path, *, fast: bool, reuse: bool, workers: int
     kp = spec.get("kappo_calibration")
     run_compare(methods, seeds=spec["seeds"], out=out,
                 overrides=spec["overrides"], progress=sys.stdout.isatty(),
-                controls=[spec.get("control", "grpo")], workers=workers,
+                controls=[] if name in EXPLORATORY else [spec.get("control", "grpo")],
+                workers=workers,
                 lr_sweep=spec.get("lr_sweep"), sweep_seeds=max(1, spec["sweep_seeds"]),
                 val_prompts=spec["val_prompts"], kappo=None if kp is None else KappoAuto(**kp),
                 resume=True, select_by=spec.get("select_by"),
@@ -398,6 +424,7 @@ def collect_language(name: str, runs: Path, *, fast: bool) -> dict[str, Any] | N
                 "rollouts": runs_[0]["rollouts"], "bank": runs_[0].get("bank", 0),
                 "bank_shared": runs_[0].get("bank_shared", False), "lr": runs_[0]["lr"],
                 "control_of": m.control_of,
+                "exploratory": name in EXPLORATORY,
                 "sampling": ("sampling_seed = seed + offset (independent noise)"
                              if m.control_of else "sampling_seed = seed"),
                 "sampling_seeds": [r["sampling_seed"] for r in runs_],
@@ -487,6 +514,15 @@ def produce(name: str, runs: Path, docs: Path, *, fast: bool, reuse: bool,
         wall = res["wall_seconds"]
         config = asdict(kcfg)
         _copy(runs / "kappo" / "results.md", docs / "results" / "kappo.md")
+    elif name in EXPLORATORY:
+        if not collect_only:
+            run_language(name, runs, fast=fast, reuse=reuse, workers=workers, cache=cache)
+        tb = collect_language(name, runs, fast=fast)
+        if tb is None:
+            raise SystemExit(_no_runs(name, runs))
+        if merge_exploratory(EXPLORATORY[name], tb, docs, env):
+            drop_grid_cache(name, tb["spec"], cache)
+        return
     elif name in LANGUAGE or name in KAPPO_LANGUAGE:
         if not collect_only:
             run_language(name, runs, fast=fast, reuse=reuse, workers=workers, cache=cache)
@@ -514,18 +550,53 @@ def produce(name: str, runs: Path, docs: Path, *, fast: bool, reuse: bool,
     doc = {"format": DATA_FORMAT, "version": 1, "commit": env["commit"], **extra,
            "command": f"python benchmarks/make_results.py --testbed {name}", "config": config,
            "environment": env, "wall_seconds": wall, "fast": fast, "testbeds": tbs}
-    # one line per testbed: small files whose diffs still show which testbed changed
-    body = ",\n".join(f"{json.dumps(k)}:{json.dumps(v, separators=(',', ':'))}"
-                       for k, v in tbs.items())
-    head = json.dumps({k: v for k, v in doc.items() if k != "testbeds"}, indent=1)
-    write_text_atomic(docs / "results" / "data" / f"{name}.json",
-                      head[:-2] + ',\n "testbeds": {\n' + body + "\n}}\n")
+    write_data(docs, name, doc)
     if name in LANGUAGE or name in KAPPO_LANGUAGE:
         drop_grid_cache(name, config, cache)
 
 
+def write_data(docs: Path, name: str, doc: dict[str, Any]) -> None:
+    """Write ``docs/results/data/<name>.json`` atomically: one line per testbed, small files
+    whose diffs still show which testbed changed."""
+    body = ",\n".join(f"{json.dumps(k)}:{json.dumps(v, separators=(',', ':'))}"
+                       for k, v in doc["testbeds"].items())
+    head = json.dumps({k: v for k, v in doc.items() if k != "testbeds"}, indent=1)
+    write_text_atomic(docs / "results" / "data" / f"{name}.json",
+                      head[:-2] + ',\n "testbeds": {\n' + body + "\n}}\n")
+
+
+def merge_exploratory(name: str, tb: dict[str, Any], docs: Path, env: dict[str, Any]) -> bool:
+    """Merge the exploratory arms ``tb`` (:func:`collect_language` of ``NAME-exploratory``) into
+    testbed ``name``'s committed data file, when every seed of that file is finished; the
+    other methods' data stay as they are. Returns whether it merged."""
+    path = docs / "results" / "data" / f"{name}.json"
+    if not path.exists():
+        raise SystemExit(f"error: {path} does not exist: produce --testbed {name} first")
+    doc = json.loads(path.read_text())
+    base = doc["testbeds"][name]
+    if tb["seeds"] != base["seeds"] or tb["spec"] != base["spec"]:
+        print(f"{name}: exploratory arms finished for seeds {tb['seeds']} of {base['seeds']}; "
+              "not merged yet", flush=True)
+        return False
+    clash = set(tb["methods"]) & {lb for lb, m in base["methods"].items()
+                                  if not m["config"].get("exploratory")}
+    if clash:
+        raise SystemExit(f"error: exploratory arm(s) {sorted(clash)} are {name}'s own methods")
+    base["methods"].update(tb["methods"])
+    for key, value in tb["sweep"].items():  # per-method tables united, shared fields kept
+        if isinstance(value, dict) and isinstance(base["sweep"].get(key), dict):
+            base["sweep"][key] = {**base["sweep"][key], **value}
+    base["exploratory"] = {
+        "methods": sorted(tb["methods"]), "wall_seconds": tb["wall_seconds"],
+        "commit": env["commit"],
+        "command": f"python benchmarks/make_results.py --testbed {name}{EXPLORATORY_SUFFIX}"}
+    write_data(docs, name, doc)
+    return True
+
+
 #: Every testbed command of this script, in the order ``--all`` runs them.
-TESTBED_NAMES = ("bandit", "kappo", "digits", "sparse", *LANGUAGE, *KAPPO_LANGUAGE)
+TESTBED_NAMES = ("bandit", "kappo", "digits", "sparse", *LANGUAGE, *KAPPO_LANGUAGE,
+                 *EXPLORATORY)
 
 
 def _mean_band(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -664,6 +735,15 @@ def _testbed_section(tid: str, tb: dict[str, Any] | None) -> str:
                  "calibration):\n")
     lines.append(markdown_table(["method", "trains with", "reward it sees", "learning rate",
                                  "rollouts", "bank", "A/A control of"], cfg_rows))
+    explore = [lb for lb, m in tb["methods"].items() if m["config"].get("exploratory")]
+    if explore:
+        lines.append("Exploratory arms: " + ", ".join(f"`{lb}`" for lb in explore) + ". No "
+                     "claim names them, so no verdict judges them; they show how more @k "
+                     "estimators compare. Each has its learning rate from the same sweep "
+                     "protocol as the other methods and starts from the same weights per seed, "
+                     "but is swept and trained as a batch (bandit, digits) or grid (language) of "
+                     "its own, with sampling noise of its own, so adding it changed no other "
+                     "method's numbers.\n")
     if tb.get("kappo_calibration"):
         cal = tb["kappo_calibration"]
         lines.append("KAPPO calibration from the policy RL starts from (the SFT policy on "
@@ -988,11 +1068,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--testbed", action="append", default=[], choices=TESTBED_NAMES,
                     help="one testbed (repeatable)")
     ap.add_argument("--collect", action="append", default=[],
-                    choices=[*LANGUAGE, *KAPPO_LANGUAGE],
+                    choices=[*LANGUAGE, *KAPPO_LANGUAGE, *EXPLORATORY],
                     help="gather the finished runs of a language testbed (seeds finished by "
                          "every method) from --runs without running anything")
     ap.add_argument("--save-cache", action="append", default=[],
-                    choices=[*LANGUAGE, *KAPPO_LANGUAGE],
+                    choices=[*LANGUAGE, *KAPPO_LANGUAGE, *EXPLORATORY],
                     help="pack the finished runs of a language grid in --runs into "
                          "benchmarks/grid_cache/<testbed>.json (commit it; --reuse restores "
                          "them) and exit")

@@ -211,3 +211,33 @@ def json_roundtrip(x):
     import json
 
     return json.loads(json.dumps(x))
+
+
+def test_exploratory_arms_leave_the_other_curves_as_they_were(tmp_path, monkeypatch):
+    """The exploratory arms (no claim names them) are swept and trained as a batch of their
+    own on seed streams of their own: the other estimators' sweeps and curves are the same,
+    bit for bit, with and without them; binary-only passk_training runs on the binary bandit
+    only; their per-seed data are marked exploratory."""
+    from bestk.lab import bandit as lab_bandit
+
+    cfg = BanditConfig.fast()
+    res = json_roundtrip(lab_bandit.run_bandit(cfg, tmp_path / "with", progress=False))
+    monkeypatch.setattr(lab_bandit, "EXPLORATORY_SPECS", [])
+    alone = json_roundtrip(lab_bandit.run_bandit(cfg, tmp_path / "without", progress=False))
+    for b in cfg.bandits:
+        labels = set(alone["curves"][b]["curves"])
+        for lb in labels:
+            assert res["curves"][b]["curves"][lb] == alone["curves"][b]["curves"][lb], (b, lb)
+            assert res["sweep"][b]["selected"][lb] == alone["sweep"][b]["selected"][lb]
+        for lb, scores in alone["sweep"][b]["scores"].items():
+            assert res["sweep"][b]["scores"][lb] == scores, (b, lb)
+        extra = set(res["curves"][b]["curves"]) - labels
+        assert extra == ({"passk_training(k=4)", "loo_max"} if b == "binary" else {"loo_max"})
+        for lb in extra:
+            assert res["sweep"][b]["selected"][lb] in res["sweep"][b]["grids"][lb]
+    monkeypatch.undo()
+    data = lab_bandit.testbed_data(res)
+    for tid in ("bandit-binary", "bandit-graded"):
+        methods = data[tid]["methods"]
+        assert methods["loo_max"]["config"]["exploratory"] is True
+        assert methods["grpo"]["config"]["exploratory"] is False

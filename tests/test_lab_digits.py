@@ -212,3 +212,31 @@ def test_a_learner_at_another_learners_rate_needs_that_learner():
     with pytest.raises(ValueError, match="another learner's rate"):
         DigitsConfig(learners=("ml", "softmax_grpo(tau=0.1) @ grpo's rate")).validate()
     DigitsConfig(learners=("grpo", "softmax_grpo(tau=0.1) @ grpo's rate")).validate()
+
+
+def test_exploratory_learners_change_no_other_learners_numbers(fast_run, tmp_path):
+    """The exploratory learners (no claim names them) train as a batch of their own with
+    rollouts of their own: without them every other learner's per-seed data are the same,
+    bit for bit; with them they start from the same weights and are marked exploratory."""
+    cfg, out, _ = fast_run
+    with_them = json.loads((out / "testbeds.json").read_text())
+    explore = [lb for lb in cfg.learners if LEARNERS[lb].exploratory]
+    assert explore and "loo_max" in explore
+    from dataclasses import asdict
+
+    without = DigitsConfig(**{**asdict(cfg),
+                              "learners": tuple(lb for lb in cfg.learners if lb not in explore)})
+    run_digits(without, tmp_path, progress=False)
+    alone = json.loads((tmp_path / "testbeds.json").read_text())
+    for tid, tb in with_them.items():
+        assert set(tb["methods"]) - set(alone[tid]["methods"]) <= set(explore)
+        for lb, m in alone[tid]["methods"].items():
+            assert tb["methods"][lb] == m, (tid, lb)
+            assert m["config"]["exploratory"] is False
+        for lb in set(tb["methods"]) & set(explore):
+            m = tb["methods"][lb]
+            assert m["config"]["exploratory"] is True
+            assert m["start"] == tb["methods"]["grpo"]["start"]  # paired: the same weights
+            assert m["end"]["pass@1"] != tb["methods"]["grpo"]["end"]["pass@1"]
+            assert m["config"]["lr"] in m["config"]["lr_grid"]
+            assert lb in tb["sweep"]["scores"]

@@ -443,3 +443,43 @@ def test_a_language_pilot_records_validation_trajectories(tmp_path):
     assert lp.main([*args[:4], "nope", *args[5:]]) == 2
     assert lp.main([*args[:8], "max_steps=-1", *args[9:]]) == 2
     assert len(json.loads(record.read_text())["runs"]) == 3
+
+
+def test_exploratory_arms_merge_into_their_testbeds_data_file_once_complete(tmp_path):
+    """A language testbed's exploratory grid (``NAME-exploratory``: its spec, its own methods,
+    no A/A control) merges into ``NAME``'s data file only when every seed of the file is
+    finished, adding its methods and sweep entries and leaving the others' data as they were;
+    an exploratory label that is one of the testbed's own methods is refused."""
+    mr = _make_results()
+    name = "language-reverse"
+    ex = name + mr.EXPLORATORY_SUFFIX
+    assert mr.EXPLORATORY[ex] == name and ex in mr.TESTBED_NAMES
+    spec = mr._testbed_spec(name, fast=True)
+    assert mr._testbed_spec(ex, fast=True) == spec
+    methods, with_control = mr._grid_methods(ex, spec)
+    assert methods == with_control == list(mr.EXPLORATORY_METHODS)
+    assert {m.estimator for m in methods} == {"passk_training", "loo_max"}
+    grpo = {"config": {"exploratory": False, "lr": 3e-4}, "start": {"pass@1": [0.1, 0.2]},
+            "end": {"pass@1": [0.3, 0.4]}}
+    base = {"seeds": [0, 1], "spec": spec, "methods": {"grpo": grpo},
+            "sweep": {"grid": [1e-3], "selected": {"grpo": 3e-4}, "scores": {"grpo": []}}}
+    doc = {"format": mr.DATA_FORMAT, "commit": "abc", "testbeds": {name: base}}
+    docs = tmp_path / "docs"
+    (docs / "results" / "data").mkdir(parents=True)
+    mr.write_data(docs, name, doc)
+    loo = {"config": {"exploratory": True, "lr": 1e-3}, "start": {"pass@1": [0.1, 0.2]},
+           "end": {"pass@1": [0.5, 0.6]}}
+    part = {"seeds": [0], "spec": spec, "methods": {"loo_max": loo}, "wall_seconds": 1.0,
+            "sweep": {"grid": [9.0], "selected": {"loo_max": 1e-3}, "scores": {"loo_max": []}}}
+    env = {"commit": "def"}
+    assert not mr.merge_exploratory(name, part, docs, env)  # one of two seeds: not yet
+    full = {**part, "seeds": [0, 1]}
+    assert mr.merge_exploratory(name, full, docs, env)
+    got = json.loads((docs / "results" / "data" / f"{name}.json").read_text())["testbeds"][name]
+    assert got["methods"] == {"grpo": grpo, "loo_max": loo}
+    assert got["sweep"]["selected"] == {"grpo": 3e-4, "loo_max": 1e-3}
+    assert got["sweep"]["grid"] == [1e-3]  # shared fields: the testbed's own
+    assert got["exploratory"]["methods"] == ["loo_max"]
+    clash = {**full, "methods": {"grpo": loo}}
+    with pytest.raises(SystemExit, match="own methods"):
+        mr.merge_exploratory(name, clash, docs, env)

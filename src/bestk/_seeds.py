@@ -99,6 +99,11 @@ TASK_EVAL_PROMPTS = Stream("tasks.eval_prompts", 1_000_003, rule="offset")
 LAB_BANDIT_CURVES = Stream("lab.bandit.curves", 0, rule="affine", terms=(("bandit", 1000),))
 #: bandit ``i``'s learning-rate sweep (``BanditConfig.seed``).
 LAB_BANDIT_SWEEP = Stream("lab.bandit.sweep", 500_000, rule="affine", terms=(("bandit", 1000),))
+#: bandit ``i``'s learning curves of the exploratory arms (``BanditConfig.seed``, ``step`` =
+#: the bandit's index ``i``): a batch of their own, so they leave the other curves as they were.
+LAB_BANDIT_EXPLORATORY_CURVES = Stream("lab.bandit.exploratory_curves", 21)
+#: bandit ``i``'s learning-rate sweep of the exploratory arms (``step`` = ``i``).
+LAB_BANDIT_EXPLORATORY_SWEEP = Stream("lab.bandit.exploratory_sweep", 22)
 #: the digits train/test split (scikit-learn's ``random_state``).
 LAB_DIGITS_TEST_SPLIT = Stream("lab.digits.test_split", 0, rule="offset")
 #: the validation split held out of the digits training images.
@@ -112,6 +117,9 @@ LAB_DIGITS_INIT = Stream("lab.digits.init", 0, rule="affine", scale=7919,
 #: the rollouts (and the KAPPO bank) of one setting: reward ``REWARDS.index(r) + 1``, N.
 LAB_DIGITS_ROLLOUTS = Stream("lab.digits.rollouts", 0, rule="affine", scale=1_000_003,
                              terms=(("reward", 10_007), ("n", 1)))
+#: the rollouts of the exploratory learners' own batch of slots (derived from the setting's
+#: :data:`LAB_DIGITS_ROLLOUTS` seed): independent of the other learners' draws.
+LAB_DIGITS_EXPLORATORY_ROLLOUTS = Stream("lab.digits.exploratory_rollouts", 23)
 #: the training batches of one run of slots (``first_slot_seed``: its smallest slot seed).
 LAB_DIGITS_BATCHES = Stream("lab.digits.batches", 1, rule="affine", scale=31,
                             terms=(("first_slot_seed", 97),))
@@ -130,9 +138,10 @@ EVAL_BANK_SAMPLING = Stream("eval.bank_sampling", 1, rule="offset")
 STREAMS: tuple[Stream, ...] = (
     PROMPTS, SAMPLING, EVAL_SAMPLING, SFT_ORDER, BANK_SAMPLING, BANK_PROMPTS,
     TASK_EVAL_PROMPTS,
-    LAB_BANDIT_CURVES, LAB_BANDIT_SWEEP, LAB_DIGITS_TEST_SPLIT, LAB_DIGITS_VALIDATION_SPLIT,
-    LAB_DIGITS_EVAL_COMPOSITES, LAB_DIGITS_INIT, LAB_DIGITS_ROLLOUTS, LAB_DIGITS_BATCHES,
-    LAB_DIGITS_SFT,
+    LAB_BANDIT_CURVES, LAB_BANDIT_SWEEP, LAB_BANDIT_EXPLORATORY_CURVES,
+    LAB_BANDIT_EXPLORATORY_SWEEP, LAB_DIGITS_TEST_SPLIT, LAB_DIGITS_VALIDATION_SPLIT,
+    LAB_DIGITS_EVAL_COMPOSITES, LAB_DIGITS_INIT, LAB_DIGITS_ROLLOUTS,
+    LAB_DIGITS_EXPLORATORY_ROLLOUTS, LAB_DIGITS_BATCHES, LAB_DIGITS_SFT,
     LAB_KAPPO_BINARY, LAB_KAPPO_WINRATE,
     EVAL_BANK_SAMPLING,
 )

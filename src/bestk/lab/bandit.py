@@ -49,7 +49,12 @@ from rich.progress import Progress
 
 from bestk._optional import pyplot
 from bestk._schema import Int, SchemaChecks, schema_dataclass
-from bestk._seeds import LAB_BANDIT_CURVES, LAB_BANDIT_SWEEP
+from bestk._seeds import (
+    LAB_BANDIT_CURVES,
+    LAB_BANDIT_EXPLORATORY_CURVES,
+    LAB_BANDIT_EXPLORATORY_SWEEP,
+    LAB_BANDIT_SWEEP,
+)
 from bestk.estimators import EstimatorInfo, advantages, estimator_info
 from bestk.estimators.objectives import Objective, best_at, joint
 from bestk.figures import save_figure
@@ -232,6 +237,15 @@ CURVE_SPECS: list[EstimatorSpec] = [
     EstimatorSpec("maxrl", "maxrl"),
     EstimatorSpec("argmaxrl", "argmaxrl"),
     EstimatorSpec("pkpo(k=4)", "pkpo", {"k": 4}),
+]
+
+#: Exploratory arms: no claim names them; they show how more @k estimators compare. They are
+#: swept and trained as a batch of their own on seed streams of their own
+#: (:data:`~bestk._seeds.LAB_BANDIT_EXPLORATORY_SWEEP`, ``..._CURVES``), so adding them leaves
+#: every curve of :data:`CURVE_SPECS` as it was, bit for bit.
+EXPLORATORY_SPECS: list[EstimatorSpec] = [
+    EstimatorSpec("passk_training(k=4)", "passk_training", {"k": 4}),
+    EstimatorSpec("loo_max", "loo_max"),
 ]
 
 
@@ -490,6 +504,18 @@ def sweep_learning_rates(bandit: Bandit, specs: Sequence[EstimatorSpec], config:
             "selected": selected}
 
 
+def merge_sweeps(first: BanditSweep, second: BanditSweep) -> BanditSweep:
+    """One sweep record of two sweeps over disjoint learners (the exploratory arms' own sweep
+    after the claimed arms'): the per-learner tables united, the shared fields the first's."""
+    out: dict[str, Any] = dict(first)
+    for key, value in second.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = {**out[key], **value}
+        elif key not in out:
+            out[key] = value
+    return out  # type: ignore[return-value]  # the keys of a BanditSweep, united
+
+
 # ---------------------------------------------------------------------------------------------
 # the command
 
@@ -642,7 +668,8 @@ def plot_curves(result: BanditResult, path: Path) -> None:
     ks = cfg["ks"]
     show = [k for k in (1, 4, 16) if k in ks] or list(ks)[:3]
     cmap = plt.get_cmap("tab10")
-    color = {s.label: cmap(i % 10) for i, s in enumerate(CURVE_SPECS)}
+    color = {s.label: cmap(i % 10)
+             for i, s in enumerate([*CURVE_SPECS, *EXPLORATORY_SPECS])}
     fig, axes = plt.subplots(len(names), len(show), figsize=(4.2 * len(show), 3.2 * len(names)),
                              squeeze=False)
     for i, bname in enumerate(names):
@@ -675,12 +702,13 @@ def testbed_data(result: BanditResult) -> dict[str, TestbedData]:
     for bname, cur in result["curves"].items():
         b = BANDITS[bname]
         methods = {}
-        for spec in CURVE_SPECS:
+        for spec in [*CURVE_SPECS, *EXPLORATORY_SPECS]:
             if spec.label not in cur["curves"]:
                 continue
             m = curve_metrics(cur, spec.label, b.binary)
             methods[spec.label] = {
                 "config": {
+                    "exploratory": spec in EXPLORATORY_SPECS,
                     "estimator": spec.name, "options": dict(spec.options), "reward": bname,
                     "prompts": f"bandit {bname}: rewards {list(b.rewards)}, initial policy "
                                f"{list(b.init_probs)}",
@@ -719,12 +747,24 @@ def _run_bandit(config: BanditConfig, out: Path, *, progress: bool) -> BanditRes
             task = bar.add_task(f"bandit {b.name}", total=config.steps)
             sweep = sweep_learning_rates(b, CURVE_SPECS, config,
                                          seed=LAB_BANDIT_SWEEP.seed(config.seed, bandit=i))
-            result.setdefault("sweep", {})[b.name] = sweep
-            result["curves"][b.name] = learning_curves(
+            curves = learning_curves(
                 b, CURVE_SPECS, n=config.curve_n, steps=config.steps, seeds=config.seeds,
                 lr=sweep["selected"], ks=config.ks, eval_every=config.eval_every,
                 seed=LAB_BANDIT_CURVES.seed(config.seed, bandit=i),
                 progress=lambda t=task: bar.advance(t))
+            extra = [s for s in EXPLORATORY_SPECS if s.applies(b, config.curve_n)]
+            if extra:  # their own batch and seed streams: the curves above stay as they are
+                more = sweep_learning_rates(b, extra, config,
+                                            seed=LAB_BANDIT_EXPLORATORY_SWEEP.seed(config.seed, i))
+                more_curves = learning_curves(
+                    b, extra, n=config.curve_n, steps=config.steps, seeds=config.seeds,
+                    lr=more["selected"], ks=config.ks, eval_every=config.eval_every,
+                    seed=LAB_BANDIT_EXPLORATORY_CURVES.seed(config.seed, i))
+                sweep = merge_sweeps(sweep, more)
+                curves["lr"].update(more_curves["lr"])
+                curves["curves"].update(more_curves["curves"])
+            result.setdefault("sweep", {})[b.name] = sweep
+            result["curves"][b.name] = curves
     result["wall_seconds"] = time.perf_counter() - t0
     write_json_atomic(out / "results.json", result)
     write_text_atomic(out / "results.md", render_markdown(result))

@@ -48,6 +48,7 @@ def learner_config(lrn: Learner, reward: str, lr: float, *, n: int, steps: int, 
         "sampling": "independent (A/A control of " + lrn.control_of + ")" if lrn.control_of
         else "per-slot draws",
         "control_of": lrn.control_of,
+        "exploratory": lrn.exploratory,
     }
 
 

@@ -22,6 +22,7 @@ from bestk._optional import require
 from bestk._seeds import (
     LAB_DIGITS_BATCHES,
     LAB_DIGITS_EVAL_COMPOSITES,
+    LAB_DIGITS_EXPLORATORY_ROLLOUTS,
     LAB_DIGITS_INIT,
     LAB_DIGITS_ROLLOUTS,
     LAB_DIGITS_SFT,
@@ -217,6 +218,9 @@ class RunSpec:
     sft_steps: int = 0
     sft_lr: float = 1e-2
     eval_chunk: int = field(default=16)
+    exploratory: bool = False
+    """The exploratory learners' own batch: rollouts from
+    :data:`~bestk._seeds.LAB_DIGITS_EXPLORATORY_ROLLOUTS` (same weights and minibatches)."""
 
 
 def _kappo_calibration(spec: RunSpec, problem: Problem, model: BatchedMLP, slots: list[int],
@@ -316,6 +320,8 @@ def run_slots(problem: Problem, slots: Sequence[Slot], spec: RunSpec,
     opt = SlotAdam(list(model.parameters()), lr)
     setting_seed = LAB_DIGITS_ROLLOUTS.seed(spec.seed, reward=REWARDS.index(problem.reward) + 1,
                                             n=n)
+    if spec.exploratory:
+        setting_seed = LAB_DIGITS_EXPLORATORY_ROLLOUTS.seed(setting_seed)
     gen = torch.Generator().manual_seed(setting_seed)
     batch_gen = torch.Generator().manual_seed(
         LAB_DIGITS_BATCHES.seed(spec.seed, first_slot_seed=seeds[0]))

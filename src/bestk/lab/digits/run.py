@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
@@ -19,6 +19,7 @@ from rich.progress import Progress
 from bestk.lab._optim import torch_threads
 from bestk.lab.digits.data import testbed_data
 from bestk.lab.digits.engine import (
+    Problem,
     RunSpec,
     make_problem,
 )
@@ -26,8 +27,9 @@ from bestk.lab.digits.report import plot, render_testbed
 from bestk.lab.digits.settings import (
     LEARNERS,
     DigitsConfig,
+    Learner,
 )
-from bestk.lab.digits.sweep import SettingResult, sweep_and_test
+from bestk.lab.digits.sweep import SettingResult, merge_settings, sweep_and_test
 from bestk.lab.io import (
     TestbedData,
     write_json_atomic,
@@ -115,12 +117,23 @@ def _run_digits(cfg: DigitsConfig, out: Path, *, progress: bool, resume: bool
 
     def compute(reward: str, tick: Ticker) -> SettingResult:
         learners = [LEARNERS[lb] for lb in cfg.learners if LEARNERS[lb].applies(reward, cfg.n)]
-        res = sweep_and_test(
-            lambda split: make_problem(reward, split=split, test_fraction=cfg.test_fraction,
-                                       val_fraction=cfg.val_fraction, seed=cfg.seed),
-            learners, spec, seeds=cfg.seeds, lr_grid=cfg.lr_grid,
-            sweep_seeds=cfg.sweep_seeds, progress=tick, max_extensions=cfg.max_extensions,
-            kappo_betas=cfg.kappo_betas)
+
+        def make(split: str) -> Problem:
+            return make_problem(reward, split=split, test_fraction=cfg.test_fraction,
+                                val_fraction=cfg.val_fraction, seed=cfg.seed)
+
+        def run(group: list[Learner], run_spec: RunSpec) -> SettingResult:
+            return sweep_and_test(make, group, run_spec, seeds=cfg.seeds, lr_grid=cfg.lr_grid,
+                                  sweep_seeds=cfg.sweep_seeds, progress=tick,
+                                  max_extensions=cfg.max_extensions,
+                                  kappo_betas=cfg.kappo_betas)
+
+        # exploratory learners: a batch of their own (their own rollouts), after the others,
+        # so that they change no other learner's numbers
+        res = run([x for x in learners if not x.exploratory], spec)
+        extra = [x for x in learners if x.exploratory]
+        if extra:
+            res = merge_settings(res, run(extra, replace(spec, exploratory=True)))
         return {"reward": reward, "n": cfg.n, "ks": list(cfg.ks),
                 "learners": [x.label for x in learners],
                 "skipped": {lb: ("binary rewards only" if LEARNERS[lb].binary_only else

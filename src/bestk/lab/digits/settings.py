@@ -57,6 +57,9 @@ class Learner:
     ``control_of`` marks an A/A copy: the same rule as that learner (and its learning rate),
     run on independent sampling noise. ``rate_of`` makes a learner run at another learner's
     chosen learning rate instead of its own (SoftmaxGRPO compares methods at one rate).
+    ``exploratory`` marks an arm no claim names: it is swept and trained as a batch of its own
+    with rollouts of its own (``RunSpec.exploratory``), so adding it changes no other learner's
+    numbers; it starts from the same weights and sees the same minibatches (paired seeds).
     """
 
     label: str
@@ -65,6 +68,7 @@ class Learner:
     min_n: int = 2
     control_of: str | None = None
     rate_of: str | None = None
+    exploratory: bool = False
 
     @property
     def info(self) -> EstimatorInfo | None:
@@ -101,6 +105,10 @@ LEARNERS: dict[str, Learner] = {
         Learner(f"kappo_grpo(k={AT_K})", "kappo_grpo"),
         Learner("softmax_grpo(tau=0.1) @ grpo's rate", "softmax_grpo", (("tau", 0.1),),
                 rate_of="grpo"),
+        # N = k would never learn (every group's pass@k estimate is 0 or 1): N > k
+        Learner(f"passk_training(k={AT_K})", "passk_training", (("k", AT_K),), min_n=AT_K + 1,
+                exploratory=True),
+        Learner("loo_max", "loo_max", exploratory=True),
     ]
 }
 

@@ -136,3 +136,29 @@ def sweep_and_test(make: Callable[[str], Problem], learners: Sequence[Learner],
                      progress(f"test {problem.reward}", spec.steps) if progress else None)
     test["data_id"] = problem.data_id
     return {"sweep": sweep, "selected": selected, "beta": betas, "test": test}
+
+
+def merge_settings(main: SettingResult, extra: SettingResult) -> SettingResult:
+    """One setting result of two :func:`sweep_and_test` runs over disjoint learners (the
+    exploratory learners' own batch after the others'): per-learner tables united, the test
+    slots concatenated (main's first), shared fields (grid, data id, calibration) main's."""
+    def unite(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(a)
+        for key, value in b.items():
+            if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+                out[key] = {**out[key], **value}
+            elif key not in out:
+                out[key] = value
+        return out
+
+    t, u = main["test"], extra["test"]
+    if t["curve_steps"] != u["curve_steps"] or t["data_id"] != u["data_id"]:
+        raise ValueError("merge_settings: the two runs used different data or curve steps")
+    test = dict(t)
+    test["slots"] = [*t["slots"], *u["slots"]]
+    for key in ("start", "end", "allocation"):
+        test[key] = {m: [*t[key][m], *u[key][m]] for m in t[key]}
+    test["curve_pass@1"] = [*t["curve_pass@1"], *u["curve_pass@1"]]
+    return {**main, "sweep": unite(main["sweep"], extra["sweep"]),
+            "selected": {**main["selected"], **extra["selected"]},
+            "beta": {**main["beta"], **extra["beta"]}, "test": test}
