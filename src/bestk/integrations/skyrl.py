@@ -313,9 +313,10 @@ def check_config(cfg: Any) -> list[str]:
     name = str(algo.advantage_estimator)
     fn = _ppo.AdvantageEstimatorRegistry.get(name)
     n = int(cfg.generator.n_samples_per_prompt)
-    lines = [f"trainer.algorithm.advantage_estimator={name} -> {fn!r}",
-             f"generator.n_samples_per_prompt={n}"]
     ours = getattr(fn, "__bestk_estimator__", None)
+    shown = repr(fn) if ours is not None else f"{fn.__module__}.{fn.__qualname__}"
+    lines = [f"trainer.algorithm.advantage_estimator={name} -> {shown}",
+             f"generator.n_samples_per_prompt={n}"]
     calibration = kappo_reward_of(algo)
     if ours is None:
         if calibration is not None:
@@ -339,7 +340,7 @@ def preflight(args: list[str] | dict[str, Any]) -> str:
     """Check a SkyRL training command line before launching it on GPUs: SkyRL's parser and its
     ``validate_cfg`` (so misspelt keys and bad values fail here, and the estimator must be in
     SkyRL's registry), then :func:`check_config`. Returns a summary; raises on any problem."""
-    utils = require("skyrl.train.utils", extra="skyrl", who=_WHO)
+    utils = require("skyrl.train.utils.utils", extra="skyrl", who=_WHO)
     cfg = load_config(args)
     utils.validate_cfg(cfg)
     return "\n".join(check_config(cfg))
