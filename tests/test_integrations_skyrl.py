@@ -17,16 +17,29 @@ docs/integrations.md says); elsewhere it is skipped.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("skyrl")  # the `skyrl` extra, in CI's SkyRL environment
+if importlib.util.find_spec("skyrl") is None:  # the `skyrl` extra, in CI's SkyRL environment
+    pytest.skip("needs skyrl: pip install \"bestk[skyrl]\"", allow_module_level=True)
+
+#: SkyRL 0.3.0 says Python >= 3.11, but its ``skyrl.tinker.types`` builds a pydantic model on
+#: ``typing.TypedDict``, which pydantic takes only from Python 3.12 on. The CPU torch on this
+#: repository's CI machines is for 3.11, so its SkyRL environment is 3.11 with 3.12's TypedDict
+#: (typing_extensions' backport) set before SkyRL loads, here and in the subprocesses below
+#: (docs/integrations.md, "Versions"). Nothing of bestk's depends on it.
+SHIM = ("import typing, typing_extensions; typing.TypedDict = typing_extensions.TypedDict\n"
+        if sys.version_info < (3, 12) else "")
+exec(SHIM)
 
 from skyrl.backends.skyrl_train.training_batch import (  # noqa: E402
     TrainingInputBatch,
@@ -73,7 +86,7 @@ def skyrl_batch(seed=0, n_groups=7, min_size=1, max_size=6, binary=False, shuffl
     mask = (np.arange(L)[None, :] < lengths[:, None]).astype(np.int64)
     tok = np.where(mask > 0, 0.0 if binary else rng.integers(-2, 3, (b, L)) / 64.0, 0.0)
     tok[np.arange(b), lengths - 1] += score
-    return torch.tensor(tok, dtype=torch.float32), torch.tensor(mask), list(uids)
+    return torch.tensor(tok, dtype=torch.float32), torch.tensor(mask), [str(u) for u in uids]
 
 
 def skyrl_advantages(name, rewards, mask, uids, options=None, **fields):
@@ -255,26 +268,106 @@ def test_bad_options_and_input_are_clear_value_errors():
         skyrl_advantages("maxrl", rewards, mask, uids)
 
 
+#: SkyRL's default logger is wandb, which its validate_cfg refuses without an API key.
+CONSOLE = "trainer.logger=console"
+
+
+def preflight(*args):
+    return bskyrl.preflight([CONSOLE, *args])
+
+
 def test_preflight_checks_a_command_line(calibration_file):
-    out = bskyrl.preflight(["trainer.algorithm.advantage_estimator=softmax_grpo",
-                            "trainer.algorithm.bestk.tau=0.2", "generator.n_samples_per_prompt=5"])
+    out = preflight("trainer.algorithm.advantage_estimator=softmax_grpo",
+                    "trainer.algorithm.bestk.tau=0.2", "generator.n_samples_per_prompt=5")
     assert "SkyRLEstimator('softmax_grpo')" in out and "{'tau': 0.2}" in out
     assert "groups of 5" in out
-    assert "SkyRL's own" in bskyrl.preflight(["trainer.algorithm.advantage_estimator=grpo"])
+    assert "SkyRL's own" in preflight("trainer.algorithm.advantage_estimator=grpo")
     with pytest.raises(ValueError, match="requires option.*k"):
-        bskyrl.preflight(["trainer.algorithm.advantage_estimator=pkpo"])
+        preflight("trainer.algorithm.advantage_estimator=pkpo")
     with pytest.raises(ValueError, match="needs trainer.algorithm.bestk.calibration=PATH"):
-        bskyrl.preflight(["trainer.algorithm.advantage_estimator=kappo_grpo"])
-    out = bskyrl.preflight(["trainer.algorithm.advantage_estimator=kappo_grpo",
-                            f"trainer.algorithm.bestk.calibration={calibration_file}"])
+        preflight("trainer.algorithm.advantage_estimator=kappo_grpo")
+    out = preflight("trainer.algorithm.advantage_estimator=kappo_grpo",
+                    f"trainer.algorithm.bestk.calibration={calibration_file}")
     assert "calibration: Calibration(kind='binary', k=4" in out
     with pytest.raises(AssertionError, match="invalid advantage_estimator"):  # SkyRL's check
-        bskyrl.preflight(["trainer.algorithm.advantage_estimator=argmax"])
-    res = subprocess.run([sys.executable, "-m", "bestk.integrations.skyrl",
-                          "trainer.algorithm.advantage_estimator=argmaxrl",
-                          "trainer.algorithm.bestk.baseline=nope"],
-                         capture_output=True, text=True, timeout=300)
-    assert res.returncode == 1 and res.stderr.startswith("error: ValueError:"), res.stderr
+        preflight("trainer.algorithm.advantage_estimator=argmax")
+
+
+def run_module(*args):
+    """``python -m bestk.integrations.skyrl ARGS`` in a fresh interpreter."""
+    code = SHIM + "import runpy; runpy.run_module('bestk.integrations.skyrl', run_name='__main__')"
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_preflight_command():
+    ok = run_module(CONSOLE, "trainer.algorithm.advantage_estimator=pkpo",
+                    "trainer.algorithm.bestk.k=2")
+    assert ok.returncode == 0 and ok.stdout.strip().endswith("OK"), ok.stderr[-3000:]
+    assert "trainer.algorithm.bestk={'k': 2}" in ok.stdout
+    bad = run_module(CONSOLE, "trainer.algorithm.advantage_estimator=argmaxrl",
+                     "trainer.algorithm.bestk.baseline=nope")
+    assert bad.returncode == 1 and bad.stderr.startswith("error: ValueError:"), bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_main_hands_skyrl_the_extended_config(monkeypatch):
+    """``main`` as SkyRL's ``main_base`` calls it with ``trainer.override_entrypoint``: SkyRL's
+    validate_cfg, Ray started, and SkyRL's own ``skyrl_entrypoint`` given bestk's config (Ray
+    and the run itself stood in for: they need GPUs)."""
+    import ray
+    from skyrl.train.entrypoints import main_base
+
+    utils = importlib.import_module("skyrl.train.utils.utils")
+    seen = []
+    monkeypatch.setattr(utils, "initialize_ray", lambda cfg: seen.append(("ray", cfg)))
+    monkeypatch.setattr(main_base, "skyrl_entrypoint", types.SimpleNamespace(
+        remote=lambda cfg: seen.append(("run", cfg))))
+    monkeypatch.setattr(ray, "get", lambda ref: ref)
+    argv = ["main_base.py", "trainer.override_entrypoint=bestk.integrations.skyrl", CONSOLE,
+            "trainer.algorithm.advantage_estimator=softmax_grpo", "trainer.algorithm.bestk.tau=0.3"]
+    monkeypatch.setattr(sys, "argv", argv)
+    main_base.main()  # SkyRL's own main: it dispatches to bestk.integrations.skyrl.main
+    assert [what for what, _ in seen] == ["ray", "run"]
+    cfg = seen[1][1]
+    assert isinstance(cfg, bskyrl.BestkSkyRLConfig) and cfg.trainer.algorithm.bestk == {"tau": 0.3}
+    monkeypatch.setattr(sys, "argv", argv[:-1] + ["trainer.algorithm.bestk.tau=-1"])
+    with pytest.raises(ValueError, match="tau"):  # bestk's check, before Ray starts
+        main_base.main()
+    assert len(seen) == 2
+
+
+def trainer_batch(rewards, mask, uids, pad, step_wise=False):
+    """A ``TrainingInputBatch`` as SkyRL's ``convert_to_training_input`` leaves it: rewards,
+    masks, uids, padded by SkyRL's own ``pad_training_input_batch``."""
+    data = TrainingInputBatch({"rewards": rewards, "response_mask": mask,
+                               "loss_mask": mask.clone(), "values": None})
+    data.metadata = {"uids": list(uids), "avg_response_length": float(mask.sum(-1).double().mean())}
+    if step_wise:  # every row the last step of its trajectory
+        data.metadata["is_last_step"] = [True] * len(uids)
+    return pad_training_input_batch(data, pad)
+
+
+@pytest.mark.parametrize("step_wise", [False, True])
+def test_skyrls_trainer_step_computes_bestks_advantages(step_wise):
+    """SkyRL's own ``RayPPOTrainer.compute_advantages_and_returns`` (the trainer's step, with
+    its padding and, for step-wise training, its trajectory broadcast) on bestk's config."""
+    from skyrl.train.trainer import RayPPOTrainer
+
+    cfg = bskyrl.load_config(["trainer.algorithm.advantage_estimator=pkpo",
+                              "trainer.algorithm.bestk.k=2",
+                              f"generator.step_wise_trajectories={step_wise}"])
+    trainer = types.SimpleNamespace(cfg=cfg, all_metrics={})  # what the method reads of it
+    rewards, mask, uids = skyrl_batch(seed=13, min_size=2)
+    data = RayPPOTrainer.compute_advantages_and_returns(
+        trainer, trainer_batch(rewards, mask, uids, pad=3, step_wise=step_wise))
+    b = len(uids)
+    want = bestk.advantages("pkpo", rewards.sum(-1), group=uids, k=2)[:, None] * mask
+    torch.testing.assert_close(data["advantages"][:b], want, atol=1e-6, rtol=0)
+    assert not data["advantages"][b:].any()
+    torch.testing.assert_close(data["returns"], data["advantages"])
+    assert trainer.all_metrics["loss/avg_raw_advantages"] == pytest.approx(
+        float(torch.masked_select(want, mask.bool()).mean()), abs=1e-6)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -325,7 +418,7 @@ def test_kappo_reward_refuses_what_would_apply_refuse_or_cancel_it(calibration_f
     assert dr_grpo.abs().sum() > 0
     for name in ("argmaxrl", "softmax_grpo", "reinforce"):  # they do not cancel a scale
         skyrl_advantages(name, rewards, mask, uids, kappo_reward=cal)
-    own = bskyrl.load_config(["trainer.algorithm.advantage_estimator=rloo",
+    own = bskyrl.load_config([CONSOLE, "trainer.algorithm.advantage_estimator=rloo",
                               f"trainer.algorithm.kappo_reward={cal}"])
     with pytest.raises(ValueError, match="SkyRL's own rloo would ignore it"):
         bskyrl.check_config(own)
@@ -346,7 +439,7 @@ def test_the_ray_registry_copy_runs_in_a_fresh_process(tmp_path):
     blob = ppo_utils.cloudpickle.dumps(REGISTRY.get("argmaxrl"))
     (tmp_path / "fn.pkl").write_bytes(blob)
     torch.save({"rewards": rewards, "mask": mask, "uids": uids}, tmp_path / "batch.pt")
-    code = (
+    code = SHIM + (
         "import pickle, sys, torch\n"
         "d = torch.load(sys.argv[1] + '/batch.pt')\n"
         "assert not any(m.startswith('bestk') for m in sys.modules)\n"

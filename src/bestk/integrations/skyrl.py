@@ -199,14 +199,16 @@ def _cancels_prompt_scale(name: str, options: Options) -> bool:
     """Whether estimator ``name`` gives a group the same advantages when its rewards are scaled
     by a constant (as dividing by the group's std does), so that a per-prompt reward
     multiplier such as KAPPO's a_k(x) has no effect (KAPPO Eq. 139). Asked of the estimator
-    itself, on one group of 8 rewards scaled by 3."""
+    itself, on one group of 8 rewards scaled by 1/4 and by 3 (two scales: a saturating
+    estimator, SoftmaxGRPO at a small ``tau``, is nearly invariant over one of them)."""
     info = estimator_info(name)
     r = torch.tensor([0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0], dtype=torch.float64)
     opts = info.fit_group(info.with_defaults(options), len(r))
     group = [0] * len(r)
     a = advantages(name, r, group=group, **opts)
-    b = advantages(name, 3.0 * r, group=group, **opts)
-    return bool(a.abs().max() > 0) and torch.allclose(a, b, rtol=1e-4, atol=0.0)
+    return bool(a.abs().max() > 0) and all(
+        torch.allclose(advantages(name, c * r, group=group, **opts), a, rtol=1e-4, atol=0.0)
+        for c in (0.25, 3.0))
 
 
 def check_kappo_reward(name: str, options: Options, calibration: Calibration) -> None:
