@@ -46,6 +46,7 @@ from skyrl.backends.skyrl_train.training_batch import (  # noqa: E402
     pad_training_input_batch,
 )
 from skyrl.backends.skyrl_train.utils import ppo_utils  # noqa: E402
+from skyrl.train.config import SkyRLTrainConfig  # noqa: E402
 
 import bestk  # noqa: E402
 from bestk.integrations import skyrl as bskyrl  # noqa: E402
@@ -251,7 +252,7 @@ def test_skyrl_config_carries_the_options_to_the_estimator():
         bskyrl.load_config(["+trainer.algorithm.bestk.k=3"])
     # SkyRL's own config refuses the section: why the plug-in brings its own entry point
     with pytest.raises(ValueError, match="Invalid fields.*bestk"):
-        bskyrl._skyrl_config.SkyRLTrainConfig.from_cli_overrides(["trainer.algorithm.bestk.k=3"])
+        SkyRLTrainConfig.from_cli_overrides(["trainer.algorithm.bestk.k=3"])
 
 
 def test_bad_options_and_input_are_clear_value_errors():

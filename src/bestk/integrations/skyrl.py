@@ -66,10 +66,11 @@ found; see docs/references.md).
 
 import dataclasses
 import sys
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from bestk._optional import require
@@ -81,13 +82,16 @@ from bestk.estimators import (
     estimator_info,
     on_register,
 )
-from bestk.groups import GroupLabels
 from bestk.integrations._outcome import check_estimator, options_from_config, outcome_advantages
 from bestk.kappo.calibration import Calibration, load_calibration
 
 _WHO = "bestk.integrations.skyrl"
 _ppo = require("skyrl.backends.skyrl_train.utils.ppo_utils", extra="skyrl", who=_WHO)
 _skyrl_config = require("skyrl.train.config", extra="skyrl", who=_WHO)
+# SkyRL's config dataclasses, extended below (Any to mypy: SkyRL ships no type information)
+AlgorithmConfig: Any = _skyrl_config.AlgorithmConfig
+TrainerConfig: Any = _skyrl_config.TrainerConfig
+SkyRLTrainConfig: Any = _skyrl_config.SkyRLTrainConfig
 
 __all__ = [
     "SKYRL_ESTIMATORS",
@@ -124,7 +128,7 @@ ENTRYPOINT_KEY = "trainer.override_entrypoint"
 
 
 @dataclass
-class BestkAlgorithmConfig(_skyrl_config.AlgorithmConfig):
+class BestkAlgorithmConfig(AlgorithmConfig):
     """SkyRL's ``trainer.algorithm`` section with bestk's fields."""
 
     bestk: dict[str, Any] = field(default_factory=dict)
@@ -135,14 +139,14 @@ class BestkAlgorithmConfig(_skyrl_config.AlgorithmConfig):
 
 
 @dataclass
-class BestkTrainerConfig(_skyrl_config.TrainerConfig):
+class BestkTrainerConfig(TrainerConfig):
     """SkyRL's ``trainer`` section whose ``algorithm`` is :class:`BestkAlgorithmConfig`."""
 
     algorithm: BestkAlgorithmConfig = field(default_factory=BestkAlgorithmConfig)
 
 
 @dataclass
-class BestkSkyRLConfig(_skyrl_config.SkyRLTrainConfig):
+class BestkSkyRLConfig(SkyRLTrainConfig):
     """SkyRL's training config whose ``trainer`` is :class:`BestkTrainerConfig`."""
 
     trainer: BestkTrainerConfig = field(default_factory=BestkTrainerConfig)
@@ -165,7 +169,7 @@ def load_config(args: list[str] | dict[str, Any]) -> BestkSkyRLConfig:
 # The estimators
 
 
-def skyrl_padding(index: GroupLabels) -> torch.Tensor:
+def skyrl_padding(index: Sequence[Hashable] | np.ndarray | torch.Tensor) -> torch.Tensor:
     """``(bs,)`` bool: SkyRL's padding rows, the ``p`` last rows when their uids are ``pad0``,
     ..., ``pad{p-1}`` (``pad_training_input_batch``; SkyRL's own uids are the dataset's row
     numbers). Only the tail is looked at, one row per padding row."""
