@@ -355,15 +355,18 @@ def test_skyrls_trainer_step_computes_bestks_advantages(step_wise):
     its padding and, for step-wise training, its trajectory broadcast) on bestk's config."""
     from skyrl.train.trainer import RayPPOTrainer
 
-    cfg = bskyrl.load_config(["trainer.algorithm.advantage_estimator=pkpo",
-                              "trainer.algorithm.bestk.k=2",
+    cfg = bskyrl.load_config(["trainer.algorithm.advantage_estimator=argmaxrl",
+                              "trainer.algorithm.bestk.baseline=none",
                               f"generator.step_wise_trajectories={step_wise}"])
     trainer = types.SimpleNamespace(cfg=cfg, all_metrics={})  # what the method reads of it
     rewards, mask, uids = skyrl_batch(seed=13, min_size=2)
+    assert rewards[0].sum() != 0  # the padding rows copy row 0: as groups of their own they
+    # would get argmaxrl(baseline=none)'s A = r != 0
     data = RayPPOTrainer.compute_advantages_and_returns(
         trainer, trainer_batch(rewards, mask, uids, pad=3, step_wise=step_wise))
     b = len(uids)
-    want = bestk.advantages("pkpo", rewards.sum(-1), group=uids, k=2)[:, None] * mask
+    want = bestk.advantages("argmaxrl", rewards.sum(-1), group=uids, baseline="none")
+    want = want[:, None] * mask
     torch.testing.assert_close(data["advantages"][:b], want, atol=1e-6, rtol=0)
     assert not data["advantages"][b:].any()
     torch.testing.assert_close(data["returns"], data["advantages"])
