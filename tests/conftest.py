@@ -2,18 +2,24 @@
 
 Besides the fixtures: :data:`TINY_MODEL` / :data:`TINY` / :func:`tiny_config` (a seconds-long
 embedded-trainer run), :data:`KAPPO_TINY` / :func:`kappo_config` (the same with a small KAPPO
-bank) and :func:`gsm8k_rows`, imported as ``from tests.conftest import ...``.
+bank), :func:`gsm8k_rows` and :func:`scaled_rloo_ref` (the reference of design.md's example
+estimator, which the ``scaled_rloo`` fixture registers), imported as
+``from tests.conftest import ...``.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import settings
+
+DESIGN = Path(__file__).resolve().parents[1] / "docs" / "design.md"
 
 #: Hypothesis draws each test's examples from a seed derived from the test itself
 #: (``derandomize``), so a failing example reproduces on every run; per-test ``@settings``
@@ -85,6 +91,39 @@ def hide_modules(monkeypatch) -> Callable[..., None]:
             monkeypatch.setitem(sys.modules, name, None)
 
     return hide
+
+
+def design_example() -> str:
+    """The first Python block of design.md's "Adding an estimator" section."""
+    text = DESIGN.read_text()
+    section = text[text.index("## Adding an estimator"):]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    assert match is not None, "design.md's Adding an estimator section has no Python block"
+    return match.group(1)
+
+
+@pytest.fixture(scope="module")
+def scaled_rloo(tmp_path_factory):
+    """design.md's example, executed; yields a scales file; unregisters it afterwards."""
+    from bestk.estimators import ESTIMATORS
+
+    assert "scaled_rloo" not in ESTIMATORS
+    exec(compile(design_example(), str(DESIGN), "exec"), {"__name__": "design_example"})
+    path = tmp_path_factory.mktemp("scales") / "scales.json"
+    yield path
+    ESTIMATORS.pop("scaled_rloo", None)
+
+
+def scaled_rloo_ref(scores: np.ndarray, labels: list, scales: dict[str, float]) -> np.ndarray:
+    """Naive reference: per group, RLOO ``r_i - mean of the others`` times the scale."""
+    out = np.zeros(len(scores))
+    for lab in dict.fromkeys(labels):
+        idx = [i for i, x in enumerate(labels) if x == lab]
+        r = scores[idx]
+        n = len(idx)
+        loo = r - (r.sum() - r) / max(n - 1, 1) if n > 1 else np.zeros(n)
+        out[idx] = scales.get(str(lab), 1.0) * loo
+    return out
 
 
 def gsm8k_rows(n: int, offset: int = 0) -> list[dict[str, str]]:

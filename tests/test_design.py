@@ -24,39 +24,9 @@ import torch
 
 import bestk
 from bestk.estimators import ESTIMATORS, estimator_info
-from tests.conftest import tiny_config
+from tests.conftest import scaled_rloo_ref, tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
-DESIGN = ROOT / "docs" / "design.md"
-
-
-def design_example() -> str:
-    """The first Python block of design.md's "Adding an estimator" section."""
-    text = DESIGN.read_text()
-    section = text[text.index("## Adding an estimator"):]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
-
-
-@pytest.fixture(scope="module")
-def scaled_rloo(tmp_path_factory):
-    """design.md's example, executed; yields a scales file; unregisters it afterwards."""
-    assert "scaled_rloo" not in ESTIMATORS
-    exec(compile(design_example(), str(DESIGN), "exec"), {"__name__": "design_example"})
-    path = tmp_path_factory.mktemp("scales") / "scales.json"
-    yield path
-    ESTIMATORS.pop("scaled_rloo", None)
-
-
-def scaled_rloo_ref(scores: np.ndarray, labels: list, scales: dict[str, float]) -> np.ndarray:
-    """Naive reference: per group, RLOO ``r_i - mean of the others`` times the scale."""
-    out = np.zeros(len(scores))
-    for lab in dict.fromkeys(labels):
-        idx = [i for i, x in enumerate(labels) if x == lab]
-        r = scores[idx]
-        n = len(idx)
-        loo = r - (r.sum() - r) / max(n - 1, 1) if n > 1 else np.zeros(n)
-        out[idx] = scales.get(str(lab), 1.0) * loo
-    return out
 
 
 def test_the_example_registers_its_properties(scaled_rloo):

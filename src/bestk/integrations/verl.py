@@ -80,24 +80,20 @@ from __future__ import annotations
 import inspect
 import os
 import sys
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 import torch
 
 from bestk._optional import require
-from bestk.estimators import (
-    ESTIMATORS,
-    EstimatorInfo,
-    Options,
-    advantages,
-    check_estimator_options,
-    estimator_info,
-    on_register,
-    resolve_options,
+from bestk.estimators import ESTIMATORS, EstimatorInfo, estimator_info, on_register
+from bestk.integrations._outcome import (
+    check_estimator,
+    options_from_config,
+    outcome_advantages,
+    real_rows,
 )
-from bestk.groups import GroupLabels
 from bestk.kappo.calibration import Calibration, load_calibration
 from bestk.kappo.transform import transform_rewards
 
@@ -119,125 +115,6 @@ __all__ = [
 #: verl does not already use for its own (verl keeps its grpo / rloo); filled by
 #: :func:`register` and by later registrations.
 VERL_ESTIMATORS: list[str] = []
-
-
-def options_from_config(config: Any) -> dict[str, Any]:
-    """Estimator options from verl's ``algorithm`` config: its ``bestk`` section as a dict.
-
-    ``config`` may be ``None``, an OmegaConf ``DictConfig``, verl's ``AlgoConfig`` or any
-    mapping. A missing ``bestk`` section means no options (the estimator's defaults).
-    """
-    if config is None:
-        return {}
-    if isinstance(config, Mapping) or hasattr(config, "get"):
-        section = config.get("bestk", None)
-    else:
-        section = getattr(config, "bestk", None)
-    if section is None:
-        return {}
-    try:
-        from omegaconf import DictConfig, OmegaConf
-
-        if isinstance(section, DictConfig):
-            section = OmegaConf.to_container(section, resolve=True)
-    except ImportError:  # pragma: no cover - omegaconf ships with verl
-        pass
-    if not isinstance(section, Mapping):
-        raise ValueError(
-            "algorithm.bestk must be a mapping of estimator options "
-            f"(e.g. +algorithm.bestk.tau=0.1), got {type(section).__name__}: {section!r}"
-        )
-    return dict(section)
-
-
-def _select_labels(index: Sequence[Hashable] | np.ndarray | torch.Tensor, keep: torch.Tensor
-                   ) -> np.ndarray | torch.Tensor:
-    """``index[keep]`` for a numpy array, tensor or sequence of labels."""
-    if isinstance(index, torch.Tensor):
-        return index[keep.to(index.device)]
-    arr = index if isinstance(index, np.ndarray) else np.asarray(index)
-    if arr.ndim != 1:  # e.g. a list of tuples: keep each label whole
-        arr = np.empty(len(index), dtype=object)
-        arr[:] = list(index)
-    return arr[keep.cpu().numpy()]
-
-
-def real_rows(response_mask: torch.Tensor) -> torch.Tensor:
-    """``(bs,)`` bool: rows with at least one response token (not verl padding).
-
-    Exact, but cheap in the common case: responses are right-padded, so a real row almost
-    always has its first mask entry set; only the other rows are scanned in full.
-    """
-    real = response_mask[:, 0] != 0
-    rest = ~real
-    if bool(rest.any()):
-        real[rest] = (response_mask[rest] != 0).any(dim=-1)
-    return real
-
-
-def outcome_advantages(
-    name: str,
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: GroupLabels,
-    options: Options | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """verl-shaped ``(advantages, returns)`` of bestk estimator ``name``.
-
-    Parameters
-    ----------
-    token_level_rewards, response_mask:
-        ``(bs, response_length)`` tensors, as verl passes them.
-    index:
-        ``(bs,)`` group labels (verl's ``uid`` strings, or ints).
-    options:
-        Estimator options (see :func:`bestk.estimator_options`).
-
-    Returns
-    -------
-    ``(advantages, returns)``, both ``(bs, response_length)`` in the rewards' dtype:
-    ``A[:, None] * response_mask`` with ``A = bestk.advantages(name, scores, group=index)``
-    over the non-padding rows, and 0 on padding rows (all-zero response mask).
-    """
-    if not isinstance(token_level_rewards, torch.Tensor) or token_level_rewards.ndim != 2:
-        raise ValueError(
-            "token_level_rewards must be a 2-D (bs, response_length) tensor, got "
-            f"{getattr(token_level_rewards, 'shape', type(token_level_rewards).__name__)}"
-        )
-    if not isinstance(response_mask, torch.Tensor) or tuple(response_mask.shape) != tuple(
-        token_level_rewards.shape
-    ):
-        raise ValueError(
-            "response_mask must be a tensor with the shape of token_level_rewards "
-            f"{tuple(token_level_rewards.shape)}, got "
-            f"{getattr(response_mask, 'shape', type(response_mask).__name__)}"
-        )
-    if index is None:
-        raise ValueError(
-            f"bestk estimator {name!r} needs the group labels: verl passes them as `index` "
-            "(non_tensor_batch['uid'])"
-        )
-    bs = token_level_rewards.shape[0]
-    n_labels = len(index)
-    if n_labels != bs:
-        raise ValueError(f"index has {n_labels} labels but the batch has {bs} rows")
-    opts = resolve_options(name, options or {})  # path-valued options loaded (cached)
-
-    with torch.no_grad():
-        scores = token_level_rewards.sum(dim=-1)
-        real = real_rows(response_mask)
-        if bool(real.all()):
-            adv = advantages(name, scores, group=index, **opts)
-        else:
-            adv = torch.zeros_like(scores)
-            if bool(real.any()):
-                adv[real] = advantages(
-                    name, scores[real], group=_select_labels(index, real), **opts
-                )
-        # = adv[:, None] * response_mask; converting the mask first is ~1.7x faster on CPU
-        # than letting the product promote an int64 mask (copy=True: never write into it).
-        token_adv = response_mask.to(dtype=adv.dtype, copy=True).mul_(adv.unsqueeze(-1))
-    return token_adv, token_adv
 
 
 def _make_verl_estimator(name: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
@@ -519,30 +396,7 @@ def preflight(overrides: list[str] | tuple[str, ...] = ()) -> str:
         return "\n".join(lines)
     options = options_from_config(cfg.algorithm)
     lines.append(f"algorithm.bestk={options}")
-    info = estimator_info(name)
-    if info.needs_prompt_ids:
-        missing = [o for o, d in info.options.items()
-                   if d is inspect.Parameter.empty and o not in options]
-        if missing:
-            raise ValueError(f"{name} needs " + " ".join(
-                f"+algorithm.bestk.{o}={'PATH' if o in info.path_options else 'VALUE'}"
-                for o in missing))
-        check_estimator_options(name, options)
-        loaded = resolve_options(name, options)
-        lines += [f"{o}: {loaded[o]!r}" for o in info.path_options if o in loaded]
-        lines.append("its groups must be prompt ids (uid): not run on made-up uids")
-        return "\n".join(lines)
-    groups = 4
-    gen = torch.Generator().manual_seed(0)
-    scores = torch.randint(0, 2, (groups * n,), generator=gen).to(torch.float32)
-    rewards = torch.zeros(groups * n, 3)
-    rewards[:, -1] = scores
-    mask = torch.ones(groups * n, 3, dtype=torch.int64)
-    uid = np.repeat(np.array([f"uid-{g}" for g in range(groups)], dtype=object), n)
-    adv, _ = fn(token_level_rewards=rewards, response_mask=mask, index=uid, config=cfg.algorithm)
-    if not bool(torch.isfinite(adv).all()):  # pragma: no cover - bestk.advantages guards this
-        raise ValueError(f"{name} produced non-finite advantages")
-    lines.append(f"ran on {groups} groups of {n}: advantages finite, shape {tuple(adv.shape)}")
+    lines += check_estimator(fn, name, options, n, cfg.algorithm, key="+algorithm.bestk")
     return "\n".join(lines)
 
 
