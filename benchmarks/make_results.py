@@ -582,6 +582,16 @@ def merge_exploratory(name: str, tb: dict[str, Any], docs: Path, env: dict[str, 
                                   if not m["config"].get("exploratory")}
     if clash:
         raise SystemExit(f"error: exploratory arm(s) {sorted(clash)} are {name}'s own methods")
+    # paired seeds: the arms must start where the testbed's methods start (the same SFT
+    # weights and evaluation samples); a machine that does not reproduce them cannot pair
+    starts = {json.dumps(m["start"], sort_keys=True) for m in base["methods"].values()
+              if not m["config"].get("control_of")}
+    moved = [lb for lb, m in tb["methods"].items()
+             if starts and json.dumps(m["start"], sort_keys=True) not in starts]
+    if moved:
+        raise SystemExit(f"error: exploratory arm(s) {moved} do not start where {name}'s "
+                         "methods start (the SFT weights or the evaluation did not reproduce "
+                         "on this machine): they are not paired with them; not merged")
     base["methods"].update(tb["methods"])
     for key, value in tb["sweep"].items():  # per-method tables united, shared fields kept
         if isinstance(value, dict) and isinstance(base["sweep"].get(key), dict):
