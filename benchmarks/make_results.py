@@ -198,7 +198,10 @@ KAPPO_LANGUAGE: dict[str, dict[str, Any]] = {
 #: ``NAME-exploratory`` (:data:`EXPLORATORY`): the testbed's spec (seeds, so the same SFT
 #: weights, prompts and sampling seeds as every other method; the same validation sweep), run
 #: without repeating the other methods' runs, and merged into ``NAME``'s data file once every
-#: seed is finished (:func:`merge_exploratory`). (The bandit and digits testbeds have theirs in
+#: seed is finished and its arms start exactly where the file's methods start
+#: (:func:`merge_exploratory`); on a machine that does not reproduce the committed SFT weights
+#: and evaluation bit for bit, regenerate the testbed with them instead (``--testbed NAME
+#: --testbed NAME-exploratory``). (The bandit and digits testbeds have theirs in
 #: ``bestk.lab.bandit.EXPLORATORY_SPECS`` and the ``exploratory`` learners of
 #: ``bestk.lab.digits.LEARNERS``.)
 EXPLORATORY_METHODS: tuple[Method, ...] = (
