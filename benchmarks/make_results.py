@@ -198,7 +198,10 @@ KAPPO_LANGUAGE: dict[str, dict[str, Any]] = {
 #: ``NAME-exploratory`` (:data:`EXPLORATORY`): the testbed's spec (seeds, so the same SFT
 #: weights, prompts and sampling seeds as every other method; the same validation sweep), run
 #: without repeating the other methods' runs, and merged into ``NAME``'s data file once every
-#: seed is finished (:func:`merge_exploratory`). (The bandit and digits testbeds have theirs in
+#: seed is finished and its arms start exactly where the file's methods start
+#: (:func:`merge_exploratory`); on a machine that does not reproduce the committed SFT weights
+#: and evaluation bit for bit, regenerate the testbed with them instead (``--testbed NAME
+#: --testbed NAME-exploratory``). (The bandit and digits testbeds have theirs in
 #: ``bestk.lab.bandit.EXPLORATORY_SPECS`` and the ``exploratory`` learners of
 #: ``bestk.lab.digits.LEARNERS``.)
 EXPLORATORY_METHODS: tuple[Method, ...] = (
@@ -582,6 +585,16 @@ def merge_exploratory(name: str, tb: dict[str, Any], docs: Path, env: dict[str, 
                                   if not m["config"].get("exploratory")}
     if clash:
         raise SystemExit(f"error: exploratory arm(s) {sorted(clash)} are {name}'s own methods")
+    # paired seeds: the arms must start where the testbed's methods start (the same SFT
+    # weights and evaluation samples); a machine that does not reproduce them cannot pair
+    starts = {json.dumps(m["start"], sort_keys=True) for m in base["methods"].values()
+              if not m["config"].get("control_of")}
+    moved = [lb for lb, m in tb["methods"].items()
+             if starts and json.dumps(m["start"], sort_keys=True) not in starts]
+    if moved:
+        raise SystemExit(f"error: exploratory arm(s) {moved} do not start where {name}'s "
+                         "methods start (the SFT weights or the evaluation did not reproduce "
+                         "on this machine): they are not paired with them; not merged")
     base["methods"].update(tb["methods"])
     for key, value in tb["sweep"].items():  # per-method tables united, shared fields kept
         if isinstance(value, dict) and isinstance(base["sweep"].get(key), dict):

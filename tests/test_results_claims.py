@@ -449,7 +449,8 @@ def test_exploratory_arms_merge_into_their_testbeds_data_file_once_complete(tmp_
     """A language testbed's exploratory grid (``NAME-exploratory``: its spec, its own methods,
     no A/A control) merges into ``NAME``'s data file only when every seed of the file is
     finished, adding its methods and sweep entries and leaving the others' data as they were;
-    an exploratory label that is one of the testbed's own methods is refused."""
+    an exploratory label that is one of the testbed's own methods is refused, and so are arms
+    that do not start where the testbed's methods start (not paired)."""
     mr = _make_results()
     name = "language-reverse"
     ex = name + mr.EXPLORATORY_SUFFIX
@@ -483,3 +484,6 @@ def test_exploratory_arms_merge_into_their_testbeds_data_file_once_complete(tmp_
     clash = {**full, "methods": {"grpo": loo}}
     with pytest.raises(SystemExit, match="own methods"):
         mr.merge_exploratory(name, clash, docs, env)
+    elsewhere = {**full, "methods": {"x": {**loo, "start": {"pass@1": [0.1, 0.25]}}}}
+    with pytest.raises(SystemExit, match="do not start where"):
+        mr.merge_exploratory(name, elsewhere, docs, env)
