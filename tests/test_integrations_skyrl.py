@@ -54,6 +54,8 @@ from bestk.kappo import calibrate, transform_rewards  # noqa: E402
 from tests._reference import (  # noqa: E402
     argmaxrl_ref,
     grpo_ref,
+    loo_max_ref,
+    passk_training_ref,
     per_group,
     pkpo_ref,
     rloo_ref,
@@ -117,6 +119,8 @@ REFS = {
     "grpo": lambda r, o: grpo_ref(r, o.get("scale", "std"), o.get("eps", 1e-6)),
     "rloo": lambda r, o: rloo_ref(r),
     "reinforce": lambda r, o: np.asarray(r, dtype=np.float64),
+    "passk_training": lambda r, o: passk_training_ref(r, o["k"]),
+    "loo_max": lambda r, o: loo_max_ref(r, o.get("scale", "none")),
 }
 
 CASES = [
@@ -135,6 +139,9 @@ CASES = [
     ("rloo", {}, {}),
     ("reinforce", {}, {}),
     ("kappo_grpo", {"calibration": "CAL"}, {"binary": True}),
+    ("passk_training", {"k": 2}, {"binary": True, "min_size": 2}),
+    ("loo_max", {}, {}),
+    ("loo_max", {"scale": "std"}, {}),
 ]
 
 
