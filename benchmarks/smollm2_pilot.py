@@ -16,6 +16,10 @@ The testbed needs a task where the base model's held-out pass@1 lies in [0.1, 0.
 sharpen, and a reward that is not all zero) and its pass@16 is at most 0.9 (room for pass@k to
 move); the record says for each candidate whether it qualifies (``qualifies``).
 
+``--samples-out FILE`` (one candidate) also writes every sample's 0/1 success and length in
+tokens, ``(prompts, n)`` each, with the run's settings: the data of the training-free
+gradient-allocation check (``benchmarks/smollm2_allocation.py``).
+
 Results merge into ``--out`` (default ``docs/results/data/pilots/smollm2-base.json``), keyed
 by candidate, temperature, system prompt, prompts and samples, atomically, with the commit
 that ran them; a candidate already there is not re-run.
@@ -86,10 +90,14 @@ def main() -> None:
     ap.add_argument("--engine", default="vllm", choices=["hf", "vllm"])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--samples-out", type=Path, default=None,
+                    help="(one candidate) every sample's success and length, as JSON")
     a = ap.parse_args()
     if a.n < 16:
         ap.error("--n must be >= 16 (the window reads pass@16)")
     cands = [parse_candidate(c) for c in a.candidate]
+    if a.samples_out is not None and len(cands) != 1:
+        ap.error("--samples-out takes exactly one --candidate")
 
     import torch
 
@@ -105,7 +113,7 @@ def main() -> None:
 
     torch.set_num_threads(a.threads)
     record: dict[str, Any] = json.loads(a.out.read_text()) if a.out.is_file() else {}
-    todo = [c for c in cands if key(c, a) not in record]
+    todo = [c for c in cands if key(c, a) not in record or a.samples_out is not None]
     if not todo:
         print("every candidate is already in", a.out)
         return
@@ -139,6 +147,13 @@ def main() -> None:
                             for i, e in enumerate(examples[:3])]})
             record[key(c, a)] = row
             write_text_atomic(a.out, json.dumps(record, indent=1, sort_keys=True) + "\n")
+            if a.samples_out is not None:
+                write_text_atomic(a.samples_out, json.dumps({
+                    "model": Path(a.model).name, "candidate": c, "temperature": a.temperature,
+                    "system": a.system, "max_new_tokens": a.max_new_tokens, "seed": 0,
+                    "commit": row["commit"],
+                    "success": task.success(res.rewards).astype(int).tolist(),
+                    "tokens": res.lengths.astype(int).tolist()}) + "\n")
             print(f"{c['name']}: pass@1={row['pass@1']:.3f} pass@16={row['pass@16']:.3f} "
                   f"distinct={row['distinct']:.2f} entropy={row['entropy']:.2f} "
                   f"qualifies={row['qualifies']} ({row['seconds']:.0f} s)", flush=True)
