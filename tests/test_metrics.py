@@ -141,6 +141,19 @@ def test_gradient_allocation_by_pass_rate_bin():
 
 
 # ---------------------------------------------------------------------------- hardening
+def test_gradient_allocation_bins_by_a_given_pass_rate():
+    # two groups of 4; their own means (0.25, 1.0) would put them in [.2,.5) and [.9,1]
+    r = [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]
+    a = [3.0, -1.0, -1.0, -1.0, 0.5, 0.5, -0.5, -0.5]
+    out = gradient_allocation(a, r, [0] * 4 + [1] * 4, pass_rate=[0.95, 0.1])
+    assert out["share"] == pytest.approx([2 / 8, 0, 0, 0, 6 / 8])
+    assert out["prompts"] == [1, 0, 0, 0, 1]
+    with pytest.raises(ValueError, match="pass_rate has 3 entries but there are 2 groups"):
+        gradient_allocation(a, r, [0] * 4 + [1] * 4, pass_rate=[0.1, 0.2, 0.3])
+    with pytest.raises(ValueError, match="outside the bins"):
+        gradient_allocation(a, r, [0] * 4 + [1] * 4, pass_rate=[0.1, 1.5])
+
+
 def test_best_at_k_returns_a_float_for_a_single_group():
     got = bestk.best_at_k([1.0, 3.0, 2.0], 2)
     assert isinstance(got, float) and got == pytest.approx((3 + 3 + 2) / 3)

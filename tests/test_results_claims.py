@@ -26,6 +26,7 @@ from bestk.lab.claims import (
     evaluate_claims,
 )
 from bestk.stats import paired_mde, paired_test, sign_flip_p
+from tests.conftest import benchmark_script
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 CLAIMS_JSON = DOCS / "results" / "claims.json"
@@ -183,19 +184,8 @@ def test_methods_of_a_seed_start_from_the_same_weights(committed):
         assert len(starts) == 1, tid
 
 
-def _benchmark_script(name: str):
-    """The module of ``benchmarks/<name>.py``."""
-    import importlib.util
-
-    path = DOCS.parent / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _make_results():
-    return _benchmark_script("make_results")
+    return benchmark_script("make_results")
 
 
 def test_committed_language_data_come_from_this_scripts_specs(committed):
@@ -423,7 +413,7 @@ def test_a_language_pilot_records_validation_trajectories(tmp_path):
     extra overrides, records start, the evaluations along RL and end, merges a rerun into the
     same record (by method, overrides, rate and seed) and refuses unknown methods and bad
     overrides before running anything."""
-    lp = _benchmark_script("language_pilot")
+    lp = benchmark_script("language_pilot")
     record = tmp_path / "pilots.json"
     args = ["--testbed", "language-reverse", "--fast", "--method", "grpo", "--lr", "1e-3",
             "--set", "max_steps=4", "--runs", str(tmp_path / "runs"), "--record", str(record)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 import types
 
@@ -96,6 +97,18 @@ def test_arithmetic_task_answers_and_split():
     exact = load_task("arithmetic", {"digits": 1, "graded": False, "num_eval": 5})
     assert not exact.graded
     assert exact.score([exact.eval[0]], ["-999"]).tolist() == [0.0]
+
+
+def test_arithmetic_question_format_asks_the_same_problems_in_words():
+    eq = load_task("arithmetic", {"digits": 2, "ops": "+-", "num_eval": 30}, seed=5)
+    qu = load_task("arithmetic", {"digits": 2, "ops": "+-", "num_eval": 30, "format": "question"},
+                   seed=5)
+    for a, b in zip(eq.eval + eq.train[:40], qu.eval + qu.train[:40], strict=True):
+        x, op, y = re.fullmatch(r"What is (\d+) ([-+]) (\d+)\?", b["prompt"]).groups()
+        assert a["prompt"] == f"{x}{op}{y}=" and a["answer"] == b["answer"]
+    assert set("What is?") <= set(qu.alphabet)
+    with pytest.raises(ValueError, match="format must be one of"):
+        load_task("arithmetic", {"format": "latex"})
 
 
 def test_strings_task():

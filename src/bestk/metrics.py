@@ -372,11 +372,15 @@ def gradient_allocation(
     group: GroupLabels = None,
     tokens: Numbers | None = None,
     bins: Sequence[float] = PASS_RATE_BINS,
+    pass_rate: Numbers | None = None,
 ) -> Allocation:
     """Share of the gradient magnitude ``sum |A_i| x tokens_i`` by prompt pass rate.
 
     The pass rate of a prompt is the mean reward of its group (the empirical pass rate on
-    0/1 rewards). Rewards must lie in [0, 1] and every pass rate within the bins: a
+    0/1 rewards), or ``pass_rate[g]`` when given: one value per group, in the groups' order
+    (e.g. measured on other samples of the prompt, so that the bin does not depend on the
+    group the advantages come from). Rewards must lie in [0, 1] and every pass rate within
+    the bins: a
     ``ValueError`` names the first one outside, never a silent clamp into an end bin. Bins
     are left-closed, the last one closed on both ends (``[0,.2), [.2,.5), [.5,.7), [.7,.9),
     [.9,1]`` by default, SoftmaxGRPO Table 3).
@@ -411,6 +415,12 @@ def gradient_allocation(
             "lie in [0, 1] (pass rates); rescale graded rewards first"
         )
     rate = groups.mean(flat_r).numpy()
+    if pass_rate is not None:
+        given, _, _ = prepare(pass_rate, None)
+        if given.numel() != rate.size:
+            raise ValueError(f"gradient_allocation: pass_rate has {given.numel()} entries but "
+                             f"there are {rate.size} groups")
+        rate = given.reshape(-1).numpy()
     off = np.flatnonzero((rate < edges[0]) | (rate > edges[-1]))
     if off.size:
         g = int(off[0])

@@ -40,6 +40,8 @@ __all__ = [
 ]
 
 _OPS = {"+": np.add, "-": np.subtract, "*": np.multiply}
+#: The arithmetic task's prompt formats (option ``format``).
+_ARITHMETIC_FORMATS = {"equation": "{x}{op}{y}=", "question": "What is {x} {op} {y}?"}
 
 
 @register_task("arithmetic")
@@ -51,8 +53,13 @@ def arithmetic_task(
     ops: str = "+",
     num_eval: int = 64,
     graded: bool = True,
+    format: str = "equation",
 ) -> Task:
     """Integer arithmetic ``"a+b="`` -> ``"c"`` with operands of at most ``digits`` digits.
+
+    ``format``: ``"equation"`` asks ``"35+77="`` (for models trained on the task's own
+    characters); ``"question"`` asks ``"What is 35 + 77?"`` (for pretrained chat models, which
+    read a bare equation as an unfinished sentence).
 
     All ``len(ops) * 10^(2 digits)`` problems are enumerated once; ``num_eval`` of them
     (drawn with ``seed``) are held out, the rest are the training prompts. ``graded=True``
@@ -65,6 +72,9 @@ def arithmetic_task(
     bad = sorted(set(ops) - set(_OPS)) if ops else ["(empty)"]
     if bad:
         raise ValueError(f"arithmetic option ops has unknown operator(s) {bad}; valid: + - *")
+    if format not in _ARITHMETIC_FORMATS:
+        raise ValueError(f"arithmetic option format must be one of {sorted(_ARITHMETIC_FORMATS)}, "
+                         f"got {format!r}")
     hi = 10**digits
     grid_a, grid_b = np.meshgrid(np.arange(hi), np.arange(hi), indexing="ij")
     a, b = grid_a.reshape(-1), grid_b.reshape(-1)
@@ -78,12 +88,15 @@ def arithmetic_task(
     examples = []
     for i, (x, op, y) in enumerate(problems):
         value = int(_OPS[op](x, y))
-        examples.append({"id": i, "prompt": f"{x}{op}{y}=", "answer": str(value)})
+        examples.append({"id": i, "prompt": _ARITHMETIC_FORMATS[format].format(x=x, op=op, y=y),
+                         "answer": str(value)})
     held = [examples[i] for i in order[:num_eval]]
     train = [examples[i] for i in np.sort(order[num_eval:])]
     spec = reward or REWARDS["arithmetic" if graded else "exact"]
     width = len(str(max(abs(int(_OPS[op](hi - 1, hi - 1))) for op in ops))) + 1
-    return Task("arithmetic", train, held, spec, "0123456789-+*=", max_answer_chars=width)
+    alphabet = "0123456789-+*=" if format == "equation" else "".join(
+        sorted({c for e in examples for c in e["prompt"]} | set("0123456789-")))
+    return Task("arithmetic", train, held, spec, alphabet, max_answer_chars=width)
 
 
 _STRING_OPS = {

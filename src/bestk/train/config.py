@@ -392,8 +392,9 @@ class VLLMConfig(_Section):
     """torch.compile the engine's model (vLLM's default): minutes of compilation when the run
     starts, then the fastest sampling; ``false`` = eager mode (seconds to start, slower)."""
     kv_cache_gb: Float = Field(1.0, gt=0)
-    """On a CPU: GiB of memory for the KV cache (``VLLM_CPU_KVCACHE_SPACE``, rounded up to a
-    whole GiB)."""
+    """On a CPU: GiB of memory for the KV cache (vLLM's ``kv_cache_memory_bytes``; fractions
+    allowed). SmolLM2-135M needs 22.5 KiB per token in bfloat16 (30 layers x K and V x 3 KV
+    heads x 64 dims x 2 bytes), so 0.25 GiB holds about 11k tokens."""
     gpu_memory_utilization: Float = Field(0.3, gt=0, le=1)
     """On a GPU: the share of its memory vLLM may take (weights, activations and KV cache);
     the rest stays with the trainer."""

@@ -45,7 +45,8 @@ class EvalResult:
     *successful* completions per prompt), ``response_len``); ``rewards`` is ``(P, n)``;
     ``texts`` the completions, prompt-major; ``columns`` each reward function's ``(P, n)``
     values when the task has several (``NaN`` where one returned ``None``; their means are
-    also in ``metrics`` as ``rewards/<name>/mean``), else empty.
+    also in ``metrics`` as ``rewards/<name>/mean``), else empty; ``lengths`` the ``(P, n)``
+    completion lengths in tokens.
     """
 
     metrics: dict[str, float]
@@ -53,6 +54,7 @@ class EvalResult:
     texts: list[str]
     examples: list[Example]
     columns: dict[str, np.ndarray] = field(default_factory=dict)
+    lengths: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
 
 
 def evaluate(
@@ -139,4 +141,5 @@ def evaluate(
     columns = {k: np.concatenate(v).reshape(len(examples), n) for k, v in parts.items()}
     metrics.update({f"rewards/{k}/mean": float(np.nanmean(c)) for k, c in columns.items()
                     if not np.isnan(c).all()})
-    return EvalResult(metrics, r, texts, list(examples), columns)
+    return EvalResult(metrics, r, texts, list(examples), columns,
+                      np.concatenate(lengths).reshape(len(examples), n))

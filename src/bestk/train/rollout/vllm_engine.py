@@ -31,15 +31,15 @@ the ``rollout`` and ``eval`` engines when both are ``vllm``. How it keeps to the
 
 Environment set by the engine before vLLM is imported (a value already set is kept):
 ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (the engine lives in this process),
-``VLLM_LOGGING_LEVEL=ERROR``, on a CPU
-``VLLM_CPU_KVCACHE_SPACE`` (``vllm.kv_cache_gb``). vLLM's CPU worker turns
+``VLLM_LOGGING_LEVEL=ERROR``. On a CPU the KV cache takes exactly ``vllm.kv_cache_gb`` GiB
+(vLLM's ``kv_cache_memory_bytes``; a ``VLLM_CPU_KVCACHE_SPACE`` in the environment, vLLM's
+older whole-GiB setting, overrides it). vLLM's CPU worker turns
 ``torch.set_num_threads`` into a no-op; the engine puts the real function back.
 """
 
 from __future__ import annotations
 
 import copy
-import math
 import os
 import shutil
 import tempfile
@@ -118,8 +118,6 @@ class VLLMServer:
         vc = cfg.vllm
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # bestk says what matters
-        if self.device.type == "cpu":
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, math.ceil(vc.kv_cache_gb))))
         base = model.get_base_model() if is_peft_model(model) else model
         config: Any = copy.deepcopy(base.config)
         if hasattr(config, "quantization_config"):  # a GGUF policy is float weights by now
@@ -139,6 +137,8 @@ class VLLMServer:
             kwargs: dict[str, Any] = {}
             if self.device.type == "cuda":
                 kwargs["gpu_memory_utilization"] = vc.gpu_memory_utilization
+            else:
+                kwargs["kv_cache_memory_bytes"] = int(vc.kv_cache_gb * 2**30)
             self.llm = vllm.LLM(
                 model=self.dir, load_format="dummy", skip_tokenizer_init=True, dtype=dtype,
                 enforce_eager=not vc.compile, max_model_len=max_len, seed=cfg.seed,
