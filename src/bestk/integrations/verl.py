@@ -93,6 +93,13 @@ from bestk.estimators import (
     resolve_options,
 )
 from bestk.groups import GroupLabels
+from bestk.integrations.verl_validation import (
+    VALIDATION_ENV,
+    maj_at_k,
+    unbiased_validation_metrics,
+    use_unbiased_validation,
+    validation_from_env,
+)
 from bestk.kappo.calibration import Calibration, load_calibration
 from bestk.kappo.transform import transform_rewards
 
@@ -108,6 +115,11 @@ __all__ = [
     "register",
     "compose_verl_config",
     "preflight",
+    "VALIDATION_ENV",
+    "maj_at_k",
+    "unbiased_validation_metrics",
+    "use_unbiased_validation",
+    "validation_from_env",
 ]
 
 #: The bestk estimators registered with verl: every estimator of bestk's registry whose name
@@ -280,6 +292,8 @@ def register() -> list[str]:
 
 register()
 on_register(_register_one)
+if validation_from_env():  # BESTK_VERL_VALIDATION=unbiased: in every process that imports verl
+    use_unbiased_validation()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -509,6 +523,9 @@ def preflight(overrides: list[str] | tuple[str, ...] = ()) -> str:
         f"actor_rollout_ref.rollout.n={n}",
     ]
     _check_kappo_reward(cfg, lines)
+    lines.append("validation metrics: " + (
+        f"unbiased, bestk ({VALIDATION_ENV}=unbiased)" if validation_from_env()
+        else f"verl's bootstrap (set {VALIDATION_ENV}=unbiased for bestk's unbiased ones)"))
     if getattr(fn, "__bestk_estimator__", None) is None:
         lines.append("not a bestk estimator: verl's own implementation")
         return "\n".join(lines)
