@@ -351,8 +351,7 @@ def test_ray_runtime_env_override_composes_on_verls_config():
     from omegaconf import OmegaConf
     from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
 
-    cfg = bverl.compose_verl_config(
-        [f"+ray_kwargs.ray_init.runtime_env.env_vars.{VALIDATION_ENV}=unbiased"])
+    cfg = bverl.compose_verl_config([bverl.VALIDATION_OVERRIDE])
     merged = OmegaConf.merge(get_ppo_ray_runtime_env(cfg), cfg.ray_kwargs.ray_init.runtime_env)
     assert merged.env_vars[VALIDATION_ENV] == "unbiased"
 
@@ -364,10 +363,14 @@ def test_validation_from_env_and_preflight_report_it(monkeypatch):
     assert validation_from_env({}) is False
     with pytest.raises(ValueError, match=VALIDATION_ENV):
         validation_from_env({VALIDATION_ENV: "yes"})
+    monkeypatch.delenv(VALIDATION_ENV, raising=False)
+    grpo = "algorithm.adv_estimator=grpo"
+    assert "verl's bootstrap" in bverl.preflight([grpo])
+    assert "validation metrics: unbiased" in bverl.preflight([grpo, bverl.VALIDATION_OVERRIDE])
     monkeypatch.setenv(VALIDATION_ENV, "unbiased")
-    assert "validation metrics: unbiased" in bverl.preflight(["algorithm.adv_estimator=grpo"])
-    monkeypatch.delenv(VALIDATION_ENV)
-    assert "verl's bootstrap" in bverl.preflight(["algorithm.adv_estimator=grpo"])
+    assert "validation metrics: unbiased" in bverl.preflight([grpo])
+    with pytest.raises(ValueError, match=VALIDATION_ENV):
+        bverl.preflight([grpo, bverl.VALIDATION_OVERRIDE.replace("=unbiased", "=on")])
 
 
 def test_no_samples_give_no_metrics():
