@@ -165,6 +165,19 @@ def _maj_moments(values: np.ndarray, answer: np.ndarray, prompt: np.ndarray, num
     prompts or samples.
     """
     counts, weights = _answer_table(answer, prompt, values, num_prompts)
+    # the widest state is (2, G, Q, k+1, t+1) with Q (t+1) <= k+2: bound G per chunk
+    step = max(1, _CELLS // (2 * (k + 1) * (k + 2)))
+    return np.concatenate([_maj_chunk(counts[lo:lo + step], weights[:, lo:lo + step], k)
+                           for lo in range(0, num_prompts, step)], axis=1)
+
+
+#: Cells of the largest tensor :func:`_maj_moments` builds at once (float64: 64 MiB).
+_CELLS = 1 << 23
+
+
+def _maj_chunk(counts: torch.Tensor, weights: torch.Tensor, k: int) -> np.ndarray:
+    """:func:`_maj_moments` on one chunk of prompts (its answer table)."""
+    num_prompts = counts.shape[0]
     n = counts.sum(1)
     p = k / n
     deg = torch.arange(k + 1, dtype=torch.float64)
@@ -331,7 +344,7 @@ def _not_none(name: str, arr: np.ndarray) -> np.ndarray:
 def _finite(name: str, out: np.ndarray, present: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     bad = np.flatnonzero(present & ~np.isfinite(out))
     if bad.size:
-        raise ValueError(f"infos_dict[{name!r}] has the non-finite value {out[bad[0]]!r} at "
+        raise ValueError(f"infos_dict[{name!r}] has the non-finite value {float(out[bad[0]])!r} at "
                          f"sample {int(bad[0])}")
     if not np.isfinite((2 * out[present]) ** 2).all():
         raise ValueError(f"infos_dict[{name!r}] has values too large to square in float64")
