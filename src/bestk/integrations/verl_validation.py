@@ -77,8 +77,8 @@ import torch.nn.functional as F
 from bestk._inputs import Numbers, prepare
 from bestk._optional import require
 from bestk._options import int_option
-from bestk.groups import GroupLabels, make_groups
-from bestk.metrics import best_at_k
+from bestk.groups import GroupLabels, Rows, make_groups
+from bestk.metrics import best_at_k, maxk_weights
 from bestk.stats import mean_ci
 
 __all__ = [
@@ -117,35 +117,40 @@ def _binom_pmf(x: torch.Tensor, c: torch.Tensor, p: torch.Tensor) -> torch.Tenso
 
 def _convolve(state: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
     """Products of polynomials in ``z`` truncated to the state's degree: ``state`` is
-    ``(..., G, Q, K+1)``, ``f`` is ``(G, Q, t+1)``; ``out[d] = sum_x f[x] state[d-x]``."""
+    ``(G, Q, K+1)``, ``f`` is ``(G, Q, t+1)``; ``out[d] = sum_x f[x] state[d-x]``."""
     t = f.shape[-1] - 1
     windows = F.pad(state, (t, 0)).unfold(-1, t + 1, 1)  # window d: state[d-t .. d]
-    return torch.einsum("...gqdj,gqj->...gqd", windows, f.flip(-1))
+    return torch.einsum("gqdj,gqj->gqd", windows, f.flip(-1))
 
 
-def _answer_table(answer: np.ndarray, prompt: np.ndarray, values: np.ndarray, num_prompts: int
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(counts (G, M), weights (2, G, M))``: each prompt's answers sorted by count (largest
-    first, zero-padded), with the mean score and mean squared score of each answer's samples."""
+def _answer_cells(answer: np.ndarray, prompt: np.ndarray, num_prompts: int
+                  ) -> tuple[torch.Tensor, np.ndarray]:
+    """``(counts (G, M), cell (T,))``: each prompt's answers sorted by count (largest first,
+    zero-padded), and the flat cell ``g * M + slot`` of each sample's answer."""
     width = int(answer.max()) + 1
     pair = prompt.astype(np.int64) * width + answer
     uniq, inverse, counts = np.unique(pair, return_inverse=True, return_counts=True)
-    sums = np.stack([np.bincount(inverse, weights=values), np.bincount(inverse, weights=values**2)])
     owner = uniq // width
     order = np.lexsort((-counts, owner))
-    owner = owner[order]
-    slot = _rank_within(owner)
+    slot = np.empty_like(order)
+    slot[order] = _rank_within(owner[order])
     m = int(slot.max()) + 1
     cnt = np.zeros((num_prompts, m))
-    cnt[owner, slot] = counts[order]
-    w = np.zeros((2, num_prompts, m))
-    w[:, owner, slot] = sums[:, order] / counts[order]
-    return torch.from_numpy(cnt), torch.from_numpy(w)
+    cnt[owner, slot] = counts
+    return torch.from_numpy(cnt), (owner * m + slot)[inverse.reshape(-1)]
+
+
+def _answer_means(x: np.ndarray, cell: np.ndarray, counts: torch.Tensor) -> torch.Tensor:
+    """``(G, M)``: the mean of ``x`` over each answer's samples (0 in padding)."""
+    sums = np.bincount(cell, weights=x, minlength=counts.numel()).reshape(counts.shape)
+    return torch.from_numpy(sums) / counts.clamp(min=1)
 
 
 def _maj_moments(values: np.ndarray, answer: np.ndarray, prompt: np.ndarray, num_prompts: int,
                  k: int) -> np.ndarray:
-    """``(2, G)``: the mean over ``k``-subsets of each prompt's majority score and of its square.
+    """``(2, G)``: the mean over ``k``-subsets of each prompt's majority score and its variance
+    (the second pass weighs each answer by the mean squared deviation of its samples from the
+    first pass's mean: no cancellation).
 
     Let prompt ``g`` have ``n`` samples, answers ``a`` with ``c_a`` samples and mean score
     ``w_a``. Select every sample independently with probability ``p = k/n``: answer ``a`` gets
@@ -164,24 +169,31 @@ def _maj_moments(values: np.ndarray, answer: np.ndarray, prompt: np.ndarray, num
     are non-negative: no cancellation. Loops run over ``t`` and answer slots, never over
     prompts or samples.
     """
-    counts, weights = _answer_table(answer, prompt, values, num_prompts)
-    # the widest state is (2, G, Q, k+1, t+1) with Q (t+1) <= k+2: bound G per chunk
-    step = max(1, _CELLS // (2 * (k + 1) * (k + 2)))
-    return np.concatenate([_maj_chunk(counts[lo:lo + step], weights[:, lo:lo + step], k)
-                           for lo in range(0, num_prompts, step)], axis=1)
+    counts, cell = _answer_cells(answer, prompt, num_prompts)
+    mean = _maj_expect(counts, _answer_means(values, cell, counts), k)
+    var = _maj_expect(counts, _answer_means((values - mean[prompt]) ** 2, cell, counts), k)
+    return np.stack([mean, var])
 
 
-#: Cells of the largest tensor :func:`_maj_moments` builds at once (float64: 64 MiB).
+def _maj_expect(counts: torch.Tensor, weights: torch.Tensor, k: int) -> np.ndarray:
+    """``(G,)``: ``sum_a weights[a] P(answer a wins a uniform k-subset)`` per prompt, in chunks
+    of prompts (the widest state is ``(G, Q, k+1, t+1)`` with ``Q (t+1) <= k+2``)."""
+    step = max(1, _CELLS // ((k + 1) * (k + 2)))
+    return np.concatenate([_maj_chunk(counts[lo:lo + step], weights[lo:lo + step], k)
+                           for lo in range(0, counts.shape[0], step)])
+
+
+#: Cells of the largest tensor :func:`_maj_expect` builds at once (float64: 64 MiB).
 _CELLS = 1 << 23
 
 
 def _maj_chunk(counts: torch.Tensor, weights: torch.Tensor, k: int) -> np.ndarray:
-    """:func:`_maj_moments` on one chunk of prompts (its answer table)."""
+    """:func:`_maj_expect` on one chunk of prompts (their answer table)."""
     num_prompts = counts.shape[0]
     n = counts.sum(1)
     p = k / n
     deg = torch.arange(k + 1, dtype=torch.float64)
-    out = torch.zeros(2, num_prompts, dtype=torch.float64)
+    out = torch.zeros(num_prompts, dtype=torch.float64)
     for t in range(1, min(k, int(counts.max())) + 1):
         big = counts >= t
         slots = int(big.sum(1).max())
@@ -191,7 +203,7 @@ def _maj_chunk(counts: torch.Tensor, weights: torch.Tensor, k: int) -> np.ndarra
         u = torch.from_numpy((x + 1) / 2)
         w_u = torch.from_numpy(w / 2)
         prod = _binom_pmf(deg, small[:, None], p[:, None])[:, None, :].repeat(1, nodes, 1)
-        deriv = torch.zeros((2, *prod.shape), dtype=torch.float64)
+        deriv = torch.zeros_like(prod)
         xs = torch.arange(t + 1, dtype=torch.float64)
         identity = (xs == 0).to(torch.float64)
         for s in range(slots):
@@ -201,7 +213,7 @@ def _maj_chunk(counts: torch.Tensor, weights: torch.Tensor, k: int) -> np.ndarra
             f = coef[:, None, :].repeat(1, nodes, 1)
             f[:, :, t] = top[:, None] * u
             at_top = F.pad(prod, (t, 0))[..., : k + 1] * top[:, None, None]  # P E_b
-            deriv = _convolve(deriv, f) + weights[:, :, s, None, None] * at_top
+            deriv = _convolve(deriv, f) + weights[:, s, None, None] * at_top
             prod = _convolve(prod, f)
         out += (deriv[..., k] * w_u).sum(-1)
     out /= _binom_pmf(torch.tensor(float(k), dtype=torch.float64), n, p)
@@ -220,14 +232,15 @@ def _rank_within(ids: np.ndarray) -> np.ndarray:
 def maj_at_k(values: Numbers, answers: Sequence[Hashable] | np.ndarray, k: int,
              group: GroupLabels = None) -> float | np.ndarray:
     """Unbiased maj@k: the majority-vote score of ``k`` samples, averaged over every subset of
-    ``k`` distinct samples of each group (exact, by the generating function of
-    :func:`_maj_moments`; no enumeration, no resampling).
+    ``k`` distinct samples of each group (exact, by a generating function; no enumeration,
+    no resampling).
 
     The majority answer of a subset is the answer with the most samples in it; ``J`` answers
     tied for the most votes win with probability ``1/J`` each, and the winner's score is the
     score of one of its samples in the subset chosen uniformly (verl's ``calc_maj_val`` on a
     uniformly random order: module docstring). The average over subsets is a U-statistic,
     unbiased for the majority score of ``k`` iid samples.
+    See :func:`_maj_moments` for the generating function.
 
     Parameters
     ----------
@@ -264,9 +277,10 @@ def maj_at_k(values: Numbers, answers: Sequence[Hashable] | np.ndarray, k: int,
         raise ValueError(
             f"maj_at_k: k={k} exceeds the size {int(sizes[g])} of group {groups.label(g)!r}")
     vals = flat.cpu().numpy()
-    if not np.isfinite((2 * vals) ** 2).all():
+    if not (np.abs(vals) < _SQUARE_LIMIT).all():
         raise ValueError("maj_at_k: values too large to square in float64")
-    res = _maj_moments(vals, codes, groups.index.cpu().numpy(), groups.num_groups, k)[0]
+    counts, cell = _answer_cells(codes, groups.index.cpu().numpy(), groups.num_groups)
+    res = _maj_expect(counts, _answer_means(vals, cell, counts), k)
     return float(res[0]) if group is None else res
 
 
@@ -332,6 +346,10 @@ def _numeric(name: str, values: Any, n: int) -> tuple[np.ndarray, np.ndarray] | 
     return _finite(name, out, present)
 
 
+#: Scores must stay below this in magnitude: squares of differences of two of them are finite.
+_SQUARE_LIMIT = 2.0**510
+
+
 def _not_none(name: str, arr: np.ndarray) -> np.ndarray:
     """``(n,)`` bool: which entries of an object array are not ``None``."""
     try:
@@ -346,7 +364,7 @@ def _finite(name: str, out: np.ndarray, present: np.ndarray) -> tuple[np.ndarray
     if bad.size:
         raise ValueError(f"infos_dict[{name!r}] has the non-finite value {float(out[bad[0]])!r} at "
                          f"sample {int(bad[0])}")
-    if not np.isfinite((2 * out[present]) ** 2).all():
+    if not (np.abs(out[present]) < _SQUARE_LIMIT).all():
         raise ValueError(f"infos_dict[{name!r}] has values too large to square in float64")
     return out, present
 
@@ -458,27 +476,27 @@ class _Batch:
         return eligible, answer
 
 
-def _std(second: np.ndarray, first: np.ndarray) -> np.ndarray:
-    """``sqrt(E[x^2] - E[x]^2)``, round-off below 0 clipped."""
-    return np.sqrt(np.maximum(second - first**2, 0.0))
-
-
 def _extreme_at_k(v: np.ndarray, ids: np.ndarray, k: int, G: int) -> tuple[np.ndarray, ...]:
-    """``(best mean, best std, worst mean, worst std)`` over ``k``-subsets of each group (ids
-    ``0..G-1`` in sorted order), from :func:`bestk.metrics.best_at_k`. The second moment of the
-    best uses ``r - min >= 0``, whose square is monotone (``E[max^2] = best@k(r'^2)``), and the
-    standard deviation is shift-invariant; the worst is the best of ``max - r``."""
-    lo = np.full(G, np.inf)
-    hi = np.full(G, -np.inf)
-    np.minimum.at(lo, ids, v)
-    np.maximum.at(hi, ids, v)
-    up, down = v - lo[ids], hi[ids] - v
-    b1, b2 = best_at_k(up, k, ids), best_at_k(up**2, k, ids)
-    w1, w2 = best_at_k(down, k, ids), best_at_k(down**2, k, ids)
-    assert isinstance(b1, np.ndarray) and isinstance(w1, np.ndarray)  # group labels: arrays
-    best = best_at_k(v, k, ids)
-    worst = -np.asarray(best_at_k(-v, k, ids))
-    return (np.asarray(best), _std(np.asarray(b2), b1), worst, _std(np.asarray(w2), w1))
+    """``(best mean, best std, worst mean, worst std)`` over the ``k``-subsets of each group
+    (ids ``0..G-1``). The means are :func:`bestk.metrics.best_at_k` (the worst: of ``-v``); the
+    standard deviations weigh the squared deviations from that mean by the same weights
+    ``C(i-1, k-1) / C(n, k)`` (:func:`bestk.metrics.maxk_weights`, the probability that the
+    ``i``-th smallest is the subset's maximum): two passes, no cancellation."""
+    out: list[np.ndarray] = []
+    for x in (v, -v):
+        flat, groups, _ = prepare(x, ids)
+        s = groups.sort(flat)
+        mean = np.asarray(best_at_k(x, k, ids))
+
+        def spread(rows: Rows) -> torch.Tensor:
+            w = maxk_weights(rows, k)
+            m = rows.total(torch.where(w > 0, w * rows.values, 0.0))
+            return torch.where(w > 0, w * (rows.values - m[:, None]) ** 2, 0.0)
+
+        var = s.row_totals(spread, groups.num_groups).numpy()
+        out += [mean, np.sqrt(var)]
+    best, best_sd, neg_worst, worst_sd = out
+    return best, best_sd, -neg_worst, worst_sd
 
 
 def _variable_metrics(batch: _Batch, vals: np.ndarray, present: np.ndarray
@@ -490,13 +508,17 @@ def _variable_metrics(batch: _Batch, vals: np.ndarray, present: np.ndarray
     mean = np.bincount(prompt, weights=v, minlength=P) / np.maximum(n_p, 1)
     sq_dev = np.bincount(prompt, weights=(v - mean[prompt]) ** 2, minlength=P)
     eligible, answer = batch.votes(prompt, present)
-    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+
+    def put(metric: str, who: np.ndarray, values: np.ndarray) -> None:
+        parts.setdefault(metric, []).append((who, values))  # prompts of several sizes
+
     for n in np.unique(n_p[n_p > 0]).tolist():
         who = np.flatnonzero(n_p == n)
-        out[f"mean@{n}"] = (who, mean[who])
+        put(f"mean@{n}", who, mean[who])
         if n == 1:
             continue
-        out[f"std@{n}"] = (who, np.sqrt(sq_dev[who] / n))
+        put(f"std@{n}", who, np.sqrt(sq_dev[who] / n))
         rows = n_p[prompt] == n
         ids = np.searchsorted(who, prompt[rows])  # 0..len(who)-1 in prompt order
         voting = np.flatnonzero(eligible[who])
@@ -504,13 +526,16 @@ def _variable_metrics(batch: _Batch, vals: np.ndarray, present: np.ndarray
         vids = np.searchsorted(voting, ids[eligible[prompt[rows]]])
         for k in validation_ks(n):
             b, b_sd, w, w_sd = _extreme_at_k(v[rows], ids, k, who.shape[0])
-            out[f"best@{k}/mean"], out[f"best@{k}/std"] = (who, b), (who, b_sd)
-            out[f"worst@{k}/mean"], out[f"worst@{k}/std"] = (who, w), (who, w_sd)
+            put(f"best@{k}/mean", who, b)
+            put(f"best@{k}/std", who, b_sd)
+            put(f"worst@{k}/mean", who, w)
+            put(f"worst@{k}/std", who, w_sd)
             if voting.size:
-                m1, m2 = _maj_moments(v[vrows], answer[vrows], vids, voting.size, k)
-                out[f"maj@{k}/mean"] = (who[voting], m1)
-                out[f"maj@{k}/std"] = (who[voting], _std(m2, m1))
-    return out
+                m1, var = _maj_moments(v[vrows], answer[vrows], vids, voting.size, k)
+                put(f"maj@{k}/mean", who[voting], m1)
+                put(f"maj@{k}/std", who[voting], np.sqrt(var))
+    return {metric: (np.concatenate([w for w, _ in got]), np.concatenate([x for _, x in got]))
+            for metric, got in parts.items()}
 
 
 def _is_mean(metric: str) -> bool:
