@@ -564,19 +564,26 @@ def unbiased_validation_metrics(
     batch = _Batch(data_sources, sample_uids, infos_dict, expected_acc_counts)
     per_var = {name: _variable_metrics(batch, vals, present)
                for name, (vals, present) in batch.columns.items()}
+    cells: dict[int, dict[str, dict[str, float]]] = {}
+    for name, metrics in per_var.items():
+        for metric, (who, values) in metrics.items():
+            ds = batch.ds_of_prompt[who]
+            order = np.argsort(ds, kind="stable")
+            ds, values = ds[order], values[order]
+            starts = np.flatnonzero(np.r_[True, ds[1:] != ds[:-1]])
+            sizes = np.diff(np.r_[starts, ds.shape[0]])
+            means = np.add.reduceat(values, starts) / sizes
+            for d, lo, size, mean in zip(ds[starts].tolist(), starts.tolist(), sizes.tolist(),
+                                         means.tolist(), strict=True):
+                entry = cells.setdefault(d, {}).setdefault(name, {})
+                entry[metric] = mean
+                if ci and size > 1 and _is_mean(metric):
+                    entry[metric + CI_SUFFIX] = mean_ci(values[lo:lo + size])[1]
     out: Metrics = {}
     for d in batch.ds_order.tolist():
-        source = batch.ds_labels[d]
-        source = source.item() if isinstance(source, np.generic) else source
-        for name, metrics in per_var.items():
-            for metric, (who, values) in metrics.items():
-                x = values[batch.ds_of_prompt[who] == d]
-                if x.size == 0:
-                    continue
-                entry = out.setdefault(source, {}).setdefault(name, {})
-                entry[metric] = float(x.mean())
-                if ci and x.size > 1 and _is_mean(metric):
-                    entry[metric + CI_SUFFIX] = mean_ci(x)[1]
+        if d in cells:
+            source = batch.ds_labels[d]
+            out[source.item() if isinstance(source, np.generic) else source] = cells[d]
     return out
 
 
