@@ -353,7 +353,7 @@ _SQUARE_LIMIT = 2.0**510
 def _not_none(name: str, arr: np.ndarray) -> np.ndarray:
     """``(n,)`` bool: which entries of an object array are not ``None``."""
     try:
-        return np.asarray(np.not_equal(arr, None), dtype=bool).reshape(arr.shape[0])
+        return np.asarray(arr != None, dtype=np.bool_).reshape(arr.shape[0])  # noqa: E711
     except (ValueError, TypeError):
         raise ValueError(f"{name} holds values that are neither numbers, strings nor None"
                          ) from None
