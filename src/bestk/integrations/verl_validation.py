@@ -105,22 +105,27 @@ Metrics = dict[str, dict[str, dict[str, float]]]
 # maj@k: the exact expectation of the majority-vote score over k-subsets
 
 
-def _binom_pmf(x: torch.Tensor, c: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    """``C(c, x) p^x (1-p)^(c-x)`` (0 outside ``0 <= x <= c``), broadcast, in float64."""
-    ok = (x >= 0) & (x <= c)
-    xs = torch.where(ok, x, torch.zeros_like(x))
-    cs = torch.where(ok, c, torch.zeros_like(c))
-    log_c = torch.lgamma(cs + 1) - torch.lgamma(xs + 1) - torch.lgamma(cs - xs + 1)
-    log_p = torch.xlogy(xs, p) + torch.xlogy(cs - xs, 1 - p)  # xlogy(0, 0) = 0
-    return torch.where(ok, torch.exp(log_c + log_p), torch.zeros_like(log_c))
+def _binom_table(n: torch.Tensor, k: int, c_max: int) -> torch.Tensor:
+    """``(G, c_max+1, k+1)``: ``P(X = x)`` for ``X ~ Binomial(c, p = k/n_g)`` at every ``c <=
+    c_max``, ``x <= k`` (0 for ``x > c``), from one table of ``log c!``; float64."""
+    log_fact = torch.lgamma(torch.arange(c_max + 1, dtype=torch.float64) + 1)
+    c = torch.arange(c_max + 1)[:, None]
+    x = torch.arange(k + 1)[None, :]
+    ok = x <= c
+    log_choose = log_fact[c] - log_fact[x.clamp(max=c_max)] - log_fact[(c - x).clamp(min=0)]
+    p = (k / n)[:, None, None]
+    xf, rest = x.to(torch.float64), (c - x).clamp(min=0).to(torch.float64)
+    log_p = torch.xlogy(xf, p) + torch.xlogy(rest, 1 - p)  # xlogy(0, 0) = 0
+    return torch.where(ok, torch.exp(log_choose + log_p), 0.0)
 
 
 def _convolve(state: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
     """Products of polynomials in ``z`` truncated to the state's degree: ``state`` is
     ``(G, Q, K+1)``, ``f`` is ``(G, Q, t+1)``; ``out[d] = sum_x f[x] state[d-x]``."""
-    t = f.shape[-1] - 1
-    windows = F.pad(state, (t, 0)).unfold(-1, t + 1, 1)  # window d: state[d-t .. d]
-    return torch.einsum("gqdj,gqj->gqd", windows, f.flip(-1))
+    out = state * f[..., :1]
+    for x in range(1, min(f.shape[-1], state.shape[-1])):  # a loop over degrees, not samples
+        out[..., x:] += state[..., :-x] * f[..., x : x + 1]
+    return out
 
 
 def _answer_cells(answer: np.ndarray, prompt: np.ndarray, num_prompts: int
@@ -177,8 +182,10 @@ def _maj_moments(values: np.ndarray, answer: np.ndarray, prompt: np.ndarray, num
 
 def _maj_expect(counts: torch.Tensor, weights: torch.Tensor, k: int) -> np.ndarray:
     """``(G,)``: ``sum_a weights[a] P(answer a wins a uniform k-subset)`` per prompt, in chunks
-    of prompts (the widest state is ``(G, Q, k+1, t+1)`` with ``Q (t+1) <= k+2``)."""
-    step = max(1, _CELLS // ((k + 1) * (k + 2)))
+    of prompts (the widest tensors: the state ``(G, Q, k+1, t+1)`` with ``Q (t+1) <= k+2``,
+    the binomial table ``(G, n+1, k+1)``)."""
+    n_max = int(counts.sum(1).max())
+    step = max(1, _CELLS // ((k + 1) * max(k + 2, n_max + 1)))
     return np.concatenate([_maj_chunk(counts[lo:lo + step], weights[lo:lo + step], k)
                            for lo in range(0, counts.shape[0], step)])
 
@@ -190,24 +197,24 @@ _CELLS = 1 << 23
 def _maj_chunk(counts: torch.Tensor, weights: torch.Tensor, k: int) -> np.ndarray:
     """:func:`_maj_expect` on one chunk of prompts (their answer table)."""
     num_prompts = counts.shape[0]
+    rows = torch.arange(num_prompts)
     n = counts.sum(1)
-    p = k / n
-    deg = torch.arange(k + 1, dtype=torch.float64)
+    table = _binom_table(n, k, int(n.max()))  # P(X = x | c samples) at [g, c, x]
+    ints = counts.long()
     out = torch.zeros(num_prompts, dtype=torch.float64)
     for t in range(1, min(k, int(counts.max())) + 1):
         big = counts >= t
         slots = int(big.sum(1).max())
-        small = n - (counts * big).sum(1)
+        small = (n - (counts * big).sum(1)).long()
         nodes = max(1, math.ceil(min(slots, k // t) / 2))
         x, w = np.polynomial.legendre.leggauss(nodes)
         u = torch.from_numpy((x + 1) / 2)
         w_u = torch.from_numpy(w / 2)
-        prod = _binom_pmf(deg, small[:, None], p[:, None])[:, None, :].repeat(1, nodes, 1)
+        prod = table[rows, small][:, None, :].repeat(1, nodes, 1)  # the small answers
         deriv = torch.zeros_like(prod)
-        xs = torch.arange(t + 1, dtype=torch.float64)
-        identity = (xs == 0).to(torch.float64)
+        identity = (torch.arange(t + 1) == 0).to(torch.float64)
         for s in range(slots):
-            coef = _binom_pmf(xs, counts[:, s, None], p[:, None])  # (G, t+1)
+            coef = table[rows, ints[:, s], : t + 1]  # (G, t+1)
             coef = torch.where(big[:, s, None], coef, identity)  # small answers: already in
             top = coef[:, t]  # P(X_b = t), 0 for a small answer
             f = coef[:, None, :].repeat(1, nodes, 1)
@@ -216,7 +223,7 @@ def _maj_chunk(counts: torch.Tensor, weights: torch.Tensor, k: int) -> np.ndarra
             deriv = _convolve(deriv, f) + weights[:, s, None, None] * at_top
             prod = _convolve(prod, f)
         out += (deriv[..., k] * w_u).sum(-1)
-    out /= _binom_pmf(torch.tensor(float(k), dtype=torch.float64), n, p)
+    out /= table[rows, n.long(), k]  # P(sum X = k)
     return out.numpy()
 
 
