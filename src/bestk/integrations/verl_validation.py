@@ -171,8 +171,8 @@ def _maj_moments(values: np.ndarray, answer: np.ndarray, prompt: np.ndarray, num
     (at most ``n/t``) are multiplied in one at a time, carrying ``P = prod`` and its derivative
     in the weights ``D`` (``D <- D f_b + w_b E_b P``). The ``u`` integral is Gauss-Legendre with
     enough nodes to be exact (the ``[z^k]`` coefficient has degree ``< k/t`` in ``u``). All terms
-    are non-negative: no cancellation. Loops run over ``t`` and answer slots, never over
-    prompts or samples.
+    are non-negative: no cancellation. Loops run over ``t``, answer slots and polynomial
+    degrees, never over prompts or samples.
     """
     counts, cell = _answer_cells(answer, prompt, num_prompts)
     mean = _maj_expect(counts, _answer_means(values, cell, counts), k)
