@@ -5,7 +5,8 @@
   ``verl.trainer.ppo.core_algos.register_adv_est``. verl loads it by itself through the
   ``verl.plugins`` entry point that bestk's package metadata declares (or through
   ``VERL_USE_EXTERNAL_MODULES=bestk.integrations.verl``), so
-  ``algorithm.adv_estimator=argmaxrl`` works in an unmodified verl.
+  ``algorithm.adv_estimator=argmaxrl`` works in an unmodified verl. Its validation metrics can
+  be made unbiased (:mod:`bestk.integrations.verl_validation`: exact best@k, worst@k, maj@k).
 * :mod:`bestk.integrations.skyrl` — a SkyRL plug-in: importing it registers every bestk
   estimator with SkyRL's ``AdvantageEstimatorRegistry`` (as ``bestk_<name>`` where SkyRL has
   its own ``grpo`` / ``rloo`` / ``maxrl``); its ``main`` is SkyRL's entry point with bestk's

@@ -56,6 +56,13 @@ group labels (verl's ``uid``) must be the calibration's prompt ids. Stock verl s
 a fresh ``uuid4`` per prompt, so with stock verl this estimator raises ``ValueError`` naming
 the first uid that is not in the calibration. Use the reward side instead:
 
+Validation metrics. verl's validation ``best@k`` / ``worst@k`` / ``maj@k`` come from a
+with-replacement bootstrap that reads low (best) and high (worst);
+:func:`unbiased_validation_metrics` (:mod:`bestk.integrations.verl_validation`) computes them
+exactly and without bias under verl's names. :data:`VALIDATION_OVERRIDE`
+(``+ray_kwargs.ray_init.runtime_env.env_vars.BESTK_VERL_VALIDATION=unbiased``) makes this
+plugin call :func:`use_unbiased_validation` in verl's trainer process.
+
 KAPPO through the reward (any verl estimator). :func:`kappo_compute_score` is a verl custom
 reward function (``reward.custom_reward_function``) that wraps a base score function and
 returns KAPPO's prompt-adaptive reward (:func:`bestk.kappo.transform_rewards`: a_k(x)·R for
@@ -94,6 +101,13 @@ from bestk.integrations._outcome import (
     outcome_advantages,
     real_rows,
 )
+from bestk.integrations.verl_validation import (
+    VALIDATION_ENV,
+    maj_at_k,
+    unbiased_validation_metrics,
+    use_unbiased_validation,
+    validation_from_env,
+)
 from bestk.kappo.calibration import Calibration, load_calibration
 from bestk.kappo.transform import transform_rewards
 
@@ -109,6 +123,12 @@ __all__ = [
     "register",
     "compose_verl_config",
     "preflight",
+    "VALIDATION_ENV",
+    "VALIDATION_OVERRIDE",
+    "maj_at_k",
+    "unbiased_validation_metrics",
+    "use_unbiased_validation",
+    "validation_from_env",
 ]
 
 #: The bestk estimators registered with verl: every estimator of bestk's registry whose name
@@ -162,6 +182,8 @@ def register() -> list[str]:
 
 register()
 on_register(_register_one)
+if validation_from_env():  # BESTK_VERL_VALIDATION=unbiased: in every process that imports verl
+    use_unbiased_validation()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -359,6 +381,22 @@ def _check_kappo_reward(cfg: Any, lines: list[str]) -> None:
         )
 
 
+#: The override that sets :data:`VALIDATION_ENV` in every Ray worker of a verl run.
+VALIDATION_OVERRIDE = f"+ray_kwargs.ray_init.runtime_env.env_vars.{VALIDATION_ENV}=unbiased"
+
+
+def _validation_line(cfg: Any) -> str:
+    """Which validation metrics the run logs: :data:`VALIDATION_ENV` as verl's workers see it
+    (the shell's environment, overridden by ``ray_kwargs.ray_init.runtime_env.env_vars``)."""
+    from omegaconf import OmegaConf
+
+    ray_env = OmegaConf.select(cfg, "ray_kwargs.ray_init.runtime_env.env_vars") or {}
+    env = {**os.environ, **{str(k): str(v) for k, v in ray_env.items()}}
+    if validation_from_env(env):
+        return f"validation metrics: unbiased, bestk ({VALIDATION_ENV}=unbiased)"
+    return f"validation metrics: verl's bootstrap ({VALIDATION_OVERRIDE} for bestk's unbiased ones)"
+
+
 def compose_verl_config(overrides: list[str] | tuple[str, ...] = ()) -> Any:
     """verl's own ``ppo_trainer`` config composed with Hydra ``overrides`` (no GPU needed)."""
     import verl
@@ -391,6 +429,7 @@ def preflight(overrides: list[str] | tuple[str, ...] = ()) -> str:
         f"actor_rollout_ref.rollout.n={n}",
     ]
     _check_kappo_reward(cfg, lines)
+    lines.append(_validation_line(cfg))
     if getattr(fn, "__bestk_estimator__", None) is None:
         lines.append("not a bestk estimator: verl's own implementation")
         return "\n".join(lines)
