@@ -95,7 +95,7 @@ def arithmetic_task(
     spec = reward or REWARDS["arithmetic" if graded else "exact"]
     width = len(str(max(abs(int(_OPS[op](hi - 1, hi - 1))) for op in ops))) + 1
     alphabet = "0123456789-+*=" if format == "equation" else "".join(
-        sorted({c for e in examples for c in e["prompt"]} | set("0123456789-")))
+        sorted({c for e in examples for c in str(e["prompt"])} | set("0123456789-")))
     return Task("arithmetic", train, held, spec, alphabet, max_answer_chars=width)
 
 
