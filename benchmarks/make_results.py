@@ -712,6 +712,15 @@ def _testbed_section(tid: str, tb: dict[str, Any] | None) -> str:
         lines += [f"- not run: {x['method']} on {x['kind']} rewards — {x['reason']}"
                   for x in tb.get("skipped", [])]
         return "\n".join(lines) + "\n"
+    if tid == "smollm2-rollouts":
+        lines.append(f"{tb['prompts']} prompts, groups of {tb['group']}, pass rate measured "
+                     f"on {tb['measure_samples']} other samples of each prompt (mean "
+                     f"{tb['pass_rate_mean']:.3f}); share of the gradient budget by pass rate:\n")
+        rows = [[lb, *[f"{100 * v:.1f}%" for v in m["share"]]]
+                for lb, m in tb["methods"].items()]
+        rows.append(["prompts", *next(iter(tb["methods"].values()))["prompts"]])
+        lines.append(markdown_table(["method", *tb["bins"]], rows))
+        return "\n".join(lines)
     if tid == "bandit-exact":
         rows = [[r["bandit"], r["N"], r["estimator"], r["objective"], f"{r['rel_bias']:.3g}",
                  f"{r['var_over_signal']:.3f}"] for r in tb["bias"]

@@ -17,7 +17,9 @@ picks its bin, is measured on its *other* samples, so the bin does not depend on
 
 Reported: each method's share per bin, and the decisive difference ``GRPO's share - SoftmaxGRPO's
 share`` on [0.9, 1] with a 95% percentile bootstrap interval over prompts (``--boot``
-resamples, seed 0). ``--json`` writes the record the claims table reads.
+resamples, seed 0). ``--json`` writes the record as the claims table reads it: testbed
+``smollm2-rollouts`` of a results data file (``docs/results/data/smollm2-rollouts.json``,
+then ``python benchmarks/make_results.py --render``).
 """
 
 from __future__ import annotations
@@ -122,7 +124,11 @@ def main() -> None:
     if a.json is not None:
         from bestk.lab.io import write_text_atomic
 
-        write_text_atomic(a.json, json.dumps(res, indent=1) + "\n")
+        doc = {"format": "bestk.results.testbeds", "commit": samples.get("commit", "unknown"),
+               "command": "python benchmarks/smollm2_allocation.py " + " ".join(
+                   [a.samples.name, "--group", str(a.group), "--boot", str(a.boot)]),
+               "testbeds": {"smollm2-rollouts": res}}
+        write_text_atomic(a.json, json.dumps(doc, indent=1) + "\n")
 
 
 if __name__ == "__main__":

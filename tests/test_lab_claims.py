@@ -303,6 +303,30 @@ def test_kappo_closed_form_rule_flips_both_ways():
     assert e["verdict"] == "not reproduced" and "not run: apo winrate" in e["why"]
 
 
+def test_allocation_rule_on_a_model_s_rollouts_all_four_ways():
+    """The training-free allocation arm (benchmarks/smollm2_allocation.py's record): the
+    interval above 0 reproduces, below 0 contradicts, within (-inf, SESOI) with 0 inside is
+    "not reproduced" only when its upper end is below the SESOI (0.045), else inconclusive."""
+    from tests.conftest import benchmark_script
+
+    alloc = benchmark_script("smollm2_allocation")
+    rng = np.random.default_rng(0)
+    p = rng.beta(0.6, 0.6, size=400)
+    succ = (rng.random((400, 32)) < p[:, None]).astype(int)
+    tok = rng.integers(3, 17, size=(400, 32))
+    tb = alloc.allocation({"success": succ.tolist(), "tokens": tok.tolist()}, 8, boot=200)
+    key = "softmax-allocation-pretrained@smollm2-rollouts"
+    e = _by_id(evaluate_claims({"smollm2-rollouts": tb}))[key]
+    assert tb["near_solved_ci95"][0] > 0 and e["verdict"] == "reproduced", e["why"]
+    assert e["primary"]["ci95"] == tb["near_solved_ci95"] and e["sesoi"] == 0.045
+    for ci, want in (([-0.03, -0.01], "contradicted"), ([-0.01, 0.03], "not reproduced"),
+                     ([-0.01, 0.06], "inconclusive")):
+        e = _by_id(evaluate_claims({"smollm2-rollouts": {
+            **tb, "near_solved_diff": sum(ci) / 2, "near_solved_ci95": ci}}))[key]
+        assert e["verdict"] == want and e["primary"]["ci95"] == ci, (ci, e["why"])
+    assert _by_id(evaluate_claims({}))[key]["verdict"] == "pending"
+
+
 def test_an_exact_claim_without_a_known_rule_is_refused():
     from bestk.lab.claims import Arm, ClaimSpec, Metric
 
@@ -491,7 +515,7 @@ def test_a_significant_a_a_control_fails_the_file():
     assert arm_outcome(by_id["aa-control@digits-binary"], doc) == "control passed"
     first = next(e for e in doc["claims"] if not e["control"])
     assert arm_outcome(first, doc) == first["verdict"]
-    assert c["exact"] == {"pending": 3}  # no exact testbed in the synthetic data
+    assert c["exact"] == {"pending": 4}  # no exact testbed in the synthetic data
 
 
 def test_counts_keep_claims_controls_and_exact_checks_apart():

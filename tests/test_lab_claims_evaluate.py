@@ -122,15 +122,18 @@ def test_robust_is_na_where_the_sign_flip_test_cannot_reach_alpha():
 
 
 def test_claims_json_records_the_sesoi_and_its_source_per_arm():
-    """Declared before the runs: pending arms carry it too; exact arms have none."""
+    """Declared before the runs: pending arms carry it too; exact arms have none unless their
+    rule decides on samples (the allocation on a model's rollouts)."""
     from bestk.lab.claims import SESOI
 
     doc = evaluate_claims({})
     for e in doc["claims"]:
-        if e["kind"] == "trained":
+        if e["kind"] == "trained" or e["claim_id"] in SESOI:
             assert [e["sesoi"], e["sesoi_source"]] == list(SESOI[e["claim_id"]]), e["id"]
         else:
             assert e["sesoi"] is None and "exact" in e["sesoi_source"]
+    assert {e["claim_id"] for e in doc["claims"] if e["kind"] == "exact" and e["sesoi"]} == {
+        "softmax-allocation-pretrained"}
     md = render_claims(doc)
     assert "| SESOI |" in md
     assert "- SESOI (declared before the runs): 0.004 — the smallest effect" in md

@@ -217,9 +217,9 @@ def _exact_entry(spec: ClaimSpec, arm: Arm, tb: TestbedData | None) -> ArmEntry:
     e.update(reward_matched=True, prompt_matched=True, budget_matched=True)
     if tb is None:
         return e
-    value, ok, text, rule = EXACT_RULES[spec.exact_rule](tb)
-    e["primary"].update(diff=value, ci95=[value, value])
-    e["verdict"] = "reproduced" if ok else "not reproduced"
+    value, ok, text, rule, *interval = EXACT_RULES[spec.exact_rule](tb, sesoi=e["sesoi"])
+    e["primary"].update(diff=value, ci95=interval[0] if interval else [value, value])
+    e["verdict"] = ok if isinstance(ok, str) else "reproduced" if ok else "not reproduced"
     e["why"] = f"{text}; rule: {rule}"
     return e
 

@@ -2,13 +2,18 @@
 
 An exact claim (``ClaimSpec.kind == "exact"``) names its rule (``ClaimSpec.exact_rule``), a
 key of :data:`EXACT_RULES`. A rule reads the testbed's data (exact enumeration, no sampling,
-no test) and returns ``(value, ok, text, rule)``: the decisive quantity, whether the claim is
-reproduced, what the data show, and the rule in words.
+no test; or a deterministic computation on committed samples) and the claim's SESOI (``None``
+where it declares none) and returns ``(value, ok, text, rule)``: the decisive quantity, whether
+the claim is reproduced (``True`` / ``False``, or a verdict of
+:data:`bestk.lab.claims.rule.VERDICTS` by name where the data can also leave it undecided or
+contradict it), what the data show, and the rule in words; a rule on samples appends the
+value's 95% interval ``[lo, hi]``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeAlias
 
 from bestk.lab.io import BiasRow, TestbedData, fmt
 
@@ -26,7 +31,8 @@ def _rel_weight_errors(rows: list[BiasRow]) -> list[tuple[int, str, float, float
     return out
 
 
-def _exact_unbiased(tb: TestbedData) -> tuple[float, bool, str, str]:
+def _exact_unbiased(tb: TestbedData, sesoi: float | None = None
+                    ) -> tuple[float, bool, str, str]:
     rows = tb["bias"]
     claimed = [r for r in rows if r["unbiased_claim"] and " vs " not in r["estimator"]]
     worst = max(r["rel_bias"] for r in claimed)
@@ -44,7 +50,8 @@ def _exact_unbiased(tb: TestbedData) -> tuple[float, bool, str, str]:
     return worst, ok, text, rule
 
 
-def _exact_softmax_limit(tb: TestbedData) -> tuple[float, bool, str, str]:
+def _exact_softmax_limit(tb: TestbedData, sesoi: float | None = None
+                         ) -> tuple[float, bool, str, str]:
     errs = [e for n, lb, *_, e in _rel_weight_errors(tb["bias"]) if lb.endswith("0.1)")]
     worst = max(errs)
     text = (f"at tau = 0.1 the exact implied prompt weights of SoftmaxGRPO and of ArgMaxRL with "
@@ -60,7 +67,8 @@ KAPPO_EXACT_KS = (1, 2, 4)
 KAPPO_EXACT_TOL = 1e-3
 
 
-def _exact_kappo(tb: TestbedData) -> tuple[float, bool, str, str]:
+def _exact_kappo(tb: TestbedData, sesoi: float | None = None
+                 ) -> tuple[float, bool, str, str]:
     cases = tb["cases"]
     claimed = [c for c in cases if c["claims_closed_form"] and c["method"] != "direct"]
     have = {(c["kind"], c["k"], c["method"]) for c in claimed}
@@ -95,6 +103,28 @@ def _exact_kappo(tb: TestbedData) -> tuple[float, bool, str, str]:
     return worst, ok, text, rule
 
 
-EXACT_RULES: dict[str, Callable[[TestbedData], tuple[float, bool, str, str]]] = {
+def _exact_allocation(tb: TestbedData, sesoi: float | None = None
+                      ) -> tuple[float, str, str, str, list[float]]:
+    """SoftmaxGRPO's Table 3 on a model's own rollouts (``benchmarks/smollm2_allocation.py``):
+    the difference ``GRPO's share - SoftmaxGRPO's share`` of the gradient budget on prompts
+    with pass rate in [0.9, 1], with its bootstrap interval over prompts."""
+    if sesoi is None:
+        raise ValueError("the allocation rule needs the claim's SESOI")
+    d = float(tb["near_solved_diff"])
+    lo, hi = (float(x) for x in tb["near_solved_ci95"])
+    shares = {lb: m["share"][-1] for lb, m in tb["methods"].items()}
+    verdict = ("reproduced" if lo > 0 else "contradicted" if hi < 0
+               else "not reproduced" if hi < sesoi else "inconclusive")
+    text = ("share of the budget on p in [0.9, 1]: " + ", ".join(
+        f"{lb} {100 * v:.1f}%" for lb, v in shares.items()) + f"; difference {fmt(d)} "
+            f"[{fmt(lo)}, {fmt(hi)}] (95% bootstrap over {tb['prompts']} prompts, groups of "
+            f"{tb['group']}, pass rate from {tb['measure_samples']} other samples each)")
+    rule = (f"reproduced when the interval lies above 0; contradicted when below 0; not "
+            f"reproduced when its upper end is below the SESOI {sesoi:g}; else inconclusive")
+    return d, verdict, text, rule, [lo, hi]
+
+
+ExactRule: TypeAlias = Callable[..., tuple]
+EXACT_RULES: dict[str, ExactRule] = {
     "unbiased": _exact_unbiased, "softmax_limit": _exact_softmax_limit,
-    "kappo_closed_form": _exact_kappo}
+    "kappo_closed_form": _exact_kappo, "allocation": _exact_allocation}
