@@ -11,6 +11,7 @@ import pytest
 
 from bestk.tasks import REWARDS, get_reward, load_task, task_options
 from bestk.tasks.rewards import (
+    arithmetic_last_reward,
     arithmetic_reward,
     exact_reward,
     math_verify_reward,
@@ -24,6 +25,18 @@ from tests.conftest import TINY_MODEL
 def test_exact_reward():
     assert exact_reward("p", " 42 ", answer="42") == 1.0
     assert exact_reward("p", "420", answer="42") == 0.0
+
+
+def test_arithmetic_last_reward_reads_the_last_integer_not_an_echo():
+    assert arithmetic_last_reward("q", "35 + 77 = 112.", answer="112") == 1.0
+    assert arithmetic_last_reward("q", "35-77=-42", answer="-42") == 1.0
+    assert arithmetic_last_reward("q", "35 - 77 = -42", answer=-42) == 1.0
+    # an echo of the question is its last operand, not the result (math_verify accepts it)
+    assert arithmetic_last_reward("q", "To calculate 35 + 77, we need", answer="112") == (
+        pytest.approx(1 / 36))
+    assert arithmetic_last_reward("q", "35 + 77 = 111", answer="112") == pytest.approx(1 / 2)
+    assert arithmetic_last_reward("q", "no number here", answer="112") == 0.0
+    assert get_reward("arithmetic_last").graded
 
 
 def test_arithmetic_reward_closeness():
@@ -167,7 +180,8 @@ def test_errors_name_the_problem(monkeypatch):
 
 
 def test_registry_lists_builtins():
-    names = {"exact", "arithmetic", "positional", "math_verify", "similarity", "reasoning_gym"}
+    names = {"exact", "arithmetic", "arithmetic_last", "positional", "math_verify", "similarity",
+             "reasoning_gym"}
     assert names <= set(REWARDS)
 
 

@@ -15,6 +15,9 @@ Built in:
 * ``exact`` — 1 if the stripped completion equals the stripped answer, else 0.
 * ``arithmetic`` — graded closeness of an integer answer: ``1 / (1 + |pred - target|)``
   (1 when exact, 1/2 when off by one, ...; 0 when no integer can be read).
+* ``arithmetic_last`` — the same closeness for the *last* integer of the completion, for
+  models that answer in a sentence (``35 + 77 = 112.``); unlike ``math_verify`` it does not
+  accept an echo of the question (``To calculate 35 + 77, we ...`` reads 77, not 35 + 77).
 * ``positional`` — graded string match: share of positions where completion and answer agree
   (over the longer length); 1 only for an exact match.
 * ``math_verify`` — 1 if math-verify finds the completion's answer equal to the reference
@@ -57,6 +60,7 @@ __all__ = [
     "reward_parts",
     "exact_reward",
     "arithmetic_reward",
+    "arithmetic_last_reward",
     "positional_reward",
     "math_verify_reward",
     "final_answer",
@@ -349,6 +353,29 @@ def arithmetic_reward(prompt: str, completion: str, *, answer: SupportsInt | str
         return 0.0
     try:
         diff = abs(int(m.group(1)) - int(answer))
+    except (TypeError, ValueError):
+        return 0.0
+    return 1.0 / (1.0 + diff)
+
+
+_LAST_INT = re.compile(r"[+-]?\d+")
+
+
+@register_reward("arithmetic_last", graded=True)
+def arithmetic_last_reward(prompt: str, completion: str, *, answer: SupportsInt | str,
+                           **_: object) -> float:
+    """Graded closeness ``1 / (1 + |pred - target|)`` of the *last* integer in the completion
+    (a sign counts when it directly precedes the digits); 0.0 when it holds none.
+
+    ``"35 + 77 = 112."`` -> 112; ``"To calculate 35 + 77, we need"`` -> 77 (an echo of the
+    question is not an answer, as it is to ``math_verify``, which evaluates ``35 + 77``).
+    """
+    found = _LAST_INT.findall(completion)
+    if not found:
+        return 0.0
+    last = found[-1]
+    try:
+        diff = abs(int(last) - int(answer))
     except (TypeError, ValueError):
         return 0.0
     return 1.0 / (1.0 + diff)
