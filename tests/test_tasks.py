@@ -124,6 +124,15 @@ def test_arithmetic_question_format_asks_the_same_problems_in_words():
         load_task("arithmetic", {"format": "latex"})
 
 
+def test_arithmetic_b_digits_bounds_the_second_operand():
+    t = load_task("arithmetic", {"digits": 2, "b_digits": 1, "ops": "+-", "num_eval": 100})
+    assert len(t.train) + len(t.eval) == 2 * 100 * 10
+    pairs = {tuple(int(v) for v in re.split(r"[-+]", e["prompt"][:-1])) for e in t.train + t.eval}
+    assert {b for _, b in pairs} == set(range(10)) and {a for a, _ in pairs} == set(range(100))
+    with pytest.raises(ValueError, match="b_digits must be in \\[1, digits=2\\]"):
+        load_task("arithmetic", {"digits": 2, "b_digits": 3})
+
+
 def test_strings_task():
     task = load_task("strings", {"op": "sort", "num_train": 50, "num_eval": 10}, seed=0)
     for e in task.train + task.eval:

@@ -54,8 +54,11 @@ def arithmetic_task(
     num_eval: int = 64,
     graded: bool = True,
     format: str = "equation",
+    b_digits: int | None = None,
 ) -> Task:
-    """Integer arithmetic ``"a+b="`` -> ``"c"`` with operands of at most ``digits`` digits.
+    """Integer arithmetic ``"a+b="`` -> ``"c"`` with operands of at most ``digits`` digits
+    (the second one of at most ``b_digits``, when given: an easier task, e.g. 2-digit plus
+    1-digit).
 
     ``format``: ``"equation"`` asks ``"35+77="`` (for models trained on the task's own
     characters); ``"question"`` asks ``"What is 35 + 77?"`` (for pretrained chat models, which
@@ -75,8 +78,12 @@ def arithmetic_task(
     if format not in _ARITHMETIC_FORMATS:
         raise ValueError(f"arithmetic option format must be one of {sorted(_ARITHMETIC_FORMATS)}, "
                          f"got {format!r}")
+    if b_digits is not None and not 1 <= b_digits <= digits:
+        raise ValueError(f"arithmetic option b_digits must be in [1, digits={digits}], "
+                         f"got {b_digits}")
     hi = 10**digits
-    grid_a, grid_b = np.meshgrid(np.arange(hi), np.arange(hi), indexing="ij")
+    hi_b = hi if b_digits is None else 10**b_digits
+    grid_a, grid_b = np.meshgrid(np.arange(hi), np.arange(hi_b), indexing="ij")
     a, b = grid_a.reshape(-1), grid_b.reshape(-1)
     problems = [(int(x), op, int(y)) for op in ops for x, y in zip(a, b, strict=True)]
     if not 1 <= num_eval < len(problems):
@@ -93,7 +100,7 @@ def arithmetic_task(
     held = [examples[i] for i in order[:num_eval]]
     train = [examples[i] for i in np.sort(order[num_eval:])]
     spec = reward or REWARDS["arithmetic" if graded else "exact"]
-    width = len(str(max(abs(int(_OPS[op](hi - 1, hi - 1))) for op in ops))) + 1
+    width = len(str(max(abs(int(_OPS[op](hi - 1, hi_b - 1))) for op in ops))) + 1
     alphabet = "0123456789-+*=" if format == "equation" else "".join(
         sorted({c for e in examples for c in str(e["prompt"])} | set("0123456789-")))
     return Task("arithmetic", train, held, spec, alphabet, max_answer_chars=width)
