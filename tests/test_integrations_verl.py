@@ -196,7 +196,8 @@ def test_every_registered_estimator_reaches_verl():
         ours = getattr(fn, "__bestk_estimator__", None) == name
         assert ours == (name in bverl.VERL_ESTIMATORS), name
     assert {"passk_training", "loo_max"} <= set(bverl.VERL_ESTIMATORS)
-    for name in bverl.VERL_ESTIMATORS:
+    # (another test's estimator, since unregistered from bestk, may still be verl's: skip it)
+    for name in [n for n in bverl.VERL_ESTIMATORS if n in bestk.ESTIMATORS]:
         info = bestk.estimator_info(name)
         if info.calibrated:
             continue
