@@ -16,6 +16,7 @@ imports neither framework.
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
@@ -208,3 +209,19 @@ def check_estimator(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]], name: 
     if not bool(torch.isfinite(adv).all()):  # pragma: no cover - bestk.advantages guards this
         raise ValueError(f"{name} produced non-finite advantages")
     return [f"ran on {groups} groups of {n}: advantages finite, shape {tuple(adv.shape)}"]
+
+
+def preflight_cli(argv: list[str], usage: str, preflight: Callable[[list[str]], str]) -> int:
+    """A plug-in's ``python -m`` command: ``usage`` and ``preflight``'s docstring for ``-h``;
+    otherwise ``preflight(argv)``'s report and ``OK`` (exit 0), or any problem on one line
+    (exit 1)."""
+    if argv and argv[0] in ("-h", "--help"):
+        print(usage + "\n\n" + (preflight.__doc__ or ""))
+        return 0
+    try:
+        print(preflight(argv))
+    except Exception as e:  # report any problem on one line, exit non-zero
+        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    print("OK")
+    return 0

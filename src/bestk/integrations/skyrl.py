@@ -82,7 +82,12 @@ from bestk.estimators import (
     estimator_info,
     on_register,
 )
-from bestk.integrations._outcome import check_estimator, options_from_config, outcome_advantages
+from bestk.integrations._outcome import (
+    check_estimator,
+    options_from_config,
+    outcome_advantages,
+    preflight_cli,
+)
 from bestk.kappo.calibration import Calibration, load_calibration
 
 _WHO = "bestk.integrations.skyrl"
@@ -368,17 +373,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _main(argv: list[str]) -> int:
-    if argv and argv[0] in ("-h", "--help"):
-        print("usage: python -m bestk.integrations.skyrl SKYRL_OVERRIDE ...\n\n"
-              + (preflight.__doc__ or ""))
-        return 0
-    try:
-        print(preflight(argv))
-    except Exception as e:  # report any problem on one line, exit non-zero
-        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
-    print("OK")
-    return 0
+    return preflight_cli(argv, "usage: python -m bestk.integrations.skyrl SKYRL_OVERRIDE ...",
+                         preflight)
 
 
 if __name__ == "__main__":  # `python -m bestk.integrations.skyrl OVERRIDES...`: the preflight

@@ -99,6 +99,7 @@ from bestk.integrations._outcome import (
     check_estimator,
     options_from_config,
     outcome_advantages,
+    preflight_cli,
     real_rows,
 )
 from bestk.integrations.verl_validation import (
@@ -440,19 +441,8 @@ def preflight(overrides: list[str] | tuple[str, ...] = ()) -> str:
 
 
 def _main(argv: list[str]) -> int:
-    if argv and argv[0] in ("-h", "--help"):
-        print(
-            "usage: python -m bestk.integrations.verl [HYDRA_OVERRIDE ...]\n\n"
-            + (preflight.__doc__ or "")
-        )
-        return 0
-    try:
-        print(preflight(argv))
-    except Exception as e:  # report any problem on one line, exit non-zero
-        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
-    print("OK")
-    return 0
+    return preflight_cli(argv, "usage: python -m bestk.integrations.verl [HYDRA_OVERRIDE ...]",
+                         preflight)
 
 
 if __name__ == "__main__":  # `python -m bestk.integrations.verl OVERRIDES...`
