@@ -41,16 +41,6 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def budgets(success: np.ndarray, tokens: np.ndarray, estimator: str,
-            options: dict[str, Any]) -> np.ndarray:
-    """``(P,)`` gradient budget ``sum_i |A_i| x tokens_i`` of each prompt's group."""
-    P, G = success.shape
-    groups = np.repeat(np.arange(P), G)
-    adv = advantages(estimator, success.reshape(-1).astype(np.float64), groups, **options)
-    mass = np.abs(np.asarray(adv, dtype=np.float64)) * tokens.reshape(-1)
-    return mass.reshape(P, G).sum(1)
-
-
 def allocation(samples: dict[str, Any], group: int, boot: int = 2000,
                seed: int = 0) -> dict[str, Any]:
     """The measurement of the module docstring on ``samples`` (``success`` and ``tokens``,
@@ -79,7 +69,8 @@ def allocation(samples: dict[str, Any], group: int, boot: int = 2000,
                                 pass_rate=rate)
         out["bins"] = a["bins"]
         out["methods"][label] = {"share": a["share"], "prompts": a["prompts"]}
-        mass[label] = budgets(g_succ, g_tok, est, opts)
+        # each prompt's budget sum |A_i| x tokens_i, for the bootstrap over prompts
+        mass[label] = (np.abs(adv) * g_tok.reshape(-1)).reshape(P, group).sum(1)
     top = len(edges) - 2  # the [0.9, 1] bin
 
     def diff(idx: np.ndarray) -> float:
