@@ -477,3 +477,23 @@ def test_exploratory_arms_merge_into_their_testbeds_data_file_once_complete(tmp_
     elsewhere = {**full, "methods": {"x": {**loo, "start": {"pass@1": [0.1, 0.25]}}}}
     with pytest.raises(SystemExit, match="do not start where"):
         mr.merge_exploratory(name, elsewhere, docs, env)
+    other_metrics = {**full, "methods": {"x": {**loo, "start": {"pass@2": [0.1, 0.2]}}}}
+    with pytest.raises(SystemExit, match="do not start where"):
+        mr.merge_exploratory(name, other_metrics, docs, env)
+    # another CPU's last bits: within START_TOLERANCE the arm merges, its gap recorded and said
+    near = {**full, "methods": {"x": {**loo, "start": {"pass@1": [0.1, 0.2 + 4e-4]}}}}
+    assert mr.merge_exploratory(name, near, docs, env)
+    got = json.loads((docs / "results" / "data" / f"{name}.json").read_text())["testbeds"][name]
+    assert got["exploratory"]["start_max_abs_diff"] == pytest.approx(4e-4)
+    assert got["exploratory"]["start_tolerance"] == mr.START_TOLERANCE
+    assert "at most 0.0004" in mr._exploratory_start(got)
+    assert mr._exploratory_start(base) == ""
+
+
+def test_start_gap_is_the_largest_difference_over_metrics_and_seeds():
+    mr = _make_results()
+    a = {"pass@1": [0.1, 0.2], "best@1": [0.5, 0.6]}
+    assert mr.start_gap(a, a) == 0.0
+    assert mr.start_gap(a, {"pass@1": [0.1, 0.2], "best@1": [0.5, 0.63]}) == pytest.approx(0.03)
+    assert mr.start_gap(a, {"pass@1": [0.1, 0.2]}) == float("inf")
+    assert mr.start_gap(a, {"pass@1": [0.1], "best@1": [0.5]}) == float("inf")
