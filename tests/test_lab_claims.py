@@ -94,9 +94,12 @@ def synthetic_data(effect: float, *, seeds: int = 10, noise: float = 0.004,
             for key, (better, base) in keys.items():
                 sign = 1.0 if better == "greater" else -1.0
                 end[key] = (base + sign * e + offset + rng.normal(0, noise, n)).tolist()
-                # every method trains (pass@1 x2.5), the other metrics start in [0.2, 0.8]
-                start[key] = ((0.4 * base if key == "pass@1" else base - 0.05)
-                              + offset).tolist()
+                # every method trains (pass@1 x2.5), the other metrics start in [0.2, 0.8];
+                # on the KAPPO testbed the reference's pass@16 starts above where the k = 1
+                # baselines end (they sharpen: the sharpening claims' precondition)
+                sharpen = tid == "language-permute-kappo" and key == "pass@16"
+                start[key] = ((0.4 * base if key == "pass@1" else
+                               base + 0.05 if sharpen else base - 0.05) + offset).tolist()
             reward = "success" if lb in ("maxrl", "grpo (success)", "kappo_grpo(k=4)") and \
                 TESTBEDS[tid].kind == "language" else "binary"
             tb["methods"][lb] = {"config": {"reward": reward, "prompts": f"{tid}-prompts",
@@ -577,6 +580,50 @@ def test_design_reasons_make_any_outcome_inconclusive():
     grpo["start"]["best@8"] = [0.9] * len(grpo["start"]["best@8"])
     e = _by_id(evaluate_claims(data))["argmaxrl-bestk@language-permute"]
     assert e["verdict"] == "inconclusive" and "outside [0.2, 0.8]" in e["why"], e["why"]
+
+
+def test_a_sharpening_claim_needs_its_baseline_to_sharpen():
+    """The KAPPO sharpening claims (a sharpens less than b) hold only where b sharpens: b's
+    pass@16 ends below its start. Where it rises, the arm is inconclusive whatever the
+    primary shows, the numbers are the reason and the check is recorded; with a tolerance and
+    a narrow metric (the pretrained testbed's form) both conditions are checked."""
+    from bestk.lab.claims import Sharpening
+    from bestk.lab.claims.evaluate import sharpening_check
+
+    data = synthetic_data(0.05, seeds=40, noise=0.003)
+    doc = _by_id(evaluate_claims(data))
+    e = doc["kappo-apo-sharpening@language-permute-kappo[k=4]"]
+    assert e["verdict"] == "reproduced", e["why"]
+    assert e["power"]["sharpening"]["sharpens"] is True
+    assert doc["kappo-dpo-sharpening@language-permute-kappo"]["verdict"] == "reproduced"
+    assert doc["maxrl-pareto@digits-binary"]["power"]["sharpening"] is None  # no precondition
+    apo = data["language-permute-kappo"]["methods"]["apo(k=1)"]
+    apo["end"]["pass@16"] = (np.asarray(apo["start"]["pass@16"]) + 0.01).tolist()
+    doc = _by_id(evaluate_claims(data))
+    for arm in ("k=4", "k=2"):
+        e = doc[f"kappo-apo-sharpening@language-permute-kappo[{arm}]"]
+        assert e["verdict"] == "inconclusive", e["why"]
+        assert "apo(k=1) does not sharpen (pass@16" in e["why"]
+        assert "not below its start" in e["why"]
+        rec = e["power"]["sharpening"]
+        assert rec["sharpens"] is False and rec["method"] == "apo(k=1)"
+        assert rec["wide_end"] - rec["wide_start"] == pytest.approx(0.01)
+    assert doc["kappo-dpo-sharpening@language-permute-kappo"]["verdict"] == "reproduced"
+
+    tb = {"methods": {"grpo": {"start": {"pass@1": [0.2, 0.2], "pass@16": [0.6, 0.6]},
+                               "end": {"pass@1": [0.4, 0.4], "pass@16": [0.61, 0.61]}}}}
+    pre = Sharpening("pass@16", tolerance=0.02, narrow="pass@1")
+    assert sharpening_check(pre, "grpo", tb)[0] == []  # +0.01 < 0.02, pass@1 up
+    tb["methods"]["grpo"]["end"]["pass@16"] = [0.63, 0.63]
+    why, rec = sharpening_check(pre, "grpo", tb)
+    assert "less than 0.020 above its start" in why[0] and rec["sharpens"] is False
+    tb["methods"]["grpo"]["end"]["pass@1"] = [0.2, 0.1]
+    assert len(sharpening_check(pre, "grpo", tb)[0]) == 2
+    assert "does not rise" in sharpening_check(pre, "grpo", tb)[0][1]
+    why, rec = sharpening_check(pre, "nope", tb)
+    assert rec is None and "cannot be checked" in why[0]
+    with pytest.raises(ValueError, match="tolerance"):
+        Sharpening(tolerance=-0.1)
 
 
 def test_learning_rates_of_common_rate_and_swept_testbeds():

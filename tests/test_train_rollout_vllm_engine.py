@@ -177,6 +177,41 @@ def test_a_run_logs_the_sampler_mismatch_and_applies_the_importance_cap(open_tra
         assert 0 < r["rollout/logprob_mismatch"] < 0.5 and r["rollout/logprob_kl"] >= 0
 
 
+@pytest.mark.parametrize("micro", [None, 3])
+def test_an_on_policy_update_fills_the_engines_pending_pass(open_trainer, micro):
+    """An exactly on-policy ``pg`` update asks the engine to leave the policy's pass over the
+    rollout pending and fills it from its own forward (micro-batch by micro-batch with
+    ``loss.micro_batch_size``): the same log-probs and entropies as the engine's own pass,
+    from the weights that sampled the batch."""
+    tr = open_trainer(*([] if micro is None else [f"loss.micro_batch_size={micro}"]))
+    _perturb(tr.model, seed=5)
+    exs = tr.draw_prompts(1)
+    eager = tr.sample_completions(exs, 1, 4)
+    ro = tr.sample_completions(exs, 1, 4, defer_policy_pass=True)
+    assert ro.pending_policy is not None and ro.policy_logprobs is None
+    assert torch.equal(ro.completion_ids, eager.completion_ids)
+    assert "time/logprobs_s" in eager.metrics and "time/logprobs_s" not in ro.metrics
+    tr.algo.update(ro, torch.randn(ro.completion_ids.shape[0]))
+    assert ro.pending_policy is None
+    m = ro.completion_mask.bool()
+    assert (ro.policy_logprobs - eager.policy_logprobs)[m].abs().max() < 1e-4
+    assert (ro.entropy - eager.entropy)[m].abs().max() < 1e-4
+    assert (ro.entropy[m] > 0).all() and (ro.entropy[~m] == 0).all()
+
+
+def test_only_an_on_policy_run_skips_the_engines_pass(open_trainer):
+    """``time/logprobs_s`` is 0 in a step whose update filled the pass; with two PPO epochs
+    the engine runs it (the update's later forwards see other weights)."""
+    from bestk.train.run.directory import read_metrics
+
+    for extra, skipped in ((), True), (("loss.ppo_epochs=2",), False):
+        tr = open_trainer("max_steps=1", *extra)
+        tr.run(progress=False)
+        [row] = [r for r in read_metrics(tr.out / "metrics.jsonl") if r["phase"] == "train"]
+        assert (row["time/logprobs_s"] == 0) is skipped
+        assert 0 <= row["rollout/logprob_mismatch"] < 1e-4 and row["entropy"] > 0
+
+
 def test_smollm2_gguf_trains_with_the_vllm_engine(smollm2_gguf, tmp_path, open_trainer):
     """The real model through vLLM: SmolLM2-135M-Instruct from its GGUF file, LoRA, a
     bfloat16 engine sampling for the float32 policy, two RL steps and the evaluations."""

@@ -431,14 +431,17 @@ class Trainer:
                          replace=False)
         return [self.rl_prompts[j] for j in idx]
 
-    def sample_completions(self, examples: list[Example], step: int, n: int) -> Rollout:
+    def sample_completions(self, examples: list[Example], step: int, n: int, *,
+                           defer_policy_pass: bool = False) -> Rollout:
         """``n`` completions of the current policy per example (noise of ``(seed, step)``),
-        from the run's rollout engine, synced with the policy first."""
+        from the run's rollout engine, synced with the policy first (``defer_policy_pass``:
+        :meth:`~bestk.train.rollout.engine.RolloutEngine.sample`'s)."""
         gen = torch.Generator(device=self.device).manual_seed(
             SAMPLING.seed(self.sampling_seed, step))
         return synced_sample(self.engines.rollout, [e["prompt"] for e in examples], n=n,
                              max_new_tokens=self.max_new_tokens, generator=gen,
-                             batch_size=self.cfg.rollout.sample_batch_size)
+                             batch_size=self.cfg.rollout.sample_batch_size,
+                             defer_policy_pass=defer_policy_pass)
 
     def score_rollout(self, examples: list[Example], ro: Rollout, n: int
                       ) -> tuple[np.ndarray, np.ndarray]:

@@ -48,6 +48,7 @@ from bestk.lab.claims.specs import (
     ClaimSpec,
     Metric,
     NonInferiority,
+    Sharpening,
     TestbedSpec,
     arm_id,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "ALPHA",
     "Metric",
     "NonInferiority",
+    "Sharpening",
     "Arm",
     "ClaimSpec",
     "TestbedSpec",

@@ -45,6 +45,7 @@ from bestk.lab.claims.specs import (
     ArmEntry,
     ClaimsDoc,
     ClaimSpec,
+    Sharpening,
     arm_id,
 )
 from bestk.lab.claims.table import CLAIMS, PAPER_EFFECTS, SESOI, TESTBEDS
@@ -295,6 +296,56 @@ def _trains_reason(testbed: str, tb: TestbedData) -> tuple[list[str], TrainsChec
             f"(x{ratio:.2f} < {factor:g})"], rec
 
 
+class SharpeningCheck(TypedDict):
+    """:class:`~bestk.lab.claims.specs.Sharpening` on the data: ``method`` (the arm's b), the
+    mean start and end of its ``wide`` (and ``narrow``) metric, and whether it sharpens."""
+
+    method: str
+    wide: str
+    wide_start: float
+    wide_end: float
+    tolerance: float
+    narrow: str | None
+    narrow_start: float | None
+    narrow_end: float | None
+    sharpens: bool
+
+
+def sharpening_check(pre: Sharpening, method: str, tb: TestbedData
+                     ) -> tuple[list[str], SharpeningCheck | None]:
+    """``([reason], record)`` of a claim's sharpening precondition on testbed data ``tb``:
+    ``method`` (the arm's b) sharpens when its mean end ``wide`` lies less than
+    ``pre.tolerance`` above its mean start and, with ``pre.narrow``, its mean ``narrow`` rises;
+    the reason is empty when it does."""
+    m = tb.get("methods", {}).get(method, {})
+    keys = [pre.wide] + ([pre.narrow] if pre.narrow else [])
+    if any(k not in m.get("start", {}) or k not in m.get("end", {}) for k in keys):
+        return [f"the sharpening precondition ({method} {', '.join(keys)} at the start and the "
+                "end) cannot be checked: not in the data"], None
+
+    def means(key: str) -> tuple[float, float]:
+        return float(np.mean(m["start"][key])), float(np.mean(m["end"][key]))
+
+    w0, w1 = means(pre.wide)
+    n0, n1 = means(pre.narrow) if pre.narrow else (None, None)
+    wide_ok = w1 - w0 < pre.tolerance
+    narrow_ok = n0 is None or n1 is None or n1 > n0
+    rec: SharpeningCheck = {"method": method, "wide": pre.wide, "wide_start": w0,
+                            "wide_end": w1, "tolerance": pre.tolerance, "narrow": pre.narrow,
+                            "narrow_start": n0, "narrow_end": n1,
+                            "sharpens": bool(wide_ok and narrow_ok)}
+    out = []
+    if not wide_ok:
+        bound = "below its start" if pre.tolerance == 0 else \
+            f"less than {fmt(pre.tolerance)} above its start"
+        out.append(f"the precondition fails: {method} does not sharpen ({pre.wide} "
+                   f"{fmt(w0)} -> {fmt(w1)}, not {bound}), so there is no sharpening to lessen")
+    if not narrow_ok:
+        out.append(f"the precondition fails: {method} does not sharpen ({pre.narrow} "
+                   f"{fmt(n0)} -> {fmt(n1)} does not rise)")
+    return out, rec
+
+
 def _start_reason(e: ArmEntry, spec: ClaimSpec, tb: TestbedData) -> list[str]:
     """:attr:`TestbedSpec.start_range` checked for an arm whose primary is pass@k / best@k at
     the testbed's primary k (a pass@1 accuracy claim is judged by the training check)."""
@@ -382,6 +433,10 @@ def _power_fields(e: ArmEntry, spec: ClaimSpec, tb: TestbedData, alpha: float) -
     guards: Guards = {"design": [], "stalled": [], "type_m": [], "underpowered": []}
     trains, trains_rec = _trains_reason(e["testbed"], tb)
     trains += _start_reason(e, spec, tb)
+    sharp_rec = None
+    if spec.precondition is not None:
+        sharp, sharp_rec = sharpening_check(spec.precondition, e["b"], tb)
+        trains += sharp
     if not spec.control:
         guards["design"] = design_reasons(_lr_reasons(e), trains)
         guards["type_m"] = type_m_reasons(mde, effect)
@@ -418,6 +473,7 @@ def _power_fields(e: ArmEntry, spec: ClaimSpec, tb: TestbedData, alpha: float) -
                                                       "not vary)" if constant else ""),
         "powered": None if mde is None or effect is None else bool(mde <= effect),
         "trains": trains_rec,
+        "sharpening": sharp_rec,
         "bimodality": {side: bimodality_coefficient(p[f"per_seed_{side}"]) if n >= 4 else None
                        for side in ("a", "b")},
         "design_reasons": guards["design"],

@@ -28,8 +28,9 @@ claimed direction:
 
 1. **inconclusive** when the design cannot support any verdict (:func:`design_reasons`: a
    method's learning rate at the edge of its grid, a testbed that did not train, b's primary
-   starting outside the testbed's range): the comparison itself is not valid, whatever the
-   primary shows (the reason says what it showed);
+   starting outside the testbed's range, a sharpening claim whose b does not sharpen): the
+   comparison itself is not valid, whatever the primary shows (the reason says what it
+   showed);
 2. **contradicted** when the primary is significant in the opposite direction, whatever the
    MDE or b's progress: a power guard (steps 3-4) protects against an exaggerated result in
    the claimed direction and never hides a significant result against the claim;
@@ -96,8 +97,9 @@ VERDICTS: dict[str, str] = {
                       "significantly worse or the Pareto margin fails beyond doubt",
     "inconclusive": "not evidence against the claim (the arm says how many seeds it would "
                     "need): the design cannot support a verdict (a method's learning rate "
-                    "sits at the edge of its grid, the testbed did not train, or b's primary "
-                    "started too close to a bound); or the claim is that b fails to train and "
+                    "sits at the edge of its grid, the testbed did not train, b's primary "
+                    "started too close to a bound, or the claim is that a sharpens less than b "
+                    "and b does not sharpen); or the claim is that b fails to train and "
                     "b did not train; or the primary is significant in the claimed direction "
                     "but its minimum detectable effect exceeds the paper's effect (the "
                     "estimate overstates it); or the primary is not significant and its 95% "
@@ -293,8 +295,9 @@ def design_reasons(lr_edges: Sequence[str] = (), not_training: Sequence[str] = (
     * ``lr_edges``: a method's learning rate sits at the edge of its grid (it may be
       untuned; :func:`~bestk.lab.claims.evaluate.learning_rates`);
     * ``not_training``: the testbed's checks failed: it did not train
-      (:attr:`TestbedSpec.trains_if`) or b's primary started outside
-      :attr:`TestbedSpec.start_range`.
+      (:attr:`TestbedSpec.trains_if`), b's primary started outside
+      :attr:`TestbedSpec.start_range`, or b does not sharpen on a claim that needs it to
+      (:attr:`~bestk.lab.claims.specs.ClaimSpec.precondition`).
     """
     return list(lr_edges) + list(not_training)
 

@@ -90,6 +90,25 @@ class NonInferiority:
 
 
 @dataclass(frozen=True)
+class Sharpening:
+    """The precondition of a claim that ``a`` sharpens less than ``b``: on the arm's testbed
+    ``b`` sharpens, i.e. the mean over seeds of its ``wide`` metric (pass@k at a large k) ends
+    less than ``tolerance`` above its start value (``tolerance = 0``: it must fall below the
+    start, the policy RL starts from) and, when ``narrow`` is given (pass@1), its mean
+    ``narrow`` rises. Where ``b`` does not sharpen there is no sharpening to lessen: the arm
+    is inconclusive whatever its outcome, with the numbers as the reason
+    (:func:`bestk.lab.claims.evaluate.sharpening_check`)."""
+
+    wide: str = "pass@16"
+    tolerance: float = 0.0
+    narrow: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.tolerance >= 0:
+            raise ValueError(f"Sharpening: tolerance must be >= 0, got {self.tolerance}")
+
+
+@dataclass(frozen=True)
 class Arm:
     """One place a claim is tested: a testbed and the two methods (labels in its data).
     ``tag`` tells apart several arms of one claim on the same testbed (the arm's id is
@@ -130,6 +149,9 @@ class ClaimSpec:
     #: inconclusive unless it is significantly opposite, since a baseline that did not train
     #: can neither refute such a claim nor carry its secondaries.
     claims_b_stalls: bool = False
+    #: The claim is about sharpening (``a`` sharpens less than ``b``): the arm's ``b`` must
+    #: sharpen on the testbed (:class:`Sharpening`), else the arm is inconclusive.
+    precondition: Sharpening | None = None
 
 
 BUDGETS = ("matched", "by design")

@@ -34,6 +34,7 @@ from bestk.lab.claims.specs import (
     ClaimSpec,
     Metric,
     NonInferiority,
+    Sharpening,
     TestbedSpec,
     plain,
 )
@@ -309,7 +310,8 @@ CLAIMS: tuple[ClaimSpec, ...] = (
         "trained",
         (Arm(_KP, "apo(k=4)", "apo(k=1)", "k=4"), Arm(_KP, "apo(k=2)", "apo(k=1)", "k=2")),
         "0/1 success for both (one bank per seed, calibrated per k)", PASS_MAX, GREATER,
-        (Metric("pass", 4), Metric("pass", 8), plain(DIVERSITY))),
+        (Metric("pass", 4), Metric("pass", 8), plain(DIVERSITY)),
+        precondition=Sharpening("pass@16")),
     ClaimSpec(
         "kappo-dpo-sharpening",
         "@k-DPO with k = 2 sharpens less than DPO (k = 1): higher held-out pass@16 from the "
@@ -317,7 +319,8 @@ CLAIMS: tuple[ClaimSpec, ...] = (
         _KAPPO + ", section 6, Figure 2b (@k-DPO with k in {1, 2})",
         "trained", (Arm(_KP, "dpo(k=2)", "dpo(k=1)"),),
         "0/1 success for both (pairs from one bank per seed)", PASS_MAX, GREATER,
-        (Metric("pass", 4), Metric("pass", 8), plain(DIVERSITY))),
+        (Metric("pass", 4), Metric("pass", 8), plain(DIVERSITY)),
+        precondition=Sharpening("pass@16")),
     ClaimSpec(
         "kappo-apo-matches-pkpo",
         "@k-A*PO (k = 4) with n on-policy completions per prompt matches PKPO with n = k = 4 "

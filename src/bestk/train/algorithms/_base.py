@@ -61,8 +61,11 @@ class RunContext(Protocol):
         """``rollout.prompts_per_step`` distinct prompts of ``rl_prompts`` for ``step``."""
         ...
 
-    def sample_completions(self, examples: list[Example], step: int, n: int) -> Rollout:
-        """``n`` completions of the current policy per example (noise of ``(seed, step)``)."""
+    def sample_completions(self, examples: list[Example], step: int, n: int, *,
+                           defer_policy_pass: bool = False) -> Rollout:
+        """``n`` completions of the current policy per example (noise of ``(seed, step)``);
+        ``defer_policy_pass``: the caller's own forward fills the policy's log-probs and
+        entropies (:meth:`bestk.train.rollout.batch.Rollout.fill_policy`)."""
         ...
 
     def score_rollout(self, examples: list[Example], ro: Rollout, n: int
@@ -216,7 +219,8 @@ def is_timing(key: str) -> bool:
 def rollout_time(ro: Rollout, seconds: float) -> dict[str, float]:
     """The time split of sampling ``ro`` in ``seconds`` (wall clock of the call):
     ``time/sync_s`` (pushing the policy's weights into the engine), ``time/logprobs_s`` (the
-    policy's recomputation of the sampled tokens' log-probs, ``vllm`` engine) and
+    policy's recomputation of the sampled tokens' log-probs, ``vllm`` engine; 0 when the
+    update's own forward gave them, its time then in ``time/update_s``) and
     ``time/generate_s``, the rest."""
     sync = ro.metrics.get("time/sync_s", 0.0)
     logprobs = ro.metrics.get("time/logprobs_s", 0.0)

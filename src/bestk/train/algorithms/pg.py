@@ -66,6 +66,10 @@ class PolicyGradient:
             run.restrict_prompts(set(calibration_prompt_ids(cal)), f"calibration {path!r}")
         kind = cal.kind if cal is not None else run.kappo_kind
         self.binary = binary_advantages(cfg.advantage_reward, self.info, kind)
+        #: one PPO epoch of one minibatch: the update's forward sees the weights that sampled
+        #: the batch, so it also gives the policy's own log-probs and entropies of the rollout
+        #: (an engine that samples with something else then skips its own pass over them)
+        self.on_policy = cfg.loss.ppo_epochs == 1 and cfg.loss.minibatches == 1
 
     def prepare(self, calibration: Calibration, bank: ReferenceBank | None) -> None:
         """Receive the run's in-run (or ``kappo.calibration``) calibration."""
@@ -76,7 +80,8 @@ class PolicyGradient:
         run, cfg, r = self.run, self.run.cfg, self.run.cfg.rollout
         t0 = time.perf_counter()
         exs = run.draw_prompts(step)                                # x ~ D
-        ro = run.sample_completions(exs, step, r.n)                 # y_i ~ pi_old(.|x)
+        ro = run.sample_completions(exs, step, r.n,                 # y_i ~ pi_old(.|x)
+                                    defer_policy_pass=self.on_policy)
         t_gen = time.perf_counter()
         rewards, prompt_ids = run.score_rollout(exs, ro, r.n)       # R(y_i, x)
         succ = run.task.success(rewards)
@@ -115,8 +120,7 @@ class PolicyGradient:
         micro-batch at a time into the minibatch's one optimizer step."""
         run, lc = self.run, self.run.cfg.loss
         B = adv.shape[0]
-        on_policy = lc.ppo_epochs == 1 and lc.minibatches == 1
-        old_logp = None if on_policy else self._frozen_logprobs(run.model, ro, B)
+        old_logp = None if self.on_policy else self._frozen_logprobs(run.model, ro, B)
         ref_logp = None
         if lc.kl_coef > 0:
             assert run.ref_model is not None  # the spec keeps one when kl_coef > 0
@@ -129,7 +133,9 @@ class PolicyGradient:
             counts = (int(ro.completion_mask[minibatch].sum()), len(range(B)[minibatch]))
             return self._loss(ro, adv, rows, old_logp, ref_logp, *counts)
 
-        return optimizer_steps(run, B, loss_of, lc.micro_batch_size)
+        stats = optimizer_steps(run, B, loss_of, lc.micro_batch_size)
+        assert ro.pending_policy is None  # every row's forward filled it before the step
+        return stats
 
     def _frozen_logprobs(self, model: Policy | Reference, ro: Rollout, B: int) -> torch.Tensor:
         """``(B, T)`` log-probs of the completions under ``model`` without gradients, in
@@ -153,11 +159,16 @@ class PolicyGradient:
         denominator is the detached log-probability itself)."""
         cfg, lc = self.run.cfg, self.run.cfg.loss
         mask = ro.completion_mask[sl]
+        fill = ro.pending_policy is not None and old_logp is None
         logp, ent = sequence_logprobs(
             self.run.model, ro.prompt_ids[sl], ro.prompt_mask[sl], ro.completion_ids[sl],
-            mask, temperature=cfg.rollout.temperature, with_entropy=lc.entropy_coef > 0,
-            group_size=cfg.rollout.n, chunked=lc.chunked_logprobs,
+            mask, temperature=cfg.rollout.temperature,
+            with_entropy=lc.entropy_coef > 0 or fill, group_size=cfg.rollout.n,
+            chunked=lc.chunked_logprobs,
         )
+        if fill:  # the engine's pending pass: these are the weights that sampled the batch
+            assert ent is not None  # asked for
+            ro.fill_policy(sl, logp, ent)
         counts = {"num_tokens": num_tokens, "num_seqs": num_seqs}
         old = logp.detach() if old_logp is None else old_logp[sl]
         weights = None
@@ -174,7 +185,7 @@ class PolicyGradient:
                            **counts)
             loss = loss + lc.kl_coef * kl
             st["kl_ref"] = kl.item()
-        if ent is not None:
+        if ent is not None and lc.entropy_coef > 0:
             loss = loss - lc.entropy_coef * aggregate(ent, mask, lc.agg, **counts)
         st.update(loss=loss.item(), pg_loss=pg)
         return st, loss

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -32,6 +33,12 @@ class Rollout:
     policy_logprobs: ``(B, T)`` log-probabilities of the sampled tokens under the policy
         module (the trainer's own numbers), when the sampler is something else (the ``vllm``
         engine); ``None`` when ``logprobs`` already are the policy module's (``hf``).
+    pending_policy: the policy module's no-grad forward over the batch that gives
+        ``(policy_logprobs, entropy)``, when the engine was asked to defer it
+        (``defer_policy_pass``): until then ``policy_logprobs`` is ``None`` and ``entropy``
+        holds zeros. Either the caller's own forward of the policy over every row fills them
+        (:meth:`fill_policy`, what an exactly on-policy update does, so the step forwards the
+        policy once instead of twice) or :meth:`resolve_policy` runs the pass.
     """
 
     prompt_ids: torch.Tensor
@@ -44,15 +51,58 @@ class Rollout:
     finished: torch.Tensor
     metrics: dict[str, float] = field(default_factory=dict)
     policy_logprobs: torch.Tensor | None = None
+    pending_policy: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None
+    _filled: torch.Tensor | None = field(default=None, repr=False)
+
+    def resolve_policy(self) -> None:
+        """Run the pending policy pass, if any (its seconds are added to ``metrics`` as
+        ``time/logprobs_s``): after it ``policy_logprobs`` and ``entropy`` are the policy's."""
+        if self.pending_policy is None:
+            return
+        t0 = time.perf_counter()
+        logprobs, entropy = self.pending_policy()
+        m = self.completion_mask.to(logprobs.dtype)
+        self.policy_logprobs, self.entropy = logprobs * m, entropy * m
+        self.pending_policy, self._filled = None, None
+        self.metrics["time/logprobs_s"] = (self.metrics.get("time/logprobs_s", 0.0)
+                                           + time.perf_counter() - t0)
+
+    def fill_policy(self, rows: slice, logprobs: torch.Tensor, entropy: torch.Tensor) -> None:
+        """Record the policy module's own ``(len(rows), T)`` log-probs and entropies of rows
+        ``rows``, computed by the caller's forward with the weights that sampled the batch
+        (detached here); once every row is filled nothing is pending any more."""
+        if self.pending_policy is None:
+            raise ValueError("fill_policy: this rollout has no pending policy pass")
+        B = self.completion_ids.shape[0]
+        idx = range(B)[rows]
+        if logprobs.shape != (len(idx), self.completion_ids.shape[1]) or \
+                entropy.shape != logprobs.shape:
+            raise ValueError(f"fill_policy: rows {rows} take ({len(idx)}, "
+                             f"{self.completion_ids.shape[1]}) values; got "
+                             f"{tuple(logprobs.shape)} and {tuple(entropy.shape)}")
+        if self.policy_logprobs is None or self._filled is None:
+            self.policy_logprobs = torch.zeros(self.completion_ids.shape, dtype=torch.float32,
+                                               device=self.completion_ids.device)
+            self.entropy = torch.zeros_like(self.policy_logprobs)
+            self._filled = torch.zeros(B, dtype=torch.bool)
+        m = self.completion_mask[rows].to(torch.float32)
+        self.policy_logprobs[rows] = logprobs.detach().float() * m
+        self.entropy[rows] = entropy.detach().float() * m
+        self._filled[rows] = True
+        if bool(self._filled.all()):
+            self.pending_policy, self._filled = None, None
 
 
 def concat_rollouts(parts: Sequence[Rollout], *, pad_id: int) -> Rollout:
     """One :class:`Rollout` of the rows of ``parts`` in order: prompts re-padded on the left
     and completions on the right (``pad_id``, mask 0, log-prob and entropy 0) to the longest
     of the parts. The positions a model sees depend only on the masks, so each row means what
-    it meant in its part. ``metrics`` add up (``prompts_truncated`` counts prompts)."""
+    it meant in its part. ``metrics`` add up (``prompts_truncated`` counts prompts). A part's
+    pending policy pass runs first (:meth:`Rollout.resolve_policy`)."""
     if not parts:
         raise ValueError("concat_rollouts: no rollouts")
+    for r in parts:
+        r.resolve_policy()
     P = max(r.prompt_ids.shape[1] for r in parts)
     T = max(r.completion_ids.shape[1] for r in parts)
 

@@ -61,10 +61,15 @@ class RolloutEngine(Protocol):
         ...
 
     def sample(self, prompts: Sequence[str], *, n: int, max_new_tokens: int,
-               generator: torch.Generator, batch_size: int | None = None) -> Rollout:
+               generator: torch.Generator, batch_size: int | None = None,
+               defer_policy_pass: bool = False) -> Rollout:
         """``n`` completions per prompt (sample ``i`` answers prompt ``i // n``), at most
         ``max_new_tokens`` tokens each, the noise drawn from ``generator``; ``batch_size``
-        bounds the completions sampled at once (``None``: all)."""
+        bounds the completions sampled at once (``None``: all). ``defer_policy_pass``: the
+        caller forwards the policy over every row before the weights change and fills the
+        policy's own log-probs and entropies itself, so an engine whose sampler is not the
+        policy module may leave that pass pending (:attr:`Rollout.pending_policy`); an engine
+        that samples the policy module has nothing to defer."""
         ...
 
     def sync(self) -> None:
@@ -96,7 +101,8 @@ class HFEngine:
         return next(self.model.parameters()).device
 
     def sample(self, prompts: Sequence[str], *, n: int, max_new_tokens: int,
-               generator: torch.Generator, batch_size: int | None = None) -> Rollout:
+               generator: torch.Generator, batch_size: int | None = None,
+               defer_policy_pass: bool = False) -> Rollout:
         return sample(self.model, self.tokenizer, prompts, n=n, max_new_tokens=max_new_tokens,
                       generator=generator, batch_size=batch_size, **self.options)
 
@@ -205,13 +211,14 @@ def open_engines(cfg: ResolvedTrainConfig, model: Policy, tokenizer: PreTrainedT
 
 
 def synced_sample(engine: RolloutEngine, prompts: Sequence[str], *, n: int, max_new_tokens: int,
-                  generator: torch.Generator, batch_size: int | None = None) -> Rollout:
-    """:meth:`RolloutEngine.sync`, then :meth:`RolloutEngine.sample`; the seconds the sync
-    took are the rollout's ``time/sync_s`` metric."""
+                  generator: torch.Generator, batch_size: int | None = None,
+                  defer_policy_pass: bool = False) -> Rollout:
+    """:meth:`RolloutEngine.sync`, then :meth:`RolloutEngine.sample` (``defer_policy_pass``
+    passed on); the seconds the sync took are the rollout's ``time/sync_s`` metric."""
     t0 = time.perf_counter()
     engine.sync()
     synced = time.perf_counter() - t0
     ro = engine.sample(prompts, n=n, max_new_tokens=max_new_tokens, generator=generator,
-                       batch_size=batch_size)
+                       batch_size=batch_size, defer_policy_pass=defer_policy_pass)
     ro.metrics["time/sync_s"] = synced
     return ro

@@ -26,8 +26,11 @@ the ``rollout`` and ``eval`` engines when both are ``vllm``. How it keeps to the
   distribution it sampled from (``logprobs_mode="processed_logprobs"``: temperature-scaled,
   top-k / top-p renormalised); the engine then recomputes, with one no-grad forward of the
   policy module, the trainer's own log-probabilities and the token entropies
-  (:class:`~bestk.train.rollout.batch.Rollout.policy_logprobs`). The update's ``pi_old`` is
-  always the trainer's; the difference is logged every step (``rollout/logprob_mismatch``).
+  (:class:`~bestk.train.rollout.batch.Rollout.policy_logprobs`). An exactly on-policy ``pg``
+  update asks the engine to leave that pass pending (``defer_policy_pass``) and fills it from
+  its own forward, which computes the same numbers before the optimizer step: the step then
+  forwards the policy over the batch once, not twice. The update's ``pi_old`` is always the
+  trainer's; the difference is logged every step (``rollout/logprob_mismatch``).
 
 Environment set by the engine before vLLM is imported (a value already set is kept):
 ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (the engine lives in this process),
@@ -43,7 +46,6 @@ import copy
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -201,10 +203,13 @@ class VLLMEngine:
         self.server.sync()
 
     def sample(self, prompts: Sequence[str], *, n: int, max_new_tokens: int,
-               generator: torch.Generator, batch_size: int | None = None) -> Rollout:
+               generator: torch.Generator, batch_size: int | None = None,
+               defer_policy_pass: bool = False) -> Rollout:
         """``n`` completions per prompt (module docstring). ``batch_size`` is vLLM's to
         schedule (``vllm.max_num_seqs``); the policy's recomputation of the log-probs and
-        entropies runs in chunks of ``batch_size`` completions when it is set."""
+        entropies runs in chunks of ``batch_size`` completions when it is set.
+        ``defer_policy_pass``: return before that recomputation, leaving it pending on the
+        rollout (:attr:`Rollout.pending_policy`) for the caller's own forward to fill."""
         if not prompts:
             raise ValueError("sample: no prompts")
         vllm = _import_vllm(self.device)
@@ -245,17 +250,20 @@ class VLLMEngine:
         prompt_ids = enc.input_ids.to(dev).repeat_interleave(n, 0)
         prompt_mask = enc.attention_mask.to(dev).repeat_interleave(n, 0)
         ids, mask = ids.to(dev), mask.to(dev)
-        t0 = time.perf_counter()
-        policy_lp, entropy = self._recompute(prompt_ids, prompt_mask, ids, mask, n, batch_size)
-        metrics = {"time/logprobs_s": time.perf_counter() - t0}
+        metrics: dict[str, float] = {}
         if opt["max_prompt_length"] is not None:
             metrics["prompts_truncated"] = float(enc.cut)
-        m = mask.to(policy_lp.dtype)
+        m = mask.to(torch.float32)
         texts = tok.batch_decode(ids.cpu(), skip_special_tokens=True)
-        return Rollout(
-            prompt_ids, prompt_mask, ids, mask, texts, lps.to(dev) * m, entropy * m,
-            finished.to(dev), metrics, policy_logprobs=policy_lp * m,
+        ro = Rollout(
+            prompt_ids, prompt_mask, ids, mask, texts, lps.to(dev) * m,
+            torch.zeros_like(m), finished.to(dev), metrics,
+            pending_policy=lambda: self._recompute(prompt_ids, prompt_mask, ids, mask, n,
+                                                   batch_size),
         )
+        if not defer_policy_pass:
+            ro.resolve_policy()
+        return ro
 
     def _recompute(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                    ids: torch.Tensor, mask: torch.Tensor, n: int, batch_size: int | None
