@@ -340,7 +340,7 @@ def sharpening_check(pre: Sharpening, method: str, tb: TestbedData
             f"less than {fmt(pre.tolerance)} above its start"
         out.append(f"the precondition fails: {method} does not sharpen ({pre.wide} "
                    f"{fmt(w0)} -> {fmt(w1)}, not {bound}), so there is no sharpening to lessen")
-    if not narrow_ok:
+    if n0 is not None and n1 is not None and not narrow_ok:
         out.append(f"the precondition fails: {method} does not sharpen ({pre.narrow} "
                    f"{fmt(n0)} -> {fmt(n1)} does not rise)")
     return out, rec
