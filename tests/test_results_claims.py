@@ -475,6 +475,7 @@ def test_exploratory_arms_merge_into_their_testbeds_data_file_once_complete(tmp_
     with pytest.raises(SystemExit, match="own methods"):
         mr.merge_exploratory(name, clash, docs, env)
     elsewhere = {**full, "methods": {"x": {**loo, "start": {"pass@1": [0.1, 0.25]}}}}
+    assert 0.05 > mr.START_TOLERANCE
     with pytest.raises(SystemExit, match="do not start where"):
         mr.merge_exploratory(name, elsewhere, docs, env)
     other_metrics = {**full, "methods": {"x": {**loo, "start": {"pass@2": [0.1, 0.2]}}}}
@@ -486,14 +487,21 @@ def test_exploratory_arms_merge_into_their_testbeds_data_file_once_complete(tmp_
     got = json.loads((docs / "results" / "data" / f"{name}.json").read_text())["testbeds"][name]
     assert got["exploratory"]["start_max_abs_diff"] == pytest.approx(4e-4)
     assert got["exploratory"]["start_tolerance"] == mr.START_TOLERANCE
+    assert got["exploratory"]["start_gaps"] == {"pass@1": pytest.approx(4e-4)}
     assert "at most 0.0004" in mr._exploratory_start(got)
     assert mr._exploratory_start(base) == ""
 
 
-def test_start_gap_is_the_largest_difference_over_metrics_and_seeds():
+def test_start_gap_is_the_largest_difference_over_pass_and_best_and_seeds():
+    """The pairing check reads the bounded pass@k / best@k starts; the gaps of every metric
+    (counts, entropy and lengths included) are reported; a metric or seed one side lacks
+    makes the gap infinite."""
     mr = _make_results()
-    a = {"pass@1": [0.1, 0.2], "best@1": [0.5, 0.6]}
+    a = {"pass@1": [0.1, 0.2], "best@1": [0.5, 0.6], "distinct": [3.0, 4.0]}
     assert mr.start_gap(a, a) == 0.0
-    assert mr.start_gap(a, {"pass@1": [0.1, 0.2], "best@1": [0.5, 0.63]}) == pytest.approx(0.03)
-    assert mr.start_gap(a, {"pass@1": [0.1, 0.2]}) == float("inf")
-    assert mr.start_gap(a, {"pass@1": [0.1], "best@1": [0.5]}) == float("inf")
+    b = {"pass@1": [0.1, 0.2], "best@1": [0.5, 0.63], "distinct": [3.0, 5.0]}
+    assert mr.start_gap(a, b) == pytest.approx(0.03)  # not distinct's 1.0
+    assert mr.start_gaps(a, b) == {"best@1": pytest.approx(0.03), "distinct": 1.0,
+                                   "pass@1": 0.0}
+    assert mr.start_gap(a, {"pass@1": [0.1, 0.2], "best@1": [0.5, 0.6]}) == float("inf")
+    assert mr.start_gap(a, {**a, "pass@1": [0.1]}) == float("inf")
