@@ -174,14 +174,28 @@ def test_kappo_claims_train_what_they_cite(committed):
 def test_methods_of_a_seed_start_from_the_same_weights(committed):
     """Paired seeds: every method of a testbed starts from the same policy, so the metrics at
     the start are identical (on the language tasks the A/A control evaluates the same weights
-    with its own sampling noise, so it is left out there)."""
+    with its own sampling noise, so it is left out there). A language grid's merged
+    exploratory arms, run on another machine, start within the merge's tolerance on pass@k /
+    best@k, and the gaps the data file records are theirs."""
+    mr = _make_results()
     _, data = committed
     for tid, tb in data.items():
         if tid not in TESTBEDS or TESTBEDS[tid].kind == "exact" or not tb["seeds"]:
             continue
-        starts = {json.dumps(m["start"], sort_keys=True) for m in tb["methods"].values()
-                  if not (TESTBEDS[tid].kind == "language" and m["config"].get("control_of"))}
-        assert len(starts) == 1, tid
+        merged = TESTBEDS[tid].kind == "language" and "exploratory" in tb
+        own = [m for m in tb["methods"].values()
+               if not (TESTBEDS[tid].kind == "language" and m["config"].get("control_of"))
+               and not (merged and m["config"].get("exploratory"))]
+        assert len({json.dumps(m["start"], sort_keys=True) for m in own}) == 1, tid
+        if merged:
+            ex = tb["exploratory"]
+            arms = [tb["methods"][lb] for lb in ex["methods"]]
+            gaps = [mr.start_gap(m["start"], own[0]["start"]) for m in arms]
+            assert max(gaps) == pytest.approx(ex["start_max_abs_diff"]), tid
+            assert max(gaps) <= ex["start_tolerance"] == mr.START_TOLERANCE, tid
+            for key, gap in ex["start_gaps"].items():
+                assert gap == pytest.approx(max(mr.start_gaps(m["start"], own[0]["start"])[key]
+                                                for m in arms)), (tid, key)
 
 
 def _make_results():
@@ -262,10 +276,18 @@ def test_every_judged_arm_has_its_power_and_the_verdict_respects_it(committed):
         if tspec.start_range is not None and spec.primary.at_k and spec.primary.k is None:
             s0 = np.mean(data[e["testbed"]]["methods"][e["b"]]["start"][p["metric"]])
             start_out = not tspec.start_range[0] <= s0 <= tspec.start_range[1]
-        assert bool(e["power"]["design_reasons"]) == (edge or idle or start_out), e["id"]
+        blunt = False  # a sharpening claim whose b does not sharpen (pass@16 not below start)
+        if spec.precondition is not None:
+            b_m = data[e["testbed"]]["methods"][e["b"]]
+            wide = spec.precondition.wide
+            blunt = np.mean(b_m["end"][wide]) - np.mean(b_m["start"][wide]) >= \
+                spec.precondition.tolerance
+            assert e["power"]["sharpening"]["sharpens"] is not blunt, e["id"]
+        assert bool(e["power"]["design_reasons"]) == (edge or idle or start_out or blunt), \
+            e["id"]
         weak = e["paper_effect"] is not None and e["mde"] > e["paper_effect"]
         assert bool(e["power"]["type_m_reasons"]) == weak, e["id"]
-        if edge or idle or start_out:
+        if edge or idle or start_out or blunt:
             assert e["verdict"] == "inconclusive", e["id"]
             continue
         sign = 1.0 if p["direction"] == "greater" else -1.0

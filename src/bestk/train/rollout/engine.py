@@ -61,15 +61,18 @@ class RolloutEngine(Protocol):
         ...
 
     def sample(self, prompts: Sequence[str], *, n: int, max_new_tokens: int,
-               generator: torch.Generator, batch_size: int | None = None,
-               defer_policy_pass: bool = False) -> Rollout:
+               generator: torch.Generator, batch_size: int | None = None) -> Rollout:
         """``n`` completions per prompt (sample ``i`` answers prompt ``i // n``), at most
         ``max_new_tokens`` tokens each, the noise drawn from ``generator``; ``batch_size``
-        bounds the completions sampled at once (``None``: all). ``defer_policy_pass``: the
-        caller forwards the policy over every row before the weights change and fills the
-        policy's own log-probs and entropies itself, so an engine whose sampler is not the
-        policy module may leave that pass pending (:attr:`Rollout.pending_policy`); an engine
-        that samples the policy module has nothing to defer."""
+        bounds the completions sampled at once (``None``: all).
+
+        Optional: an engine whose sampler is not the policy module, and which recomputes the
+        policy's own log-probs and entropies of its samples, may set a class attribute
+        ``defers_policy_pass = True`` and accept a keyword ``defer_policy_pass``: when the
+        caller passes ``True`` it forwards the policy over every row itself before the
+        weights change, so the engine leaves that pass pending
+        (:attr:`~bestk.train.rollout.batch.Rollout.pending_policy`) for the caller to fill
+        (:func:`synced_sample` passes the keyword only to such engines)."""
         ...
 
     def sync(self) -> None:
@@ -101,8 +104,7 @@ class HFEngine:
         return next(self.model.parameters()).device
 
     def sample(self, prompts: Sequence[str], *, n: int, max_new_tokens: int,
-               generator: torch.Generator, batch_size: int | None = None,
-               defer_policy_pass: bool = False) -> Rollout:
+               generator: torch.Generator, batch_size: int | None = None) -> Rollout:
         return sample(self.model, self.tokenizer, prompts, n=n, max_new_tokens=max_new_tokens,
                       generator=generator, batch_size=batch_size, **self.options)
 
@@ -214,11 +216,14 @@ def synced_sample(engine: RolloutEngine, prompts: Sequence[str], *, n: int, max_
                   generator: torch.Generator, batch_size: int | None = None,
                   defer_policy_pass: bool = False) -> Rollout:
     """:meth:`RolloutEngine.sync`, then :meth:`RolloutEngine.sample` (``defer_policy_pass``
-    passed on); the seconds the sync took are the rollout's ``time/sync_s`` metric."""
+    passed on to an engine that ``defers_policy_pass``; others run their own pass, as ever);
+    the seconds the sync took are the rollout's ``time/sync_s`` metric."""
     t0 = time.perf_counter()
     engine.sync()
     synced = time.perf_counter() - t0
+    extra = {"defer_policy_pass": True} if defer_policy_pass and getattr(
+        engine, "defers_policy_pass", False) else {}
     ro = engine.sample(prompts, n=n, max_new_tokens=max_new_tokens, generator=generator,
-                       batch_size=batch_size, defer_policy_pass=defer_policy_pass)
+                       batch_size=batch_size, **extra)
     ro.metrics["time/sync_s"] = synced
     return ro

@@ -48,7 +48,7 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
@@ -193,6 +193,9 @@ class VLLMEngine:
 
     server: VLLMServer
     options: SamplingOptions
+    #: :meth:`sample` takes ``defer_policy_pass`` (the optional part of the
+    #: :class:`~bestk.train.rollout.engine.RolloutEngine` protocol)
+    defers_policy_pass: ClassVar[bool] = True
 
     @property
     def device(self) -> torch.device:
