@@ -434,8 +434,7 @@ class Trainer:
     def sample_completions(self, examples: list[Example], step: int, n: int, *,
                            defer_policy_pass: bool = False) -> Rollout:
         """``n`` completions of the current policy per example (noise of ``(seed, step)``),
-        from the run's rollout engine, synced with the policy first (``defer_policy_pass``:
-        :meth:`~bestk.train.rollout.engine.RolloutEngine.sample`'s)."""
+        from the run's rollout engine, synced first (:func:`synced_sample`)."""
         gen = torch.Generator(device=self.device).manual_seed(
             SAMPLING.seed(self.sampling_seed, step))
         return synced_sample(self.engines.rollout, [e["prompt"] for e in examples], n=n,
