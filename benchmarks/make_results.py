@@ -584,8 +584,8 @@ def write_data(docs: Path, name: str, doc: dict[str, Any]) -> None:
 START_TOLERANCE = 0.02
 
 
-def _paired_keys(start: dict[str, list[float]]) -> list[str]:
-    return [k for k in start if k.startswith(("pass@", "best@"))]
+#: The start metrics the pairing check reads: the bounded pass@k / best@k values.
+_PAIRED = ("pass@", "best@")
 
 
 def start_gaps(a: dict[str, list[float]], b: dict[str, list[float]]) -> dict[str, float]:
@@ -603,10 +603,14 @@ def start_gaps(a: dict[str, list[float]], b: dict[str, list[float]]) -> dict[str
 def start_gap(a: dict[str, list[float]], b: dict[str, list[float]]) -> float:
     """The largest ``|a - b|`` over the pass@k / best@k start values and seeds two methods
     share (inf when they do not share the same metrics and seed counts)."""
-    gaps = start_gaps(a, b)
+    return _paired_gap(start_gaps(a, b))
+
+
+def _paired_gap(gaps: dict[str, float]) -> float:
+    """:func:`start_gap` from the per-metric gaps of :func:`start_gaps`."""
     if any(math.isinf(g) for g in gaps.values()):
         return math.inf
-    return max((gaps[k] for k in _paired_keys(a)), default=0.0)
+    return max((g for k, g in gaps.items() if k.startswith(_PAIRED)), default=0.0)
 
 
 def merge_exploratory(name: str, tb: dict[str, Any], docs: Path, env: dict[str, Any]) -> bool:
@@ -629,8 +633,9 @@ def merge_exploratory(name: str, tb: dict[str, Any], docs: Path, env: dict[str, 
     # paired seeds: the arms must start where the testbed's methods start (the same SFT
     # weights and evaluation samples), per seed and metric within START_TOLERANCE
     starts = [m["start"] for m in base["methods"].values() if not m["config"].get("control_of")]
-    gaps = {lb: start_gap(m["start"], starts[0]) for lb, m in tb["methods"].items()} \
+    per_arm = {lb: start_gaps(m["start"], starts[0]) for lb, m in tb["methods"].items()} \
         if starts else {}
+    gaps = {lb: _paired_gap(g) for lb, g in per_arm.items()}
     moved = sorted(lb for lb, gap in gaps.items() if gap > START_TOLERANCE)
     if moved:
         raise SystemExit(f"error: exploratory arm(s) {moved} do not start where {name}'s "
@@ -645,9 +650,8 @@ def merge_exploratory(name: str, tb: dict[str, Any], docs: Path, env: dict[str, 
         "methods": sorted(tb["methods"]), "wall_seconds": tb["wall_seconds"],
         "start_max_abs_diff": max(gaps.values(), default=0.0),
         "start_tolerance": START_TOLERANCE,
-        "start_gaps": {k: max(start_gaps(m["start"], starts[0])[k]
-                              for m in tb["methods"].values())
-                       for k in starts[0]} if starts else {},
+        "start_gaps": {k: max(g[k] for g in per_arm.values()) for k in starts[0]}
+        if per_arm else {},
         "commit": env["commit"],
         "command": f"python benchmarks/make_results.py --testbed {name}{EXPLORATORY_SUFFIX}"}
     write_data(docs, name, doc)
@@ -842,7 +846,7 @@ def _exploratory_start(tb: dict[str, Any]) -> str:
     if not gap:
         return ""
     others = {k: v for k, v in (ex.get("start_gaps") or {}).items()
-              if not k.startswith(("pass@", "best@"))}
+              if not k.startswith(_PAIRED)}
     more = ("; on the other start metrics at most " + ", ".join(
         f"{v:.2g} ({k})" for k, v in sorted(others.items()))) if others else ""
     return (" They ran on a machine whose CPU kernels differ in the last bits from those "
