@@ -16,6 +16,10 @@ The testbed needs a task where the base model's held-out pass@1 lies in [0.1, 0.
 sharpen, and a reward that is not all zero) and its pass@16 is at most 0.9 (room for pass@k to
 move); the record says for each candidate whether it qualifies (``qualifies``).
 
+``--entropy-samples M`` measures the token entropy on the first ``M`` samples of each prompt
+only (``eval.entropy_samples``): with vLLM the entropies come from a forward of the policy
+after sampling, most of the time otherwise.
+
 ``--samples-out FILE`` (one candidate) also writes every sample's 0/1 success and length in
 tokens, ``(prompts, n)`` each, with the run's settings: the data of the training-free
 gradient-allocation check (``benchmarks/smollm2_allocation.py``).
@@ -72,9 +76,11 @@ def qualifies(metrics: dict[str, float]) -> bool:
 
 
 def key(c: dict[str, Any], a: argparse.Namespace) -> str:
-    return json.dumps({"candidate": c, "temperature": a.temperature, "system": a.system,
-                       "prompts": a.prompts, "n": a.n, "max_new_tokens": a.max_new_tokens},
-                      sort_keys=True)
+    settings = {"candidate": c, "temperature": a.temperature, "system": a.system,
+                "prompts": a.prompts, "n": a.n, "max_new_tokens": a.max_new_tokens}
+    if getattr(a, "entropy_samples", None) is not None:  # keys of earlier records stay valid
+        settings["entropy_samples"] = a.entropy_samples
+    return json.dumps(settings, sort_keys=True)
 
 
 def main() -> None:
@@ -88,6 +94,9 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=12)
     ap.add_argument("--system", default=None, help="system prompt (task.system_prompt)")
     ap.add_argument("--engine", default="vllm", choices=["hf", "vllm"])
+    ap.add_argument("--entropy-samples", type=int, default=None,
+                    help="measure token entropy on the first this many samples of each prompt "
+                         "(eval.entropy_samples; default all: with vllm most of the time)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--samples-out", type=Path, default=None,
@@ -136,7 +145,7 @@ def main() -> None:
                                  f"fewer than --prompts {a.prompts}")
             t0 = time.perf_counter()
             res = evaluate(engines.eval, task, examples, n=a.n, max_new_tokens=a.max_new_tokens,
-                           seed=0)
+                           seed=0, entropy_samples=a.entropy_samples)
             m = res.metrics
             row = {k: m[k] for k in (*(f"pass@{k}" for k in KEEP_KS if k <= a.n),
                                      "distinct", "entropy", "response_len", "reward_mean")}

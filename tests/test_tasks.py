@@ -124,6 +124,22 @@ def test_arithmetic_question_format_asks_the_same_problems_in_words():
         load_task("arithmetic", {"format": "latex"})
 
 
+def test_arithmetic_format_may_be_a_template_of_one_s_own():
+    own = "Compute {x} {op} {y}. Reply with the number only."
+    eq = load_task("arithmetic", {"digits": 2, "ops": "+-", "num_eval": 30}, seed=2)
+    t = load_task("arithmetic", {"digits": 2, "ops": "+-", "num_eval": 30, "format": own}, seed=2)
+    for a, b in zip(eq.eval + eq.train[:40], t.eval + t.train[:40], strict=True):
+        x, op, y = re.fullmatch(r"Compute (\d+) ([-+]) (\d+)\. Reply with the number only\.",
+                                b["prompt"]).groups()
+        assert a["prompt"] == f"{x}{op}{y}=" and a["answer"] == b["answer"]
+    assert set("Compute.Rly") <= set(t.alphabet)
+    for bad in ("{x} {op} {x}", "{x} {op}", "{x} {op} {y} {z}", "{x} {op} {y} {"):
+        with pytest.raises(ValueError, match="format"):
+            load_task("arithmetic", {"format": bad})
+    with pytest.raises(ValueError, match="format must be text"):
+        load_task("arithmetic", {"format": 3})
+
+
 def test_arithmetic_b_digits_bounds_the_second_operand():
     t = load_task("arithmetic", {"digits": 2, "b_digits": 1, "ops": "+-", "num_eval": 100})
     assert len(t.train) + len(t.eval) == 2 * 100 * 10

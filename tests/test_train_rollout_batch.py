@@ -72,3 +72,24 @@ def test_concatenation_runs_the_parts_pending_passes():
     both = concat_rollouts([a, b], pad_id=0)
     assert calls_a == calls_b == [1] and both.pending_policy is None
     assert torch.equal(both.policy_logprobs[:4], lp * a.completion_mask)
+
+
+def test_entropy_of_some_rows_runs_the_row_pass_only_and_resolves_nothing():
+    ro, calls, (lp, ent) = _pending()
+    asked: list[tuple[list[int], int]] = []
+
+    def rows_pass(index, group):
+        asked.append((index.tolist(), group))
+        return lp[index], ent[index]
+
+    ro.pending_policy_rows = rows_pass
+    got = ro.policy_entropy_of(torch.tensor([0, 2]), 1)
+    m = ro.completion_mask.float()
+    assert torch.equal(got, (ent * m)[[0, 2]]) and asked == [([0, 2], 1)] and calls == []
+    assert ro.pending_policy is not None and ro.metrics["time/logprobs_s"] >= 0
+    # without a row pass, the whole pass runs once and the stored rows are returned
+    ro2, calls2, _ = _pending()
+    assert torch.equal(ro2.policy_entropy_of(torch.tensor([1, 3]), 2), (ent * m)[[1, 3]])
+    assert calls2 == [1] and ro2.pending_policy is None
+    with pytest.raises(ValueError, match="whole groups of 2"):
+        ro2.policy_entropy_of(torch.tensor([0, 1, 2]), 2)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from rich.progress import Progress, TimeRemainingColumn
 from typer.testing import CliRunner
 
@@ -78,3 +79,90 @@ def test_bestk_eval_shows_a_progress_bar_with_the_time_left_in_a_terminal(tmp_pa
         assert res.exit_code == 0, res.output
         on = terminal == "1"  # a log gets no bar
         assert seen == [("held-out prompts", on, True), ("bank (training prompts)", on, True)]
+
+
+class DeferringEngine:
+    """The HF engine behind the interface of an engine that recomputes entropies after
+    sampling (as ``vllm`` does): the rollout's policy pass is left pending, a pass over some
+    rows only is available, and every pass is logged."""
+
+    defers_policy_pass = True
+
+    def __init__(self, inner):
+        self.inner, self.device = inner, inner.device
+        self.passes, self.rollouts, self.plain = [], [], []
+
+    def sync(self):
+        self.inner.sync()
+
+    def sample(self, prompts, *, n, max_new_tokens, generator, defer_policy_pass=False):
+        ro = self.inner.sample(prompts, n=n, max_new_tokens=max_new_tokens, generator=generator)
+        self.plain.append((ro.entropy.clone(), ro.completion_mask.clone()))
+        j = (torch.arange(ro.entropy.shape[0]) % n).float()[:, None]
+        ent, lp = (ro.entropy + j) * ro.completion_mask, ro.logprobs.clone()
+        self.rollouts.append((ent, ro.completion_mask.clone()))
+        ro.entropy = torch.zeros_like(ent)
+
+        def whole():
+            self.passes.append(("all", ent.shape[0]))
+            return lp, ent
+
+        def rows(index, group):
+            self.passes.append(("rows", index.tolist(), group))
+            return lp[index], ent[index]
+
+        ro.pending_policy, ro.pending_policy_rows = whole, rows
+        if not defer_policy_pass:
+            ro.resolve_policy()
+        return ro
+
+
+def _first_samples_entropy(rollouts, n, m):
+    """Mean token entropy over the first ``m`` samples of each prompt, from whole passes."""
+    num = den = 0.0
+    for ent, mask in rollouts:
+        keep = (torch.arange(ent.shape[0]) % n) < m
+        num += float((ent * mask)[keep].sum())
+        den += float(mask[keep].sum())
+    return num / den
+
+
+def test_entropy_on_the_first_samples_runs_the_policy_pass_on_those_rows_only():
+    task = load_task("strings", OPTIONS, seed=0)
+    model, tok = load_policy(ModelConfig(**TINY_MODEL), task.alphabet, seed=0)
+    hf = HFEngine(model, tok)
+    full = evaluate(hf, task, task.eval, n=3, max_new_tokens=4, batch_prompts=2, seed=7)
+    eng = DeferringEngine(hf)
+    some = evaluate(eng, task, task.eval, n=3, max_new_tokens=4, batch_prompts=2, seed=7,
+                    entropy_samples=2)
+    # prompts 0-1, 2-3 and 4: rows 0, 1 | 3, 4 of each batch, groups of 2; no whole pass
+    assert eng.passes == [("rows", [0, 1, 3, 4], 2), ("rows", [0, 1, 3, 4], 2),
+                          ("rows", [0, 1], 2)]
+    want = _first_samples_entropy(eng.rollouts, 3, 2)
+    assert some.metrics["entropy"] == pytest.approx(want, rel=1e-6)
+    assert want < _first_samples_entropy(eng.rollouts, 3, 3) - 0.2  # the rows matter
+    assert {k: v for k, v in some.metrics.items() if k != "entropy"} == \
+        {k: v for k, v in full.metrics.items() if k != "entropy"}
+    # every sample: the whole pass, as without the option
+    eng.passes.clear()
+    again = evaluate(eng, task, task.eval, n=3, max_new_tokens=4, batch_prompts=2, seed=7,
+                     entropy_samples=3)
+    assert [p[0] for p in eng.passes] == ["all"] * 3
+    assert again.metrics["entropy"] == pytest.approx(
+        _first_samples_entropy(eng.rollouts[-3:], 3, 3), rel=1e-6)
+    assert _first_samples_entropy(eng.plain[-3:], 3, 3) == pytest.approx(
+        full.metrics["entropy"], rel=1e-6)
+    # an engine that measures entropies while sampling: the stored ones of those rows
+    hf_some = evaluate(hf, task, task.eval, n=3, max_new_tokens=4, batch_prompts=2, seed=7,
+                       entropy_samples=2)
+    assert hf_some.metrics["entropy"] == pytest.approx(
+        _first_samples_entropy(eng.plain[:3], 3, 2), rel=1e-6)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+def test_entropy_samples_must_be_a_positive_integer(bad):
+    task = load_task("strings", OPTIONS, seed=0)
+    model, tok = load_policy(ModelConfig(**TINY_MODEL), task.alphabet, seed=0)
+    with pytest.raises(ValueError, match="entropy_samples must be an integer >= 1"):
+        evaluate(HFEngine(model, tok), task, task.eval, n=2, max_new_tokens=4,
+                 entropy_samples=bad)

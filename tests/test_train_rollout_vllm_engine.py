@@ -266,3 +266,19 @@ def test_more_seeded_requests_than_one_scheduler_step_holds(open_trainer):
     ro = engine.sample(prompts, n=32, max_new_tokens=6,
                        generator=torch.Generator(engine.device).manual_seed(0))
     assert ro.completion_ids.shape[0] == 64 * 32 and len(ro.texts) == 64 * 32
+
+
+def test_the_pass_over_some_rows_equals_the_whole_pass_on_them(open_trainer):
+    """The vLLM engine's pass over the first samples of each prompt only (what an evaluation
+    with ``eval.entropy_samples`` runs) gives the whole pass's entropies on those rows."""
+    tr = open_trainer()
+    _perturb(tr.model, seed=3)
+    exs = tr.draw_prompts(2)
+    eager = tr.sample_completions(exs, 2, 4)
+    ro = tr.sample_completions(exs, 2, 4, defer_policy_pass=True)
+    assert ro.pending_policy_rows is not None
+    rows = torch.tensor([0, 1, 4, 5])  # the first 2 of each group of 4
+    got = ro.policy_entropy_of(rows, 2)
+    m = eager.completion_mask[rows].bool()
+    assert (got - eager.entropy[rows])[m].abs().max() < 1e-4 and (got[m] > 0).all()
+    assert ro.pending_policy is not None  # nothing resolved

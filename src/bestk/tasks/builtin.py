@@ -44,6 +44,25 @@ _OPS = {"+": np.add, "-": np.subtract, "*": np.multiply}
 _ARITHMETIC_FORMATS = {"equation": "{x}{op}{y}=", "question": "What is {x} {op} {y}?"}
 
 
+def _arithmetic_template(format: str) -> str:
+    """The prompt template of the arithmetic task's ``format`` option: a named format, or a
+    template of the user's own with each of ``{x}``, ``{op}`` and ``{y}`` exactly once."""
+    if not isinstance(format, str):
+        raise ValueError(f"arithmetic option format must be text, got {format!r}")
+    if format in _ARITHMETIC_FORMATS:
+        return _ARITHMETIC_FORMATS[format]
+    fields = ("{x}", "{op}", "{y}")
+    if all(format.count(f) == 1 for f in fields):
+        try:
+            format.format(x=0, op="+", y=0)
+        except (IndexError, KeyError, ValueError) as e:
+            raise ValueError(f"arithmetic option format {format!r} is not a valid template: "
+                             f"{e}") from None
+        return format
+    raise ValueError(f"arithmetic option format must be one of {sorted(_ARITHMETIC_FORMATS)} or "
+                     f"a template with each of {{x}}, {{op}} and {{y}} once, got {format!r}")
+
+
 @register_task("arithmetic")
 def arithmetic_task(
     *,
@@ -62,7 +81,9 @@ def arithmetic_task(
 
     ``format``: ``"equation"`` asks ``"35+77="`` (for models trained on the task's own
     characters); ``"question"`` asks ``"What is 35 + 77?"`` (for pretrained chat models, which
-    read a bare equation as an unfinished sentence).
+    read a bare equation as an unfinished sentence); any other text is a template of its own
+    with each of ``{x}``, ``{op}`` and ``{y}`` once (``"Compute {x} {op} {y}. Reply with the
+    number only."``).
 
     All ``len(ops) * 10^(2 digits)`` problems are enumerated once; ``num_eval`` of them
     (drawn with ``seed``) are held out, the rest are the training prompts. ``graded=True``
@@ -75,9 +96,7 @@ def arithmetic_task(
     bad = sorted(set(ops) - set(_OPS)) if ops else ["(empty)"]
     if bad:
         raise ValueError(f"arithmetic option ops has unknown operator(s) {bad}; valid: + - *")
-    if format not in _ARITHMETIC_FORMATS:
-        raise ValueError(f"arithmetic option format must be one of {sorted(_ARITHMETIC_FORMATS)}, "
-                         f"got {format!r}")
+    template = _arithmetic_template(format)
     if b_digits is not None and not 1 <= b_digits <= digits:
         raise ValueError(f"arithmetic option b_digits must be in [1, digits={digits}], "
                          f"got {b_digits}")
@@ -95,7 +114,7 @@ def arithmetic_task(
     examples = []
     for i, (x, op, y) in enumerate(problems):
         value = int(_OPS[op](x, y))
-        examples.append({"id": i, "prompt": _ARITHMETIC_FORMATS[format].format(x=x, op=op, y=y),
+        examples.append({"id": i, "prompt": template.format(x=x, op=op, y=y),
                          "answer": str(value)})
     held = [examples[i] for i in order[:num_eval]]
     train = [examples[i] for i in np.sort(order[num_eval:])]

@@ -445,7 +445,8 @@ def _evaluate_and_report(engine: RolloutEngine, cfg: ResolvedTrainConfig, t: Tas
     err = Console(stderr=True)  # a progress bar with the time left, in a terminal
     with autocast(cfg.device, cfg.model.autocast), progress_bar(err, err.is_terminal) as bar:
         res = evaluate(engine, t, examples, n=n, max_new_tokens=max_new, seed=seed,
-                       progress=bar, description="held-out prompts")
+                       progress=bar, description="held-out prompts",
+                       entropy_samples=cfg.eval.entropy_samples)
     table = Table(title=f"{t.name}: {len(examples)} held-out prompts x {n} samples")
     table.add_column("k")
     table.add_column("pass@k [95% CI]")

@@ -375,6 +375,11 @@ class EvalConfig(_Section):
     """Top-k of evaluation (0 = off; ``None``: the model's ``generation_config``, else 0)."""
     engine: Str = Field("hf", json_schema_extra=_want("an engine name such as hf or vllm"))
     """Where the held-out completions come from: ``hf`` or ``vllm``, as ``rollout.engine``."""
+    entropy_samples: Int | None = Field(None, ge=1, json_schema_extra=_null("all n"))
+    """Measure the token entropy (metric ``entropy``) on the first this many samples of each
+    held-out prompt only (``None``: all ``n``). ``vllm`` gets entropies from a forward of the
+    policy after sampling, most of an evaluation's time; on fewer samples it costs
+    proportionally less and estimates the same mean. Every other metric uses all ``n``."""
 
 
 class VLLMConfig(_Section):

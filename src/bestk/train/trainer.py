@@ -392,11 +392,11 @@ class Trainer:
         """Held-out evaluation at ``step`` (logged as a ``phase: eval`` line, its samples to
         ``samples.jsonl``; on the ``progress`` bar while it runs); the step-0 one, before the
         first checkpoint, stops at its next batch on Ctrl-C / SIGTERM."""
-        res = evaluate(
-            self.engines.eval, self.task, self.eval_examples, n=self.cfg.eval.n,
-            max_new_tokens=self.max_new_tokens, seed=EVAL_SAMPLING.seed(self.sampling_seed, step),
-            should_stop=self.stop.should_stop if step == 0 else None, progress=progress,
-        )
+        res = evaluate(self.engines.eval, self.task, self.eval_examples, n=self.cfg.eval.n,
+                       max_new_tokens=self.max_new_tokens, progress=progress,
+                       seed=EVAL_SAMPLING.seed(self.sampling_seed, step),
+                       should_stop=self.stop.should_stop if step == 0 else None,
+                       entropy_samples=self.cfg.eval.entropy_samples)
         return self.log.evaluation(step, res, self.task)
 
     def checkpoint(self) -> Path:

@@ -39,6 +39,10 @@ class Rollout:
         holds zeros. Either the caller's own forward of the policy over every row fills them
         (:meth:`fill_policy`, what an exactly on-policy update does, so the step forwards the
         policy once instead of twice) or :meth:`resolve_policy` runs the pass.
+    pending_policy_rows: the same pass over some rows only, ``(index, group_size)`` ->
+        ``(len(index), T)`` log-probs and entropies (``index`` in groups of ``group_size``
+        rows answering one prompt), when the engine can run it so
+        (:meth:`policy_entropy_of`); ``None``: it cannot.
     """
 
     prompt_ids: torch.Tensor
@@ -52,6 +56,8 @@ class Rollout:
     metrics: dict[str, float] = field(default_factory=dict)
     policy_logprobs: torch.Tensor | None = None
     pending_policy: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None
+    pending_policy_rows: Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]] | None \
+        = None
     _filled: torch.Tensor | None = field(default=None, repr=False)
 
     def resolve_policy(self) -> None:
@@ -63,7 +69,7 @@ class Rollout:
         logprobs, entropy = self.pending_policy()
         m = self.completion_mask.to(logprobs.dtype)
         self.policy_logprobs, self.entropy = logprobs * m, entropy * m
-        self.pending_policy, self._filled = None, None
+        self.pending_policy, self.pending_policy_rows, self._filled = None, None, None
         self.metrics["time/logprobs_s"] = (self.metrics.get("time/logprobs_s", 0.0)
                                            + time.perf_counter() - t0)
 
@@ -90,7 +96,27 @@ class Rollout:
         self.entropy[rows] = entropy.detach().float() * m
         self._filled[rows] = True
         if bool(self._filled.all()):
-            self.pending_policy, self._filled = None, None
+            self.pending_policy, self.pending_policy_rows, self._filled = None, None, None
+
+    def policy_entropy_of(self, index: torch.Tensor, group_size: int) -> torch.Tensor:
+        """The policy's ``(len(index), T)`` token entropies of rows ``index`` (masked), in
+        groups of ``group_size`` rows that answer one prompt. A pending pass runs on those rows
+        only when the engine can (:attr:`pending_policy_rows`, its seconds added to
+        ``time/logprobs_s``; nothing is resolved), else over every row
+        (:meth:`resolve_policy`); with nothing pending, the stored entropies."""
+        index = torch.as_tensor(index, dtype=torch.long)
+        if index.ndim != 1 or group_size < 1 or index.numel() % group_size:
+            raise ValueError(f"policy_entropy_of: a 1-d index in whole groups of {group_size} "
+                             f"rows, got shape {tuple(index.shape)}")
+        m = self.completion_mask[index].to(torch.float32)
+        if self.pending_policy_rows is not None and self._filled is None:
+            t0 = time.perf_counter()
+            _, entropy = self.pending_policy_rows(index, group_size)
+            self.metrics["time/logprobs_s"] = (self.metrics.get("time/logprobs_s", 0.0)
+                                               + time.perf_counter() - t0)
+            return entropy.float() * m
+        self.resolve_policy()
+        return self.entropy[index].float() * m
 
 
 def concat_rollouts(parts: Sequence[Rollout], *, pad_id: int) -> Rollout:

@@ -69,6 +69,7 @@ def evaluate(
     should_stop: Callable[[], bool] | None = None,
     progress: Progress | None = None,
     description: str = "evaluation",
+    entropy_samples: int | None = None,
 ) -> EvalResult:
     """Sample ``n`` completions for each example with ``engine`` (synced with the policy
     first; its sampling settings: temperature, top-p, top-k, prompt length limit),
@@ -78,13 +79,28 @@ def evaluate(
     :class:`~bestk.train.run.console.Stopped` is raised. ``progress``: a ``rich`` progress
     bar, to which the evaluation adds a task (``description: P prompts x n``, advanced after
     each batch of prompts, so that it shows the time left) and from which it removes it when
-    done."""
+    done.
+
+    ``entropy_samples = m < n``: the token entropy (``metrics["entropy"]``, the mean over
+    completion tokens of the policy's next-token entropy) is measured on the first ``m``
+    samples of each prompt only. An engine that samples with another model (``vllm``) gets it
+    from a forward of the policy after sampling, which then runs on those rows only
+    (:meth:`Rollout.policy_entropy_of`): most of such an evaluation's time. The samples are
+    exchangeable, so it estimates the same quantity; every other metric uses all ``n``."""
     if not examples:
         raise ValueError("evaluate: no held-out prompts")
+    if entropy_samples is not None and (isinstance(entropy_samples, bool)
+                                        or not isinstance(entropy_samples, int)
+                                        or entropy_samples < 1):
+        raise ValueError(f"evaluate: entropy_samples must be an integer >= 1 or None, got "
+                         f"{entropy_samples!r}")
+    m_ent = n if entropy_samples is None else min(int(entropy_samples), n)
+    defer = m_ent < n and getattr(engine, "defers_policy_pass", False)
     engine.sync()
     gen = torch.Generator(device=engine.device).manual_seed(int(seed))
     several = len(task.reward_names) > 1
     rewards, texts, entropy, lengths = [], [], [], []
+    ent_tokens = 0.0
     parts: dict[str, list[np.ndarray]] = {}
     bar = progress.add_task(f"{description}: {len(examples)} prompts x {n}",
                             total=len(examples)) if progress is not None else None
@@ -94,7 +110,8 @@ def evaluate(
                 raise Stopped(f"an evaluation ({start} of {len(examples)} prompts)")
             chunk = list(examples[start : start + batch_prompts])
             ro = engine.sample([ex["prompt"] for ex in chunk], n=n,
-                               max_new_tokens=max_new_tokens, generator=gen)
+                               max_new_tokens=max_new_tokens, generator=gen,
+                               **({"defer_policy_pass": True} if defer else {}))
             exs = [ex for ex in chunk for _ in range(n)]
             if several:
                 scores = task.score_detailed(exs, ro.texts)
@@ -105,7 +122,14 @@ def evaluate(
                 rewards.append(task.score(exs, ro.texts))
             texts.extend(ro.texts)
             m = ro.completion_mask.float()
-            entropy.append(float((ro.entropy * m).sum()))
+            if m_ent < n:
+                rows = (torch.arange(len(chunk))[:, None] * n + torch.arange(m_ent)).reshape(-1)
+                entropy.append(float(ro.policy_entropy_of(rows, m_ent).sum()))
+                ent_tokens += float(m[rows.to(m.device)].sum())
+            else:
+                ro.resolve_policy()
+                entropy.append(float((ro.entropy * m).sum()))
+                ent_tokens += float(m.sum())
             lengths.append(m.sum(1).cpu().numpy())
             if progress is not None:
                 assert bar is not None  # added with the progress bar
@@ -131,7 +155,7 @@ def evaluate(
                                 for row, oks in zip(arr, succ, strict=True)])
     metrics.update(
         reward_mean=float(r.mean()),
-        entropy=sum(entropy) / max(ntok, 1.0),
+        entropy=sum(entropy) / max(ent_tokens, 1.0),
         distinct=float(distinct),
         distinct_correct=float(distinct_correct),
         response_len=ntok / r.size,

@@ -263,6 +263,8 @@ class VLLMEngine:
             torch.zeros_like(m), finished.to(dev), metrics,
             pending_policy=lambda: self._recompute(prompt_ids, prompt_mask, ids, mask, n,
                                                    batch_size),
+            pending_policy_rows=lambda idx, g: self._recompute(
+                prompt_ids[idx], prompt_mask[idx], ids[idx], mask[idx], g, batch_size),
         )
         if not defer_policy_pass:
             ro.resolve_policy()
