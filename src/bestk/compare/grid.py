@@ -151,7 +151,8 @@ def _grid(methods: list[Method], base: TrainConfig, seeds: Sequence[int], out: P
           progress: bool, resume: bool, what: str, shared: Path | None = None,
           share_bank: bool = True) -> dict[str, dict[str, RunResult]]:
     """SFT (and KAPPO calibration) per seed under ``shared`` (default ``out``), the seeds'
-    shared reference banks, then every (method, seed) run under ``out``; returns
+    shared reference banks, then every (method, seed) run under ``out``, runs that start alike
+    sharing their step-0 evaluation under ``shared/_start`` (``eval.shared_start``); returns
     ``{label: {"seedS": result}}``."""
     shared = out if shared is None else shared
     sft_dir = shared / "_sft"
@@ -159,6 +160,7 @@ def _grid(methods: list[Method], base: TrainConfig, seeds: Sequence[int], out: P
     banks: dict[str, list[Any]] = {}  # bank dir -> [job config, sft path, key, completions]
     if not resume:
         shutil.rmtree(shared / "_bank", ignore_errors=True)
+        shutil.rmtree(shared / "_start", ignore_errors=True)
     needs_cal = kappo is not None and any(
         estimator_info(m.estimator).calibrated and m.options.get("calibration") == "auto"
         for m in methods)
@@ -203,6 +205,9 @@ def _grid(methods: list[Method], base: TrainConfig, seeds: Sequence[int], out: P
                 cfg = copy.deepcopy(cfg)
                 cfg.kappo.bank = bdir
             key = fingerprint({"config": config_key(cfg), "sft": sft_key(cfg)})
+            if cfg.eval.shared_start is None:  # outside the key: it changes no result
+                cfg = copy.deepcopy(cfg)
+                cfg.eval.shared_start = str(shared / "_start")
             if not resume and cfg.out is not None:
                 shutil.rmtree(cfg.out, ignore_errors=True)
             runs.append((i, m.label, cfg, sft_path, key))

@@ -16,6 +16,7 @@ import torch
 
 from bestk.train.config import ResolvedTrainConfig, TrainConfig
 from bestk.train.config_io import config_to_dict
+from bestk.train.rollout.shared_start import state_digest
 from bestk.train.validation import (
     resolve_defaults,
 )
@@ -33,13 +34,7 @@ def weights_digest(path: str | Path) -> str:
     only by the SFT configuration: recomputing the weights on another machine (a resumed or
     restored grid) can change them in the last float bits, and runs made from different
     weights would no longer be paired."""
-    state = torch.load(path, map_location="cpu")
-    h = hashlib.sha256()
-    for name in sorted(state):
-        t = state[name].detach().contiguous().cpu()
-        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())  # 0-dim and empty too
-    return h.hexdigest()[:16]
+    return state_digest(torch.load(path, map_location="cpu"))
 
 
 def non_default(value: object, default: object) -> object:

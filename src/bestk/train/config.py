@@ -380,6 +380,11 @@ class EvalConfig(_Section):
     held-out prompt only (``None``: all ``n``). ``vllm`` gets entropies from a forward of the
     policy after sampling, most of an evaluation's time; on fewer samples it costs
     proportionally less and estimates the same mean. Every other metric uses all ``n``."""
+    shared_start: Str | None = Field(None, json_schema_extra=_null("no sharing"))
+    """A directory where runs that start alike share their step-0 evaluation: same weights
+    when RL starts, evaluation noise (``sampling_seed``) and evaluation-shaping config
+    (:mod:`bestk.train.rollout.shared_start`); the first stores it, the others read it
+    instead of sampling. ``bestk compare`` grids set it for their runs."""
 
 
 class VLLMConfig(_Section):

@@ -64,6 +64,7 @@ from bestk.train.rollout.batch import Rollout
 from bestk.train.rollout.engine import open_engines, synced_sample
 from bestk.train.rollout.evaluate import evaluate, pass_summary
 from bestk.train.rollout.scoring import score_batch
+from bestk.train.rollout.shared_start import shared_start_evaluation
 from bestk.train.run.checkpoint import (
     global_rng_kept,
     latest_checkpoint,
@@ -389,14 +390,15 @@ class Trainer:
         self.algo.prepare(cal, bank)
 
     def evaluate(self, step: int, progress: Progress | None = None) -> Record:
-        """Held-out evaluation at ``step`` (logged as a ``phase: eval`` line, its samples to
-        ``samples.jsonl``; on the ``progress`` bar while it runs); the step-0 one, before the
-        first checkpoint, stops at its next batch on Ctrl-C / SIGTERM."""
-        res = evaluate(self.engines.eval, self.task, self.eval_examples, n=self.cfg.eval.n,
-                       max_new_tokens=self.max_new_tokens, progress=progress,
-                       seed=EVAL_SAMPLING.seed(self.sampling_seed, step),
-                       should_stop=self.stop.should_stop if step == 0 else None,
-                       entropy_samples=self.cfg.eval.entropy_samples)
+        """Held-out evaluation at ``step`` (a ``phase: eval`` line, samples to ``samples.jsonl``,
+        on the ``progress`` bar); the step-0 one stops at its next batch on Ctrl-C / SIGTERM
+        and is shared by runs that start alike when ``eval.shared_start`` is set."""
+        res = shared_start_evaluation(self.cfg, self.model, self.sampling_seed, step, lambda: (
+            evaluate(self.engines.eval, self.task, self.eval_examples, n=self.cfg.eval.n,
+                     max_new_tokens=self.max_new_tokens, progress=progress,
+                     seed=EVAL_SAMPLING.seed(self.sampling_seed, step),
+                     should_stop=self.stop.should_stop if step == 0 else None,
+                     entropy_samples=self.cfg.eval.entropy_samples)))
         return self.log.evaluation(step, res, self.task)
 
     def checkpoint(self) -> Path:
@@ -426,9 +428,8 @@ class Trainer:
 
     def draw_prompts(self, step: int) -> list[Example]:
         """``rollout.prompts_per_step`` distinct prompts of :attr:`rl_prompts` for ``step``."""
-        rng = self.prompt_rng(step)
-        idx = rng.choice(len(self.rl_prompts), size=self.cfg.rollout.prompts_per_step,
-                         replace=False)
+        idx = self.prompt_rng(step).choice(len(self.rl_prompts), replace=False,
+                                           size=self.cfg.rollout.prompts_per_step)
         return [self.rl_prompts[j] for j in idx]
 
     def sample_completions(self, examples: list[Example], step: int, n: int, *,

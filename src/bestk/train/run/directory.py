@@ -91,6 +91,8 @@ RESUME_FREE: dict[str, str] = {
     "keep_checkpoints": "how many checkpoints stay on disk",
     "report_to": "where records are shown live (TensorBoard, W&B), not what is trained",
     "run_name": "the run's name in W&B",
+    "eval.shared_start": "where the step-0 evaluation is shared, which is the same read or "
+                         "sampled (done before the first checkpoint, so never by a resume)",
 }
 
 #: Keys a resumed run may change because they describe the machine, not the experiment. The
