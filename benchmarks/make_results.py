@@ -515,6 +515,10 @@ def collect_language(name: str, runs: Path, *, fast: bool) -> dict[str, Any] | N
             "start": {k: [r["start"][k] for r in rs] for k in keys},
             "end": {k: [r["end"][k] for r in rs] for k in keys},
         }
+        curves = [r.get("train_curve") or {} for r in rs]
+        shared = [k for k in curves[0] if all(k in c for c in curves)]
+        if shared:  # per step, from each run's own rollouts (bestk.compare.jobs.TRAIN_CURVE)
+            data_methods[m.label]["train_curve"] = {k: [c[k] for c in curves] for k in shared}
     out_tb = {"ks": ks, "curve_ks": curve, "seeds": seeds, "n": n, "methods": data_methods,
               "sweep": sweep, "spec": spec, "wall_seconds": wall}
     banks = [bank_summary(b) for i in seeds for b in sorted((out / "_bank").glob(f"seed{i}-*"))
@@ -622,6 +626,9 @@ def produce(name: str, runs: Path, docs: Path, *, fast: bool, reuse: bool,
         if name in KAPPO_LANGUAGE:
             if tb["seeds"]:
                 kappo_figure(tb, docs / "results" / f"{name}.png")
+        elif name in PRETRAINED:
+            if tb["seeds"]:
+                pretrained_figure(tb, docs / "results" / f"{name}.png")
         elif (out / "compare.md").exists():
             md = (out / "compare.md").read_text().replace("(compare.png)", f"({name}.png)")
             write_text_atomic(docs / "results" / f"{name}.md", md)
@@ -789,6 +796,64 @@ def kappo_figure(tb: dict[str, Any], path: Path) -> None:
         ax.legend(fontsize=7)
     fig.suptitle(f"KAPPO on anagrams (0/1 success), {len(tb['seeds'])} seeds, held-out "
                  "test prompts", fontsize=10)
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+#: Steps per window of the pretrained testbed's training curves (each step: 8 prompts).
+CURVE_WINDOW = 5
+
+
+def pretrained_figure(tb: dict[str, Any], path: Path) -> None:
+    """The pretrained testbed's learning curves and pass@k curve: (a) pass@1 and (b) pass@n
+    (n = the rollouts of a group, 16: the share of groups with a success) of each step's own
+    rollouts on training prompts, before the step's update, in windows of
+    :data:`CURVE_WINDOW` steps; (c) held-out pass@k for k = 1..n_eval at the end of RL, with
+    the start. Lines are means over seeds, bands 95% t-intervals over seeds."""
+    plt = pyplot(extra="lab")
+    methods = tb["methods"]
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
+    # the group size: the last rollout.n override (later overrides win)
+    group = [int(o.split("=")[1]) for o in tb["spec"]["overrides"] if o.startswith("rollout.n=")]
+    w = CURVE_WINDOW
+    for lb, m in methods.items():
+        cur = m.get("train_curve", {})
+        for ax, key in zip(axes[:2], ("success_rate", "group_any_success"), strict=True):
+            if key not in cur:
+                continue
+            rows = np.asarray(cur[key], dtype=float)  # (seeds, steps)
+            w = max(1, min(CURVE_WINDOW, rows.shape[1]))
+            cut = rows[:, : rows.shape[1] // w * w].reshape(rows.shape[0], -1, w).mean(2)
+            steps = (np.arange(cut.shape[1]) + 1) * w
+            mean, half = _mean_band(cut)
+            (line,) = ax.plot(steps, mean, ".-", lw=1.4, label=lb)
+            ax.fill_between(steps, np.clip(mean - half, 0, 1), np.clip(mean + half, 0, 1),
+                            color=line.get_color(), alpha=0.12)
+        ks = tb["curve_ks"]
+        end = np.array([m["end"][metric_key("pass", k)] for k in ks]).T
+        mean, half = _mean_band(end)
+        (line,) = axes[2].plot(ks, mean, "-", lw=1.4, label=lb)
+        axes[2].fill_between(ks, np.clip(mean - half, 0, 1), np.clip(mean + half, 0, 1),
+                             color=line.get_color(), alpha=0.12)
+    first = next(iter(methods.values()))
+    ks = tb["curve_ks"]
+    axes[2].plot(ks, np.array([first["start"][metric_key("pass", k)] for k in ks]).T.mean(0),
+                 "k--", lw=1, label="start of RL")
+    titles = [("(a) pass@1 of the step's rollouts", "pass@1 (training prompts)"),
+              (f"(b) pass@{group[-1]} of the step's rollouts (a group has a success)",
+               f"pass@{group[-1]} (training prompts)"),
+              ("(c) held-out pass@k at the end of RL", "pass@k (held-out test prompts)")]
+    for ax, (title, ylabel) in zip(axes, titles, strict=True):
+        ax.set_title(title, fontsize=10)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in axes[:2]:
+        ax.set_xlabel(f"RL step (means over windows of {w} steps)")
+    axes[2].set_xscale("log", base=2)
+    axes[2].set_xlabel("k")
+    fig.suptitle(f"SmolLM2-135M-Instruct, arithmetic in chat: {len(tb['seeds'])} seeds",
+                 fontsize=10)
     fig.tight_layout()
     save_figure(fig, path)
 
@@ -1169,7 +1234,9 @@ def render(docs: Path, *, fast: bool = False) -> dict[str, Any]:
                         ("language-permute", "language: anagrams, pass@k after RL"),
                         ("language-reverse", "language: reverse, pass@k after RL"),
                         ("language-permute-kappo",
-                         "language: KAPPO Figs. 2-3 analogues on anagrams")):
+                         "language: KAPPO Figs. 2-3 analogues on anagrams"),
+                        ("smollm2", "pretrained SmolLM2-135M-Instruct: learning curves and "
+                                    "pass@k after RL")):
         if (docs / "results" / f"{name}.png").exists():
             plots.append(f"![{title}](results/{name}.png)\n")
         if name in figures:

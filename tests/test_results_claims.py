@@ -299,7 +299,20 @@ def test_the_pretrained_testbed_runs_end_to_end(tmp_path):
         if not e["control"]:
             assert "sharpening" in e["power"]
     data = json.loads((docs / "results" / "data" / "smollm2.json").read_text())
-    assert data["testbeds"]["smollm2"]["curve_ks"] == list(range(1, 17))
+    tb = data["testbeds"]["smollm2"]
+    assert tb["curve_ks"] == list(range(1, 17))
+    # the learning curves: one value per RL step and seed, from each run's own rollouts
+    steps = int(next(o for o in tb["spec"]["overrides"] if o.startswith("max_steps="))
+                .split("=")[1])
+    for m in tb["methods"].values():
+        curve = m["train_curve"]
+        assert set(curve) >= {"success_rate", "group_any_success"}
+        assert all(len(seed) == steps and all(0 <= v <= 1 for v in seed)
+                   for seed in curve["success_rate"]) and len(curve["success_rate"]) == 2
+        assert all(g >= p for gs, ps in zip(curve["group_any_success"], curve["success_rate"],
+                                            strict=True) for g, p in zip(gs, ps, strict=True))
+    assert (docs / "results" / "smollm2.png").is_file()
+    assert "](results/smollm2.png)" in (docs / "results.md").read_text()
 
 
 def test_every_judged_arm_has_its_power_and_the_verdict_respects_it(committed):

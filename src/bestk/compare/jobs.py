@@ -135,12 +135,21 @@ class SeedResult(TypedDict):
     run: dict[str, object]
 
 
+#: The per-step records of a run's own rollouts kept as its training curve: on-policy samples
+#: of training prompts before the step's update, free (no evaluation runs for them):
+#: ``success_rate`` (pass@1) and ``group_any_success`` (pass@n, n = ``rollout.n``: a group of
+#: n samples has a success), ``reward_mean``.
+TRAIN_CURVE: tuple[str, ...] = ("success_rate", "group_any_success", "reward_mean")
+
+
 class RunResult(SeedResult):
-    """``OUT/<label>/seed<S>/result.json`` (:func:`rl_job`): the method's label and the run's
-    key besides."""
+    """``OUT/<label>/seed<S>/result.json`` (:func:`rl_job`): the method's label, the run's
+    key and its training curve (:data:`TRAIN_CURVE`: one value per RL step, from the step's
+    own rollouts) besides."""
 
     label: str
     key: str
+    train_curve: dict[str, list[float]]
 
 
 class KappoFields(TypedDict):
@@ -320,9 +329,12 @@ def rl_job(cfg_dict: Mapping[str, object], sft_path: str | None, label: str, key
         "reference_weights": weights,  # weights_digest of the SFT warm start (None: none)
         "wall_seconds": time.perf_counter() - t0,
     }
+    trains = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["phase"] == "train"]
     out: RunResult = {"label": label, "key": key, "run": run,
            "start": {k: evals[0][k] for k in keep if k in evals[0]},
-           "end": {k: evals[-1][k] for k in keep}}
+           "end": {k: evals[-1][k] for k in keep},
+           "train_curve": {k: [float(r[k]) for r in trains] for k in TRAIN_CURVE
+                           if trains and all(k in r for r in trains)}}
     write_text_atomic(result_path, json.dumps(out, indent=1))
     for ck in (run_dir / "checkpoints", run_dir / "final"):
         shutil.rmtree(ck, ignore_errors=True)  # the result is all a comparison keeps
