@@ -357,10 +357,19 @@ def _language_spec(name: str, fast: bool) -> dict[str, Any]:
     return spec
 
 
+def same_grid(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two grid specs make the same runs: equal but for ``seeds`` (every run has a key
+    of its own, so a grid whose seeds grow -- a power pilot's 6 to the seeds it asks for --
+    keeps the runs it has)."""
+    return {k: v for k, v in a.items() if k != "seeds"} == \
+        {k: v for k, v in b.items() if k != "seeds"}
+
+
 def _made_with(out: Path, spec: dict[str, Any]) -> bool:
-    """Whether the grid directory ``out`` was made with ``spec`` (its ``spec.json`` stamp)."""
+    """Whether the grid directory ``out`` was made with ``spec`` (its ``spec.json`` stamp;
+    :func:`same_grid`)."""
     stamp = out / "spec.json"
-    return stamp.exists() and json.loads(stamp.read_text()) == spec
+    return stamp.exists() and same_grid(json.loads(stamp.read_text()), spec)
 
 
 def run_language(name: str, runs: Path, *, fast: bool, reuse: bool, workers: int,
@@ -423,7 +432,8 @@ def _grid_cache_of(name: str, spec: dict[str, Any], cache: Path) -> dict[str, An
     if not path.exists():
         return None
     saved = json.loads(path.read_text())
-    return saved if saved.get("spec") == spec else None
+    return saved if isinstance(saved.get("spec"), dict) and same_grid(saved["spec"], spec) \
+        else None
 
 
 def drop_grid_cache(name: str, spec: dict[str, Any], cache: Path = GRID_CACHE) -> bool:

@@ -502,6 +502,28 @@ def test_a_grid_cache_restores_finished_runs_into_a_fresh_run_directory(tmp_path
     assert not (cache / f"{name}.json").exists()
 
 
+def test_a_grid_whose_seeds_grow_keeps_its_runs_and_its_cache(tmp_path):
+    """A power pilot's grid (6 seeds) grown to the seeds it asks for is the same grid: its
+    run directory and cache stay (every run has a key of its own); any other change of the
+    spec is another grid."""
+    mr = _make_results()
+    name = "language-reverse"
+    spec = mr._testbed_spec(name, fast=True)
+    grown = {**spec, "seeds": spec["seeds"] + 4}
+    assert mr.same_grid(spec, grown) and not mr.same_grid(spec, {**spec, "lr_sweep": [1.0]})
+    out = tmp_path / "runs" / name
+    out.mkdir(parents=True)
+    (out / "spec.json").write_text(json.dumps(spec))
+    assert mr._made_with(out, grown)
+    assert not mr._made_with(out, {**grown, "val_prompts": 3})
+    (out / "grpo" / "seed0").mkdir(parents=True)
+    (out / "grpo" / "seed0" / "result.json").write_text('{"key": "k"}')
+    cache = tmp_path / "cache"
+    assert mr.save_grid_cache(name, tmp_path / "runs", cache, fast=True) == 1
+    assert mr._grid_cache_of(name, grown, cache) is not None
+    assert mr._grid_cache_of(name, {**grown, "val_prompts": 3}, cache) is None
+
+
 def test_a_language_pilot_records_validation_trajectories(tmp_path):
     """language_pilot.py runs a method of a testbed at a rate on the validation split with
     extra overrides, records start, the evaluations along RL and end, merges a rerun into the
