@@ -113,13 +113,30 @@ def main() -> None:
     print(f"GRPO - SoftmaxGRPO share on [0.9,1]: {res['near_solved_diff']:.4f} "
           f"[{lo:.4f}, {hi:.4f}]")
     if a.json is not None:
+        import platform
+
         from bestk.lab.io import write_text_atomic
 
+        # the time is the sampling's (the allocation itself takes a second); the environment
+        # is the one that computed the allocation
         doc = {"format": "bestk.results.testbeds", "commit": samples.get("commit", "unknown"),
+               "wall_seconds": float(samples.get("seconds", 0.0)),
+               "environment": {"python": platform.python_version(),
+                               "machine": platform.machine(),
+                               "torch": __import__("torch").__version__},
                "command": "python benchmarks/smollm2_allocation.py " + " ".join(
-                   [a.samples.name, "--group", str(a.group), "--boot", str(a.boot)]),
+                   [_shown(a.samples), "--group", str(a.group), "--boot", str(a.boot)]),
                "testbeds": {"smollm2-rollouts": res}}
         write_text_atomic(a.json, json.dumps(doc, indent=1) + "\n")
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the repository when it lies inside it (a command to rerun)."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        return path.resolve().relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
 
 
 if __name__ == "__main__":

@@ -121,6 +121,7 @@ def main() -> None:
     from bestk.train.validation import resolve_config
 
     torch.set_num_threads(a.threads)
+    commit = _commit()  # the code this process runs (HEAD may move while it runs)
     record: dict[str, Any] = json.loads(a.out.read_text()) if a.out.is_file() else {}
     todo = [c for c in cands if key(c, a) not in record or a.samples_out is not None]
     if not todo:
@@ -150,7 +151,7 @@ def main() -> None:
             row = {k: m[k] for k in (*(f"pass@{k}" for k in KEEP_KS if k <= a.n),
                                      "distinct", "entropy", "response_len", "reward_mean")}
             row.update({"qualifies": qualifies(m), "seconds": time.perf_counter() - t0,
-                        "commit": _commit(), "examples": [
+                        "commit": commit, "examples": [
                             {"prompt": e["prompt"][-40:], "answer": e["answer"],
                              "samples": res.texts[i * a.n: i * a.n + 3]}
                             for i, e in enumerate(examples[:3])]})
@@ -160,7 +161,7 @@ def main() -> None:
                 write_text_atomic(a.samples_out, json.dumps({
                     "model": Path(a.model).name, "candidate": c, "temperature": a.temperature,
                     "system": a.system, "max_new_tokens": a.max_new_tokens, "seed": 0,
-                    "commit": row["commit"],
+                    "commit": row["commit"], "seconds": row["seconds"],
                     "success": task.success(res.rewards).astype(int).tolist(),
                     "tokens": res.lengths.astype(int).tolist()}) + "\n")
             print(f"{c['name']}: pass@1={row['pass@1']:.3f} pass@16={row['pass@16']:.3f} "

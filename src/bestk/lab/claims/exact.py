@@ -113,14 +113,23 @@ def _exact_allocation(tb: TestbedData, sesoi: float | None = None
     d = float(tb["near_solved_diff"])
     lo, hi = (float(x) for x in tb["near_solved_ci95"])
     shares = {lb: m["share"][-1] for lb, m in tb["methods"].items()}
+    headroom = float(shares["grpo"])  # GRPO's own share: the most a method can take from it
     verdict = ("reproduced" if lo > 0 else "contradicted" if hi < 0
+               else "inconclusive" if headroom < sesoi
                else "not reproduced" if hi < sesoi else "inconclusive")
+    near = tb["methods"]["grpo"]["prompts"][-1]
     text = ("share of the budget on p in [0.9, 1]: " + ", ".join(
         f"{lb} {100 * v:.1f}%" for lb, v in shares.items()) + f"; difference {fmt(d)} "
             f"[{fmt(lo)}, {fmt(hi)}] (95% bootstrap over {tb['prompts']} prompts, groups of "
             f"{tb['group']}, pass rate from {tb['measure_samples']} other samples each)")
-    rule = (f"reproduced when the interval lies above 0; contradicted when below 0; not "
-            f"reproduced when its upper end is below the SESOI {sesoi:g}; else inconclusive")
+    if headroom < sesoi and lo <= 0 <= hi:
+        text += (f"; GRPO itself gives near-solved prompts {100 * headroom:.1f}% of the budget "
+                 f"({near} of {tb['prompts']} prompts have p in [0.9, 1]), less than the SESOI "
+                 "SoftmaxGRPO could take from it: this model's rollouts cannot show the effect")
+    rule = (f"reproduced when the interval lies above 0; contradicted when below 0; "
+            f"inconclusive when GRPO's own share is below the SESOI {sesoi:g} (no room for "
+            f"the effect); not reproduced when the interval's upper end is below the SESOI; "
+            f"else inconclusive")
     return d, verdict, text, rule, [lo, hi]
 
 
