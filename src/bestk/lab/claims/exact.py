@@ -117,12 +117,12 @@ def _exact_allocation(tb: TestbedData, sesoi: float | None = None
     verdict = ("reproduced" if lo > 0 else "contradicted" if hi < 0
                else "inconclusive" if headroom < sesoi
                else "not reproduced" if hi < sesoi else "inconclusive")
-    near = tb["methods"]["grpo"]["prompts"][-1]
     text = ("share of the budget on p in [0.9, 1]: " + ", ".join(
         f"{lb} {100 * v:.1f}%" for lb, v in shares.items()) + f"; difference {fmt(d)} "
             f"[{fmt(lo)}, {fmt(hi)}] (95% bootstrap over {tb['prompts']} prompts, groups of "
             f"{tb['group']}, pass rate from {tb['measure_samples']} other samples each)")
     if headroom < sesoi and lo <= 0 <= hi:
+        near = tb["methods"]["grpo"]["prompts"][-1]
         text += (f"; GRPO itself gives near-solved prompts {100 * headroom:.1f}% of the budget "
                  f"({near} of {tb['prompts']} prompts have p in [0.9, 1]), less than the SESOI "
                  "SoftmaxGRPO could take from it: this model's rollouts cannot show the effect")

