@@ -67,6 +67,7 @@ from bestk.lab.claims import (
     check_controls,
     counts,
     evaluate_claims,
+    power_plan,
     render_claims,
 )
 from bestk.lab.io import (
@@ -237,8 +238,8 @@ PRETRAINED: dict[str, dict[str, Any]] = {
             {"label": "kappo_grpo(k=16)", "estimator": "kappo_grpo",
              "options": {"calibration": "auto"}, "overrides": []},
         ],
-        "control": "grpo", "seeds": 12, "lr_sweep": [1e-5, 3e-5, 1e-4], "sweep_seeds": 3,
-        "val_prompts": 256, "curve": True,
+        "control": "grpo", "seeds": 12, "power_pilot": 6, "max_seeds": 40,
+        "lr_sweep": [1e-5, 3e-5, 1e-4], "sweep_seeds": 3, "val_prompts": 256, "curve": True,
         "kappo_calibration": {"k": 16, "beta": 1e-3, "bank_n": 16, "kind": "binary"},
     },
 }
@@ -265,7 +266,8 @@ def _pretrained_spec(name: str, fast: bool) -> dict[str, Any]:
                                "task.options={digits: 1, ops: '+-', num_eval: 4}",
                                "advantage_reward=success", *_TINY, "rollout.n=16", "eval.n=16",
                                "rollout.prompts_per_step=2", "threads=1"],
-                    seeds=2, lr_sweep=[1e-3, 3e-3], sweep_seeds=1, val_prompts=8,
+                    seeds=2, power_pilot=2, max_seeds=3, lr_sweep=[1e-3, 3e-3], sweep_seeds=1,
+                    val_prompts=8,
                     kappo_calibration={"k": 16, "beta": 1e-3, "bank_n": 16, "kind": "binary"})
     else:
         spec["overrides"] = [f"model.path={smollm2_gguf()}", *spec["overrides"]]
@@ -319,12 +321,18 @@ def _spec_methods(spec: dict[str, Any]) -> list[Method]:
                    tuple(m["overrides"])) for m in spec["methods"]]
 
 
-def _testbed_spec(name: str, fast: bool) -> dict[str, Any]:
+def _testbed_spec(name: str, fast: bool, seeds: int | None = None) -> dict[str, Any]:
+    """The grid spec of language testbed ``name``; ``seeds``: run that many seeds instead of
+    the spec's (a power pilot's, or the seeds its plan asks for)."""
     if name in EXPLORATORY:  # the grid of the exploratory arms: its testbed's spec
-        return _language_spec(EXPLORATORY[name], fast)
-    if name in PRETRAINED:
-        return _pretrained_spec(name, fast)
-    return _kappo_spec(name, fast) if name in KAPPO_LANGUAGE else _language_spec(name, fast)
+        spec = _language_spec(EXPLORATORY[name], fast)
+    elif name in PRETRAINED:
+        spec = _pretrained_spec(name, fast)
+    else:
+        spec = _kappo_spec(name, fast) if name in KAPPO_LANGUAGE else _language_spec(name, fast)
+    if seeds is not None:
+        spec["seeds"] = seeds
+    return spec
 
 
 def _grid_methods(name: str, spec: dict[str, Any]) -> tuple[list[Method], list[Method]]:
@@ -374,11 +382,12 @@ def _made_with(out: Path, spec: dict[str, Any]) -> bool:
 
 
 def run_language(name: str, runs: Path, *, fast: bool, reuse: bool, workers: int,
-                 cache: Path = GRID_CACHE) -> None:
-    """Run (or resume) one language grid: sweep on the validation split, then the test grid.
-    A run directory made with another spec is deleted first (``spec.json`` is the stamp);
-    with ``reuse`` the finished runs in ``cache`` (:data:`GRID_CACHE`) are restored first."""
-    spec = _testbed_spec(name, fast)
+                 cache: Path = GRID_CACHE, seeds: int | None = None) -> None:
+    """Run (or resume) one language grid: sweep on the validation split, then the test grid
+    (``seeds``: that many seeds, else the spec's). A run directory made with another spec is
+    deleted first (``spec.json`` is the stamp; :func:`same_grid`); with ``reuse`` the
+    finished runs in ``cache`` (:data:`GRID_CACHE`) are restored first."""
+    spec = _testbed_spec(name, fast, seeds)
     out = runs / name
     if out.exists() and not (reuse and _made_with(out, spec)):
         shutil.rmtree(out)
@@ -473,10 +482,12 @@ def restore_grid_cache(name: str, runs: Path, cache: Path = GRID_CACHE, *,
 _KEEP = ("distinct", "distinct_correct", "entropy", "reward_mean", "response_len")
 
 
-def collect_language(name: str, runs: Path, *, fast: bool) -> dict[str, Any] | None:
+def collect_language(name: str, runs: Path, *, fast: bool, seeds: int | None = None
+                     ) -> dict[str, Any] | None:
     """The per-seed data of one language grid from its finished runs (only seeds finished by
-    every method), or ``None`` when nothing is finished yet."""
-    spec = _testbed_spec(name, fast)
+    every method, among its first ``seeds``, else the spec's), or ``None`` when nothing is
+    finished yet."""
+    spec = _testbed_spec(name, fast, seeds)
     out = runs / name
     if not _made_with(out, spec):
         return None
@@ -622,12 +633,24 @@ def produce(name: str, runs: Path, docs: Path, *, fast: bool, reuse: bool,
             drop_grid_cache(name, tb["spec"], cache)
         return
     elif name in LANGUAGE or name in KAPPO_LANGUAGE or name in PRETRAINED:
+        seeds = None
+        if "power_pilot" in _testbed_spec(name, fast):  # seeds from power (power_pilot)
+            record = read_power_record(name, docs, fast=fast)
+            if record is None and collect_only:
+                raise SystemExit(f"error: {name} has no power pilot record "
+                                 f"({power_record_file(name, docs)}): run --testbed {name}")
+            if record is None:
+                record = power_pilot(name, runs, docs, fast=fast, reuse=reuse,
+                                     workers=workers, cache=cache)
+                reuse = True  # the pilot's runs are the grid's first seeds
+            seeds = record["grid_seeds"]
         if not collect_only:
-            run_language(name, runs, fast=fast, reuse=reuse, workers=workers, cache=cache)
+            run_language(name, runs, fast=fast, reuse=reuse, workers=workers, cache=cache,
+                         seeds=seeds)
         else:  # the runs were made by the checkout that holds them, not necessarily this one
             env["collected_at"] = env["commit"]
             env["commit"] = _git_commit((runs / name).resolve())
-        tb = collect_language(name, runs, fast=fast)
+        tb = collect_language(name, runs, fast=fast, seeds=seeds)
         if tb is None:
             raise SystemExit(_no_runs(name, runs))
         tbs = {name: tb}
@@ -654,6 +677,63 @@ def produce(name: str, runs: Path, docs: Path, *, fast: bool, reuse: bool,
     write_data(docs, name, doc)
     if name in LANGUAGE or name in KAPPO_LANGUAGE or name in PRETRAINED:
         drop_grid_cache(name, config, cache)
+
+
+POWER_FORMAT = "bestk.results.power-pilot"
+
+
+def power_record_file(name: str, docs: Path) -> Path:
+    """Where the power pilot of grid ``name`` is recorded:
+    ``docs/results/data/pilots/<name>-power.json`` (committed)."""
+    return docs / "results" / "data" / "pilots" / f"{name}-power.json"
+
+
+def read_power_record(name: str, docs: Path, *, fast: bool) -> dict[str, Any] | None:
+    """The power pilot record of grid ``name`` when one was made with this script's spec
+    (:func:`same_grid`), else ``None``."""
+    path = power_record_file(name, docs)
+    if not path.exists():
+        return None
+    rec = json.loads(path.read_text())
+    return rec if rec.get("format") == POWER_FORMAT and \
+        same_grid(rec["spec"], _testbed_spec(name, fast)) else None
+
+
+def power_pilot(name: str, runs: Path, docs: Path, *, fast: bool, reuse: bool,
+                workers: int = 1, cache: Path = GRID_CACHE) -> dict[str, Any]:
+    """Seeds from power: run the first ``spec["power_pilot"]`` seeds of grid ``name`` (its
+    sweep included), judge them with the claims rule beside every committed testbed (so each
+    arm's level is the real Holm family's), and record the plan
+    (:func:`bestk.lab.claims.power_plan`: per claim arm the paired SD and the seeds for the
+    SESOI; the grid runs the most any arm needs, at least the testbed's minimum) in
+    :func:`power_record_file`. The grid's seeds are the plan's, capped at
+    ``spec["max_seeds"]`` (what the machine affords): an arm that needs more than the cap
+    will have an MDE above its SESOI, which the verdict rule then reports (inconclusive
+    where the interval does not decide). Returns the record; the pilot's runs are the
+    grid's first seeds, kept when it grows."""
+    spec = _testbed_spec(name, fast)
+    n = spec["power_pilot"]
+    run_language(name, runs, fast=fast, reuse=reuse, workers=workers, cache=cache, seeds=n)
+    tb = collect_language(name, runs, fast=fast, seeds=n)
+    if tb is None or len(tb["seeds"]) < n:
+        raise SystemExit(f"error: the {name} power pilot finished "
+                         f"{0 if tb is None else len(tb['seeds'])} of {n} seeds")
+    tbs, _ = load_data(docs)
+    tbs[name] = tb
+    plan = power_plan(evaluate_claims(tbs, min_seeds=n), name,
+                      spec["seeds"] if fast else TESTBEDS[name].min_seeds)
+    grid = min(plan["seeds"], spec["max_seeds"])
+    rec = {"format": POWER_FORMAT, "version": 1, "commit": _git_commit(),
+           "command": f"python benchmarks/make_results.py --testbed {name} --power-pilot",
+           "spec": {**spec, "seeds": n}, "plan": plan, "max_seeds": spec["max_seeds"],
+           "grid_seeds": grid, "capped": grid < plan["seeds"],
+           "wall_seconds": tb["wall_seconds"], "environment": _environment(), "fast": fast}
+    write_json_atomic(power_record_file(name, docs), rec)
+    print(f"{name} power pilot ({n} seeds): " + "; ".join(
+        f"{r['arm']} SD {r['sd_diff']:.4f} -> {r['seeds_needed']} seeds" for r in plan["arms"])
+        + f"; the grid runs {grid} seeds" + (f" (capped from {plan['seeds']})"
+                                             if grid < plan["seeds"] else ""), flush=True)
+    return rec
 
 
 def write_data(docs: Path, name: str, doc: dict[str, Any]) -> None:
@@ -1336,6 +1416,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="reuse finished runs of an identical configuration")
     ap.add_argument("--fast", action="store_true", help="seconds-long smoke configuration")
     ap.add_argument("--workers", type=int, default=1, help="language worker processes")
+    ap.add_argument("--power-pilot", action="store_true",
+                    help="with --testbed of a grid whose seeds come from power (smollm2): run "
+                         "its power pilot only, write docs/results/data/pilots/"
+                         "<testbed>-power.json and exit (--testbed runs it first when the "
+                         "record is missing)")
     args = ap.parse_args(argv)
 
     torch.set_num_threads(1)
@@ -1362,6 +1447,15 @@ def main(argv: list[str] | None = None) -> int:
     names = list(args.testbed)
     if args.all:
         names = list(TESTBED_NAMES)
+    if args.power_pilot:
+        bad = [n for n in names if n not in PRETRAINED]
+        if bad or not names:
+            ap.error(f"--power-pilot needs --testbed of {', '.join(PRETRAINED)} "
+                     f"(got {', '.join(bad) or 'none'})")
+        for name in names:
+            power_pilot(name, args.runs, args.docs, fast=args.fast, reuse=args.reuse,
+                        workers=args.workers)
+        return 0
     for name in names:
         t0 = time.time()
         produce(name, args.runs, args.docs, fast=args.fast, reuse=args.reuse,

@@ -279,17 +279,37 @@ def test_the_pretrained_grid_runs_every_method_its_claims_name(monkeypatch, tmp_
 
 @pytest.mark.slow
 def test_the_pretrained_testbed_runs_end_to_end(tmp_path):
-    """make_results --fast on smollm2 (the tiny model in its place): every arm there has its
-    two seeds and is judged, through the sharpening precondition."""
+    """make_results --fast on smollm2 (the tiny model in its place): the power pilot first
+    (its seeds judged beside the committed testbeds, the plan recorded), then the grid at the
+    plan's seeds (capped), keeping the pilot's runs; every arm there has the grid's seeds and
+    is judged, through the sharpening precondition."""
     mr = _make_results()
-    docs = tmp_path / "docs"
-    assert mr.main(["--testbed", "smollm2", "--fast", "--runs", str(tmp_path / "runs"),
-                    "--docs", str(docs)]) == 0
+    docs, runs = tmp_path / "docs", tmp_path / "runs"
+    common = ["--testbed", "smollm2", "--fast", "--runs", str(runs), "--docs", str(docs)]
+    assert mr.main(common) == 0  # no power record yet: the pilot first, then the grid
+    path = mr.power_record_file("smollm2", docs)
+    rec = json.loads(path.read_text())
+    plan = rec["plan"]
+    assert rec["format"] == mr.POWER_FORMAT and plan["pilot_seeds"] == rec["spec"]["seeds"] == 2
+    assert len(plan["arms"]) == 4 and all(len(r["diffs"]) == 2 for r in plan["arms"])
+    assert rec["grid_seeds"] == min(plan["seeds"], rec["max_seeds"])
+    assert rec["capped"] == (plan["seeds"] > rec["max_seeds"])
+    grid = runs / "smollm2"
+    pilot = {p: p.stat().st_mtime_ns for p in grid.glob("*/seed[01]/result.json")}
+    assert len(pilot) == 2 * 7  # 6 methods and the A/A control (the sweep elsewhere)
+    assert max(pilot.values()) < path.stat().st_mtime_ns  # the grid kept the pilot's runs
+    data_file = docs / "results" / "data" / "smollm2.json"
+    before = data_file.read_bytes()
+    # --power-pilot alone: the plan again from the same runs (--reuse: nothing re-runs)
+    assert mr.main([*common, "--power-pilot", "--reuse"]) == 0
+    assert {p: p.stat().st_mtime_ns for p in pilot} == pilot
+    assert json.loads(path.read_text())["plan"] == plan and data_file.read_bytes() == before
+    n = rec["grid_seeds"]
     doc = json.loads((docs / "results" / "claims.json").read_text())
     arms = [e for e in doc["claims"] if e["testbed"] == "smollm2"]
     assert len(arms) == 5 and all(e["verdict"] != "pending" for e in arms)
     for e in arms:
-        assert e["verdict"] != "reproduced" and len(e["primary"]["per_seed_a"]) == 2
+        assert e["verdict"] != "reproduced" and len(e["primary"]["per_seed_a"]) == n
         if not e["control"]:
             assert "sharpening" in e["power"]
     data = json.loads((docs / "results" / "data" / "smollm2.json").read_text())
@@ -302,9 +322,10 @@ def test_the_pretrained_testbed_runs_end_to_end(tmp_path):
         curve = m["train_curve"]
         assert set(curve) >= {"success_rate", "group_any_success"}
         assert all(len(seed) == steps and all(0 <= v <= 1 for v in seed)
-                   for seed in curve["success_rate"]) and len(curve["success_rate"]) == 2
+                   for seed in curve["success_rate"])
         assert all(g >= p for gs, ps in zip(curve["group_any_success"], curve["success_rate"],
                                             strict=True) for g, p in zip(gs, ps, strict=True))
+        assert len(curve["success_rate"]) == n
     assert (docs / "results" / "smollm2.png").is_file()
     assert "](results/smollm2.png)" in (docs / "results.md").read_text()
 

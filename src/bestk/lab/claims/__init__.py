@@ -14,11 +14,13 @@ Where each part lives (every name below is importable from ``bestk.lab.claims``)
 * :mod:`~bestk.lab.claims.exact` -- the rules of the claims decided by exact computation;
 * :mod:`~bestk.lab.claims.evaluate` -- ``claims.json`` from the per-seed data
   (:func:`evaluate_claims`: tests, Holm correction, power, learning rates, testbed checks);
+* :mod:`~bestk.lab.claims.power` -- the seeds a grid needs, from a power pilot's
+  ``claims.json`` (:func:`power_plan`);
 * :mod:`~bestk.lab.claims.render` -- reading a ``claims.json`` document: its markdown
   (:func:`render_claims`), each arm's outcome, the verdict counts.
 
 The layers inside the package run one way: ``specs`` <- ``table``, ``rule``, ``exact`` <-
-``evaluate``; ``render`` reads ``table`` and ``rule``.
+``evaluate``; ``power`` and ``render`` read ``table`` and ``rule``.
 
 The package's public names are those of :data:`__all__` (the API of the single module it
 replaced); the other names live in their module (``bestk.lab.claims.specs.GREATER``, ...).
@@ -27,6 +29,7 @@ replaced); the other names live in their module (``bestk.lab.claims.specs.GREATE
 from __future__ import annotations
 
 from bestk.lab.claims.evaluate import derived_metrics, evaluate_claims, learning_rates
+from bestk.lab.claims.power import power_plan
 from bestk.lab.claims.render import arm_outcome, bimodal_arms, counts, render_claims
 from bestk.lab.claims.rule import (
     ALPHA,
@@ -94,6 +97,7 @@ __all__ = [
     "ControlFailed",
     "check_controls",
     "counts",
+    "power_plan",
 ]
 
 def _check_registry() -> None:
