@@ -8,6 +8,10 @@
     python benchmarks/make_results.py --testbed language-permute-exploratory  # the exploratory
                                       # arms of a language testbed (a grid of their own),
                                       # merged into its committed data file when complete
+    python benchmarks/make_results.py --testbed smollm2 --power-pilot --reuse  # the first
+                                      # 6 seeds only: the seeds-from-power plan, recorded in
+                                      # docs/results/data/pilots/smollm2-power.json (without
+                                      # it, --testbed smollm2 runs this pilot first)
     python benchmarks/make_results.py --collect language-permute  # gather finished language
                                                         # runs (complete seeds) without running
     python benchmarks/make_results.py --runs OTHER/runs/lab --collect language-permute

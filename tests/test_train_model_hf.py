@@ -6,6 +6,7 @@ with LoRA, a loadable ``final/``, and the autocast switch."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 
 import numpy as np
@@ -21,6 +22,7 @@ from bestk.train.model.chat import chat_messages, chat_prompt, render_messages, 
 from bestk.train.model.hf import autocast
 from bestk.train.model.logprobs import sequence_logprobs
 from bestk.train.model.lora import AdaptersDisabled, add_lora, merged_state_dict, reference_policy
+from bestk.train.optim import PolicyOptimizer
 from bestk.train.rollout.sampler import sample
 from bestk.train.run.checkpoint import list_checkpoints
 from bestk.train.run.directory import read_metrics
@@ -283,6 +285,35 @@ def test_merged_state_dict_is_w_plus_scaled_ba(tiny_hf_model):
     torch.testing.assert_close(merged["model.layers.1.self_attn.q_proj.weight"], want)
     torch.testing.assert_close(merged["model.layers.1.mlp.up_proj.weight"],
                                base["model.layers.1.mlp.up_proj.weight"], rtol=0, atol=0)
+
+
+def test_lora_adapters_are_float32_or_in_the_model_s_dtype(tiny_hf_model):
+    """model.lora.dtype: float32 adapters (PEFT's upcast) by default, the bfloat16 model's own
+    dtype with ``model``; bfloat16 adapters compute the float32 adapters' output up to
+    bfloat16 rounding and are stepped through float32 masters (only they train)."""
+    base = _base(tiny_hf_model).to(torch.bfloat16)
+    up = add_lora(copy.deepcopy(base), LoRAConfig(r=2, target_modules=["q_proj", "v_proj"]))
+    own = add_lora(copy.deepcopy(base), LoRAConfig(r=2, target_modules=["q_proj", "v_proj"],
+                                                   dtype="model"))
+    lora = {n: p for n, p in own.named_parameters() if ".lora_" in n}
+    assert lora and all(p.dtype == torch.bfloat16 for p in lora.values())
+    assert all(p.dtype == torch.float32 for n, p in up.named_parameters() if ".lora_" in n)
+    with torch.no_grad():  # the same adapters in both (B != 0, so they act)
+        for (n, p), (n2, q) in zip(up.named_parameters(), own.named_parameters(), strict=True):
+            assert n == n2
+            if ".lora_" in n:
+                p.copy_(torch.randn_like(p) * 0.1)
+                q.copy_(p.to(q.dtype))
+    ids = torch.tensor([[3, 5, 7, 9, 11]])
+    with torch.no_grad():
+        a, b = up(input_ids=ids).logits.float(), own(input_ids=ids).logits.float()
+    assert not torch.equal(a, b)  # computed differently ...
+    torch.testing.assert_close(b, a, rtol=0.05, atol=0.05)  # ... to bfloat16 precision
+    opt = PolicyOptimizer(own, apply_overrides(TrainConfig(), ["optim.lr=1e-2"]))
+    assert opt.adamw.active and len(opt.masters()) == len(lora)
+    assert all(m.dtype == torch.float32 for m in opt.masters().values())
+    with pytest.raises(ValueError, match="model.lora.dtype"):
+        apply_overrides(TrainConfig(), ["model.lora.dtype=float16"])
 
 
 def test_lora_errors_and_the_reference_of_a_plain_model(tiny_hf_model):

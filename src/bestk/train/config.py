@@ -135,6 +135,11 @@ class LoRAConfig(_Section):
     """Modules that get adapters: a list of names (``[q_proj, v_proj]``), ``all-linear``
     (every linear layer but the output head), or ``None`` = PEFT's default for the
     architecture."""
+    dtype: Literal["float32", "model"] = "float32"
+    """The adapters' dtype: ``float32`` (PEFT's default: on a ``bfloat16`` model each
+    adapter casts its input to float32 and its output back) or ``model`` (``model.dtype``:
+    no casts; a bfloat16 adapter is stepped through a float32 master copy like any bfloat16
+    weight, ``bestk.train.optim.MasterAdamW``). Same on a float32 model."""
 
     @field_validator("target_modules")
     @classmethod

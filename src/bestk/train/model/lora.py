@@ -40,7 +40,8 @@ def add_lora(model: PreTrainedModel, cfg: LoRAConfig, seed: int = 0) -> PeftMode
     Rank ``cfg.r``, scaling ``cfg.alpha / cfg.r``, dropout ``cfg.dropout`` on the adapters'
     input, adapters on ``cfg.target_modules`` (PEFT's default for the architecture when
     ``None``). The adapters' random initialisation is drawn from ``seed`` (``B = 0``, so the
-    wrapped model computes exactly what ``model`` did). Raises ``ValueError`` when no module
+    wrapped model computes exactly what ``model`` did). The adapters are float32, or in
+    ``model``'s dtype with ``cfg.dtype`` ``model``. Raises ``ValueError`` when no module
     matches ``target_modules``.
     """
     if cfg.r < 1:
@@ -53,7 +54,9 @@ def add_lora(model: PreTrainedModel, cfg: LoRAConfig, seed: int = 0) -> PeftMode
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         try:
-            return peft.get_peft_model(model, lora)
+            # PEFT upcasts low-precision adapters to float32 unless told not to
+            return peft.get_peft_model(model, lora,
+                                       autocast_adapter_dtype=cfg.dtype == "float32")
         except ValueError as e:  # "Target modules {...} not found in the base model"
             first = str(e).strip().splitlines()[0]
             raise ValueError(f"config key 'model.lora.target_modules': {first}") from None
