@@ -1,6 +1,9 @@
-"""benchmarks/smollm2_allocation.py and smollm2_pilot.py: the pretrained testbed's scripts."""
+"""benchmarks/smollm2_allocation.py, smollm2_pilot.py and smollm2_steps.py: the pretrained
+testbed's scripts."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
@@ -71,3 +74,45 @@ def test_pilot_window_and_candidates():
                  "options": {"digits": 2, "format": "question"}}
     with pytest.raises(ValueError, match="expected name\\|task\\|options"):
         pilot.parse_candidate("q|arithmetic")
+
+
+@pytest.fixture(scope="module")
+def steps():
+    return benchmark_script("smollm2_steps")
+
+
+def test_steps_rule_levels_off_only_with_room_after(steps):
+    s = [0, 10, 20, 30, 40, 50, 60, 70, 80]
+    flat = [0.14, 0.15, 0.18, 0.29, 0.43, 0.50, 0.52, 0.51, 0.53]  # gain 0.39
+    r = steps.levels_off(s, flat)
+    # 90% of 0.39 over 0.14 is 0.491: first reached at step 50; 30 steps follow, none
+    # above 0.50 + 0.03
+    assert r["step"] == 50 and r["levelled"] and r["gain"] == pytest.approx(0.39)
+    assert not steps.levels_off(s[:7], flat[:7])["levelled"]  # step 50 of 60: 10 after
+    rising = [*flat[:8], 0.60]  # the last evaluation sets the gain: its own step, none after
+    r = steps.levels_off(s, rising)
+    assert r["step"] == 80 and not r["levelled"] and "run longer" in r["why"]
+    jump = [0.10, 0.52, 0.45, 0.45, 0.56, 0.50, 0.50]  # 90% of 0.46 by step 10, then 0.56
+    r = steps.levels_off(s[:7], jump)
+    assert r["step"] == 10 and not r["levelled"] and "exceeds" in r["why"]
+    r = steps.levels_off(s[:3], [0.2, 0.1, 0.2])
+    assert r["step"] is None and not r["levelled"]
+
+
+def test_steps_rule_refuses_bad_curves(steps):
+    with pytest.raises(ValueError, match=">= 2 evaluations"):
+        steps.levels_off([0], [0.1])
+    with pytest.raises(ValueError, match="must increase"):
+        steps.levels_off([0, 10, 10], [0.1, 0.2, 0.3])
+
+
+def test_steps_reads_a_run_s_curve(steps, tmp_path):
+    rows = [{"phase": "eval", "step": 0, "pass@1": 0.1, "pass@16": 0.4, "entropy": 0.8},
+            {"phase": "train", "step": 1, "time/generate_s": 3.0, "time/update_s": 20.0,
+             "time/sync_s": 1.0},
+            {"phase": "train", "step": 2, "time/generate_s": 4.0, "time/update_s": 30.0},
+            {"phase": "eval", "step": 2, "pass@1": 0.2, "pass@16": 0.5, "entropy": 0.7}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    c = steps.read_curve(tmp_path)
+    assert c["steps"] == [0, 2] and c["pass@1"] == [0.1, 0.2] and c["pass@16"] == [0.4, 0.5]
+    assert c["train_steps"] == 2 and c["median_step_s"] == 34.0
