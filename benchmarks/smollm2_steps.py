@@ -11,7 +11,8 @@ x ``--n`` samples every ``--every`` steps (``bestk train``: a killed pilot resum
 command is run again), then records the curve (pass@1, pass@16 and token entropy per
 evaluated step; the seconds per step) and where pass@1 levels off (:func:`levels_off`) in
 ``--out`` (default ``docs/results/data/pilots/smollm2-steps.json``, keyed by learning rate,
-with the run's overrides and the commit it ran).
+with the run's overrides and the commit the command started from; ``--note`` keeps a
+provenance note, e.g. the commits of a pilot resumed to more steps).
 
 The rule (declared before the pilot's numbers were read): the run's steps are the first
 evaluated step at which GRPO's pass@1 has made ``FRACTION`` (90%) of its largest gain over
@@ -118,7 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", action="append", default=[], help="one more override")
     ap.add_argument("--collect", action="store_true", help="record --run without training")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--note", default=None, help="a provenance note kept in the record")
     a = ap.parse_args(argv)
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                          capture_output=True).stdout.strip() or "unknown"  # what runs
     a.run = a.run or ROOT / "runs" / "pilots" / f"smollm2-steps-lr{a.lr:g}"
     sets = overrides(a)
     if not a.collect:
@@ -126,15 +130,14 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run(cmd, check=True)
     curve = read_curve(a.run)
     rule = levels_off(curve["steps"], curve["pass@1"])
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
-                          capture_output=True).stdout.strip() or "unknown"
     record = json.loads(a.out.read_text()) if a.out.exists() else {}
     record[f"grpo lr {a.lr:g}"] = {
         "overrides": [o for o in sets if not o.startswith(("model.path=", "out="))],
         "curve": curve, "levels_off": rule, "commit": head,
         "rule": {"fraction": FRACTION, "after": AFTER, "tolerance": TOLERANCE},
         "command": "python benchmarks/smollm2_steps.py " + " ".join(
-            argv if argv is not None else sys.argv[1:])}
+            argv if argv is not None else sys.argv[1:]),
+        **({"note": a.note} if a.note else {})}
     a.out.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(a.out, record)
     print(f"grpo lr {a.lr:g}: pass@1 " + ", ".join(

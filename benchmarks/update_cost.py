@@ -19,7 +19,10 @@ Variants (each a copy of the same weights; the adapters' ``B`` starts at 0):
 * ``default``: float32 adapters (PEFT's default), the whole ``(B, T, V)`` logits in float32;
 * ``chunked``: ``loss.chunked_logprobs: true`` (log-probs and entropies chunk by chunk);
 * ``adapters``: ``model.lora.dtype: model`` (bfloat16 adapters, no casts; float32 masters);
-* ``both``: the two together.
+* ``both``: the two together;
+* ``both-micro``: and ``loss.micro_batch_size: 32`` (two groups of 16 per forward/backward,
+  their gradients accumulated into one step: the same update up to float rounding, holding
+  one micro-batch's activations at a time).
 
 Per round each variant runs once (the order rotates every round). Times are process CPU time
 (``--clock wall`` for wall time) with torch on ``--threads`` threads; reported: the median
@@ -49,6 +52,8 @@ VARIANTS: dict[str, list[str]] = {
     "chunked": ["model.lora.dtype=float32", "loss.chunked_logprobs=true"],
     "adapters": ["model.lora.dtype=model", "loss.chunked_logprobs=false"],
     "both": ["model.lora.dtype=model", "loss.chunked_logprobs=true"],
+    "both-micro": ["model.lora.dtype=model", "loss.chunked_logprobs=true",
+                   "loss.micro_batch_size=32"],
 }
 
 CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
@@ -107,7 +112,8 @@ def main() -> None:
             cfg = _config(a, Path(tmp) / name, name)
             task, device = load_run_task(cfg)
             m, tok = load_run_policy(cfg, task, device)
-            models[name] = (m, PolicyOptimizer(m, cfg), cfg.loss.chunked_logprobs)
+            models[name] = (m, PolicyOptimizer(m, cfg), cfg.loss.chunked_logprobs,
+                             cfg.loss.micro_batch_size)
     prompts = [e["prompt"] for e in task.train[: a.prompts]]
     first = models[names[0]][0]
     with torch.no_grad():
@@ -118,18 +124,24 @@ def main() -> None:
     clock = CLOCKS[a.clock]
 
     def update(name: str) -> float:
-        m, opt, chunked = models[name]
+        m, opt, chunked, micro = models[name]
         m.train()
         t0 = clock()
-        lp, ent = sequence_logprobs(m, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
-                                    ro.completion_mask, temperature=a.temperature,
-                                    with_entropy=not a.no_entropy, group_size=a.n,
-                                    chunked=chunked)
-        mask = ro.completion_mask.to(lp.dtype)
-        loss = -(adv * lp * mask).sum() / mask.sum()
-        opt.step(loss, rl_step=1, rewards=None)
-        if ent is not None:
-            float((ent.detach() * mask).sum())  # the entropies are used (logged)
+        mask = ro.completion_mask.float()
+        entropy = []
+
+        def losses():  # each micro-batch's share of the batch's loss, computed when asked
+            for s in range(0, rows, micro or rows):
+                sl = slice(s, s + (micro or rows))
+                lp, ent = sequence_logprobs(
+                    m, ro.prompt_ids[sl], ro.prompt_mask[sl], ro.completion_ids[sl],
+                    ro.completion_mask[sl], temperature=a.temperature,
+                    with_entropy=not a.no_entropy, group_size=a.n, chunked=chunked)
+                if ent is not None:
+                    entropy.append(float((ent.detach() * mask[sl]).sum()))  # logged
+                yield -(adv[sl] * lp * mask[sl]).sum() / mask.sum()
+
+        opt.step(losses(), rl_step=1, rewards=None)
         return clock() - t0
 
     times: dict[str, list[float]] = {n: [] for n in names}
@@ -148,7 +160,7 @@ def main() -> None:
           f"LoRA r {a.lora_r}, entropies {'off' if a.no_entropy else 'on'}, "
           f"{a.threads} thread(s), {a.clock} time, median of {a.rounds} ({platform.machine()})")
     for n in names:
-        print(f"  {n:9s} {med[n]:7.2f} s   x{med['default'] / med[n]:.2f}")
+        print(f"  {n:10s} {med[n]:7.2f} s   x{med['default'] / med[n]:.2f}")
     print(json.dumps({"model": what, "clock": a.clock, "threads": a.threads, "rows": rows,
                       "tokens": ro.completion_ids.shape[1],
                       **{f"{n}_s": round(med[n], 3) for n in names},
