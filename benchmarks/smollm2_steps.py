@@ -10,7 +10,8 @@ replaces overrides) for ``--steps`` steps, evaluating the first ``--prompts`` he
 x ``--n`` samples every ``--every`` steps (``bestk train``: a killed pilot resumes when the
 command is run again), then records the curve (pass@1, pass@16 and token entropy per
 evaluated step; the seconds per step) and where pass@1 levels off (:func:`levels_off`) in
-``--out`` (default ``docs/results/data/pilots/smollm2-steps.json``, keyed by learning rate,
+``--out`` (default ``docs/results/data/pilots/smollm2-steps.json``, keyed by learning rate
+and the ``--set`` overrides,
 with the run's overrides and the commit the command started from; ``--note`` keeps a
 provenance note, e.g. the commits of a pilot resumed to more steps).
 
@@ -131,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     curve = read_curve(a.run)
     rule = levels_off(curve["steps"], curve["pass@1"])
     record = json.loads(a.out.read_text()) if a.out.exists() else {}
-    record[f"grpo lr {a.lr:g}"] = {
+    key = " ".join([f"grpo lr {a.lr:g}", *a.set])  # a variant (--set) has its own entry
+    record[key] = {
         "overrides": [o for o in sets if not o.startswith(("model.path=", "out="))],
         "curve": curve, "levels_off": rule, "commit": head,
         "rule": {"fraction": FRACTION, "after": AFTER, "tolerance": TOLERANCE},
@@ -140,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         **({"note": a.note} if a.note else {})}
     a.out.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(a.out, record)
-    print(f"grpo lr {a.lr:g}: pass@1 " + ", ".join(
+    print(f"{key}: pass@1 " + ", ".join(
         f"{s}: {p:.3f}" for s, p in zip(curve["steps"], curve["pass@1"], strict=True))
         + f"; {rule['why']}")
     return 0
