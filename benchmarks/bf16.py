@@ -61,16 +61,21 @@ CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 def _config(a: argparse.Namespace, out: Path) -> Any:
     from bestk.train.config import TrainConfig
     from bestk.train.config_io import apply_overrides
+    from bestk.train.validation import resolve_config
 
     sets = [f"out={out}", "task.name=arithmetic", f"threads={a.threads}", "optim.lr=1e-5",
-            "optim.weight_decay=0.01"]
+            "optim.weight_decay=0.01", *model_overrides(a)]
+    return resolve_config(apply_overrides(TrainConfig(), sets))  # what a run checks and loads
+
+
+def model_overrides(a: argparse.Namespace) -> list[str]:
+    """The ``model.*`` overrides of ``--model`` (a path), else of the tiny default
+    architecture at ``--hidden`` / ``--layers`` / ``--heads`` (also benchmarks/update_cost.py's)."""
     if a.model:
-        sets.append(f"model.path={a.model}")
-    else:
-        sets += [f"model.hidden_size={a.hidden}", f"model.num_layers={a.layers}",
-                 f"model.num_heads={a.heads}", f"model.intermediate_size={4 * a.hidden}",
-                 "model.max_positions=256"]
-    return apply_overrides(TrainConfig(), sets)
+        return [f"model.path={a.model}"]
+    return [f"model.hidden_size={a.hidden}", f"model.num_layers={a.layers}",
+            f"model.num_heads={a.heads}", f"model.intermediate_size={4 * a.hidden}",
+            "model.max_positions=256"]
 
 
 def _no_stop(model: Any, tokenizer: Any) -> list[int]:

@@ -62,17 +62,13 @@ CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 def _config(a: argparse.Namespace, out: Path, variant: str) -> Any:
     from bestk.train.config import TrainConfig
     from bestk.train.config_io import apply_overrides
+    from bestk.train.validation import resolve_config
+    from bf16 import model_overrides  # the same model, --model or the tiny default
 
     sets = [f"out={out}", "task.name=arithmetic", f"threads={a.threads}", "optim.lr=1e-5",
             "sft.steps=0", "model.dtype=bfloat16", f"model.lora.r={a.lora_r}",
-            "model.lora.target_modules=all-linear", *VARIANTS[variant]]
-    if a.model:
-        sets.append(f"model.path={a.model}")
-    else:
-        sets += [f"model.hidden_size={a.hidden}", f"model.num_layers={a.layers}",
-                 f"model.num_heads={a.heads}", f"model.intermediate_size={4 * a.hidden}",
-                 "model.max_positions=256"]
-    return apply_overrides(TrainConfig(), sets)
+            "model.lora.target_modules=all-linear", *VARIANTS[variant], *model_overrides(a)]
+    return resolve_config(apply_overrides(TrainConfig(), sets))  # what a run checks and loads
 
 
 def main() -> None:
