@@ -76,12 +76,20 @@ def levels_off(steps: list[int], pass1: list[float], *, fraction: float = FRACTI
                    f"later evaluation above it by more than {tolerance} over {span} steps"}
 
 
+def _make_results() -> Any:
+    """``benchmarks/make_results.py`` as a module (the grid's spec, the commit helper)."""
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import make_results
+
+    return make_results
+
+
 def overrides(a: argparse.Namespace) -> list[str]:
     """The pilot's ``bestk train`` overrides: the grid's, with its own evaluation, steps,
     learning rate, GRPO and seed 0, then ``--set``."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import make_results
-
+    make_results = _make_results()
     mine = {"eval.n": a.n, "eval.num_prompts": a.prompts, "eval.every": a.every,
             "max_steps": a.steps, "checkpoint_every": a.every, "threads": a.threads,
             "estimator": "grpo", "optim.lr": a.lr, "seed": 0, "out": a.run}
@@ -122,8 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--note", default=None, help="a provenance note kept in the record")
     a = ap.parse_args(argv)
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
-                          capture_output=True).stdout.strip() or "unknown"  # what runs
+    head = _make_results()._git_commit()  # the commit this command starts from
     a.run = a.run or ROOT / "runs" / "pilots" / f"smollm2-steps-lr{a.lr:g}"
     sets = overrides(a)
     if not a.collect:

@@ -16,8 +16,8 @@ t-test at level :math:`\alpha / m` to detect the arm's smallest effect size of i
 
 :math:`n_{\min}` the testbed's declared minimum (:attr:`TestbedSpec.min_seeds`). An arm
 whose SESOI cannot be reached (more than :math:`10^7` pairs) or whose SD is 0 or undefined is
-listed with the reason and does not set :math:`n`; so does an arm the rule already cannot
-judge (the pilot's ``why``), which is recorded alongside so that the plan says it.
+listed with the reason and does not set :math:`n`. Each arm also carries the pilot's verdict
+and its ``why`` (e.g. a failed precondition), so the plan says where more seeds cannot help.
 """
 
 from __future__ import annotations
