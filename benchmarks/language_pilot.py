@@ -34,7 +34,7 @@ from bestk.train.config_io import apply_overrides
 from bestk.train.run.directory import read_metrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import make_results as mr  # noqa: E402  (the testbed specs live in the results script)
+import results_specs as mr  # noqa: E402  (the testbed specs)
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The validation metrics a record keeps of each evaluation.
@@ -55,8 +55,8 @@ def _metrics(rec: dict[str, Any]) -> dict[str, float]:
 def pilot(testbed: str, labels: list[str], lrs: list[float], *, seeds: int, sets: list[str],
           runs: Path, record: Path, workers: int = 1, fast: bool = False) -> list[dict]:
     """Run the pilots and merge their records into ``record``; returns the new records."""
-    spec = mr._testbed_spec(testbed, fast)
-    methods, _ = mr._grid_methods(testbed, spec)
+    spec = mr.testbed_spec(testbed, fast)
+    methods, _ = mr.grid_methods(testbed, spec)
     by_label = {m.label: m for m in methods}
     unknown = [lb for lb in labels if lb not in by_label]
     if unknown:
@@ -71,7 +71,7 @@ def pilot(testbed: str, labels: list[str], lrs: list[float], *, seeds: int, sets
     kp = spec.get("kappo_calibration")
     chosen = [by_label[lb] for lb in labels]
     out = runs / testbed
-    commit = mr._git_commit(ROOT)
+    commit = mr.git_commit(ROOT)
     new: list[dict] = []
     for lr in lrs:
         res = validation_runs(chosen, lr=lr, out=out, seeds=seeds, overrides=overrides,

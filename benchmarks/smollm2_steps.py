@@ -5,7 +5,7 @@
     python benchmarks/smollm2_steps.py --lr 3e-5 --run DIR --collect   # record a finished run
 
 Trains GRPO at one learning rate (seed 0) with the smollm2 grid's settings
-(``make_results.PRETRAINED["smollm2"]``: model, LoRA, task, rollouts, vLLM; ``--set`` adds or
+(``results_specs.PRETRAINED["smollm2"]``: model, LoRA, task, rollouts, vLLM; ``--set`` adds or
 replaces overrides) for ``--steps`` steps, evaluating the first ``--prompts`` held-out prompts
 x ``--n`` samples every ``--every`` steps (``bestk train``: a killed pilot resumes when the
 command is run again), then records the curve (pass@1, pass@16 and token entropy per
@@ -76,26 +76,26 @@ def levels_off(steps: list[int], pass1: list[float], *, fraction: float = FRACTI
                    f"later evaluation above it by more than {tolerance} over {span} steps"}
 
 
-def _make_results() -> Any:
-    """``benchmarks/make_results.py`` as a module (the grid's spec, the commit helper)."""
+def _specs() -> Any:
+    """``benchmarks/results_specs.py`` as a module (the grid's spec, the commit helper)."""
     here = str(Path(__file__).resolve().parent)
     if here not in sys.path:
         sys.path.insert(0, here)
-    import make_results
+    import results_specs
 
-    return make_results
+    return results_specs
 
 
 def overrides(a: argparse.Namespace) -> list[str]:
     """The pilot's ``bestk train`` overrides: the grid's, with its own evaluation, steps,
     learning rate, GRPO and seed 0, then ``--set``."""
-    make_results = _make_results()
+    specs = _specs()
     mine = {"eval.n": a.n, "eval.num_prompts": a.prompts, "eval.every": a.every,
             "max_steps": a.steps, "checkpoint_every": a.every, "threads": a.threads,
             "estimator": "grpo", "optim.lr": a.lr, "seed": 0, "out": a.run}
-    spec = make_results.PRETRAINED["smollm2"]
+    spec = specs.PRETRAINED["smollm2"]
     grid = [o for o in spec["overrides"] if o.split("=", 1)[0] not in mine]
-    return [f"model.path={make_results.smollm2_gguf()}", *grid,
+    return [f"model.path={specs.smollm2_gguf()}", *grid,
             *(f"{k}={v}" for k, v in mine.items()), *a.set]
 
 
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--note", default=None, help="a provenance note kept in the record")
     a = ap.parse_args(argv)
-    head = _make_results()._git_commit()  # the commit this command starts from
+    head = _specs().git_commit()  # the commit this command starts from
     a.run = a.run or ROOT / "runs" / "pilots" / f"smollm2-steps-lr{a.lr:g}"
     sets = overrides(a)
     if not a.collect:

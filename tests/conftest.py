@@ -269,10 +269,14 @@ def assert_same_run(a: Any, b: Any) -> None:
 
 
 def benchmark_script(name: str) -> Any:
-    """The module of ``benchmarks/<name>.py``, imported from its file."""
+    """The module of ``benchmarks/<name>.py``, imported from its file (the folder on
+    ``sys.path``, as when the script runs, so that it imports its sibling modules)."""
     import importlib.util
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    folder = Path(__file__).resolve().parents[1] / "benchmarks"
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    path = folder / f"{name}.py"
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)

