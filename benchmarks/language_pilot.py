@@ -27,14 +27,12 @@ from typing import Any
 
 import torch
 
+import results_specs as specs  # the testbeds (a sibling module: this folder is on sys.path)
 from bestk.compare import KappoAuto, method_slug, validation_runs
 from bestk.lab.io import write_text_atomic
 from bestk.train.config import TrainConfig
 from bestk.train.config_io import apply_overrides
 from bestk.train.run.directory import read_metrics
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import results_specs as mr  # noqa: E402  (the testbed specs)
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The validation metrics a record keeps of each evaluation.
@@ -55,8 +53,8 @@ def _metrics(rec: dict[str, Any]) -> dict[str, float]:
 def pilot(testbed: str, labels: list[str], lrs: list[float], *, seeds: int, sets: list[str],
           runs: Path, record: Path, workers: int = 1, fast: bool = False) -> list[dict]:
     """Run the pilots and merge their records into ``record``; returns the new records."""
-    spec = mr.testbed_spec(testbed, fast)
-    methods, _ = mr.grid_methods(testbed, spec)
+    spec = specs.testbed_spec(testbed, fast)
+    methods, _ = specs.grid_methods(testbed, spec)
     by_label = {m.label: m for m in methods}
     unknown = [lb for lb in labels if lb not in by_label]
     if unknown:
@@ -71,7 +69,7 @@ def pilot(testbed: str, labels: list[str], lrs: list[float], *, seeds: int, sets
     kp = spec.get("kappo_calibration")
     chosen = [by_label[lb] for lb in labels]
     out = runs / testbed
-    commit = mr.git_commit(ROOT)
+    commit = specs.git_commit(ROOT)
     new: list[dict] = []
     for lr in lrs:
         res = validation_runs(chosen, lr=lr, out=out, seeds=seeds, overrides=overrides,
@@ -130,7 +128,7 @@ def table(records: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--testbed", required=True, choices=[*mr.LANGUAGE, *mr.KAPPO_LANGUAGE])
+    ap.add_argument("--testbed", required=True, choices=[*specs.LANGUAGE, *specs.KAPPO_LANGUAGE])
     ap.add_argument("--method", action="append", required=True,
                     help="a method label of the testbed (repeatable)")
     ap.add_argument("--lr", action="append", type=float, required=True,

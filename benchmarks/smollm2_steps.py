@@ -77,10 +77,9 @@ def levels_off(steps: list[int], pass1: list[float], *, fraction: float = FRACTI
 
 
 def _specs() -> Any:
-    """``benchmarks/results_specs.py`` as a module (the grid's spec, the commit helper)."""
-    here = str(Path(__file__).resolve().parent)
-    if here not in sys.path:
-        sys.path.insert(0, here)
+    """``benchmarks/results_specs.py`` (the grid's spec, the commit helper), imported when
+    needed: it loads torch, which ``levels_off`` and ``--help`` do not need. A sibling module,
+    found as every benchmark script finds one: its folder is first on ``sys.path``."""
     import results_specs
 
     return results_specs
