@@ -12,6 +12,8 @@
                                       # 6 seeds only: the seeds-from-power plan, recorded in
                                       # docs/results/data/pilots/smollm2-power.json (without
                                       # it, --testbed smollm2 runs this pilot first)
+    python benchmarks/make_results.py --status smollm2   # a pretrained grid's done / remaining
+                                      # runs and ETA (runs/lab/smollm2/status.json)
     python benchmarks/make_results.py --collect language-permute  # gather finished language
                                                         # runs (complete seeds) without running
     python benchmarks/make_results.py --runs OTHER/runs/lab --collect language-permute
@@ -54,6 +56,7 @@ from typing import Any
 import numpy as np
 import torch
 
+import results_pretrained as pretrained
 from bestk.compare import KappoAuto, method_slug, run_compare
 from bestk.lab import bandit as lab_bandit
 from bestk.lab import digits as lab_digits
@@ -114,13 +117,21 @@ def _made_with(out: Path, spec: dict[str, Any]) -> bool:
 
 
 def run_language(name: str, runs: Path, *, fast: bool, reuse: bool, workers: int,
-                 cache: Path = GRID_CACHE, seeds: int | None = None) -> None:
+                 cache: Path = GRID_CACHE, seeds: int | None = None,
+                 docs: Path = ROOT / "docs") -> None:
     """Run (or resume) one language grid: sweep on the validation split, then the test grid
     (``seeds``: that many seeds, else the spec's). A run directory made with another spec is
     deleted first (``spec.json`` is the stamp; :func:`same_grid`); with ``reuse`` the
-    finished runs in ``cache`` (:data:`GRID_CACHE`) are restored first."""
+    finished runs in ``cache`` (:data:`GRID_CACHE`) are restored first. A pretrained grid
+    (:data:`PRETRAINED`) always resumes, refuses a directory made with another spec instead
+    of deleting it, and runs :func:`run_pretrained`."""
     spec = testbed_spec(name, fast, seeds)
     out = runs / name
+    if name in PRETRAINED:
+        reuse = True  # hours of runs: never deleted by a rerun
+        if (out / "spec.json").exists() and not _made_with(out, spec):
+            raise SystemExit(f"error: {out} holds a {name} grid made with another spec; move "
+                             "it away (nothing is deleted)")
     if out.exists() and not (reuse and _made_with(out, spec)):
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -136,6 +147,9 @@ def run_language(name: str, runs: Path, *, fast: bool, reuse: bool, workers: int
         print(f"note: {name} runs at most {spec['max_workers']} run(s) at a time (the "
               f"memory of its runs); --workers {workers} lowered", flush=True)
         workers = spec["max_workers"]
+    if name in PRETRAINED:
+        run_pretrained(name, runs, spec, methods, workers=workers, docs=docs)
+        return
     run_compare(methods, seeds=spec["seeds"], out=out,
                 overrides=spec["overrides"], progress=sys.stdout.isatty(),
                 controls=[] if name in EXPLORATORY else [spec.get("control", "grpo")],
@@ -144,6 +158,36 @@ def run_language(name: str, runs: Path, *, fast: bool, reuse: bool, workers: int
                 val_prompts=spec["val_prompts"], kappo=None if kp is None else KappoAuto(**kp),
                 resume=True, select_by=spec.get("select_by"),
                 common_lr_from=spec.get("common_lr_from"))
+
+
+def run_pretrained(name: str, runs: Path, spec: dict[str, Any], methods: list[Any], *,
+                   workers: int, docs: Path) -> None:
+    """A pretrained grid (``results_pretrained``'s docstring): the warm start, the shared
+    calibration, then one seed at a time -- the first judged by the rate check before any
+    other runs -- writing the status after each."""
+    out = runs / name
+    warm = pretrained.warm_start(name, runs, spec)
+    overrides = pretrained.grid_overrides(spec, warm)
+    if any(m.options.get("calibration") == pretrained.SHARED for m in methods):
+        methods = pretrained.with_calibration(
+            methods, pretrained.shared_calibration(name, runs, spec, overrides))
+    _, arms = grid_methods(name, spec)
+    labels = [m.label for m in arms]
+    pretrained.write_status(name, runs, labels, spec["seeds"])
+    for n in range(1, spec["seeds"] + 1):
+        run_compare(methods, seeds=n, out=out, overrides=overrides,
+                    progress=sys.stdout.isatty(), controls=[spec["control"]], workers=workers,
+                    resume=True, isolate=True)
+        pretrained.write_status(name, runs, labels, spec["seeds"])
+        if n == 1 and "rate_check" in spec:
+            rec = pretrained.judge_first_seed(name, out, spec, [m.label for m in methods],
+                                              docs, git_commit())
+            if not rec["passed"]:
+                msg = (f"{name}: the rate check failed for {rec['failed']} (recorded in "
+                       f"{pretrained.rate_check_file(name, docs)})")
+                if not spec.get("fast"):
+                    raise SystemExit(f"error: {msg}; the grid stops before its other seeds")
+                print(f"note: {msg}; a --fast smoke run goes on", flush=True)
 
 
 def save_grid_cache(name: str, runs: Path, cache: Path = GRID_CACHE, *,
@@ -382,7 +426,7 @@ def produce(name: str, runs: Path, docs: Path, *, fast: bool, reuse: bool,
             seeds = record["grid_seeds"]
         if not collect_only:
             run_language(name, runs, fast=fast, reuse=reuse, workers=workers, cache=cache,
-                         seeds=seeds)
+                         seeds=seeds, docs=docs)
         else:  # the runs were made by the checkout that holds them, not necessarily this one
             env["collected_at"] = env["commit"]
             env["commit"] = git_commit((runs / name).resolve())
@@ -397,6 +441,9 @@ def produce(name: str, runs: Path, docs: Path, *, fast: bool, reuse: bool,
             if tb["seeds"]:
                 kappo_figure(tb, docs / "results" / f"{name}.png")
         elif name in PRETRAINED:
+            tb["warm_start"] = pretrained.warm_record(name, runs, tb["spec"])
+            rc = pretrained.rate_check_file(name, docs)
+            tb["rate_check"] = json.loads(rc.read_text()) if rc.exists() else None
             if tb["seeds"]:
                 pretrained_figure(tb, docs / "results" / f"{name}.png")
         elif (out / "compare.md").exists():
@@ -449,7 +496,8 @@ def power_pilot(name: str, runs: Path, docs: Path, *, fast: bool, reuse: bool,
     grid's first seeds, kept when it grows."""
     spec = testbed_spec(name, fast)
     n = spec["power_pilot"]
-    run_language(name, runs, fast=fast, reuse=reuse, workers=workers, cache=cache, seeds=n)
+    run_language(name, runs, fast=fast, reuse=reuse, workers=workers, cache=cache, seeds=n,
+                 docs=docs)
     tb = collect_language(name, runs, fast=fast, seeds=n)
     if tb is None or len(tb["seeds"]) < n:
         raise SystemExit(f"error: the {name} power pilot finished "
@@ -588,6 +636,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="pack the finished runs of a language grid in --runs into "
                          "benchmarks/grid_cache/<testbed>.json (commit it; --reuse restores "
                          "them) and exit")
+    ap.add_argument("--status", action="append", default=[], choices=[*PRETRAINED],
+                    help="print (and write to <runs>/<testbed>/status.json) which runs of a "
+                         "pretrained grid are done, what is left and the ETA, then exit")
     ap.add_argument("--render", action="store_true", help="only render from the data files")
     ap.add_argument("--check", action="store_true",
                     help="re-render from the committed data into a temporary copy and exit 1 "
@@ -619,6 +670,14 @@ def main(argv: list[str] | None = None) -> int:
                   "matplotlib / FreeType build; results/<testbed>.md: copied from the runs, "
                   "not renderable from the data)")
         return 1 if problems else 0
+    if args.status:
+        for name in args.status:
+            record = read_power_record(name, args.docs, fast=args.fast)
+            spec = testbed_spec(name, args.fast, None if record is None
+                                else record["grid_seeds"])
+            _, arms = grid_methods(name, spec)
+            pretrained.write_status(name, args.runs, [m.label for m in arms], spec["seeds"])
+        return 0
     if args.save_cache:
         for name in args.save_cache:
             got = save_grid_cache(name, args.runs, fast=args.fast)

@@ -408,12 +408,16 @@ def test_power_fields_of_every_evaluated_arm():
     a null arm whose interval reaches the SESOI is inconclusive, one whose interval ends below
     it not reproduced."""
     doc = evaluate_claims(synthetic_data(0.0, noise=0.03))
-    alpha = ALPHA / doc["family"]["size"]
-    assert doc["family"]["alpha_per_arm"] == pytest.approx(alpha)
+    assert doc["family"]["alpha_per_arm"] == pytest.approx(ALPHA / doc["family"]["size"])
+    members = {m: name for name, f in doc["families"].items() for m in f["members"]}
     for e in doc["claims"]:
-        if e["id"] not in doc["family"]["members"]:
+        if e["id"] not in members:
             assert e["mde"] is None
             continue
+        assert e["family"] == members[e["id"]]
+        fam = doc["families"][e["family"]]
+        alpha = ALPHA / fam["size"]
+        assert fam["alpha_per_arm"] == pytest.approx(alpha)
         d = np.subtract(e["primary"]["per_seed_a"], e["primary"]["per_seed_b"])
         assert e["mde"] == pytest.approx(paired_mde(d.std(ddof=1), d.size, alpha))
         assert (e["paper_effect"], e["paper_effect_why"]) == PAPER_EFFECTS[e["claim_id"]]
@@ -429,7 +433,7 @@ def test_power_fields_of_every_evaluated_arm():
     seen = set()
     for e in doc["claims"]:
         p = e["primary"]
-        if e["id"] not in doc["family"]["members"] or e["control"] or p["p_holm"] < ALPHA or \
+        if e["id"] not in members or e["control"] or p["p_holm"] < ALPHA or \
                 any(e["power"][k] for k in ("design_reasons", "stall_reasons",
                                              "inconclusive_reasons")):
             continue

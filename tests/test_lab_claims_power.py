@@ -74,13 +74,17 @@ def test_each_arm_s_seeds_match_a_direct_power_computation(noise):
         assert noise == 0.004 and plan["set_by"] is None and plan["seeds"] == minimum
 
 
-def test_the_family_level_is_the_whole_family_s():
-    """The pilot is judged beside every other testbed: its arms' level is alpha over the
-    whole family, not over the testbed's own arms."""
+def test_the_family_level_is_the_testbed_family_s():
+    """The pilot is judged beside every other testbed, and its arms' level is alpha over its
+    own Holm family (the pretrained testbed's: its 4 claim arms and its A/A control), not
+    over the toy testbeds' family, which it does not dilute."""
     doc = pilot_doc(0.03)
     plan = power_plan(doc, "smollm2", 12)
-    assert {r["alpha"] for r in plan["arms"]} == {0.05 / doc["family"]["size"]}
-    assert doc["family"]["size"] > len(plan["arms"]) + 1
+    fam = doc["families"]["pretrained"]
+    assert fam["size"] == len(plan["arms"]) + 1 == 5
+    assert {r["alpha"] for r in plan["arms"]} == {0.05 / fam["size"]}
+    assert doc["family"]["name"] == "toy" and doc["family"]["size"] > fam["size"]
+    assert not set(fam["members"]) & set(doc["family"]["members"])
 
 
 def test_bad_pilots_are_refused():

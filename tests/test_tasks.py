@@ -112,6 +112,24 @@ def test_arithmetic_task_answers_and_split():
     assert exact.score([exact.eval[0]], ["-999"]).tolist() == [0.0]
 
 
+def test_arithmetic_split_seed_fixes_the_held_out_problems_across_run_seeds():
+    opts = {"digits": 2, "b_digits": 1, "ops": "+-", "num_eval": 40}
+    a = load_task("arithmetic", {**opts, "split_seed": 7}, seed=1)
+    b = load_task("arithmetic", {**opts, "split_seed": 7}, seed=2)
+    assert [e["prompt"] for e in a.eval] == [e["prompt"] for e in b.eval]
+    assert [e["prompt"] for e in a.train] == [e["prompt"] for e in b.train]
+    # None: the run's seed draws the split (as before), so two seeds differ
+    c = load_task("arithmetic", opts, seed=1)
+    d = load_task("arithmetic", opts, seed=2)
+    assert {e["prompt"] for e in c.eval} != {e["prompt"] for e in d.eval}
+    # the split with split_seed s is the one a run with seed s and no split_seed draws
+    e = load_task("arithmetic", opts, seed=7)
+    assert [x["prompt"] for x in e.eval] == [x["prompt"] for x in a.eval]
+    for bad in (-1, 1.5, "3", True):
+        with pytest.raises(ValueError, match="split_seed must be a non-negative integer"):
+            load_task("arithmetic", {**opts, "split_seed": bad})
+
+
 def test_arithmetic_question_format_asks_the_same_problems_in_words():
     eq = load_task("arithmetic", {"digits": 2, "ops": "+-", "num_eval": 30}, seed=5)
     qu = load_task("arithmetic", {"digits": 2, "ops": "+-", "num_eval": 30, "format": "question"},

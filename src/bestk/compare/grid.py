@@ -149,7 +149,7 @@ def sweep_score(end: dict[str, float], n: int) -> float:
 def _grid(methods: list[Method], base: TrainConfig, seeds: Sequence[int], out: Path,
           lrs: dict[str, float] | None, kappo: KappoAuto | None, workers: int,
           progress: bool, resume: bool, what: str, shared: Path | None = None,
-          share_bank: bool = True) -> dict[str, dict[str, RunResult]]:
+          share_bank: bool = True, isolate: bool = False) -> dict[str, dict[str, RunResult]]:
     """SFT (and KAPPO calibration) per seed under ``shared`` (default ``out``), the seeds'
     shared reference banks, then every (method, seed) run under ``out``, runs that start alike
     sharing their step-0 evaluation under ``shared/_start`` (``eval.shared_start``); returns
@@ -223,7 +223,8 @@ def _grid(methods: list[Method], base: TrainConfig, seeds: Sequence[int], out: P
              f"{what}: KAPPO banks")
     results = execute([(rl_job, config_to_dict(cfg), sft, label, with_weights(key, sft),
                          None if sft is None else digests[sft])
-                        for _, label, cfg, sft, key in runs], workers, progress, f"{what}: RL")
+                        for _, label, cfg, sft, key in runs], workers, progress, f"{what}: RL",
+                       isolate=isolate)
     grid: dict[str, dict[str, RunResult]] = {m.label: {} for m in methods}
     for (i, label, *_), res in zip(runs, results, strict=True):
         grid[label][f"seed{i}"] = res
@@ -251,6 +252,7 @@ def run_compare(
     max_extensions: int = 3,
     select_by: str | None = None,
     common_lr_from: str | None = None,
+    isolate: bool = False,
 ) -> str:
     """Run the matched grid (module docstring); return the markdown table (also written to
     ``compare.md``).
@@ -263,7 +265,8 @@ def run_compare(
     ``select_by`` names the validation metric the sweep maximises (e.g. ``"pass@1"``;
     default: the mean over k of pass@k); ``common_lr_from`` sweeps only that method and runs
     every method at its chosen rate (one rate for all, as when a paper compares its variants
-    at one rate).
+    at one rate); ``isolate`` runs every test run in a fresh process (one worker too: memory
+    a run leaves behind, e.g. a vLLM engine's, goes back to the system when it ends).
     """
     if not estimators:
         raise ValueError("--estimators is empty")
@@ -303,7 +306,7 @@ def run_compare(
             if common_lr_from is not None:
                 lrs = {m.label: lrs[common_lr_from] for m in methods}
         grid = _grid(methods, base, test_seeds, out, lrs, kappo, workers, progress, resume,
-                     "test", share_bank=share_bank)
+                     "test", share_bank=share_bank, isolate=isolate)
     results: dict[str, dict[str, SeedResult]] = {
         label: {s: {"start": r["start"], "end": r["end"], "run": r["run"]}
                 for s, r in runs.items()} for label, runs in grid.items()}

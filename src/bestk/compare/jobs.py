@@ -50,7 +50,7 @@ from bestk.train.reference.bank import (
     save_reference,
 )
 from bestk.train.reference.plan import plan_reference
-from bestk.train.rollout.engine import HFEngine
+from bestk.train.rollout.engine import HFEngine, RolloutEngine, open_engines
 from bestk.train.rollout.evaluate import evaluate
 from bestk.train.rollout.settings import sampling_options
 from bestk.train.run.checkpoint import latest_checkpoint
@@ -138,8 +138,8 @@ class SeedResult(TypedDict):
 #: The per-step records of a run's own rollouts kept as its training curve: on-policy samples
 #: of training prompts before the step's update, free (no evaluation runs for them):
 #: ``success_rate`` (pass@1) and ``group_any_success`` (pass@n, n = ``rollout.n``: a group of
-#: n samples has a success), ``reward_mean``.
-TRAIN_CURVE: tuple[str, ...] = ("success_rate", "group_any_success", "reward_mean")
+#: n samples has a success), ``reward_mean`` and ``entropy`` (the rollouts' token entropy).
+TRAIN_CURVE: tuple[str, ...] = ("success_rate", "group_any_success", "reward_mean", "entropy")
 
 
 class RunResult(SeedResult):
@@ -182,21 +182,47 @@ def sft_job(cfg_dict: Mapping[str, object], path: str, kappo: KappoFields | None
     return path
 
 
-def _calibrate(cfg: ResolvedTrainConfig, sft_path: str, kp: KappoAuto, cal_path: Path) -> None:
-    """A bank of ``bank_n`` samples of the SFT policy on every training prompt -> calibration."""
+def _calibrate(cfg: ResolvedTrainConfig, sft_path: str | None, kp: KappoAuto,
+               cal_path: Path) -> None:
+    """A bank of ``bank_n`` samples of the policy (``sft_path``'s weights, else the model as
+    ``cfg`` loads it) on every training prompt, drawn by the run's rollout engine with its
+    sampling settings -> calibration."""
     task, device = load_run_task(cfg)
     model, tokenizer = load_run_policy(cfg, task, device)
-    model.load_state_dict(torch.load(sft_path))
+    if sft_path is not None:
+        model.load_state_dict(torch.load(sft_path))
     exs = task.train
-    engine = HFEngine(model, tokenizer, sampling_options(cfg))
+    engine: RolloutEngine
+    if cfg.rollout.engine == "hf":
+        engines = None
+        engine = HFEngine(model, tokenizer, sampling_options(cfg))
+    else:
+        engines = open_engines(cfg, model, tokenizer, max_new_tokens(cfg, task))
+        engine = engines.rollout
     try:
         res = evaluate(engine, task, exs, n=kp.bank_n, max_new_tokens=max_new_tokens(cfg, task),
-                       seed=KAPPO_AUTO_BANK.seed(cfg.seed), should_stop=stop_requested)
+                       seed=KAPPO_AUTO_BANK.seed(cfg.seed), should_stop=stop_requested,
+                       entropy_samples=None if engines is None else 1)
     except Stopped:
         raise _stopped() from None
+    finally:
+        if engines is not None:
+            engines.close()
     vals = calibration_values(task, kp.kind, res.rewards)
     bank = {int(ex["id"]): row.tolist() for ex, row in zip(exs, vals, strict=True)}
     calibrate(bank, k=kp.k, beta=kp.beta, kind=kp.kind).save(cal_path)
+
+
+def calibration_job(cfg_dict: Mapping[str, object], kappo: KappoFields, cal_path: str) -> str:
+    """The KAPPO calibration of the policy ``cfg`` loads (its ``model.path``: a warm start
+    shared by every seed of a grid), made once into ``cal_path`` (atomically; an existing file
+    is kept): ``kappo["bank_n"]`` samples of every training prompt from the run's rollout
+    engine (:func:`_calibrate`), calibrated with ``kappo``'s k, beta and kind."""
+    if not Path(cal_path).exists():
+        cfg = resolved_from_dict(copy.deepcopy(cfg_dict))
+        Path(cal_path).parent.mkdir(parents=True, exist_ok=True)
+        _calibrate(cfg, None, KappoAuto(**kappo), Path(cal_path))  # saved atomically
+    return cal_path
 
 
 def samples_bank(cfg: ResolvedTrainConfig) -> tuple[bool, bool]:
@@ -341,15 +367,26 @@ def rl_job(cfg_dict: Mapping[str, object], sft_path: str | None, label: str, key
     return out
 
 
-def execute(jobs: list[tuple], workers: int, progress: bool, what: str) -> list[Any]:
+def execute(jobs: list[tuple], workers: int, progress: bool, what: str,
+            isolate: bool = False) -> list[Any]:
     """Run ``(fn, *args)`` jobs in order (in-process for 1 worker, else a process pool of
-    single-threaded workers); results in job order. A stop (:func:`stop_requested`) starts
-    no further job, reaches the running ones (in the workers through the pool's stop event)
-    and raises :class:`CompareInterrupted` once they stopped."""
+    single-threaded workers); results in job order. ``isolate``: one job at a time, each in
+    a fresh worker process of its own, so that what a job leaves in memory (a vLLM engine,
+    the allocator's high-water heap) goes back to the system when it ends. A stop
+    (:func:`stop_requested`) starts no further job, reaches the running ones (in the workers
+    through the pool's stop event) and raises :class:`CompareInterrupted` once they
+    stopped."""
     if not jobs:
         return []
     with Progress(disable=not progress, transient=True) as bar:
         task = bar.add_task(what, total=len(jobs))
+        if isolate:
+            out = []
+            for job in jobs:
+                if stop_requested():
+                    raise _stopped()
+                out.extend(_pool([job], 1, bar, task))
+            return out
         if workers <= 1:
             out = []
             for fn, *args in jobs:
@@ -358,31 +395,36 @@ def execute(jobs: list[tuple], workers: int, progress: bool, what: str) -> list[
                 out.append(fn(*args))
                 bar.advance(task)
             return out
-        ctx = mp.get_context("spawn")
-        event = ctx.Event()
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
-                                 initargs=(event,)) as pool:
-            futs = [pool.submit(fn, *args) for fn, *args in jobs]
-            pending: set[Future[Any]] = set(futs)
-            stopped = False
-            while pending:
-                done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-                for f in done:
-                    if f.cancelled():
-                        continue
-                    try:
-                        f.result()
-                    except CompareInterrupted:
-                        stopped = True
-                        continue
-                    bar.advance(task)
-                if (stopped or stop_requested()) and not event.is_set():
-                    event.set()  # the running jobs stop at their next safe point
-                    for f in pending:
-                        f.cancel()
-            if event.is_set():
-                raise _stopped()
-            return [f.result() for f in futs]
+        return _pool(jobs, workers, bar, task)
+
+
+def _pool(jobs: list[tuple], workers: int, bar: Progress, task: Any) -> list[Any]:
+    """:func:`execute`'s process pool of ``workers`` single-threaded workers over ``jobs``."""
+    ctx = mp.get_context("spawn")
+    event = ctx.Event()
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
+                             initargs=(event,)) as pool:
+        futs = [pool.submit(fn, *args) for fn, *args in jobs]
+        pending: set[Future[Any]] = set(futs)
+        stopped = False
+        while pending:
+            done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            for f in done:
+                if f.cancelled():
+                    continue
+                try:
+                    f.result()
+                except CompareInterrupted:
+                    stopped = True
+                    continue
+                bar.advance(task)
+            if (stopped or stop_requested()) and not event.is_set():
+                event.set()  # the running jobs stop at their next safe point
+                for f in pending:
+                    f.cancel()
+        if event.is_set():
+            raise _stopped()
+        return [f.result() for f in futs]
 
 
 def _worker_init(event: Any = None) -> None:

@@ -74,6 +74,7 @@ def arithmetic_task(
     graded: bool = True,
     format: str = "equation",
     b_digits: int | None = None,
+    split_seed: int | None = None,
 ) -> Task:
     """Integer arithmetic ``"a+b="`` -> ``"c"`` with operands of at most ``digits`` digits
     (the second one of at most ``b_digits``, when given: an easier task, e.g. 2-digit plus
@@ -86,7 +87,9 @@ def arithmetic_task(
     number only."``).
 
     All ``len(ops) * 10^(2 digits)`` problems are enumerated once; ``num_eval`` of them
-    (drawn with ``seed``) are held out, the rest are the training prompts. ``graded=True``
+    (drawn with ``split_seed``, ``None``: the run's ``seed``) are held out, the rest are the
+    training prompts. A fixed ``split_seed`` gives every seed of a grid the same held-out
+    problems, and keeps them held out from a warm start trained with another seed. ``graded=True``
     scores with the graded closeness reward ``1/(1+|pred-target|)`` (so ArgMaxRL / best@k
     have something to work on); ``graded=False`` with exact match. Either way a completion
     succeeds iff it is exactly right.
@@ -109,7 +112,11 @@ def arithmetic_task(
         raise ValueError(
             f"arithmetic option num_eval must be in [1, {len(problems) - 1}], got {num_eval}"
         )
-    rng = np.random.default_rng(seed)
+    if split_seed is not None and (isinstance(split_seed, bool) or not isinstance(
+            split_seed, int) or split_seed < 0):
+        raise ValueError(f"arithmetic option split_seed must be a non-negative integer or "
+                         f"null, got {split_seed!r}")
+    rng = np.random.default_rng(seed if split_seed is None else split_seed)
     order = rng.permutation(len(problems))
     examples = []
     for i, (x, op, y) in enumerate(problems):

@@ -385,9 +385,16 @@ class EvalConfig(_Section):
     held-out prompt only (``None``: all ``n``). ``vllm`` gets entropies from a forward of the
     policy after sampling, most of an evaluation's time; on fewer samples it costs
     proportionally less and estimates the same mean. Every other metric uses all ``n``."""
+    seed: Int | None = Field(None, ge=0, le=2**63 - 1, json_schema_extra=_null(
+        "the run's sampling_seed"))
+    """Seed of the evaluation noise only (``None``: ``sampling_seed``, so each seed of a grid
+    evaluates with its own noise). A fixed value gives every run the same held-out samples
+    of a policy: runs of several seeds that start from the same weights then share one
+    step-0 evaluation (``shared_start``), and their end evaluations differ by training only."""
     shared_start: Str | None = Field(None, json_schema_extra=_null("no sharing"))
     """A directory where runs that start alike share their step-0 evaluation: same weights
-    when RL starts, evaluation noise (``sampling_seed``) and evaluation-shaping config
+    when RL starts (LoRA adapters that add nothing left out), held-out prompts, evaluation
+    noise (``eval.seed`` or ``sampling_seed``) and evaluation-shaping config
     (:mod:`bestk.train.rollout.shared_start`); the first stores it, the others read it
     instead of sampling. ``bestk compare`` grids set it for their runs."""
 

@@ -484,34 +484,27 @@ def _power_fields(e: ArmEntry, spec: ClaimSpec, tb: TestbedData, alpha: float) -
     return guards
 
 
-def evaluate_claims(data: Mapping[str, TestbedData], claims: Sequence[ClaimSpec] = CLAIMS,
-                    *, min_seeds: int | None = None) -> ClaimsDoc:
-    """``claims.json`` from the per-seed data of the testbeds (``{testbed id: data}``).
+#: The Holm family of the testbeds that declare none of their own (:attr:`TestbedSpec.family`):
+#: the toy testbeds (bandits, digits, sparse, the tiny language models).
+MAIN_FAMILY = "toy"
+FAMILY_DEFINITION = ("the primary tests of every evaluated trained arm on the family's "
+                     "testbeds (TestbedSpec.family; A/A controls included; pending and "
+                     "not-comparable arms excluded), Holm-corrected together (t-test and "
+                     "sign-flip p-values separately); alpha_per_arm = alpha / size is the "
+                     "level each arm's MDE is computed at")
 
-    ``min_seeds`` overrides every testbed's required seed count (smoke runs only; the
-    committed file uses the testbeds' own minimum, at least 10 on the lab testbeds and 8 on
-    the language tasks). The family's t-test and sign-flip p-values are Holm-adjusted
-    separately; the verdict follows the t-test, and ``robust`` says whether the sign-flip
-    test gives the same one, or ``"n/a (cannot reach α with n seeds)"`` where its smallest
-    p with the arm's seeds could not pass Holm over this family. A significant A/A control
-    is listed in ``controls.failed``
-    (:func:`check_controls` turns that into an error).
-    """
-    data = {k: derived_metrics(v) for k, v in data.items()}
-    entries = []
-    for spec in claims:
-        for arm in spec.arms:
-            tb = data.get(arm.testbed)
-            entries.append(_exact_entry(spec, arm, tb) if spec.kind == "exact"
-                           else _trained_entry(spec, arm, tb, min_seeds))
-    family = [e for e in entries if e["kind"] == "trained" and e["primary"]["p"] is not None
-              and e["verdict"] != "not comparable"]
+
+def _judge_family(name: str, family: list[ArmEntry], claims: Sequence[ClaimSpec],
+                  data: Mapping[str, TestbedData], failed: list[str]) -> dict[str, object]:
+    """Holm over one family's primary tests, then each arm's power fields and verdict (in
+    place); a significant A/A control's id is appended to ``failed``. Returns the family's
+    ``{"size", "members", "alpha_per_arm"}``."""
     alpha_arm = ALPHA / max(1, len(family))
-    failed = []
     p_perm = [e["primary"]["p_perm"] for e in family]
     for i, (e, p, pp) in enumerate(zip(family, holm([e["primary"]["p"] for e in family]),
                                        holm(p_perm), strict=True)):
         e["primary"]["p_holm"], e["primary"]["p_perm_holm"] = p, pp
+        e["family"] = name
         spec = next(c for c in claims if c.id == e["claim_id"])
         guards = _power_fields(e, spec, data[e["testbed"]], alpha_arm)
         ni = e["noninferiority"]
@@ -543,17 +536,46 @@ def evaluate_claims(data: Mapping[str, TestbedData], claims: Sequence[ClaimSpec]
                          f"{v_perm} (Holm p_perm = {fmt(e['primary']['p_perm_holm'])})")
         if spec.control and (p < ALPHA or pp < ALPHA):
             failed.append(e["id"])
+    return {"size": len(family), "members": [e["id"] for e in family],
+            "alpha_per_arm": alpha_arm if family else None}
+
+
+def evaluate_claims(data: Mapping[str, TestbedData], claims: Sequence[ClaimSpec] = CLAIMS,
+                    *, min_seeds: int | None = None) -> ClaimsDoc:
+    """``claims.json`` from the per-seed data of the testbeds (``{testbed id: data}``).
+
+    ``min_seeds`` overrides every testbed's required seed count (smoke runs only; the
+    committed file uses the testbeds' own minimum, at least 10 on the lab testbeds and 8 on
+    the language tasks). Each Holm family (the arms of the testbeds that declare it,
+    :attr:`TestbedSpec.family`; ``family`` is :data:`MAIN_FAMILY`'s, ``families`` every one)
+    has its t-test and sign-flip p-values Holm-adjusted separately; the verdict follows the
+    t-test, and ``robust`` says whether the sign-flip test gives the same one, or ``"n/a
+    (cannot reach α with n seeds)"`` where its smallest p with the arm's seeds could not
+    pass Holm over its family. A significant A/A control is listed in ``controls.failed``
+    (:func:`check_controls` turns that into an error).
+    """
+    data = {k: derived_metrics(v) for k, v in data.items()}
+    entries = []
+    for spec in claims:
+        for arm in spec.arms:
+            tb = data.get(arm.testbed)
+            entries.append(_exact_entry(spec, arm, tb) if spec.kind == "exact"
+                           else _trained_entry(spec, arm, tb, min_seeds))
+    judged = [e for e in entries if e["kind"] == "trained" and e["primary"]["p"] is not None
+              and e["verdict"] != "not comparable"]
+    failed: list[str] = []
+    families: dict[str, dict[str, object]] = {}
+    for name in dict.fromkeys(TESTBEDS[e["testbed"]].family for e in judged):
+        family = [e for e in judged if TESTBEDS[e["testbed"]].family == name]
+        families[name] = _judge_family(name, family, claims, data, failed)
+    main = families.get(MAIN_FAMILY, {"size": 0, "members": [], "alpha_per_arm": None})
     controls = [e for e in entries if e["control"]]
     return {
         "format": "bestk.claims", "version": 2, "alpha": ALPHA, "power": POWER,
         "min_seeds_override": min_seeds,
-        "family": {"size": len(family), "members": [e["id"] for e in family],
-                   "alpha_per_arm": alpha_arm if family else None,
-                   "definition": "the primary tests of every evaluated trained arm of this "
-                                 "file (A/A controls included; pending and not-comparable "
-                                 "arms excluded), Holm-corrected together (t-test and "
-                                 "sign-flip p-values separately); alpha_per_arm = alpha / "
-                                 "size is the level each arm's MDE is computed at"},
+        "family": {**main, "name": MAIN_FAMILY, "definition": FAMILY_DEFINITION},
+        "families": {name: {**f, "name": name, "definition": FAMILY_DEFINITION}
+                     for name, f in families.items()},
         "controls": {"arms": len(controls),
                      "judged": sum(e["verdict"] != "pending" for e in controls),
                      "failed": failed,

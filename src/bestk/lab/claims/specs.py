@@ -182,6 +182,13 @@ class TestbedSpec:
     start_range: tuple[float, float] | None = None
     #: Why the testbed has no committed data, when it has none (its arms stay pending).
     pending_why: str | None = None
+    #: The Holm family its arms are corrected in (declared before its runs): ``"toy"`` for
+    #: the from-scratch testbeds, a family of its own for a testbed whose question is another
+    #: (the pretrained model's), so the two do not dilute each other.
+    family: str = "toy"
+    #: The commit that declared the testbed's design before any of its runs (its
+    #: pre-registration), ``None`` where the design was not committed before its data.
+    preregistered_at: str | None = None
 
 
 def arm_id(spec: ClaimSpec, arm: Arm) -> str:

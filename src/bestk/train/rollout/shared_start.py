@@ -7,20 +7,26 @@ pretrained model with vLLM on a CPU one costs minutes. With ``eval.shared_start:
 first such run stores its evaluation in ``DIR`` and the others read it.
 
 What identifies a start (:func:`start_key`): the digest of the policy's weights as they are
-when RL starts (after any SFT or warm start; LoRA adapters included), the evaluation noise
-(``sampling_seed``) and every config section that shapes the evaluation: ``model``, ``task``,
-``sft``, ``seed``, ``threads`` (the reduction order of float sums), ``device``, ``rollout``
-(prompt length limit, new-token cap), ``eval`` (but ``every``) and ``vllm``. Something left
-out can only make two starts that would agree miss each other, never make two that differ
-share. A stored evaluation is written atomically, with its key inside; a file whose key
-differs is not read.
+when RL starts (after any SFT or warm start; :func:`start_digest`: a LoRA adapter whose
+``B`` is all zeros adds exactly nothing, so it is left out, and fresh adapters drawn with
+different seeds on one base model digest alike), the held-out prompts evaluated (their ids,
+prompts and answers), the evaluation noise (``eval.seed``, else the run's
+``sampling_seed``) and every config section that shapes the evaluation: ``model``, ``task``,
+``sft``, ``threads`` (the reduction order of float sums), ``device``, ``rollout`` (prompt
+length limit, new-token cap), ``eval`` (but ``every``) and ``vllm``. The run's ``seed`` is
+not a section of the key: what it shapes in an evaluation -- the weights, the held-out split,
+the noise -- is in the key itself, so seeds that start from the same weights on the same
+prompts with a fixed ``eval.seed`` share one evaluation. Something left out can only make
+two starts that would agree miss each other, never make two that differ share. A stored
+evaluation is written atomically, with its key inside; a file whose key differs is not
+read.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +38,12 @@ from bestk.train.config import ResolvedTrainConfig
 from bestk.train.config_io import config_to_dict
 from bestk.train.rollout.evaluate import EvalResult
 
-__all__ = ["START_SECTIONS", "shared_start_evaluation", "start_key", "state_digest"]
+__all__ = ["START_SECTIONS", "shared_start_evaluation", "start_digest", "start_key",
+           "state_digest"]
 
 #: The config sections that shape a step-0 evaluation (``eval.every`` aside).
-START_SECTIONS: tuple[str, ...] = ("model", "task", "sft", "seed", "threads", "device",
-                                   "rollout", "eval", "vllm")
+START_SECTIONS: tuple[str, ...] = ("model", "task", "sft", "threads", "device", "rollout",
+                                   "eval", "vllm")
 
 
 def state_digest(state: Mapping[str, torch.Tensor]) -> str:
@@ -50,14 +57,33 @@ def state_digest(state: Mapping[str, torch.Tensor]) -> str:
     return h.hexdigest()[:16]
 
 
-def start_key(cfg: ResolvedTrainConfig, model: torch.nn.Module, sampling_seed: int) -> str:
-    """The key of a run's step-0 evaluation (module docstring)."""
+def start_digest(model: torch.nn.Module) -> str:
+    """:func:`state_digest` of the policy's weights without the LoRA adapters that add nothing:
+    each ``lora_B`` (``lora_embedding_B``) tensor that is all zeros is dropped with its ``A``
+    partner, since ``W + (alpha / r) B A`` is then ``W`` exactly whatever ``A`` holds."""
+    state = model.state_dict()
+    drop: set[str] = set()
+    for name, t in state.items():
+        for b_part, a_part in ((".lora_B.", ".lora_A."),
+                               (".lora_embedding_B", ".lora_embedding_A")):
+            if b_part in name and not bool(t.detach().ne(0).any()):
+                drop.update((name, name.replace(b_part, a_part)))
+    return state_digest({k: v for k, v in state.items() if k not in drop})
+
+
+def start_key(cfg: ResolvedTrainConfig, model: torch.nn.Module, eval_seed: int,
+              examples: Sequence[Mapping[str, Any]]) -> str:
+    """The key of a run's step-0 evaluation of the held-out ``examples`` with the noise of
+    ``eval_seed`` (module docstring)."""
     d = config_to_dict(cfg)
     sections: dict[str, Any] = {k: d[k] for k in START_SECTIONS}
     sections["eval"] = {k: v for k, v in sections["eval"].items()
                         if k not in ("every", "shared_start")}
-    blob = json.dumps({"config": sections, "sampling_seed": int(sampling_seed),
-                       "weights": state_digest(model.state_dict())}, sort_keys=True, default=str)
+    prompts = hashlib.sha256(json.dumps(
+        [[e.get("id"), e.get("prompt"), e.get("answer")] for e in examples],
+        default=str).encode()).hexdigest()[:16]
+    blob = json.dumps({"config": sections, "eval_seed": int(eval_seed), "prompts": prompts,
+                       "weights": start_digest(model)}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -76,15 +102,16 @@ def _from_json(doc: dict[str, Any]) -> EvalResult:
 
 
 def shared_start_evaluation(cfg: ResolvedTrainConfig, model: torch.nn.Module,
-                            sampling_seed: int, step: int,
-                            sample: Callable[[], EvalResult]) -> EvalResult:
-    """``sample()``, except at step 0 with ``eval.shared_start`` set: then the evaluation
-    stored there under :func:`start_key` when there is one, else ``sample()`` stored there
-    (atomically) for the next run that starts alike."""
+                            eval_seed: int, step: int, sample: Callable[[], EvalResult],
+                            examples: Sequence[Mapping[str, Any]]) -> EvalResult:
+    """``sample()`` (the evaluation of ``examples`` with the noise of ``eval_seed``), except
+    at step 0 with ``eval.shared_start`` set: then the evaluation stored there under
+    :func:`start_key` when there is one, else ``sample()`` stored there (atomically) for the
+    next run that starts alike."""
     where = cfg.eval.shared_start
     if step != 0 or where is None:
         return sample()
-    key = start_key(cfg, model, sampling_seed)
+    key = start_key(cfg, model, eval_seed, examples)
     path = Path(where) / f"start-{key}.json"
     if path.is_file():
         try:
