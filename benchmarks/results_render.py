@@ -370,7 +370,7 @@ def paired_figure(doc: dict[str, Any], testbed: str, path: Path) -> bool:
             ax.plot(d, y + jitter, "o", ms=3, color="0.45", zorder=2)
             lo, hi = p["ci95"]
             colour = {"reproduced": "tab:blue", "contradicted": "tab:red",
-                      "inconclusive": "tab:orange",
+                      "inconclusive": "tab:orange", "significant, below SESOI": "tab:cyan",
                       "control FAILED": "tab:red"}.get(arm_outcome(e, doc), "0.1")
             ax.errorbar([p["diff"]], [y], xerr=[[p["diff"] - lo], [hi - p["diff"]]], fmt="s",
                         ms=5, color=colour, capsize=3, zorder=3)
@@ -475,22 +475,29 @@ def render(docs: Path, *, fast: bool = False) -> dict[str, Any]:
         "matches b\" claims). Every judged arm records it, its *minimum detectable effect* "
         "(MDE: the difference the paired t-test detects with 80% power at α / family size, "
         "from the observed SD of the paired differences), the effect its source paper "
-        "reports (or none, with the reason), the *headroom* (distance of b's mean to the "
-        "metric's bound) and the seeds the MDE would need to reach the SESOI. A "
+        "reports (or none, with the reason), the *headroom* (distance to the metric's bound "
+        "of b's mean and of its median seed, whichever is smaller: a mean pulled down by a "
+        "few low seeds overstates the typical seed's room, and a null at a ceiling is not "
+        "evidence) and the seeds the MDE would need to reach the SESOI. A "
         "non-significant arm is **not reproduced** only when its 95% interval, counted in "
         "the claimed direction, ends below the SESOI (an equivalence-style test: every "
         "effect of interest is excluded), and **inconclusive** otherwise, or when b's "
         "headroom is below the SESOI or b did not move from its start. A significant "
         "difference against the claim is **contradicted** whatever the MDE. A significant "
         "difference in the claimed direction is inconclusive when the MDE exceeds the "
-        "paper's effect (such an estimate overstates the effect, a type M error). An arm is "
+        "paper's effect (such an estimate overstates the effect, a type M error), and "
+        "**significant, below SESOI** (not counted as reproduced) when its estimate is "
+        "smaller than the SESOI. An arm is "
         "inconclusive whatever its outcome when a method's learning rate sits at the edge "
         "of its grid or the testbed did not train (GRPO's pass@1 did not double on the "
         "language tasks); on a claim that a sharpens less than b, when b does not sharpen "
-        "(its pass@16 does not end below its start: nothing to lessen); and, on a claim "
-        "that b fails to train, when b did not train (its "
-        "progress from the start stays below the SESOI) unless the result is significantly "
-        "against the claim. Inconclusive is not evidence against the claim. Each arm also "
+        "(its pass@16 does not end below its start: nothing to lessen). A claim that b "
+        "fails to train has that premise judged as part of it: where b's progress from the "
+        "start is shown to stay below the SESOI the premise holds and a − b decides (b's "
+        "secondaries, an untrained policy's, judge nothing); where it is shown to reach the "
+        "SESOI the claim is **not reproduced**; where its interval contains the SESOI the "
+        "arm is inconclusive; a significant result against the claim is contradicted either "
+        "way. Inconclusive is not evidence against the claim. Each arm also "
         "gives Sarle's bimodality coefficient of a's and b's "
         "per-seed values (above 5/9: the seeds split into two groups, so a mean and a t-test "
         "describe them poorly; the sign-flip p does not assume normality).\n",

@@ -73,11 +73,11 @@ def test_an_interval_straddling_the_sesoi_is_inconclusive_not_not_reproduced():
     assert e["verdict"] == "not reproduced" and "excluded" in e["why"], e["why"]
 
 
-def test_a_baseline_that_did_not_train_leaves_its_claim_inconclusive():
+def test_a_baseline_that_did_not_train_makes_the_claim_s_premise_hold():
     """REINFORCE (RLOO) that stays at its start on sparse-n16 while SoftmaxGRPO learns: the
-    claim is that REINFORCE fails to progress, so its untrained spread winning pass@16 (a
-    significantly worse secondary, "not reproduced" before) judges nothing; on sparse-n64,
-    where RLOO trains, the arm is judged as usual."""
+    claim is that REINFORCE fails to progress, so its premise holds and a - b decides; its
+    untrained spread winning pass@16 (a significantly worse secondary) judges nothing. On
+    sparse-n64, where RLOO trains, the premise is refuted: not reproduced."""
     rng = np.random.default_rng(5)
     data = synthetic_data(0.05, seeds=16)
     tb = data["sparse-n16"]
@@ -91,10 +91,12 @@ def test_a_baseline_that_did_not_train_leaves_its_claim_inconclusive():
     assert e["primary"]["p_holm"] < ALPHA and e["primary"]["diff"] > 0
     assert any(s["metric"] == "pass@16" and s["p_holm"] < ALPHA and s["diff"] < 0
                for s in e["secondary"])
-    assert e["verdict"] == "inconclusive" and "did not train" in e["why"], e["why"]
-    assert e["power"]["stall_reasons"]
+    assert e["power"]["premise"]["status"] == "holds"
+    assert e["verdict"] in ("reproduced", "significant, below SESOI"), e["why"]
+    assert "premise holds" in e["why"]
     n64 = doc["softmax-sparse-vs-reinforce@sparse-n64"]
-    assert n64["verdict"] == "reproduced" and n64["power"]["stall_reasons"] == [], n64["why"]
+    assert n64["power"]["premise"]["status"] == "refuted", n64["power"]["premise"]
+    assert n64["verdict"] == "not reproduced" and "refuted" in n64["why"], n64["why"]
 
 
 def _first_seeds(tb: dict, n: int) -> None:

@@ -1,7 +1,8 @@
 """bestk.lab.claims.rule: the verdict rule of one arm on given test results (no power
 guard hides a significant opposite result, "not reproduced" is an equivalence-style
-judgement against the SESOI, a baseline that did not train cannot judge a claim that it does
-not train, and the robust flag is n/a where the sign-flip test cannot reach alpha)."""
+judgement against the SESOI, a claim that b fails to train has that premise judged as part
+of it, a significant effect below the SESOI is labelled so, a ceiling is not a null, and the
+robust flag is n/a where the sign-flip test cannot reach alpha)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from bestk.lab.claims.rule import (
     claimed_interval,
     inconclusive_reasons,
     robust_flag,
+    seed_headroom,
     sign_flip_floor_holm,
-    stall_reasons,
+    stall_premise,
     type_m_reasons,
     verdict,
 )
@@ -35,9 +37,11 @@ def test_a_significant_opposite_difference_is_contradicted_whatever_the_mde():
     # the same in a "less" claim: significantly higher than claimed
     v, _ = verdict(0.3, 1e-4, "less", ci95=(0.2, 0.4), sesoi=0.02, type_m=TYPE_M)
     assert v == "contradicted"
-    # ... and on a claim that b fails to train, with b that did not train
-    v, _ = verdict(-0.3, 1e-4, "greater", ci95=(-0.4, -0.2), sesoi=0.02, stalled=["b stalled"])
-    assert v == "contradicted"
+    # ... and on a claim that b fails to train, whatever b's progress
+    for status in ("holds", "refuted", "undecided"):
+        v, _ = verdict(-0.3, 1e-4, "greater", ci95=(-0.4, -0.2), sesoi=0.02,
+                       premise=(status, "b's progress"))
+        assert v == "contradicted", status
     # the guard still keeps a significant result in the claimed direction from standing
     v, why = verdict(0.49, 1.9e-5, "greater", ci95=(0.42, 0.56), sesoi=0.02, type_m=TYPE_M)
     assert v == "inconclusive" and "type M" in why
@@ -87,21 +91,74 @@ def test_bad_input_to_the_rule_is_a_value_error():
     assert claimed_interval((-0.1, 0.3), "less") == (-0.3, 0.1)
 
 
-def test_a_baseline_that_did_not_train_cannot_judge_a_claim_that_it_does_not_train():
-    """sparse-n16 in the committed data: RLOO moved 1.9e-4 [7.7e-5, 3.1e-4] in pass@1 from its
-    uniform start, far below the 0.02 SESOI; SoftmaxGRPO beat it on pass@1 and lost pass@64 to
-    its untrained spread, which made the arm "not reproduced" before."""
-    stalled = stall_reasons((7.7e-5, 3.1e-4), 0.02, "greater")
-    assert len(stalled) == 1 and "below the SESOI" in stalled[0]
-    assert stall_reasons((0.0196, 0.0235), 0.02, "greater") == []  # sparse-n64: it trained
-    assert stall_reasons((-0.03, -0.01), 0.02, "less") == []  # a "less" metric falling 0.03
-    assert stall_reasons(None, 0.02, "greater") == []  # no start to compare with
+def test_the_premise_that_b_fails_to_train_is_judged_as_part_of_the_claim():
+    """A claim that b (REINFORCE) fails to make progress where a learns. The old rule made
+    an arm whose b did not train inconclusive (sparse-n16: RLOO moved 1.9e-4 [7.7e-5, 3.1e-4]
+    in pass@1, the premise holding, so the arm could never be reproduced) and judged an arm
+    whose b trained as any other (sparse-n64: "reproduced" although b trained). Now the
+    premise is part of the claim."""
+    holds = stall_premise((7.7e-5, 3.1e-4), 0.02, "greater")
+    assert holds[0] == "holds" and "below the SESOI" in holds[1]
+    assert stall_premise((0.025, 0.04), 0.02, "greater")[0] == "refuted"
+    assert stall_premise((0.0196, 0.0235), 0.02, "greater")[0] == "undecided"  # sparse-n64
+    assert stall_premise((-0.04, -0.03), 0.02, "less")[0] == "refuted"  # a "less" metric
+    assert stall_premise(None, 0.02, "greater") is None  # no start to compare with
     worse_secondary = [("pass@64", -0.01, 1e-6, "greater")]
+    # the premise holds: a - b decides, b's (untrained) secondaries judge nothing
+    v, why = verdict(0.036, 8.6e-13, "greater", worse_secondary, ci95=(0.033, 0.039),
+                     sesoi=0.02, premise=holds)
+    assert v == "reproduced" and "premise holds" in why, why
+    # without the premise (another claim) the worse secondary still counts
     assert verdict(0.036, 8.6e-13, "greater", worse_secondary)[0] == "not reproduced"
-    v, why = verdict(0.036, 8.6e-13, "greater", worse_secondary, stalled=stalled)
-    assert v == "inconclusive" and "did not train" in why and "claimed direction" in why
-    v, _ = verdict(0.001, 0.6, "greater", ci95=(-0.001, 0.003), sesoi=0.02, stalled=stalled)
-    assert v == "inconclusive"
+    # b trained: the claim's premise is refuted, whatever a - b shows
+    refuted = stall_premise((0.03, 0.05), 0.02, "greater")
+    v, why = verdict(0.07, 4e-13, "greater", ci95=(0.06, 0.08), sesoi=0.02, premise=refuted)
+    assert v == "not reproduced" and "refuted" in why
+    # b's progress undecided: inconclusive, significant or not
+    undecided = stall_premise((0.0196, 0.0235), 0.02, "greater")
+    for p, ci in ((4e-13, (0.06, 0.08)), (0.6, (-0.001, 0.003))):
+        v, why = verdict(0.07, p, "greater", ci95=ci, sesoi=0.02, premise=undecided)
+        assert v == "inconclusive" and "neither shown nor refuted" in why
+    # the premise holds and a - b is null: judged against the SESOI as usual
+    v, _ = verdict(0.001, 0.6, "greater", ci95=(-0.001, 0.003), sesoi=0.02, premise=holds)
+    assert v == "not reproduced"
+
+
+def test_a_significant_effect_below_its_sesoi_is_not_plainly_reproduced():
+    """kappo-grpo-binary-passk@digits-binary in the committed data: +0.017 [0.007, 0.028],
+    Holm p 0.043, SESOI 0.02: significant, but smaller than the smallest effect of interest.
+    The old rule said "reproduced"."""
+    v, why = verdict(0.0172, 0.043, "greater", ci95=(0.0065, 0.0278), sesoi=0.02)
+    assert v == "significant, below SESOI" and "below the SESOI 0.020" in why
+    # at or above the SESOI: reproduced; a "less" claim counts b - a
+    assert verdict(0.021, 0.01, "greater", ci95=(0.01, 0.03), sesoi=0.02)[0] == "reproduced"
+    assert verdict(-0.01, 0.01, "less", ci95=(-0.02, -0.002),
+                   sesoi=0.02)[0] == "significant, below SESOI"
+    # non-inferiority primaries (a - b + margin) and A/A controls keep their own labels
+    assert verdict(0.01, 0.01, "greater", ci95=(0.002, 0.02), sesoi=0.02,
+                   margin_claim=True)[0] == "reproduced"
+    assert verdict(0.01, 0.01, "greater", ci95=(0.002, 0.02), control=True)[0] == "reproduced"
+
+
+def test_a_ceiling_is_not_a_null():
+    """argmaxrl-bestk@bandit-negative in the committed data: b's mean best@32 leaves 0.029 to
+    the bound 0.5, but its median seed only 0.017 (most seeds sit at 0.47-0.49, a few far
+    below): no effect of interest fits the typical seed, so a null there is a ceiling. The
+    old rule took the mean's headroom and said "not reproduced"."""
+    b = [0.484] * 40 + [0.47] * 14 + [0.34, 0.32, 0.41, 0.40, 0.45, 0.46, 0.44, 0.43, 0.42,
+                                      0.45]
+    mean_room = 0.5 - sum(b) / len(b)
+    assert mean_room > 0.02
+    room = seed_headroom(b, (-2.0, 0.5), "greater")
+    assert room == pytest.approx(0.5 - 0.484) and room < 0.02
+    assert "no effect of interest fits" in inconclusive_reasons(room, True, 0.02)[0]
+    assert inconclusive_reasons(mean_room, True, 0.02) == []  # the old rule's input
+    # symmetric: a "less" claim measures the room to the lower bound; the mean can be the
+    # smaller one too
+    assert seed_headroom([0.1, 0.1, 0.9], (0.0, 1.0), "less") == pytest.approx(0.1)
+    assert seed_headroom([0.5, 0.6, 0.9], (0.0, 1.0), "greater") == pytest.approx(1 - 2 / 3)
+    with pytest.raises(ValueError, match="no seeds"):
+        seed_headroom([], (0.0, 1.0), "greater")
 
 
 def test_the_guards_of_the_rule():
@@ -112,7 +169,7 @@ def test_the_guards_of_the_rule():
     assert inconclusive_reasons(0.014, True, 0.02, margin_claim=True) == []
     assert inconclusive_reasons(0.2, True, 0.02) == []
     with pytest.raises(ValueError, match="sesoi"):
-        stall_reasons((0.0, 0.1), -1.0, "greater")
+        stall_premise((0.0, 0.1), -1.0, "greater")
 
 
 @pytest.mark.parametrize("n", range(1, 11))

@@ -8,7 +8,7 @@ Where each part lives (every name below is importable from ``bestk.lab.claims``)
   :data:`TESTBEDS`, :data:`PAPER_EFFECTS`, each claim's smallest effect size of interest
   :data:`SESOI`): a new claim or testbed goes here;
 * :mod:`~bestk.lab.claims.rule` -- the verdict rule of one arm (:func:`verdict`) and why a
-  design or an experiment cannot support one (:func:`design_reasons`, :func:`stall_reasons`,
+  design or an experiment cannot support one (:func:`design_reasons`, :func:`stall_premise`,
   :func:`type_m_reasons`, :func:`inconclusive_reasons`), the robust flag
   (:func:`robust_flag`), the A/A control check (:func:`check_controls`);
 * :mod:`~bestk.lab.claims.exact` -- the rules of the claims decided by exact computation;
@@ -40,7 +40,8 @@ from bestk.lab.claims.rule import (
     design_reasons,
     inconclusive_reasons,
     robust_flag,
-    stall_reasons,
+    seed_headroom,
+    stall_premise,
     type_m_reasons,
     verdict,
 )
@@ -87,7 +88,8 @@ __all__ = [
     "DEFAULT_SESOI",
     "inconclusive_reasons",
     "design_reasons",
-    "stall_reasons",
+    "seed_headroom",
+    "stall_premise",
     "type_m_reasons",
     "robust_flag",
     "bimodal_arms",

@@ -33,14 +33,14 @@ from bestk.lab.claims.rule import (
     design_reasons,
     inconclusive_reasons,
     robust_flag,
+    seed_headroom,
     sign_flip_floor_holm,
-    stall_reasons,
+    stall_premise,
     type_m_reasons,
     verdict,
 )
 from bestk.lab.claims.specs import (
     DIVERSITY,
-    GREATER,
     Arm,
     ArmEntry,
     ClaimsDoc,
@@ -399,12 +399,13 @@ def _bounds(key: str, testbed: str, tb: TestbedData) -> tuple[float, float] | No
 
 class Guards(TypedDict):
     """Why an arm's outcome cannot support a verdict, by the step of the rule each guards
-    (:func:`bestk.lab.claims.rule.verdict`): ``design`` any outcome, ``stalled`` all but a
-    significant opposite one, ``type_m`` a significant one in the claimed direction,
-    ``underpowered`` a non-significant one."""
+    (:func:`bestk.lab.claims.rule.verdict`): ``design`` any outcome, ``premise`` (a claim
+    that b fails to train: :func:`~bestk.lab.claims.rule.stall_premise`, ``None`` for other
+    claims) all but a significant opposite one, ``type_m`` a significant one in the claimed
+    direction, ``underpowered`` a non-significant one."""
 
     design: list[str]
-    stalled: list[str]
+    premise: tuple[str, str] | None
     type_m: list[str]
     underpowered: list[str]
 
@@ -422,15 +423,14 @@ def _power_fields(e: ArmEntry, spec: ClaimSpec, tb: TestbedData, alpha: float) -
     sesoi = e["sesoi"]
     mean_b = float(np.mean(p["per_seed_b"]))
     rng = _bounds(p["metric"], e["testbed"], tb)
-    headroom = None if rng is None else max(
-        0.0, rng[1] - mean_b if spec.direction == GREATER else mean_b - rng[0])
+    headroom = None if rng is None else seed_headroom(p["per_seed_b"], rng, spec.direction)
     cfs = e["change_from_start"]
     b_moved = None
     if cfs is not None:
         lo, hi = cfs["b"]["ci95"]
         b_moved = not (lo <= 0.0 <= hi)
     margin_claim = spec.margin is not None
-    guards: Guards = {"design": [], "stalled": [], "type_m": [], "underpowered": []}
+    guards: Guards = {"design": [], "premise": None, "type_m": [], "underpowered": []}
     trains, trains_rec = _trains_reason(e["testbed"], tb)
     trains += _start_reason(e, spec, tb)
     sharp_rec = None
@@ -443,12 +443,14 @@ def _power_fields(e: ArmEntry, spec: ClaimSpec, tb: TestbedData, alpha: float) -
         guards["underpowered"] = inconclusive_reasons(headroom, b_moved, sesoi,
                                                       margin_claim=margin_claim)
         if spec.claims_b_stalls and cfs is not None:
-            guards["stalled"] = stall_reasons(cfs["b"]["ci95"], sesoi, spec.primary.better)
+            guards["premise"] = stall_premise(cfs["b"]["ci95"], sesoi, spec.primary.better)
     need, need_why = None, None
-    if guards["design"] or guards["stalled"]:
+    refuted = guards["premise"] is not None and guards["premise"][0] == "refuted"
+    if guards["design"] or refuted:
         need_why = ("not reachable by more seeds: " + ("the design cannot support a verdict"
                                                        if guards["design"] else
-                                                       "b did not train"))
+                                                       "the claim's premise (b fails to "
+                                                       "train) is refuted: b trained"))
     elif sesoi is not None and not constant:
         if headroom is not None and not margin_claim and headroom < sesoi:
             need_why = (f"not reachable: b's headroom {fmt(headroom)} is below the SESOI "
@@ -477,7 +479,8 @@ def _power_fields(e: ArmEntry, spec: ClaimSpec, tb: TestbedData, alpha: float) -
         "bimodality": {side: bimodality_coefficient(p[f"per_seed_{side}"]) if n >= 4 else None
                        for side in ("a", "b")},
         "design_reasons": guards["design"],
-        "stall_reasons": guards["stalled"],
+        "premise": None if guards["premise"] is None else {
+            "status": guards["premise"][0], "why": guards["premise"][1]},
         "type_m_reasons": guards["type_m"],
         "inconclusive_reasons": guards["underpowered"],
     }
@@ -517,7 +520,8 @@ def _judge_family(name: str, family: list[ArmEntry], claims: Sequence[ClaimSpec]
                 None if ni is None else (ni["metric"], ni["ci95"][0], ni["margin"]),
                 ci95=[v + shift for v in e["primary"]["ci95"]], sesoi=e["sesoi"],
                 underpowered=guards["underpowered"], control=spec.control,
-                design=guards["design"], type_m=guards["type_m"], stalled=guards["stalled"],
+                design=guards["design"], type_m=guards["type_m"], premise=guards["premise"],
+                margin_claim=spec.margin is not None,
                 noninferiority_diff=None if ni is None else ni["diff"]))
         (e["verdict"], e["why"]), (v_perm, _) = results
         e["verdict_perm"] = v_perm

@@ -108,7 +108,7 @@ def render_claims(doc: ClaimsDoc) -> str:
     fam = doc["family"]
     out = ["## Summary\n",
            "One row per claim and testbed (an *arm*); the verdicts come from the rule in "
-           "`bestk.lab.claims.verdict` (its guards: `design_reasons`, `stall_reasons`, "
+           "`bestk.lab.claims.verdict` (its guards: `design_reasons`, `stall_premise`, "
            "`type_m_reasons`, `inconclusive_reasons`), never by hand. SESOI: the smallest "
            "effect of interest the claim declared before the runs (the smallest effect its "
            "sources report, else 0.02 absolute; – for an A/A control): a non-significant arm "

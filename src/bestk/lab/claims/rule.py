@@ -34,10 +34,11 @@ claimed direction:
 2. **contradicted** when the primary is significant in the opposite direction, whatever the
    MDE or b's progress: a power guard (steps 3-4) protects against an exaggerated result in
    the claimed direction and never hides a significant result against the claim;
-3. **inconclusive** when the claim is that b fails to train
-   (:attr:`~bestk.lab.claims.specs.ClaimSpec.claims_b_stalls`) and b did not train
-   (:func:`stall_reasons`): a baseline that did not train cannot refute (nor carry the
-   secondaries of) a claim that it does not train;
+3. a claim that b fails to train (:attr:`~bestk.lab.claims.specs.ClaimSpec.claims_b_stalls`)
+   has that premise judged as part of it (:func:`stall_premise`): **not reproduced** when b
+   is shown to train (its progress interval lies at or above the SESOI), **inconclusive**
+   when b's progress is undecided, and judged on a - b as below where b is shown not to
+   train;
 4. significant in the claimed direction: **inconclusive** when the MDE exceeds the paper's
    effect (:func:`type_m_reasons`: the significant estimate of such a design overstates the
    effect, a type M error); otherwise **not reproduced** when a secondary is significantly
@@ -46,10 +47,12 @@ claimed direction:
    point estimate beyond it too (non-inferiority; that metric is judged by the margin only,
    never also as a "significantly worse" secondary); **inconclusive** when the margin fails
    only because its interval is wide (the point estimate lies inside the margin); otherwise
-   **reproduced**;
+   **reproduced**, or **significant, below SESOI** when its estimate is smaller than the
+   SESOI (a real effect, smaller than any of interest; not for non-inferiority primaries);
 5. not significant: **inconclusive** when the experiment cannot show the absence of an
-   effect of interest (:func:`inconclusive_reasons`: b's headroom is below the SESOI, or b
-   did not move from its start); otherwise **not reproduced** only when ``hi < SESOI``
+   effect of interest (:func:`inconclusive_reasons`: b's headroom -- on its mean and on its
+   median seed, :func:`seed_headroom` -- is below the SESOI, or b did not move from its
+   start); otherwise **not reproduced** only when ``hi < SESOI``
    (equivalence-style: the interval excludes every effect of interest), and **inconclusive**
    when it does not (an effect of interest is still possible).
 
@@ -81,6 +84,8 @@ from bestk.lab.io import fmt
 from bestk.stats import holm
 
 ALPHA = 0.05
+#: The verdict of a significant arm whose estimate is smaller than its SESOI.
+BELOW_SESOI = "significant, below SESOI"
 #: The power at which the minimum detectable effect (``mde``) of every arm is computed.
 POWER = 0.8
 #: Every verdict the rule can give, with its definition (rendered in docs/results.md).
@@ -106,6 +111,11 @@ VERDICTS: dict[str, str] = {
                     "interval reaches the SESOI, b's headroom is below the SESOI, or b did "
                     "not move from its start; or the Pareto margin's interval is too wide to "
                     "decide",
+    "significant, below SESOI": "the primary difference is significant in the claimed "
+                                "direction and every other condition of reproduced holds, but "
+                                "its estimate is smaller than the claim's SESOI: a real effect, "
+                                "smaller than the smallest effect of interest (not counted as "
+                                "reproduced)",
     "contradicted": "the primary difference is significant in the direction opposite to the "
                     "claim after Holm correction, whatever the minimum detectable effect (only "
                     "a design that cannot support any verdict makes it inconclusive)",
@@ -150,7 +160,8 @@ def verdict(primary_diff: float, primary_p_holm: float, direction: str,
             sesoi: float | None = None, underpowered: Sequence[str] = (),
             noninferiority_diff: float | None = None, control: bool = False,
             design: Sequence[str] = (), type_m: Sequence[str] = (),
-            stalled: Sequence[str] = ()) -> tuple[str, str]:
+            premise: tuple[str, str] | None = None,
+            margin_claim: bool = False) -> tuple[str, str]:
     """The verdict of one arm and the reason (the rule, steps 1-5: module docstring).
 
     ``primary_diff`` and ``ci95`` are the tested difference ``a - b`` (plus the margin on a
@@ -160,8 +171,11 @@ def verdict(primary_diff: float, primary_p_holm: float, direction: str,
     secondary metric (``p_holm`` adjusted within the arm). ``noninferiority``: ``(metric,
     ci_low, margin)`` of a Pareto claim, ``noninferiority_diff`` its point estimate.
     ``design`` (:func:`design_reasons`): the comparison is not valid, any outcome is
-    inconclusive. ``stalled`` (:func:`stall_reasons`): b did not train on a claim that b fails
-    to train; inconclusive unless significantly opposite. ``type_m`` (:func:`type_m_reasons`):
+    inconclusive. ``premise`` (:func:`stall_premise`, a claim that b fails to train):
+    ``("holds", why)`` judges the comparison as any other, ``("refuted", why)`` (b trained)
+    makes it not reproduced and ``("undecided", why)`` inconclusive, unless significantly
+    opposite. ``margin_claim``: the primary is a non-inferiority one (its estimate is not
+    compared with the SESOI). ``type_m`` (:func:`type_m_reasons`):
     a significant result in the claimed direction is inconclusive. ``underpowered``
     (:func:`inconclusive_reasons`): a non-significant primary is inconclusive. ``control``:
     an A/A control is never inconclusive (it has no effect to detect). Raises ``ValueError``
@@ -182,18 +196,24 @@ def verdict(primary_diff: float, primary_p_holm: float, direction: str,
                  else f"primary not significant ({where})")
         return "inconclusive", shown + "; the design cannot support a verdict: " + \
             "; ".join(design)
+    premise_status, premise_why = premise if premise is not None else (None, "")
     if significant and x < 0:
         why = f"primary significantly {'worse' if sign > 0 else 'higher'} than claimed ({where})"
-        guards = [] if control else [*type_m, *stalled]
+        guards = [] if control else list(type_m)
+        if premise_status is not None and premise_status != "holds" and not control:
+            guards.append(premise_why)
         if guards:
             why += ("; contradicted whatever the power: " + "; ".join(guards)
                     + " only guards a result in the claimed direction")
         return "contradicted", why
-    if stalled and not control:
+    if premise_status in ("refuted", "undecided") and not control:
         shown = (f"primary significant in the claimed direction ({where})" if significant
                  else f"primary not significant ({where})")
-        return "inconclusive", shown + "; b did not train, and the claim is that it fails " \
-                                       "to train: " + "; ".join(stalled)
+        if premise_status == "refuted":
+            return "not reproduced", shown + "; the claim's premise, that b fails to train, " \
+                                             "is refuted: " + premise_why
+        return "inconclusive", shown + "; the claim's premise, that b fails to train, is " \
+                                       "neither shown nor refuted: " + premise_why
     if not significant:
         why = f"primary not significant ({where})"
         if control:
@@ -217,8 +237,11 @@ def verdict(primary_diff: float, primary_p_holm: float, direction: str,
                                 + ", so a significant difference from it overstates the "
                                   "effect (type M)")
     ni_metric = None if noninferiority is None else noninferiority[0]
-    worse = [m for m, d, p, better in secondaries
-             if m != ni_metric and significantly_worse(d, p, better, alpha)]
+    # where b is shown not to train (the premise of such a claim), b's secondaries are an
+    # untrained policy's (its spread wins pass@k at large k): they judge nothing
+    worse = [] if premise_status == "holds" and not control else [
+        m for m, d, p, better in secondaries
+        if m != ni_metric and significantly_worse(d, p, better, alpha)]
     if worse:
         return "not reproduced", ("primary significant, but significantly worse on "
                                   + ", ".join(worse))
@@ -233,7 +256,15 @@ def verdict(primary_diff: float, primary_p_holm: float, direction: str,
                                               "lies inside the margin: the interval is too "
                                               "wide to decide")
             return "not reproduced", why
-    return "reproduced", f"primary significant ({where})"
+    why = f"primary significant ({where})"
+    if premise_status == "holds":
+        why += ("; the claim's premise holds: " + premise_why
+                + " (b's secondaries, an untrained policy's, judge nothing)")
+    if not control and not margin_claim and sesoi is not None and x < sesoi:
+        return BELOW_SESOI, why + (f"; its estimate {fmt(x)} in the claimed direction is "
+                                   f"below the SESOI {fmt(sesoi)}: a real effect, smaller "
+                                   "than the smallest effect of interest")
+    return "reproduced", why
 
 
 def type_m_reasons(mde: float | None, paper_effect: float | None) -> list[str]:
@@ -265,27 +296,50 @@ def inconclusive_reasons(headroom: float | None, b_moved: bool | None,
     _check_sesoi(sesoi, "inconclusive_reasons")
     out = []
     if headroom is not None and sesoi is not None and not margin_claim and headroom < sesoi:
-        out.append(f"the headroom {fmt(headroom)} left to b is below the SESOI {fmt(sesoi)}: "
-                   "no effect of interest fits")
+        out.append(f"the headroom {headroom:.4g} left to b (its mean or median seed) is "
+                   f"below the SESOI {sesoi:.4g}: no effect of interest fits")
     if b_moved is False:
         out.append("b did not move from its start value (95% CI of end − start contains 0)")
     return out
 
 
-def stall_reasons(progress_ci95: Sequence[float] | None, sesoi: float | None,
-                  better: str) -> list[str]:
-    """Whether b did not train, for a claim that b fails to train (empty: b trained, or
-    there is no start to compare with): the 95% interval of b's progress end − start on the
-    primary metric, counted in the metric's ``better`` direction, ends below the SESOI (b's
-    progress is shown to be smaller than the smallest effect of interest)."""
-    _check_sesoi(sesoi, "stall_reasons")
+def stall_premise(progress_ci95: Sequence[float] | None, sesoi: float | None,
+                  better: str) -> tuple[str, str] | None:
+    """The premise of a claim that b fails to train (make progress), judged from the 95%
+    interval of b's progress end − start on the primary metric, counted in the metric's
+    ``better`` direction: ``("holds", why)`` when it ends below the SESOI (b's progress is
+    shown to be smaller than the smallest effect of interest), ``("refuted", why)`` when it
+    starts at or above the SESOI (b made progress of interest), ``("undecided", why)``
+    otherwise; ``None`` without a start to compare with. The premise is part of the claim:
+    :func:`verdict` judges a - b only where it holds."""
+    _check_sesoi(sesoi, "stall_premise")
     if progress_ci95 is None or sesoi is None:
-        return []
+        return None
     lo, hi = claimed_interval(progress_ci95, better)
+    span = f"b's progress from its start, {fmt(lo)} to {fmt(hi)} (95% CI),"
     if hi < sesoi:
-        return [f"b's progress from its start, {fmt(lo)} to {fmt(hi)} (95% CI), stays below "
-                f"the SESOI {fmt(sesoi)}"]
-    return []
+        return "holds", f"{span} stays below the SESOI {fmt(sesoi)}"
+    if lo >= sesoi:
+        return "refuted", f"{span} lies at or above the SESOI {fmt(sesoi)}"
+    return "undecided", f"{span} contains the SESOI {fmt(sesoi)}"
+
+
+def seed_headroom(per_seed_b: Sequence[float], bounds: Sequence[float], direction: str
+                  ) -> float:
+    """b's room to the metric's bound in the claimed direction, on its mean *and* on its
+    median seed, whichever is smaller (>= 0): a mean pulled away from the bound by a few low
+    seeds overstates the room the typical seed has, and a null there is a ceiling, not
+    evidence against the claim (:func:`inconclusive_reasons`)."""
+    vals = [float(v) for v in per_seed_b]
+    if not vals:
+        raise ValueError("seed_headroom: b has no seeds")
+    lo, hi = float(bounds[0]), float(bounds[1])
+    mean = math.fsum(vals) / len(vals)
+    srt = sorted(vals)
+    mid = len(srt) // 2
+    median = srt[mid] if len(srt) % 2 else (srt[mid - 1] + srt[mid]) / 2
+    room = [hi - mean, hi - median] if _sign(direction) > 0 else [mean - lo, median - lo]
+    return max(0.0, min(room))
 
 
 def design_reasons(lr_edges: Sequence[str] = (), not_training: Sequence[str] = ()) -> list[str]:

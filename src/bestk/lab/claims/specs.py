@@ -145,9 +145,10 @@ class ClaimSpec:
     #: claim compares different budgets on purpose (both are recorded).
     budget: str = "matched"
     #: The claim is that b fails to train (e.g. REINFORCE makes no progress with a sparse
-    #: reward): where b did not train (:func:`bestk.lab.claims.rule.stall_reasons`) the arm is
-    #: inconclusive unless it is significantly opposite, since a baseline that did not train
-    #: can neither refute such a claim nor carry its secondaries.
+    #: reward) and a beats it: the premise is part of the claim
+    #: (:func:`bestk.lab.claims.rule.stall_premise`): where b is shown to train the arm is
+    #: not reproduced, where its progress is undecided inconclusive (a significant opposite
+    #: result is contradicted either way), and a - b is judged where the premise holds.
     claims_b_stalls: bool = False
     #: The claim is about sharpening (``a`` sharpens less than ``b``): the arm's ``b`` must
     #: sharpen on the testbed (:class:`Sharpening`), else the arm is inconclusive.
