@@ -9,6 +9,7 @@ from __future__ import annotations
 import filecmp
 import json
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from bestk.lab.claims import (
     counts,
     evaluate_claims,
     render_claims,
+    render_declared,
 )
 from bestk.lab.io import (
     fmt,
@@ -446,7 +448,8 @@ def render(docs: Path, *, fast: bool = False) -> dict[str, Any]:
         f"runs (single-threaded, summed) and the commit each testbed ran at: "
         f"{walls or 'no runs yet'}.\n",
         "## How to read this\n",
-        "Every claim is declared in code before the runs (`bestk.lab.claims.CLAIMS`): the "
+        "Every claim is declared in code (`bestk.lab.claims.CLAIMS`; *When the rule was "
+        "declared* below says which parts of the rule came after which testbed's data): the "
         "methods compared, the reward each sees, the testbeds, one primary metric with its "
         "claimed direction, secondary metrics and, for \"Pareto-dominates\" claims, a "
         "non-inferiority margin of 0.02 (absolute) on pass@1 / best@1, which decides that "
@@ -457,9 +460,12 @@ def render(docs: Path, *, fast: bool = False) -> dict[str, Any]:
         "gets a two-sided paired t-test — for \"a matches b\" claims (a non-inferiority "
         "margin on the primary itself) the test of a − b + margin, so that *reproduced* means "
         "the 95% interval of a − b lies above −margin; the p-values of all primary tests of "
-        "this file (the "
-        f"*family*, {doc['family']['size']} tests, A/A controls included) are Holm-corrected "
-        f"together at α = {ALPHA}; secondary metrics are Holm-corrected within their arm. "
+        "a *family* are Holm-corrected together at "
+        f"α = {ALPHA} (A/A controls included; one family per question: "
+        + "; ".join(f"{name}, {f['size']} tests" for name, f in doc["families"].items())
+        + " — `TestbedSpec.family`, declared before the pretrained testbed's runs, so its "
+        "arms and the toy testbeds' do not dilute each other); secondary metrics are "
+        "Holm-corrected within their arm. "
         "Beside the t-test every arm has the exact sign-flip permutation p-value "
         "(`bestk.stats.sign_flip_p`, no normality assumed, Holm-corrected the same way); an "
         "arm whose verdict differs under it is marked *not robust*. With n seeds the "
@@ -470,7 +476,8 @@ def render(docs: Path, *, fast: bool = False) -> dict[str, Any]:
         "differences do not vary at all there is no t-test: equal runs give p = 1, a "
         "constant nonzero difference the exact sign-flip p 2/2^n.\n",
         "Effect sizes: every claim declares its *smallest effect size of interest* (SESOI, "
-        "`bestk.lab.claims.SESOI`) before the runs, with its source: the smallest effect its "
+        "`bestk.lab.claims.SESOI`; on the toy testbeds after their first data, see below), "
+        "with its source: the smallest effect its "
         "sources report, or 0.02 absolute where they report none (the margin on \"a "
         "matches b\" claims). Every judged arm records it, its *minimum detectable effect* "
         "(MDE: the difference the paired t-test detects with 80% power at α / family size, "
@@ -569,7 +576,8 @@ def render(docs: Path, *, fast: bool = False) -> dict[str, Any]:
                             [[a, m, f"{bc:.2f}"] for a, m, bc in bim]) + "\n"
              if bim else "None of the judged arms.\n"]
     write_text_atomic(docs / "results.md", "\n".join(head) + "\n" + render_claims(doc)
-                      + "\n".join(shape) + "\n".join(tb_sections) + "\n".join(plots))
+                      + "\n" + render_declared(doc) + "\n".join(shape)
+                      + "\n".join(tb_sections) + "\n".join(plots))
     return doc
 
 
@@ -602,5 +610,27 @@ def check(docs: Path) -> list[str]:
                    is not None for e in doc["claims"]) and \
                     not (docs / "results" / f"{t}-paired.png").exists():
                 problems.append(f"results/{t}-paired.png: missing")
+    return problems + preregistration_problems(docs)
+
+
+def preregistration_problems(docs: Path) -> list[str]:
+    """A pre-registered testbed's data must have run at commits that descend from its
+    pre-registration (``TestbedSpec.preregistered_at``): the data file's ``commit`` and
+    every commit it records for its runs. Checked with git where this is a git checkout
+    holding both commits (else nothing to check)."""
+    problems = []
+    for t in TESTBEDS.values():
+        path = docs / "results" / "data" / f"{t.data}.json"
+        if t.preregistered_at is None or not path.exists():
+            continue
+        data = json.loads(path.read_text())
+        commits = {data.get("commit"), (data.get("environment") or {}).get("commit")}
+        for c in sorted(x for x in commits if x and x != "unknown"):
+            rc = subprocess.run(["git", "merge-base", "--is-ancestor", t.preregistered_at, c],
+                                cwd=Path(__file__).resolve().parent,
+                                capture_output=True).returncode
+            if rc == 1:
+                problems.append(f"results/data/{t.data}.json: ran at {c}, which does not "
+                                f"descend from {t.id}'s pre-registration {t.preregistered_at}")
     return problems
 

@@ -1,4 +1,5 @@
-"""bestk.lab.claims.table: every claim declares its SESOI before the runs, with its source."""
+"""bestk.lab.claims.table: every claim declares its SESOI with its source, and when each part
+of the rule was declared against each testbed's data."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from bestk.lab.claims.table import (
     DEFAULT_SESOI,
     PAPER_EFFECTS,
     SESOI,
+    TESTBEDS,
     check_registry,
     declared_sesoi,
 )
@@ -82,3 +84,53 @@ def test_a_sharpening_tolerance_must_be_zero_or_the_claim_s_sesoi():
     good = dict(SESOI)
     with pytest.raises(ValueError, match="sharpening tolerance > 0 is the claim's SESOI"):
         check_registry(sesoi={**good, "atk-passk-pretrained": (0.01, "smaller")})
+
+
+def _git(*args: str) -> str | None:
+    """``git <args>`` in this checkout, or ``None`` outside one (an sdist, a shallow clone
+    without the commit)."""
+    import subprocess
+    from pathlib import Path
+
+    try:
+        out = subprocess.run(["git", *args], cwd=Path(__file__).resolve().parent,
+                             capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out.stdout.strip()
+
+
+def test_when_each_part_of_the_rule_was_declared_is_what_git_says():
+    """RULE_DECLARED and TestbedSpec.first_data are the commits and times git records (the
+    first commit adding a testbed's data file), and the parts that came after a testbed's
+    first data are listed on its arms: the toy testbeds' SESOI was not declared before
+    their data, the pretrained testbed's rule was (pre-registered)."""
+    from bestk.lab.claims import evaluate_claims
+    from bestk.lab.claims.table import RULE_DECLARED
+
+    for part, (commit, when, _) in RULE_DECLARED.items():
+        got = _git("log", "-1", "--format=%aI", commit)
+        if got is None:
+            pytest.skip("not a git checkout holding the project's history")
+        assert got == when, part
+    for t in TESTBEDS.values():
+        if t.first_data is None:
+            continue
+        file = f"docs/results/data/{t.data}.json"
+        first = _git("log", "--reverse", "--diff-filter=A", "--format=%h %aI", "--", f"../{file}")
+        assert first and first.splitlines()[0].split() == [t.first_data[0][:7], t.first_data[1]
+                                                           ], (t.id, first)
+    doc = evaluate_claims({})
+    by = {e["id"]: e for e in doc["claims"]}
+    assert "sesoi" in by["maxrl-pareto@digits-binary"]["declared_after_data"]
+    assert "sharpening" in by["kappo-apo-sharpening@language-permute-kappo[k=4]"][
+        "declared_after_data"]
+    pre = by["atk-passk-pretrained@smollm2[maxrl]"]
+    assert pre["declared_after_data"] == [] and pre["preregistered_at"] == "862ee4e"
+    assert doc["testbeds"]["smollm2"]["preregistered_at"] == "862ee4e"
+    assert set(doc["rule_declared"]) == set(RULE_DECLARED)
+    # the pre-registration precedes every part of the rule that judges the testbed's arms
+    pre_time = _git("log", "-1", "--format=%aI", "862ee4e")
+    assert pre_time is not None
+    assert all(RULE_DECLARED[p][1] <= pre_time or p == "premise"
+               for p in ("claims", "sesoi", "contradicted", "sharpening"))

@@ -695,3 +695,23 @@ def test_start_gap_is_the_largest_difference_over_pass_and_best_and_seeds():
                                    "pass@1": 0.0}
     assert mr.start_gap(a, {"pass@1": [0.1, 0.2], "best@1": [0.5, 0.6]}) == float("inf")
     assert mr.start_gap(a, {**a, "pass@1": [0.1]}) == float("inf")
+
+
+def test_a_pre_registered_testbed_s_data_must_descend_from_its_pre_registration(tmp_path):
+    """--check fails on data of the pretrained testbed that ran at a commit older than its
+    pre-registration (862ee4e), and passes data that ran at a descendant of it."""
+    import subprocess
+
+    rend = benchmark_script("results_render")
+    if subprocess.run(["git", "cat-file", "-e", "862ee4e^{commit}"], cwd=DOCS,
+                      capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout holding the pre-registration commit")
+    docs = tmp_path / "docs"
+    (docs / "results" / "data").mkdir(parents=True)
+    path = docs / "results" / "data" / "smollm2.json"
+    for commit, ok in (("ee7bf30", False), ("7625288", True), ("862ee4e", True)):
+        path.write_text(json.dumps({"commit": commit, "environment": {"commit": commit}}))
+        got = rend.preregistration_problems(docs)
+        assert (got == []) == ok, (commit, got)
+        if not ok:
+            assert "does not descend from smollm2's pre-registration 862ee4e" in got[0]

@@ -1,4 +1,5 @@
-"""The papers' claims, declared as data before the runs, and the rule that judges them.
+"""The papers' claims, declared as data, and the rule that judges them (when each part was
+declared against each testbed's data: ``RULE_DECLARED``, ``TestbedSpec.first_data``).
 
 Where each part lives (every name below is importable from ``bestk.lab.claims``):
 
@@ -30,7 +31,13 @@ from __future__ import annotations
 
 from bestk.lab.claims.evaluate import derived_metrics, evaluate_claims, learning_rates
 from bestk.lab.claims.power import power_plan
-from bestk.lab.claims.render import arm_outcome, bimodal_arms, counts, render_claims
+from bestk.lab.claims.render import (
+    arm_outcome,
+    bimodal_arms,
+    counts,
+    render_claims,
+    render_declared,
+)
 from bestk.lab.claims.rule import (
     ALPHA,
     POWER,
@@ -81,6 +88,7 @@ __all__ = [
     "verdict",
     "evaluate_claims",
     "render_claims",
+    "render_declared",
     "VERDICTS",
     "POWER",
     "PAPER_EFFECTS",

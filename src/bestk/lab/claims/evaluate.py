@@ -48,7 +48,7 @@ from bestk.lab.claims.specs import (
     Sharpening,
     arm_id,
 )
-from bestk.lab.claims.table import CLAIMS, PAPER_EFFECTS, SESOI, TESTBEDS
+from bestk.lab.claims.table import CLAIMS, PAPER_EFFECTS, RULE_DECLARED, SESOI, TESTBEDS
 from bestk.lab.io import TestbedData, fmt
 from bestk.lr_sweep import is_interior
 from bestk.stats import (
@@ -544,6 +544,34 @@ def _judge_family(name: str, family: list[ArmEntry], claims: Sequence[ClaimSpec]
             "alpha_per_arm": alpha_arm if family else None}
 
 
+def rule_parts(spec: ClaimSpec) -> list[str]:
+    """The parts of :data:`~bestk.lab.claims.table.RULE_DECLARED` that judge ``spec``'s arms:
+    the claims registry always; a trained claim the SESOI, the contradicted rule and the
+    labels of the premise commit; the stall guard and the premise rule only a claim that b
+    fails to train, the sharpening precondition only a claim that declares it."""
+    if spec.kind != "trained":
+        return ["claims"]
+    parts = ["claims", "sesoi", "contradicted", "premise"]
+    if spec.claims_b_stalls:
+        parts.append("stall_guard")
+    if spec.precondition is not None:
+        parts.append("sharpening")
+    return parts
+
+
+def declared_record(spec: ClaimSpec, testbed: str) -> dict[str, object]:
+    """When the rule that judges an arm was declared against its testbed's data:
+    ``first_data`` (the testbed's, or ``None``), ``preregistered_at`` and
+    ``declared_after_data`` (the parts of :func:`rule_parts` whose commit came after the
+    testbed's first data: they were not declared before its data were seen)."""
+    t = TESTBEDS[testbed]
+    after = [] if t.first_data is None else [
+        p for p in rule_parts(spec) if RULE_DECLARED[p][1] > t.first_data[1]]
+    return {"first_data": None if t.first_data is None else {
+                "commit": t.first_data[0], "date": t.first_data[1]},
+            "preregistered_at": t.preregistered_at, "declared_after_data": after}
+
+
 def evaluate_claims(data: Mapping[str, TestbedData], claims: Sequence[ClaimSpec] = CLAIMS,
                     *, min_seeds: int | None = None) -> ClaimsDoc:
     """``claims.json`` from the per-seed data of the testbeds (``{testbed id: data}``).
@@ -565,6 +593,7 @@ def evaluate_claims(data: Mapping[str, TestbedData], claims: Sequence[ClaimSpec]
             tb = data.get(arm.testbed)
             entries.append(_exact_entry(spec, arm, tb) if spec.kind == "exact"
                            else _trained_entry(spec, arm, tb, min_seeds))
+            entries[-1].update(declared_record(spec, arm.testbed))
     judged = [e for e in entries if e["kind"] == "trained" and e["primary"]["p"] is not None
               and e["verdict"] != "not comparable"]
     failed: list[str] = []
@@ -577,6 +606,12 @@ def evaluate_claims(data: Mapping[str, TestbedData], claims: Sequence[ClaimSpec]
     return {
         "format": "bestk.claims", "version": 2, "alpha": ALPHA, "power": POWER,
         "min_seeds_override": min_seeds,
+        "rule_declared": {part: {"commit": c, "date": t, "what": w}
+                          for part, (c, t, w) in RULE_DECLARED.items()},
+        "testbeds": {t.id: {"family": t.family, "first_data": None if t.first_data is None
+                            else {"commit": t.first_data[0], "date": t.first_data[1]},
+                            "preregistered_at": t.preregistered_at}
+                     for t in TESTBEDS.values()},
         "family": {**main, "name": MAIN_FAMILY, "definition": FAMILY_DEFINITION},
         "families": {name: {**f, "name": name, "definition": FAMILY_DEFINITION}
                      for name, f in families.items()},

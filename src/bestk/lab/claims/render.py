@@ -97,6 +97,39 @@ def bimodal_arms(doc: ClaimsDoc) -> list[tuple[str, str, float]]:
     return out
 
 
+def _declared_when(e: ArmEntry) -> str:
+    """When an arm's SESOI was declared against its testbed's data."""
+    if e.get("preregistered_at"):
+        return f"pre-registered at {e['preregistered_at']}, before the testbed's runs"
+    return ("after the testbed's first data" if "sesoi" in e.get("declared_after_data", [])
+            else "before the testbed's first data")
+
+
+def render_declared(doc: ClaimsDoc) -> str:
+    """Markdown: when each part of the verdict rule was declared (``rule_declared``) and which
+    testbeds' first data it came after (``testbeds``); the per-arm lists are in claims.json
+    (``declared_after_data``)."""
+    tbs = doc.get("testbeds", {})
+    rows = []
+    for part, d in doc.get("rule_declared", {}).items():
+        after = sorted(t for t, info in tbs.items() if info["first_data"] is not None
+                       and d["date"] > info["first_data"]["date"])
+        rows.append([f"`{part}`", d["what"], f"`{d['commit']}` ({d['date'][:10]})",
+                     ", ".join(after) or "none"])
+    pre = [f"{t} at `{info['preregistered_at']}`" for t, info in tbs.items()
+           if info.get("preregistered_at")]
+    return "\n".join([
+        "## When the rule was declared\n",
+        "Claims are declared in code (`bestk.lab.claims.CLAIMS`), but not every part of the "
+        "rule that judges them preceded every testbed's data. Per part: the commit that "
+        "declared it and the testbeds whose first per-seed data (`TestbedSpec.first_data`) "
+        "were committed before it, i.e. seen when it was written. Each arm in claims.json "
+        "lists the parts declared after its testbed's data (`declared_after_data`)"
+        + (". Pre-registered (design, claim, rule and analysis committed before any of its "
+           "runs): " + ", ".join(pre) + "." if pre else ".") + "\n",
+        markdown_table(["part", "what", "declared", "after the first data of"], rows), ""])
+
+
 def render_claims(doc: ClaimsDoc) -> str:
     """Markdown of a claims.json document: the verdict summary, then one section per claim
     with every arm (testbed) it ran on."""
@@ -110,12 +143,17 @@ def render_claims(doc: ClaimsDoc) -> str:
            "One row per claim and testbed (an *arm*); the verdicts come from the rule in "
            "`bestk.lab.claims.verdict` (its guards: `design_reasons`, `stall_premise`, "
            "`type_m_reasons`, `inconclusive_reasons`), never by hand. SESOI: the smallest "
-           "effect of interest the claim declared before the runs (the smallest effect its "
+           "effect of interest the claim declares (after the toy testbeds' first data: see *When "
+           "the rule was declared*; the smallest effect its "
            "sources report, else 0.02 absolute; – for an A/A control): a non-significant arm "
            "is *not reproduced* only when its 95% interval ends below it. MDE: the smallest "
            "difference the arm could detect (two-sided paired t-test, "
-           f"{doc['power']:.0%} power at α / {fam['size']} = "
-           f"{fmt(fam['alpha_per_arm']) if fam['alpha_per_arm'] else '–'}, Holm's first step, "
+           f"{doc['power']:.0%} power at α / the size of the arm's Holm family ("
+           + "; ".join(f"{name}: α / {f['size']} = "
+                       f"{fmt(f['alpha_per_arm']) if f['alpha_per_arm'] else '–'}"
+                       for name, f in doc.get("families", {name_: fam for name_ in
+                                                          [fam.get("name", "toy")]}).items())
+           + "), Holm's first step, "
            "from the observed SD of the paired differences); paper: the effect the source "
            "reports (– where it reports none); robust: the exact sign-flip permutation test "
            "(Holm-corrected the same way) gives the same verdict, *n/a* where even its "
@@ -170,7 +208,7 @@ def render_claims(doc: ClaimsDoc) -> str:
         pe = PAPER_EFFECTS.get(cid)
         if pe is not None:
             out.append(f"- Paper's effect: {_num(pe[0])} — {pe[1]}")
-        out.append(f"- SESOI (declared before the runs): {_num(first.get('sesoi'))} — "
+        out.append(f"- SESOI (declared: {_declared_when(first)}): {_num(first.get('sesoi'))} — "
                    f"{first.get('sesoi_source')}")
         if first.get("budget_by_design"):
             out.append("- Budget: different on purpose (the claim compares budgets); the "

@@ -10,7 +10,8 @@ For one arm (claim x testbed), with the per-seed values of ``a`` and ``b`` paire
   included, pending arms excluded). Beside it the exact sign-flip permutation p (``p_perm``,
   :func:`bestk.stats.sign_flip_p`), Holm-adjusted over the same family;
 * secondaries: the same tests per secondary metric, Holm-adjusted within the arm;
-* SESOI: every claim declares its smallest effect size of interest before the runs, with its
+* SESOI: every claim declares its smallest effect size of interest (when, against each
+  testbed's data: :data:`~bestk.lab.claims.table.RULE_DECLARED`), with its
   source (:data:`~bestk.lab.claims.table.SESOI`: the smallest effect its sources report, or
   0.02 absolute where they report none), in the primary metric's units, counted in the
   claimed direction; an A/A control has none;
@@ -97,7 +98,7 @@ VERDICTS: dict[str, str] = {
                   "/ best@1 is non-inferior within the stated margin",
     "not reproduced": "the primary difference is not significant after Holm correction and "
                       "its 95% interval ends below the claim's SESOI (the smallest effect of "
-                      "interest, declared before the runs): every effect of interest is "
+                      "interest the claim declares): every effect of interest is "
                       "excluded; or it is significant but a secondary metric is "
                       "significantly worse or the Pareto margin fails beyond doubt",
     "inconclusive": "not evidence against the claim (the arm says how many seeds it would "

