@@ -76,6 +76,7 @@ from bestk.lab.io import (
     write_text_atomic,
 )
 from results_render import (
+    FIGURE_RMS_TOLERANCE,
     check,
     copy_if_exists,
     count_line,
@@ -666,9 +667,11 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
         if not problems:
             print(f"{args.docs}: results.md and claims.json match a re-render of the committed "
-                  "data (figures: checked to exist only, their PNG bytes depend on the "
-                  "matplotlib / FreeType build; results/<testbed>.md: copied from the runs, "
-                  "not renderable from the data)")
+                  "data, and so do the figures drawn from it (paired differences, KAPPO, "
+                  "pretrained: pixel RMS <= "
+                  f"{FIGURE_RMS_TOLERANCE:g}; the lab testbeds' figures and "
+                  "results/<testbed>.md are copies of the runs' own, not renderable from the "
+                  "data)")
         return 1 if problems else 0
     if args.status:
         for name in args.status:

@@ -189,9 +189,17 @@ def _cell(values) -> str:
     return f"{m:.3f} ± {h:.3f}".replace("± nan", "± –")
 
 
-def _testbed_section(tid: str, tb: dict[str, Any] | None) -> str:
+#: Where the pilot records that the testbeds' texts quote lie (``TestbedSpec.pilot_values``):
+#: the committed ``docs/results/data`` of this checkout.
+PILOT_DATA = Path(__file__).resolve().parents[1] / "docs" / "results" / "data"
+
+
+def _testbed_section(tid: str, tb: dict[str, Any] | None,
+                     data_dir: Path = PILOT_DATA) -> str:
+    """The testbed's section of results.md: its ``why``, the pilot numbers filled from the
+    records under ``data_dir`` (:meth:`TestbedSpec.why_text`), and its data."""
     spec = TESTBEDS[tid]
-    lines = [f"\n### {tid}: {spec.title}\n", spec.why + "\n"]
+    lines = [f"\n### {tid}: {spec.title}\n", spec.why_text(data_dir) + "\n"]
     if tb is None:
         lines.append(f"No data yet: run `{spec.command}`.\n")
         return "\n".join(lines)
@@ -581,17 +589,41 @@ def render(docs: Path, *, fast: bool = False) -> dict[str, Any]:
     return doc
 
 
-#: What ``--check`` compares byte for byte; the figures are only checked to exist, because
-#: PNG bytes depend on the matplotlib / FreeType build, not only on the data.
+#: What ``--check`` compares byte for byte.
 CHECKED = ("results.md", "results/claims.json")
+#: The largest root-mean-square pixel difference (0-255 scale) ``--check`` allows between a
+#: committed figure and its re-render from the data: PNG bytes depend on the matplotlib /
+#: FreeType build (anti-aliased text), but a moved marker, line or band changes many pixels
+#: by far more (measured: 0.0 for every figure re-rendered on the machine that made it).
+FIGURE_RMS_TOLERANCE = 2.0
+
+
+def figure_difference(committed: Path, rendered: Path) -> str | None:
+    """Why a committed PNG differs from its re-render (``None``: within
+    :data:`FIGURE_RMS_TOLERANCE`): another size, or a pixel RMS above the tolerance."""
+    import matplotlib.image as mpimg
+
+    a = np.asarray(mpimg.imread(committed), dtype=float) * 255.0
+    b = np.asarray(mpimg.imread(rendered), dtype=float) * 255.0
+    if a.shape != b.shape:
+        return f"its size {a.shape[1]}x{a.shape[0]} differs from the re-render's " \
+               f"{b.shape[1]}x{b.shape[0]}"
+    if a.shape[-1] != b.shape[-1]:
+        return "its colour channels differ from the re-render's"
+    rms = float(np.sqrt(np.mean((a - b) ** 2)))
+    if rms > FIGURE_RMS_TOLERANCE:
+        return f"pixel RMS {rms:.2f} from the re-render > {FIGURE_RMS_TOLERANCE}"
+    return None
 
 
 def check(docs: Path) -> list[str]:
     """Re-render a temporary copy of ``docs`` (its results.md, results/ and the data) and
     return the differences from the committed files (empty: identical). Never runs an
-    experiment. Compared byte for byte: :data:`CHECKED`; the paired figures only have to
-    exist; the per-command reports ``results/<testbed>.md`` are copies of the runs' own
-    reports, which the data files cannot reproduce, so they are not compared."""
+    experiment. Compared byte for byte: :data:`CHECKED`; the figures drawn from the data (the
+    paired-difference figures, the KAPPO and pretrained testbeds' figures) are re-rendered
+    and compared pixel by pixel (:func:`figure_difference`); the per-command reports
+    ``results/<testbed>.md`` and the lab testbeds' figures are copies of the runs' own, which
+    the data files cannot reproduce, so they are not compared."""
     problems = []
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "docs"
@@ -610,6 +642,18 @@ def check(docs: Path) -> list[str]:
                    is not None for e in doc["claims"]) and \
                     not (docs / "results" / f"{t}-paired.png").exists():
                 problems.append(f"results/{t}-paired.png: missing")
+        drawn = [f"{t}-paired.png" for t in PAIRED_FIGURES
+                 if (docs / "results" / f"{t}-paired.png").exists()]
+        tbs, _ = load_data(copy)
+        for t, draw in ([(t, kappo_figure) for t in KAPPO_LANGUAGE]
+                        + [(t, pretrained_figure) for t in PRETRAINED]):
+            if t in tbs and tbs[t].get("seeds") and (docs / "results" / f"{t}.png").exists():
+                draw(tbs[t], copy / "results" / f"{t}.png")
+                drawn.append(f"{t}.png")
+        for name in drawn:
+            why = figure_difference(docs / "results" / name, copy / "results" / name)
+            if why is not None:
+                problems.append(f"results/{name}: {why}")
     return problems + preregistration_problems(docs)
 
 

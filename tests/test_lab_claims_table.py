@@ -3,6 +3,8 @@ of the rule was declared against each testbed's data."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from bestk.lab.claims.table import (
@@ -134,3 +136,97 @@ def test_when_each_part_of_the_rule_was_declared_is_what_git_says():
     assert pre_time is not None
     assert all(RULE_DECLARED[p][1] <= pre_time or p == "premise"
                for p in ("claims", "sesoi", "contradicted", "sharpening"))
+
+
+_DATA = Path(__file__).resolve().parents[1] / "docs" / "results" / "data"
+
+
+def _node(doc, path: tuple[str, ...]):
+    """The container holding ``path``'s last segment in ``doc``, and that segment (a key or
+    an index), walking the path as :class:`~bestk.lab.claims.specs.PilotValue` does."""
+    from fnmatch import fnmatchcase
+
+    def step(node, seg):
+        if isinstance(node, list):
+            return int(seg)
+        (key,) = [seg] if seg in node else [k for k in node if fnmatchcase(k, seg)]
+        return key
+
+    for seg in path[:-1]:
+        doc = doc[step(doc, seg)]
+    return doc, step(doc, path[-1])
+
+
+def test_the_pilot_numbers_of_the_testbed_texts_come_from_their_records(tmp_path):
+    """Issue 42: the pilot numbers in a testbed's text are read from the committed pilot
+    records, not typed in: results.md's section quotes them as committed (same rounding),
+    and a record with other values changes the rendered text to those."""
+    import json
+    import shutil
+
+    from tests.conftest import benchmark_script
+
+    rend = benchmark_script("results_render")
+    quoting = {t: s for t, s in TESTBEDS.items() if s.pilot_values}
+    assert set(quoting) == {"smollm2-rollouts", "smollm2", "language-permute-kappo"}
+    assert "{" not in "".join(s.why for s in TESTBEDS.values() if not s.pilot_values)
+    committed = {t: {p.name: p.read(_DATA) for p in s.pilot_values} for t, s in quoting.items()}
+    assert committed == {
+        "smollm2-rollouts": {"base_pass1": "0.126", "base_pass16": "0.424"},
+        "smollm2": {"steps_start": "0.46", "steps_50": "0.84", "warm_start": "0.84"},
+        "language-permute-kappo": {"start": "0.112", "end_1e4": "0.148", "end_3e4": "0.143"}}
+    for t, values in committed.items():
+        section = rend._testbed_section(t, None)
+        assert TESTBEDS[t].why.format_map(values) in section and "{" not in section, t
+    # what the comments beside the declarations say the indices are
+    steps = json.loads((_DATA / "pilots/smollm2-steps.json").read_text())["grpo lr 3e-05"]
+    assert steps["curve"]["steps"][0] == 0 and steps["curve"]["steps"][5] == 50
+    runs = json.loads((_DATA / "pilots/language-permute-kappo.json").read_text())["runs"]
+    assert [(r["method"], r["lr"], r["seed"]) for r in runs[:2]] == [
+        ("apo(k=1)", 1e-4, "seed0"), ("apo(k=1)", 3e-4, "seed0")]
+
+    data = tmp_path / "data"
+    shutil.copytree(_DATA / "pilots", data / "pilots")
+    docs: dict[str, dict] = {}
+    for i, p in enumerate(p for s in quoting.values() for p in s.pilot_values):
+        doc = docs.setdefault(p.file, json.loads((data / p.file).read_text()))
+        node, key = _node(doc, p.path)
+        node[key] = 0.5 + 0.011 * i
+    for file, doc in docs.items():
+        (data / file).write_text(json.dumps(doc))
+    for t, s in quoting.items():
+        moved = {p.name: p.read(data) for p in s.pilot_values}
+        assert set(moved.values()).isdisjoint(committed[t].values()), t
+        assert s.why.format_map(moved) in rend._testbed_section(t, None, data), t
+
+
+def test_a_missing_pilot_record_or_value_is_an_error_naming_the_file_and_path(tmp_path):
+    import json
+    import re
+    from dataclasses import replace
+
+    from bestk.lab.claims.specs import PilotValue
+    from tests.conftest import benchmark_script
+
+    rend = benchmark_script("results_render")
+    with pytest.raises(ValueError, match=r"pilots/smollm2-base\.json.*no file"):
+        rend._testbed_section("smollm2-rollouts", None, tmp_path)
+    (tmp_path / "p.json").write_text(json.dumps(
+        {"run a": {"curve": [0.25]}, "run b": {"curve": [0.5]}}))
+    ok = PilotValue("x", "p.json", ("run a", "curve", "0"), "{:.2f}")
+    assert ok.read(tmp_path) == "0.25"
+    for path, why in [(("run c", "curve", "0"), "no keys match 'run c' at the top"),
+                      (("run a", "curve", "1"), "no item '1' at run a/curve"),
+                      (("run a", "score"), "no keys match 'score' at run a"),
+                      (("run *", "curve", "0"), "2 keys match 'run *' at the top"),
+                      (("run a", "curve"), "[0.25] does not format as '{:.2f}'")]:
+        where = re.escape(f"pilot value 'x': p.json '{'/'.join(path)}': ")
+        with pytest.raises(ValueError, match=where + re.escape(why)):
+            replace(ok, path=path).read(tmp_path)
+    assert replace(ok, path=("*b", "curve", "0")).read(tmp_path) == "0.50"
+    # a field of why without its pilot value, or a value the text does not quote
+    spec = TESTBEDS["smollm2-rollouts"]
+    with pytest.raises(ValueError, match="fields of why"):
+        replace(spec, pilot_values=spec.pilot_values[:1])
+    with pytest.raises(ValueError, match="fields of why"):
+        replace(spec, why=spec.why.replace("{base_pass1}", "0.126"))

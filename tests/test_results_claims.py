@@ -715,3 +715,26 @@ def test_a_pre_registered_testbed_s_data_must_descend_from_its_pre_registration(
         assert (got == []) == ok, (commit, got)
         if not ok:
             assert "does not descend from smollm2's pre-registration 862ee4e" in got[0]
+
+
+def test_check_compares_the_figures_drawn_from_the_data(tmp_path):
+    """--check re-renders the figures drawn from the data and compares their pixels: a
+    committed figure replaced by another one (another testbed's, or the same one with a
+    line drawn over it) fails, the committed ones pass."""
+    import shutil
+
+    import matplotlib.image as mpimg
+
+    rend = benchmark_script("results_render")
+    docs = tmp_path / "docs"
+    shutil.copytree(DOCS / "results", docs / "results")
+    shutil.copyfile(DOCS / "results.md", docs / "results.md")
+    assert rend.check(docs) == []
+    res = docs / "results"
+    img = mpimg.imread(res / "language-permute-paired.png")
+    img[img.shape[0] // 3: img.shape[0] // 3 + 40, :, :3] = 0.0  # a black band over it
+    mpimg.imsave(res / "language-permute-paired.png", img)
+    shutil.copyfile(res / "language-reverse-paired.png", res / "language-permute-kappo.png")
+    got = rend.check(docs)
+    assert any(p.startswith("results/language-permute-paired.png: pixel RMS") for p in got), got
+    assert any(p.startswith("results/language-permute-kappo.png: its size") for p in got), got

@@ -14,8 +14,12 @@ SESOI, :data:`bestk.lab.claims.table.SESOI`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from pathlib import Path
+from string import Formatter
 from typing import Any, TypeAlias
 
 from bestk.lab.io import metric_key
@@ -159,6 +163,45 @@ BUDGETS = ("matched", "by design")
 
 
 @dataclass(frozen=True)
+class PilotValue:
+    """A number that a testbed's ``why`` quotes from a committed pilot record: the
+    ``{name}`` field of the text is ``fmt`` applied to the value at ``path`` in ``file``
+    (relative to ``docs/results/data``). ``path`` walks the JSON one segment at a time: a
+    dict key (a segment with ``*`` matches the one key that fits it as a glob, for keys
+    such as a pilot's JSON-encoded settings), or a list index in digits."""
+
+    name: str
+    file: str
+    path: tuple[str, ...]
+    fmt: str = "{:.3f}"
+
+    def read(self, data_dir: Path) -> str:
+        """The formatted value; a :class:`ValueError` naming the file and the path when the
+        file or a segment of the path is missing."""
+        where = f"pilot value {self.name!r}: {self.file} {'/'.join(self.path)!r}"
+        try:
+            node: Any = json.loads((data_dir / self.file).read_text())
+        except FileNotFoundError:
+            raise ValueError(f"{where}: no file {data_dir / self.file}") from None
+        for i, seg in enumerate(self.path):
+            at = "/".join(self.path[:i]) or "the top"
+            if isinstance(node, dict):
+                keys = [seg] if seg in node else \
+                    [k for k in node if "*" in seg and fnmatchcase(k, seg)]
+                if len(keys) != 1:
+                    raise ValueError(f"{where}: {len(keys) or 'no'} keys match {seg!r} at {at}")
+                node = node[keys[0]]
+            elif isinstance(node, list) and seg.isdigit() and int(seg) < len(node):
+                node = node[int(seg)]
+            else:
+                raise ValueError(f"{where}: no item {seg!r} at {at}")
+        try:
+            return self.fmt.format(node)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{where}: {node!r} does not format as {self.fmt!r}") from e
+
+
+@dataclass(frozen=True)
 class TestbedSpec:
     """A testbed: where its data comes from, how many seeds it needs, why it fits."""
 
@@ -195,6 +238,22 @@ class TestbedSpec:
     #: after it (:data:`bestk.lab.claims.table.RULE_DECLARED`) were not declared before its
     #: data were seen, and claims.json says so per arm.
     first_data: tuple[str, str] | None = None
+    #: The pilot numbers ``why`` quotes, read from their committed records: its ``{name}``
+    #: fields (:class:`PilotValue`; :meth:`why_text` fills them). ``why`` has a field for
+    #: each and no other (a literal brace is written ``{{`` / ``}}``).
+    pilot_values: tuple[PilotValue, ...] = ()
+
+    def __post_init__(self) -> None:
+        fields = [f for _, f, _, _ in Formatter().parse(self.why) if f is not None]
+        names = [p.name for p in self.pilot_values]
+        if sorted(set(fields)) != sorted(names) or len(set(names)) != len(names):
+            raise ValueError(f"TestbedSpec {self.id}: the fields of why {sorted(set(fields))} "
+                             f"are not the pilot values declared {names}")
+
+    def why_text(self, data_dir: Path) -> str:
+        """``why`` with its pilot numbers filled from the records under ``data_dir``
+        (``docs/results/data``): :class:`PilotValue`."""
+        return self.why.format_map({p.name: p.read(data_dir) for p in self.pilot_values})
 
 
 def arm_id(spec: ClaimSpec, arm: Arm) -> str:

@@ -34,6 +34,7 @@ from bestk.lab.claims.specs import (
     ClaimSpec,
     Metric,
     NonInferiority,
+    PilotValue,
     Sharpening,
     TestbedSpec,
     plain,
@@ -72,10 +73,16 @@ TESTBEDS: dict[str, TestbedSpec] = {t.id: t for t in [
         "committed samples, with a bootstrap interval over prompts. The samples are the "
         "pilot's 512 x 32 on the chosen task (docs/results/data/pilots/smollm2-samples.json: "
         "'Calculate 94 - 6. Give only the final answer as a number.', temperature 0.7, at "
-        "most 32 new tokens; base pass@1 0.126, pass@16 0.424).", 0, "smollm2-rollouts",
+        "most 32 new tokens; base pass@1 {base_pass1}, pass@16 {base_pass16}).", 0,
+        "smollm2-rollouts",
         "python benchmarks/smollm2_allocation.py docs/results/data/pilots/smollm2-samples.json "
         "--json docs/results/data/smollm2-rollouts.json",
-        first_data=("9554507", "2026-12-03T18:28:44+00:00")),
+        first_data=("9554507", "2026-12-03T18:28:44+00:00"),
+        # the pilot's record of these samples (smollm2-samples.json holds the successes)
+        pilot_values=tuple(PilotValue(name, "pilots/smollm2-base.json",
+                                      ('*"name": "calc21"*', key))
+                           for name, key in (("base_pass1", "pass@1"),
+                                             ("base_pass16", "pass@16")))),
     TestbedSpec(
         "smollm2", "language", "pretrained: SmolLM2-135M-Instruct, arithmetic in chat, LoRA",
         "A real pretrained chat model, where the papers' sharpening lives: SmolLM2-135M-Instruct "
@@ -88,7 +95,8 @@ TESTBEDS: dict[str, TestbedSpec] = {t.id: t for t in [
         "(split_seed 0). Shared warm start: one GRPO run from the base model (8 prompts x 16 "
         "rollouts, lr 3e-5, seed 0, 50 steps), whose merged weights every run starts from "
         "with fresh LoRA, so RL starts where GRPO sharpens rather than where it learns the "
-        "task (from the base model GRPO raised pass@16 0.46 -> 0.84 in the step pilot). "
+        "task (from the base model GRPO raised pass@16 {steps_start} -> {steps_50} in the step "
+        "pilot). "
         "Every method then trains 30 steps on the same 0/1 success (advantage_reward = "
         "success), the same prompts (4 per step) and the same 16 rollouts per prompt at "
         "temperature 0.7, at most 32 new tokens, sampled by vLLM, at one learning rate for "
@@ -97,7 +105,7 @@ TESTBEDS: dict[str, TestbedSpec] = {t.id: t for t in [
         "every method moves at it). KAPPO's @k-GRPO is calibrated once from the warm start "
         "(16 samples of every training prompt, binary, k = 16). Held-out test: 128 prompts x "
         "32 samples at temperature 0.7 with one fixed evaluation noise (unbiased pass@k for "
-        "k = 1..32; the primary is pass@16, which the warm pilot put near 0.83, inside "
+        "k = 1..32; the primary is pass@16, which the warm pilot put near {warm_start}, inside "
         "[0.2, 0.9]); token entropy on the first 4 samples of each prompt; the start "
         "evaluated once (every seed starts from the warm start). Its arms are a Holm family "
         "of their own; seeds from a 6-seed power pilot, at least 12, at most 12 (the "
@@ -106,7 +114,16 @@ TESTBEDS: dict[str, TestbedSpec] = {t.id: t for t in [
         family="pretrained", preregistered_at="862ee4e",
         pending_why="its grid is running: the design was pre-registered "
                     "(docs/results/smollm2-preregistration.md) before any of its runs, and "
-                    "its per-seed data land as seeds finish"),
+                    "its per-seed data land as seeds finish",
+        pilot_values=(
+            # the step pilot's pass@16 at steps[0] = 0 and steps[5] = 50 (the warm start's)
+            PilotValue("steps_start", "pilots/smollm2-steps.json",
+                       ("grpo lr 3e-05", "curve", "pass@16", "0"), "{:.2f}"),
+            PilotValue("steps_50", "pilots/smollm2-steps.json",
+                       ("grpo lr 3e-05", "curve", "pass@16", "5"), "{:.2f}"),
+            # the warm start evaluated: step 0 of the pilot run that starts from it
+            PilotValue("warm_start", "pilots/smollm2-warm.json",
+                       ("*warm50/final seed=1", "curve", "pass@16", "0"), "{:.2f}"))),
     TestbedSpec(
         "bandit-binary", "bandit", "binary bandit, learning curves",
         "2 of 8 arms pay 1, initial pass rate 0.08. Metrics are best@k / pass@k of the exact "
@@ -138,6 +155,8 @@ TESTBEDS: dict[str, TestbedSpec] = {t.id: t for t in [
         "continuous metrics on the test split. The primary k is 4: pass@4 starts near 0.5 "
         "and ends below 0.9 for GRPO, where pass@16 is near its bound. 160 paired seeds "
         "(same initial weights and minibatches per seed): a 48-seed pilot's paired SDs put "
+        # typed in: the 48-seed run's power table (docs/results.md at e3b1670, overwritten
+        # by the 160-seed run), no committed pilot record holds it
         "the seeds for an MDE of SoftmaxGRPO's +0.023 at 94-131.", 40, "digits",
         f"{_MR} digits", primary_k=4,
         first_data=("e222d71", "2026-11-30T01:27:48+00:00")),
@@ -204,13 +223,20 @@ TESTBEDS: dict[str, TestbedSpec] = {t.id: t for t in [
         "One learning rate for every method (KAPPO "
         "trains its k at one rate): the one at which @k-A*PO with k = 1 sharpens most, i.e. "
         "its best validation pass@1 over 3 sweep seeds, the grid extended until interior "
-        "(a one-seed pilot: validation pass@1 0.112 -> 0.148 at 1e-4, 0.143 at 3e-4). "
+        "(a one-seed pilot: validation pass@1 {start} -> {end_1e4} at 1e-4, {end_3e4} at "
+        "3e-4). "
         "Held-out test "
         "prompts (512 x 16 samples, pass@k for k = 1..16; the primary is pass@16, and pass@4 "
         "= k_train for the PKPO comparison); 8 paired seeds. Two earlier designs of 80 RL "
         "steps, where @k-A*PO barely moved, are kept in docs/results/data/superseded/ and "
         "judge nothing.", 8, "language-permute-kappo", f"{_MR} language-permute-kappo",
-        first_data=("9c75b5a", "2026-11-30T05:08:30+00:00")),
+        first_data=("9c75b5a", "2026-11-30T05:08:30+00:00"),
+        # runs 0 and 1: @k-A*PO with k = 1, seed 0, at lr 1e-4 and 3e-4
+        pilot_values=tuple(PilotValue(name, "pilots/language-permute-kappo.json",
+                                      ("runs", run, at, "pass@1"))
+                           for name, run, at in (("start", "0", "start"),
+                                                 ("end_1e4", "0", "end"),
+                                                 ("end_3e4", "1", "end")))),
     TestbedSpec(
         "language-reverse", "language", "language: reverse a digit string (sanity task)",
         "The trainer's default task (reverse a digit string, graded positional reward) kept "
