@@ -38,7 +38,7 @@ from bestk.lab.io import (
     write_json_atomic,
     write_text_atomic,
 )
-from bestk.stats import mean_ci
+from bestk.stats import mean_ci, paired_test
 from results_specs import (
     DATA_FORMAT,
     KAPPO_LANGUAGE,
@@ -105,20 +105,21 @@ CURVE_WINDOW = 5
 
 
 def pretrained_figure(tb: dict[str, Any], path: Path) -> None:
-    """The pretrained testbed's learning curves and pass@k curve: (a) pass@1 and (b) pass@n
-    (n = the rollouts of a group, 16: the share of groups with a success) of each step's own
-    rollouts on training prompts, before the step's update, in windows of
-    :data:`CURVE_WINDOW` steps; (c) held-out pass@k for k = 1..n_eval at the end of RL, with
-    the start. Lines are means over seeds, bands 95% t-intervals over seeds."""
+    """The pretrained testbed's learning curves and pass@k curve: (a) pass@1, (b) pass@n
+    (n = the rollouts of a group, 16: the share of groups with a success) and (c) the token
+    entropy of each step's own rollouts on training prompts, before the step's update, in
+    windows of :data:`CURVE_WINDOW` steps; (d) held-out pass@k for k = 1..n_eval at the end
+    of RL, with the start. Lines are means over seeds, bands 95% t-intervals over seeds."""
     plt = pyplot(extra="lab")
     methods = tb["methods"]
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.6))
     # the group size: the last rollout.n override (later overrides win)
     group = [int(o.split("=")[1]) for o in tb["spec"]["overrides"] if o.startswith("rollout.n=")]
     w = CURVE_WINDOW
+    curves = ("success_rate", "group_any_success", "entropy")
     for lb, m in methods.items():
         cur = m.get("train_curve", {})
-        for ax, key in zip(axes[:2], ("success_rate", "group_any_success"), strict=True):
+        for ax, key in zip(axes[:3], curves, strict=True):
             if key not in cur:
                 continue
             rows = np.asarray(cur[key], dtype=float)  # (seeds, steps)
@@ -127,35 +128,84 @@ def pretrained_figure(tb: dict[str, Any], path: Path) -> None:
             steps = (np.arange(cut.shape[1]) + 1) * w
             mean, half = _mean_band(cut)
             (line,) = ax.plot(steps, mean, ".-", lw=1.4, label=lb)
-            ax.fill_between(steps, np.clip(mean - half, 0, 1), np.clip(mean + half, 0, 1),
+            top = 1.0 if key != "entropy" else np.inf
+            ax.fill_between(steps, np.clip(mean - half, 0, top), np.clip(mean + half, 0, top),
                             color=line.get_color(), alpha=0.12)
         ks = tb["curve_ks"]
         end = np.array([m["end"][metric_key("pass", k)] for k in ks]).T
         mean, half = _mean_band(end)
-        (line,) = axes[2].plot(ks, mean, "-", lw=1.4, label=lb)
-        axes[2].fill_between(ks, np.clip(mean - half, 0, 1), np.clip(mean + half, 0, 1),
+        (line,) = axes[3].plot(ks, mean, "-", lw=1.4, label=lb)
+        axes[3].fill_between(ks, np.clip(mean - half, 0, 1), np.clip(mean + half, 0, 1),
                              color=line.get_color(), alpha=0.12)
     first = next(iter(methods.values()))
     ks = tb["curve_ks"]
-    axes[2].plot(ks, np.array([first["start"][metric_key("pass", k)] for k in ks]).T.mean(0),
+    axes[3].plot(ks, np.array([first["start"][metric_key("pass", k)] for k in ks]).T.mean(0),
                  "k--", lw=1, label="start of RL")
     titles = [("(a) pass@1 of the step's rollouts", "pass@1 (training prompts)"),
               (f"(b) pass@{group[-1]} of the step's rollouts (a group has a success)",
                f"pass@{group[-1]} (training prompts)"),
-              ("(c) held-out pass@k at the end of RL", "pass@k (held-out test prompts)")]
+              ("(c) token entropy of the step's rollouts", "entropy (nats per token)"),
+              ("(d) held-out pass@k at the end of RL", "pass@k (held-out test prompts)")]
     for ax, (title, ylabel) in zip(axes, titles, strict=True):
         ax.set_title(title, fontsize=10)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    for ax in axes[:2]:
+    for ax in axes[:3]:
         ax.set_xlabel(f"RL step (means over windows of {w} steps)")
-    axes[2].set_xscale("log", base=2)
-    axes[2].set_xlabel("k")
+    axes[3].set_xscale("log", base=2)
+    axes[3].set_xlabel("k")
     fig.suptitle(f"SmolLM2-135M-Instruct, arithmetic in chat: {len(tb['seeds'])} seeds",
                  fontsize=10)
     fig.tight_layout()
     save_figure(fig, path)
+
+
+def pretrained_notes(tb: dict[str, Any]) -> str:
+    """The pretrained testbed's own record in results.md: the shared warm start and its
+    evaluations, the rate check of the grid's first seed, GRPO's sharpening (its held-out
+    pass@16 and pass@1 change from the shared start, 95% t-interval over seeds), the common
+    learning rate and its limitation, and the pilots behind the design."""
+    out = []
+    warm = tb.get("warm_start")
+    if warm:
+        ev = warm["evaluations"]
+        rows = [[step, *["–" if ev[step].get(k) is None else f"{ev[step][k]:.3f}"
+                         for k in ("pass@1", "pass@16", "entropy")]]
+                for step in sorted(ev, key=int)]
+        out.append(f"Shared warm start: GRPO from the base model for {warm['steps']} steps "
+                   "(its merged weights are every run's start); its own held-out evaluations "
+                   "(step 0 = the base model):\n")
+        out.append(markdown_table(["step", "pass@1", "pass@16", "entropy"], rows))
+    rc = tb.get("rate_check")
+    if rc:
+        rows = [[lb, *[f"{r['moves'][k]:+.3f}" for k in r["moves"]],
+                 "yes" if r["trains"] else "NO"] for lb, r in rc["methods"].items()]
+        keys = list(next(iter(rc["methods"].values()))["moves"])
+        out.append(f"Rate check (seed {rc['seed']}, learning rate {rc['lr']} for every "
+                   f"method, judged before any other seed ran; {rc['rule']}):\n")
+        out.append(markdown_table(["method", *[f"{k} change" for k in keys], "trains"], rows))
+    grpo = tb.get("methods", {}).get("grpo")
+    if grpo and len(tb.get("seeds", [])) >= 2:
+        parts = []
+        for k in ("pass@16", "pass@1"):
+            t = paired_test(grpo["end"][k], grpo["start"][k])
+            parts.append(f"{k} {np.mean(grpo['start'][k]):.3f} -> "
+                         f"{np.mean(grpo['end'][k]):.3f} (change {t.diff:+.4f}, 95% CI "
+                         f"[{t.ci95[0]:+.4f}, {t.ci95[1]:+.4f}])")
+        out.append("GRPO from the shared start, over the seeds (the claims' precondition: "
+                   "GRPO sharpens, i.e. pass@16 rises by less than the SESOI 0.02 while pass@1 "
+                   "rises): " + "; ".join(parts) + ".\n")
+    out.append("One learning rate for every method (GRPO's from the step pilot), not a "
+               "sweep per method: a method whose best rate lies elsewhere is compared at a rate "
+               "tuned for GRPO, so a verdict here is about the methods at that rate. Pilots "
+               "behind the design: " + ", ".join(
+                   f"[{n}](results/data/pilots/{n})" for n in (
+                       "smollm2-base.json", "smollm2-samples.json", "smollm2-steps.json",
+                       "smollm2-warm.json", "smollm2-power.json", "smollm2-rate-check.json"))
+               + "; the design: [smollm2-preregistration.md](results/smollm2-preregistration.md)"
+               ".\n")
+    return "\n".join(out)
 
 
 def copy_if_exists(src: Path, dst: Path) -> None:
@@ -232,6 +282,8 @@ def _testbed_section(tid: str, tb: dict[str, Any] | None,
         lines.append(markdown_table(["bandit", "N", "estimator", "unbiased for", "rel. bias",
                                      "var/‖E g‖²"], rows))
         return "\n".join(lines)
+    if tid in PRETRAINED:
+        lines.append(pretrained_notes(tb))
     if not tb["seeds"]:
         lines.append(f"No finished seeds yet: `{spec.command}` is running or has not run.\n")
         return "\n".join(lines)

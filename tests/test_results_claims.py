@@ -365,7 +365,10 @@ def test_the_pretrained_testbed_runs_end_to_end(tmp_path, capsys):
                                             strict=True) for g, p in zip(gs, ps, strict=True))
         assert len(curve["success_rate"]) == n
     assert (docs / "results" / "smollm2.png").is_file()
-    assert "](results/smollm2.png)" in (docs / "results.md").read_text()
+    md = (docs / "results.md").read_text()
+    assert "](results/smollm2.png)" in md
+    assert "Shared warm start: GRPO from the base model for 2 steps" in md
+    assert "Rate check (seed 0" in md and "GRPO from the shared start, over the seeds" in md
 
 
 def test_every_judged_arm_has_its_power_and_the_verdict_respects_it(committed):
@@ -738,3 +741,27 @@ def test_check_compares_the_figures_drawn_from_the_data(tmp_path):
     got = rend.check(docs)
     assert any(p.startswith("results/language-permute-paired.png: pixel RMS") for p in got), got
     assert any(p.startswith("results/language-permute-kappo.png: its size") for p in got), got
+
+
+def test_the_pretrained_notes_report_the_precondition_with_its_interval():
+    """The smollm2 section states GRPO's change in pass@16 and pass@1 from the shared start
+    with a 95% t-interval over seeds (recomputed here), the warm start's evaluations and
+    the rate check's moves."""
+    from scipy import stats
+
+    rend = benchmark_script("results_render")
+    start, end = [0.80] * 4, [0.81, 0.79, 0.83, 0.80]
+    grpo = {"start": {"pass@16": start, "pass@1": [0.5] * 4},
+            "end": {"pass@16": end, "pass@1": [0.55, 0.56, 0.54, 0.57]}}
+    tb = {"seeds": [0, 1, 2, 3], "methods": {"grpo": grpo},
+          "warm_start": {"steps": 50, "evaluations": {"0": {"pass@1": 0.127, "pass@16": 0.448},
+                                                      "50": {"pass@1": 0.5, "pass@16": 0.83}}},
+          "rate_check": {"seed": 0, "lr": "3e-5", "rule": "the rule",
+                         "methods": {"grpo": {"moves": {"pass@1": 0.031, "pass@16": -0.004},
+                                              "trains": True}}}}
+    text = rend.pretrained_notes(tb)
+    d = np.subtract(end, start)
+    half = stats.t.ppf(0.975, 3) * d.std(ddof=1) / 2
+    assert f"change {d.mean():+.4f}, 95% CI [{d.mean() - half:+.4f}, {d.mean() + half:+.4f}]" \
+        in text
+    assert "| 50 | 0.500 | 0.830 | – |" in text and "| grpo | +0.031 | -0.004 | yes |" in text

@@ -298,12 +298,15 @@ def _trains_reason(testbed: str, tb: TestbedData) -> tuple[list[str], TrainsChec
 
 class SharpeningCheck(TypedDict):
     """:class:`~bestk.lab.claims.specs.Sharpening` on the data: ``method`` (the arm's b), the
-    mean start and end of its ``wide`` (and ``narrow``) metric, and whether it sharpens."""
+    mean start and end of its ``wide`` (and ``narrow``) metric, the 95% t-interval over seeds
+    of the change of each (``None`` with fewer than two seeds), and whether it sharpens."""
 
     method: str
     wide: str
     wide_start: float
     wide_end: float
+    wide_change_ci95: list[float] | None
+    narrow_change_ci95: list[float] | None
     tolerance: float
     narrow: str | None
     narrow_start: float | None
@@ -326,20 +329,30 @@ def sharpening_check(pre: Sharpening, method: str, tb: TestbedData
     def means(key: str) -> tuple[float, float]:
         return float(np.mean(m["start"][key])), float(np.mean(m["end"][key]))
 
+    def change_ci(key: str | None) -> list[float] | None:
+        if key is None or len(m["end"][key]) < 2:
+            return None
+        return [float(v) for v in paired_test(m["end"][key], m["start"][key]).ci95]
+
     w0, w1 = means(pre.wide)
     n0, n1 = means(pre.narrow) if pre.narrow else (None, None)
     wide_ok = w1 - w0 < pre.tolerance
     narrow_ok = n0 is None or n1 is None or n1 > n0
     rec: SharpeningCheck = {"method": method, "wide": pre.wide, "wide_start": w0,
-                            "wide_end": w1, "tolerance": pre.tolerance, "narrow": pre.narrow,
+                            "wide_end": w1, "wide_change_ci95": change_ci(pre.wide),
+                            "narrow_change_ci95": change_ci(pre.narrow),
+                            "tolerance": pre.tolerance, "narrow": pre.narrow,
                             "narrow_start": n0, "narrow_end": n1,
                             "sharpens": bool(wide_ok and narrow_ok)}
     out = []
     if not wide_ok:
         bound = "below its start" if pre.tolerance == 0 else \
             f"less than {fmt(pre.tolerance)} above its start"
+        ci = rec["wide_change_ci95"]
         out.append(f"the precondition fails: {method} does not sharpen ({pre.wide} "
-                   f"{fmt(w0)} -> {fmt(w1)}, not {bound}), so there is no sharpening to lessen")
+                   f"{fmt(w0)} -> {fmt(w1)}"
+                   + ("" if ci is None else f", change 95% CI [{fmt(ci[0])}, {fmt(ci[1])}]")
+                   + f", not {bound}), so there is no sharpening to lessen")
     if n0 is not None and n1 is not None and not narrow_ok:
         out.append(f"the precondition fails: {method} does not sharpen ({pre.narrow} "
                    f"{fmt(n0)} -> {fmt(n1)} does not rise)")
