@@ -149,7 +149,7 @@ def run_language(name: str, runs: Path, *, fast: bool, reuse: bool, workers: int
               f"memory of its runs); --workers {workers} lowered", flush=True)
         workers = spec["max_workers"]
     if name in PRETRAINED:
-        run_pretrained(name, runs, spec, methods, workers=workers, docs=docs)
+        run_pretrained(name, runs, spec, methods, workers=workers, docs=docs, cache=cache)
         return
     run_compare(methods, seeds=spec["seeds"], out=out,
                 overrides=spec["overrides"], progress=sys.stdout.isatty(),
@@ -162,11 +162,16 @@ def run_language(name: str, runs: Path, *, fast: bool, reuse: bool, workers: int
 
 
 def run_pretrained(name: str, runs: Path, spec: dict[str, Any], methods: list[Any], *,
-                   workers: int, docs: Path) -> None:
-    """A pretrained grid (``results_pretrained``'s docstring): the warm start, the shared
-    calibration, then one seed at a time -- the first judged by the rate check before any
-    other runs -- writing the status after each."""
+                   workers: int, docs: Path, cache: Path = GRID_CACHE) -> None:
+    """A pretrained grid (``results_pretrained``'s docstring): the shared artifacts cached by
+    an earlier session restored, the warm start, the shared calibration, then one seed at a
+    time -- the first judged by the rate check before any other runs -- writing the status
+    after each."""
     out = runs / name
+    got = pretrained.restore_shared(name, runs, spec, cache)
+    if got:
+        print(f"{name}: restored from {pretrained.shared_cache_dir(name, cache)}: "
+              + ", ".join(got), flush=True)
     warm = pretrained.warm_start(name, runs, spec)
     overrides = pretrained.grid_overrides(spec, warm)
     if any(m.options.get("calibration") == pretrained.SHARED for m in methods):
@@ -685,6 +690,9 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.save_cache:
             got = save_grid_cache(name, args.runs, fast=args.fast)
             print(f"{grid_cache_file(name)}: {got} finished runs of {name}")
+            if name in PRETRAINED:  # the warm start, calibration and start it shares
+                files = pretrained.save_shared(name, args.runs, GRID_CACHE)
+                print(f"{pretrained.shared_cache_dir(name, GRID_CACHE)}: {', '.join(files)}")
         return 0
     names = list(args.testbed)
     if args.all:

@@ -22,6 +22,7 @@ The order, every step resumable and cached under ``runs/lab/smollm2/`` (results_
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -202,3 +203,129 @@ def write_status(name: str, runs: Path, labels: list[str], seeds: int) -> dict[s
     print(f"{name}: {st['done']} runs done, {st['remaining']} remaining of {seeds} seeds "
           f"x {len(labels)} arms; ETA {eta} at the median run's pace", flush=True)
     return st
+
+
+# ---------------------------------------------------------------------------------------------
+# what a grid shares, carried to the next working session (a new machine starts empty)
+
+#: The files of a pretrained grid's shared artifacts in the grid cache
+#: (``benchmarks/grid_cache/<name>-shared/``, committed): the warm start's LoRA adapter (a few
+#: MB; the merged model is rebuilt from the base model's file and it), its metrics and the
+#: digest of its merged weights, the shared calibration and the shared start evaluation.
+WARM_FILES = ("adapter_model.safetensors", "adapter_config.json")
+
+
+def shared_cache_dir(name: str, cache: Path) -> Path:
+    """Where grid ``name``'s shared artifacts are cached: ``cache/<name>-shared``."""
+    return cache / f"{name}-shared"
+
+
+def final_digest(final: Path) -> str:
+    """The digest of a saved model directory's weights (its safetensors files' tensors:
+    names, dtypes, shapes and bytes; :func:`bestk.train.rollout.shared_start.state_digest`)."""
+    from safetensors.torch import load_file
+
+    from bestk.train.rollout.shared_start import state_digest
+
+    state: dict[str, Any] = {}
+    for p in sorted(final.glob("*.safetensors")):
+        state.update(load_file(str(p)))
+    if not state:
+        raise ValueError(f"{final}: no safetensors weights")
+    return state_digest(state)
+
+
+def save_shared(name: str, runs: Path, cache: Path) -> list[str]:
+    """Copy grid ``name``'s shared artifacts from ``runs/<name>`` into
+    :func:`shared_cache_dir` (what exists of them); returns the files written."""
+    src, dst = runs / name, shared_cache_dir(name, cache)
+    written = []
+    warm = src / "_warm"
+    adapter = warm / "final" / "adapter"
+    step = finished_step(warm)
+    if step is not None:
+        if not all((adapter / f).is_file() for f in WARM_FILES):
+            raise SystemExit(f"error: {warm}/final has no LoRA adapter to cache (a warm start "
+                             "without LoRA is not carried between sessions)")
+        (dst / "warm").mkdir(parents=True, exist_ok=True)
+        for f in WARM_FILES:
+            shutil.copyfile(adapter / f, dst / "warm" / f)
+        shutil.copyfile(warm / "metrics.jsonl", dst / "warm" / "metrics.jsonl")
+        write_json_atomic(dst / "warm" / "record.json", {
+            "steps": step, "digest": final_digest(warm / "final"),
+            "note": "the warm start's merged weights are rebuilt from the base model and "
+                    "this adapter; the digest is the merged weights' of the run that made it"})
+        written += [f"warm/{f}" for f in (*WARM_FILES, "metrics.jsonl", "record.json")]
+    cal = src / "_calibration" / "shared.json"
+    if cal.is_file():
+        (dst / "calibration").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(cal, dst / "calibration" / "shared.json")
+        written.append("calibration/shared.json")
+    for p in sorted((src / "_start").glob("start-*.json")):
+        (dst / "start").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(p, dst / "start" / p.name)
+        written.append(f"start/{p.name}")
+    return written
+
+
+def restore_shared(name: str, runs: Path, spec: dict[str, Any], cache: Path) -> list[str]:
+    """Put grid ``name``'s cached shared artifacts (:func:`save_shared`) back under
+    ``runs/<name>`` where they are missing: the calibration and start evaluations as they
+    are, the warm start rebuilt from the base model and its adapter (:func:`rebuild_warm`).
+    Returns what it restored."""
+    src, dst = shared_cache_dir(name, cache), runs / name
+    done = []
+    if not src.is_dir():
+        return done
+    cal = src / "calibration" / "shared.json"
+    if cal.is_file() and not (dst / "_calibration" / "shared.json").exists():
+        (dst / "_calibration").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(cal, dst / "_calibration" / "shared.json")
+        done.append("calibration")
+    for p in sorted((src / "start").glob("start-*.json")):
+        if not (dst / "_start" / p.name).exists():
+            (dst / "_start").mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(p, dst / "_start" / p.name)
+            done.append(f"start {p.name}")
+    if (src / "warm" / "record.json").is_file() and finished_step(dst / "_warm") is None:
+        rebuild_warm(name, runs, spec, src / "warm")
+        done.append("warm start")
+    return done
+
+
+def rebuild_warm(name: str, runs: Path, spec: dict[str, Any], cached: Path) -> None:
+    """The warm start's run directory from its cached adapter: the base model loaded as the
+    warm start's config loads it, the adapter's weights set, ``final/`` saved merged as the
+    trainer saves it, its metrics and completion marker written. The merged weights' digest
+    is compared with the cached one: equal, the grid goes on from the very weights its
+    earlier seeds started from; different (another CPU's float kernels), ``SystemExit``,
+    since runs from two different starts are not paired."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    from bestk.train.model.hf import save_final
+    from bestk.train.run.directory import mark_finished
+    from bestk.train.setup import load_run_policy, load_run_task
+
+    rec = json.loads((cached / "record.json").read_text())
+    out = runs / name / "_warm"
+    print(f"{name}: rebuilding the warm start in {out} from {cached}", flush=True)
+    cfg = resolve_defaults(base_config(None, None, [*spec["warm_start"]["overrides"],
+                                                    f"out={out}"]))
+    task, device = load_run_task(cfg)
+    model, tokenizer = load_run_policy(cfg, task, device)
+    state = load_file(str(cached / "adapter_model.safetensors"))
+    dtype = next(p for n, p in model.named_parameters() if "lora_" in n).dtype
+    got = set_peft_model_state_dict(model, {k: v.to(dtype) for k, v in state.items()})
+    missing = list(getattr(got, "unexpected_keys", []))
+    if missing:
+        raise SystemExit(f"error: the cached adapter has weights the model lacks: {missing[:3]}")
+    out.mkdir(parents=True, exist_ok=True)
+    save_final(out, model, tokenizer)
+    digest = final_digest(out / "final")
+    if digest != rec["digest"]:
+        raise SystemExit(f"error: the rebuilt warm start's weights (digest {digest}) differ from "
+                         f"those the grid's earlier runs started from ({rec['digest']}): this "
+                         "machine merges them differently; runs from it would not be paired")
+    shutil.copyfile(cached / "metrics.jsonl", out / "metrics.jsonl")
+    mark_finished(out, int(rec["steps"]))

@@ -223,7 +223,8 @@ def _pretrained_spec(name: str, fast: bool) -> dict[str, Any]:
                 "rollout.prompts_per_step=2", "threads=1", "eval.seed=0", "optim.lr=3e-3"]
         spec.update(overrides=[*tiny, "sft.steps=0", "model.lora.r=2"],
                     warm_start={"overrides": [*tiny, "sft.steps=20", "estimator=grpo",
-                                              "seed=0", "max_steps=2", "eval.every=2"]},
+                                              "seed=0", "max_steps=2", "eval.every=2",
+                                              "model.lora.r=2"]},
                     seeds=2, power_pilot=2, max_seeds=3, fast=True,
                     kappo_calibration={"k": 16, "beta": 1e-3, "bank_n": 16, "kind": "binary"})
     else:

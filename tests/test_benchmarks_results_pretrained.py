@@ -72,3 +72,37 @@ def test_an_unfinished_warm_start_is_not_read_as_one(rp, tmp_path):
     spec = {"warm_start": {"overrides": ["max_steps=3"]}}
     with pytest.raises(SystemExit, match="warm start .* is not finished"):
         rp.warm_record("g", tmp_path, spec)
+
+
+def test_the_shared_artifacts_carry_to_a_new_machine(rp, tmp_path):
+    """The warm start (the tiny model with LoRA, two GRPO steps) is cached as its adapter
+    and the digest of its merged weights, with the calibration and start evaluations; on an
+    empty runs folder they are restored, the warm start rebuilt from the base model and the
+    adapter to the very same merged weights, and its record read back unchanged. A rebuilt
+    start whose weights differ is refused."""
+    specs = benchmark_script("results_specs")
+    spec = specs.testbed_spec("smollm2", fast=True)
+    runs, cache = tmp_path / "runs", tmp_path / "cache"
+    rec = rp.warm_start("smollm2", runs, spec)
+    grid = runs / "smollm2"
+    for rel in ("_calibration/shared.json", "_start/start-abc.json"):
+        (grid / rel).parent.mkdir(parents=True, exist_ok=True)
+        (grid / rel).write_text(json.dumps({"file": rel}))
+    saved = rp.save_shared("smollm2", runs, cache)
+    assert set(saved) == {"warm/adapter_model.safetensors", "warm/adapter_config.json",
+                          "warm/metrics.jsonl", "warm/record.json",
+                          "calibration/shared.json", "start/start-abc.json"}
+    other = tmp_path / "runs2"
+    got = rp.restore_shared("smollm2", other, spec, cache)
+    assert set(got) == {"calibration", "start start-abc.json", "warm start"}
+    assert rp.final_digest(other / "smollm2" / "_warm" / "final") == \
+        rp.final_digest(grid / "_warm" / "final")
+    assert rp.warm_record("smollm2", other, spec)["evaluations"] == rec["evaluations"]
+    for rel in ("_calibration/shared.json", "_start/start-abc.json"):
+        assert (other / "smollm2" / rel).read_bytes() == (grid / rel).read_bytes()
+    assert rp.restore_shared("smollm2", other, spec, cache) == []  # nothing missing now
+    # another merge (or another adapter) than the one the earlier seeds started from
+    record = cache / "smollm2-shared" / "warm" / "record.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "digest": "0" * 16}))
+    with pytest.raises(SystemExit, match="would not be paired"):
+        rp.restore_shared("smollm2", tmp_path / "runs3", spec, cache)
