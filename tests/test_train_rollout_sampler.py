@@ -263,3 +263,30 @@ def test_the_prefill_computes_only_the_last_logits_where_asked(policy):
     untrimmed, _ = run(bf16, trim_logits=False)
     assert auto.texts == untrimmed.texts
     torch.testing.assert_close(auto.logprobs, untrimmed.logprobs, rtol=0, atol=2e-2)
+
+
+@pytest.mark.parametrize("was_training", [True, False])
+def test_the_model_s_mode_comes_back_when_sampling_fails(policy, was_training):
+    """sample() puts the model in eval mode for decoding and gives the caller's mode back
+    afterwards, also when decoding raises midway (a stop, a bad token, Ctrl-C)."""
+    model, tok = policy
+    model.train(was_training)
+    sample(model, tok, ["12"], n=2, temperature=1.0, top_p=1.0, max_new_tokens=3,
+           generator=torch.Generator().manual_seed(0))
+    assert model.training is was_training
+
+    calls = []
+
+    def boom(module, args, kwargs):
+        calls.append(module.training)
+        raise KeyboardInterrupt  # what Ctrl-C raises inside the forward
+
+    handle = model.register_forward_pre_hook(boom, with_kwargs=True)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            sample(model, tok, ["12"], n=2, temperature=1.0, top_p=1.0, max_new_tokens=3,
+                   generator=torch.Generator().manual_seed(0))
+    finally:
+        handle.remove()
+    assert calls == [False]  # it decoded in eval mode ...
+    assert model.training is was_training  # ... and gave the mode back

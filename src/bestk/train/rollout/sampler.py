@@ -120,12 +120,48 @@ def sample(
     uniq_mask = enc.attention_mask.to(device)
     prompt_ids = uniq_ids.repeat_interleave(n, 0)
     prompt_mask = uniq_mask.repeat_interleave(n, 0)
-    B = prompt_ids.shape[0]
     stop = torch.tensor(stop_token_ids(model, tokenizer), device=device)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else int(stop[0])
 
     was_training = model.training
     model.eval()
+    try:  # the caller's mode comes back whatever happens (an error, a stop, Ctrl-C)
+        toks, lps, ents, masks, done = _decode(
+            model, uniq_ids, uniq_mask, prompt_ids, prompt_mask, n=n, temperature=temperature,
+            top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens, generator=generator,
+            stop=stop, pad=pad, trim_logits=trim_logits)
+    finally:
+        model.train(was_training)
+    completion_ids = torch.stack(toks, 1)
+    completion_mask = torch.stack(masks, 1)
+    texts = tokenizer.batch_decode(completion_ids.cpu(), skip_special_tokens=True)
+    return Rollout(
+        prompt_ids,
+        prompt_mask,
+        completion_ids,
+        completion_mask.to(prompt_mask.dtype),
+        texts,
+        torch.stack(lps, 1) * completion_mask,
+        torch.stack(ents, 1) * completion_mask,
+        done,
+        {} if max_prompt_length is None else {"prompts_truncated": float(enc.cut)},
+    )
+
+
+def _decode(model: Policy, uniq_ids: torch.Tensor, uniq_mask: torch.Tensor,
+            prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, n: int,
+            temperature: float, top_p: float, top_k: int, max_new_tokens: int,
+            generator: torch.Generator | None, stop: torch.Tensor, pad: int,
+            trim_logits: bool | None) -> tuple[list[torch.Tensor], list[torch.Tensor],
+                                               list[torch.Tensor], list[torch.Tensor],
+                                               torch.Tensor]:
+    """:func:`sample`'s KV-cache loop on a model in eval mode: prefill each distinct prompt
+    once, copy its cache to its ``n`` samples, then draw up to ``max_new_tokens`` tokens
+    (temperature, top-k, top-p) until every sequence has stopped. Returns the per-step
+    tokens, their log-probabilities and entropies under the full tempered distribution, the
+    per-step completion masks and the final ``done`` flags."""
+    device = prompt_ids.device
+    B = prompt_ids.shape[0]
     cache_kw = cache_kwarg(model)
     last_only = logits_to_keep(model, 1, trim_logits)  # the prefill uses its last logits
     # Prefill each distinct prompt once, then give each of its n samples a copy of the cache.
@@ -175,21 +211,7 @@ def sample(
         )
         past = output_cache(out)
         next_logits = out.logits[:, -1, :]
-    model.train(was_training)
-    completion_ids = torch.stack(toks, 1)
-    completion_mask = torch.stack(masks, 1)
-    texts = tokenizer.batch_decode(completion_ids.cpu(), skip_special_tokens=True)
-    return Rollout(
-        prompt_ids,
-        prompt_mask,
-        completion_ids,
-        completion_mask.to(prompt_mask.dtype),
-        texts,
-        torch.stack(lps, 1) * completion_mask,
-        torch.stack(ents, 1) * completion_mask,
-        done,
-        {} if max_prompt_length is None else {"prompts_truncated": float(enc.cut)},
-    )
+    return toks, lps, ents, masks, done
 
 
 def _pad_id(model: Policy, tokenizer: PreTrainedTokenizerBase) -> int:
