@@ -124,8 +124,9 @@ def test_robust_is_na_where_the_sign_flip_test_cannot_reach_alpha():
 
 
 def test_claims_json_records_the_sesoi_and_its_source_per_arm():
-    """Declared before the runs: pending arms carry it too; exact arms have none unless their
-    rule decides on samples (the allocation on a model's rollouts)."""
+    """Declared per claim (pending arms carry it too, with when it was declared against the
+    testbed's data); exact arms have none unless their rule decides on samples (the
+    allocation on a model's rollouts)."""
     from bestk.lab.claims import SESOI
 
     doc = evaluate_claims({})
@@ -138,4 +139,9 @@ def test_claims_json_records_the_sesoi_and_its_source_per_arm():
         "softmax-allocation-pretrained"}
     md = render_claims(doc)
     assert "| SESOI |" in md
-    assert "- SESOI (declared before the runs): 0.004 — the smallest effect" in md
+    # the softmax-vs-grpo SESOI came after the digits testbed's first data, and says so
+    assert "- SESOI (declared: after the testbed's first data): 0.004 — the smallest effect" \
+        in md
+    pre = render_claims(doc).split("## atk-passk-pretrained")[1]
+    assert "- SESOI (declared: pre-registered at 862ee4e, before the testbed's runs): 0.020" \
+        in pre
