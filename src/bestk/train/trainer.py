@@ -64,6 +64,7 @@ from bestk.train.rollout.batch import Rollout
 from bestk.train.rollout.engine import open_engines, synced_sample
 from bestk.train.rollout.evaluate import evaluate, pass_summary
 from bestk.train.rollout.scoring import score_batch
+from bestk.train.rollout.settings import eval_noise_seed
 from bestk.train.rollout.shared_start import shared_start_evaluation
 from bestk.train.run.checkpoint import (
     global_rng_kept,
@@ -137,9 +138,6 @@ class Trainer:
         self.ckpt_dir = self.out / "checkpoints"
         self.sampling_seed = self.cfg.seed if self.cfg.sampling_seed is None \
             else self.cfg.sampling_seed
-        #: the evaluation noise (``eval.seed``, else the sampling seed)
-        self.eval_seed = self.sampling_seed if self.cfg.eval.seed is None \
-            else self.cfg.eval.seed
         self.notes: list[str] = []
         self.stop = StopRequest()  # Ctrl-C while running
         self.continue_with: str | None = None  # what continues it, if not bestk train --resume
@@ -396,12 +394,12 @@ class Trainer:
         """Held-out evaluation at ``step`` (a ``phase: eval`` line, samples to ``samples.jsonl``,
         on the ``progress`` bar); the step-0 one stops at its next batch on Ctrl-C / SIGTERM
         and is shared by runs that start alike when ``eval.shared_start`` is set."""
-        res = shared_start_evaluation(self.cfg, self.model, self.eval_seed, step, lambda: (
-            evaluate(self.engines.eval, self.task, self.eval_examples, n=self.cfg.eval.n,
-                     max_new_tokens=self.max_new_tokens, progress=progress,
-                     seed=EVAL_SAMPLING.seed(self.eval_seed, step),
-                     should_stop=self.stop.should_stop if step == 0 else None,
-                     entropy_samples=self.cfg.eval.entropy_samples)), self.eval_examples)
+        noise = eval_noise_seed(self.cfg)  # eval.seed, else the sampling seed
+        res = shared_start_evaluation(self.cfg, self.model, noise, step, lambda: evaluate(
+            self.engines.eval, self.task, self.eval_examples, n=self.cfg.eval.n,
+            max_new_tokens=self.max_new_tokens, progress=progress,
+            seed=EVAL_SAMPLING.seed(noise, step), entropy_samples=self.cfg.eval.entropy_samples,
+            should_stop=self.stop.should_stop if step == 0 else None), self.eval_examples)
         return self.log.evaluation(step, res, self.task)
 
     def checkpoint(self) -> Path:

@@ -32,7 +32,8 @@ from bestk.train.config import (
 )
 
 __all__ = ["SamplingParams", "resolve_sampling", "DEFAULTS", "model_generation_config",
-           "fill_sampling", "sampling_header", "sampling_options", "SamplingOptions"]
+           "fill_sampling", "sampling_header", "sampling_options", "SamplingOptions",
+           "eval_noise_seed"]
 
 #: The values used when neither the config nor the model's generation_config sets one.
 DEFAULTS: dict[str, float | int] = {"temperature": 1.0, "top_p": 1.0, "top_k": 0}
@@ -169,3 +170,11 @@ def sampling_options(cfg: ResolvedTrainConfig, section: str = "rollout") -> Samp
     return {"temperature": sec.temperature, "top_p": sec.top_p, "top_k": sec.top_k or 0,
             "max_prompt_length": cfg.rollout.max_prompt_length,
             "prompt_truncation": cfg.rollout.prompt_truncation}
+
+
+def eval_noise_seed(cfg: ResolvedTrainConfig) -> int:
+    """The seed of a run's evaluation noise: ``eval.seed``, else ``sampling_seed``, else
+    ``seed`` (a fixed ``eval.seed`` gives every run the same held-out samples of a policy)."""
+    if cfg.eval.seed is not None:
+        return int(cfg.eval.seed)
+    return int(cfg.seed if cfg.sampling_seed is None else cfg.sampling_seed)
