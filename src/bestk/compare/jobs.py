@@ -50,7 +50,7 @@ from bestk.train.reference.bank import (
     save_reference,
 )
 from bestk.train.reference.plan import plan_reference
-from bestk.train.rollout.engine import HFEngine, RolloutEngine, open_engines
+from bestk.train.rollout.engine import ENGINES
 from bestk.train.rollout.evaluate import evaluate
 from bestk.train.rollout.settings import sampling_options
 from bestk.train.run.checkpoint import latest_checkpoint
@@ -192,22 +192,16 @@ def _calibrate(cfg: ResolvedTrainConfig, sft_path: str | None, kp: KappoAuto,
     if sft_path is not None:
         model.load_state_dict(torch.load(sft_path))
     exs = task.train
-    engine: RolloutEngine
-    if cfg.rollout.engine == "hf":
-        engines = None
-        engine = HFEngine(model, tokenizer, sampling_options(cfg))
-    else:
-        engines = open_engines(cfg, model, tokenizer, max_new_tokens(cfg, task))
-        engine = engines.rollout
-    try:
-        res = evaluate(engine, task, exs, n=kp.bank_n, max_new_tokens=max_new_tokens(cfg, task),
+    backend = ENGINES[cfg.rollout.engine].make(model, tokenizer, cfg, max_new_tokens(cfg, task))
+    try:  # the calibration reads rewards only: the entropy of one sample per prompt suffices
+        res = evaluate(backend.engine(sampling_options(cfg)), task, exs, n=kp.bank_n,
+                       max_new_tokens=max_new_tokens(cfg, task),
                        seed=KAPPO_AUTO_BANK.seed(cfg.seed), should_stop=stop_requested,
-                       entropy_samples=None if engines is None else 1)
+                       entropy_samples=1)
     except Stopped:
         raise _stopped() from None
     finally:
-        if engines is not None:
-            engines.close()
+        backend.close()
     vals = calibration_values(task, kp.kind, res.rewards)
     bank = {int(ex["id"]): row.tolist() for ex, row in zip(exs, vals, strict=True)}
     calibrate(bank, k=kp.k, beta=kp.beta, kind=kp.kind).save(cal_path)
