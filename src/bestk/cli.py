@@ -6,9 +6,11 @@ Each command group lives next to the code it drives and is attached here with
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
-from bestk._typer import Group
+from bestk._typer import Group, out_file
 from bestk.compare import commands as compare_commands
 from bestk.kappo import commands as kappo_commands
 from bestk.lab import commands as lab_commands
@@ -86,6 +88,63 @@ def list_estimators(
     for row in estimator_table():
         table.add_row(*row)
     Console().print(table)
+
+
+@app.command("metrics")
+def metrics_command(
+    file: Path = typer.Argument(..., help="Scored samples: JSONL, CSV or parquet, one row "
+                                "per sample, or one row per prompt with a list of rewards."),
+    prompt: str | None = typer.Option(
+        None, "--prompt", help="The prompt-id column (default: the first of prompt_id, doc_id, "
+        "prompt, id, question); a dotted name reads a nested field."),
+    reward: str | None = typer.Option(
+        None, "--reward", help="The reward or correctness column (default: the first of "
+        "reward, rewards, correct, score, exact_match, acc, pass)."),
+    fmt: str | None = typer.Option(None, "--format", help="jsonl, csv or parquet (default: "
+                                   "from the suffix)."),
+    where: list[str] = typer.Option([], "--where", help="Keep rows whose KEY equals VALUE "
+                                    "(repeatable), e.g. --where step=30 for a run's "
+                                    "samples.jsonl."),
+    threshold: float | None = typer.Option(
+        None, "--threshold", help="A sample succeeds when its reward is >= this (default: "
+        "pass@k only for 0/1 rewards)."),
+    all_k: bool = typer.Option(False, "--all-k", help="k up to the largest per-prompt n, each "
+                               "k over the prompts with at least k samples (default: up to the "
+                               "smallest n, every k over every prompt)."),
+    ci: float = typer.Option(0.95, "--ci", help="Interval level (bootstrap over prompts)."),
+    n_boot: int = typer.Option(1000, "--n-boot", help="Bootstrap resamples."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    json_out: Path | None = typer.Option(None, "--json", help="Also write the table as JSON."),
+    plot: Path | None = typer.Option(None, "--plot", help="Also draw the curves as a PNG."),
+) -> None:
+    """Unbiased pass@k and best@k (k = 1..n) with intervals, from any engine's scored samples.
+
+    lm-eval's --log_samples file: bestk metrics samples_TASK_*.jsonl --prompt doc_id
+    --reward exact_match. Your own vLLM outputs: write one JSON line per prompt,
+    {"prompt_id": ..., "reward": [r1, ..., rn]}, and run bestk metrics FILE.
+    """
+    from bestk.samples import metrics_text, parse_where, plot_metrics, read_samples, sample_metrics
+
+    for out, option in ((json_out, "--json"), (plot, "--plot")):
+        if out is not None:
+            if out.resolve() == file.resolve():
+                raise ValueError(f"{option} {str(out)!r} is the input file; give another path")
+            out_file(out, option)
+    samples = read_samples(file, prompt_key=prompt, reward_key=reward, fmt=fmt,
+                           where=parse_where(where))
+    result = sample_metrics(samples, all_k=all_k, threshold=threshold, ci=ci, n_boot=n_boot,
+                            seed=seed)
+    typer.echo(metrics_text(result), nl=False)
+    if json_out is not None:
+        import json
+
+        from bestk._atomic import write_text_atomic
+
+        write_text_atomic(json_out, json.dumps(result.as_dict(), indent=1) + "\n")
+        typer.echo(f"-> {json_out}")
+    if plot is not None:
+        plot_metrics(result, plot)
+        typer.echo(f"-> {plot}")
 
 
 # Command groups living next to the code they drive. Each module defines
