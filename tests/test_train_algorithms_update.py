@@ -142,3 +142,54 @@ def test_dpo_micro_batches_hold_whole_pairs(tmp_path):
         validate(cfg)
     with pytest.raises(ValueError, match="loss.micro_batch_size"):
         tiny_config(tmp_path / "y", "loss.micro_batch_size=0")
+
+
+@pytest.mark.parametrize("extra", [(), ("loss.micro_batch_size=3", "loss.minibatches=2"),
+                                   ("model.lora.r=4",)])
+def test_a_step_without_advantages_skips_the_backward_and_matches_a_full_update(
+        tmp_path, monkeypatch, extra):
+    """Steps 2 and 3 of 4 get all-zero advantages (after a step that gave AdamW momentum):
+    the run that skips their backward pass ends with bit-identical weights and the same logged
+    metrics as one forced through the full update, and the skip really ran no model backward."""
+    import bestk.train.algorithms.pg as pg
+    from tests.conftest import assert_same_run
+
+    real_adv, real_steps = pg.advantages, pg.optimizer_steps
+    calls: list[int] = []
+
+    def zero_some(*args, **kw):
+        calls.append(1)
+        a = real_adv(*args, **kw)
+        return a * 0 if len(calls) % 4 in (2, 3) else a
+
+    def forced(*args, zero_gradient=False):
+        return real_steps(*args, zero_gradient=False)
+
+    monkeypatch.setattr(pg, "advantages", zero_some)
+    skipped: list[bool] = []
+    monkeypatch.setattr(pg, "optimizer_steps", lambda *a, zero_gradient=False: (
+        skipped.append(zero_gradient), real_steps(*a, zero_gradient=zero_gradient))[1])
+    from bestk.train.trainer import Trainer
+
+    a = Trainer(tiny_config(tmp_path / "skip", "max_steps=4", *extra))
+    a.run(progress=False)
+    assert skipped[:3] == [False, True, True]  # step 4: real advantages, 0 or not
+    monkeypatch.setattr(pg, "optimizer_steps", forced)
+    b = Trainer(tiny_config(tmp_path / "full", "max_steps=4", *extra))
+    b.run(progress=False)
+    assert_same_run(a, b)
+
+
+def test_zero_loss_gives_every_trainable_parameter_an_exact_zero_gradient():
+    from bestk.train.algorithms.update import zero_loss
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 1))
+    model[1].bias.requires_grad_(False)
+    loss = zero_loss(model)
+    assert loss.item() == 0.0
+    loss.backward()
+    for p in model.parameters():
+        if p.requires_grad:
+            assert p.grad is not None and torch.equal(p.grad, torch.zeros_like(p))
+        else:
+            assert p.grad is None

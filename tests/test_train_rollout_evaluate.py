@@ -52,10 +52,13 @@ def test_an_evaluation_advances_a_task_of_its_prompts_and_removes_it():
     assert bar.calls == [("add", "held-out: 5 prompts x 2", 5), ("update", 2), ("update", 2),
                          ("update", 1), ("remove",)]
     assert res.metrics == plain.metrics  # the bar changes nothing sampled
+    # counts are integers (metrics.jsonl: "n": 2, not 2.0)
+    assert type(res.metrics["n"]) is int and type(res.metrics["num_prompts"]) is int
+    assert (res.metrics["n"], res.metrics["num_prompts"]) == (2, 5)
 
 
-def test_bestk_eval_shows_a_progress_bar_with_the_time_left_in_a_terminal(tmp_path,
-                                                                          monkeypatch):
+def test_bestk_eval_shows_its_progress_with_the_time_left_in_a_terminal_and_a_log(
+        tmp_path, monkeypatch):
     task = load_task("strings", OPTIONS, seed=0)
     model, tok = load_policy(ModelConfig(**TINY_MODEL), task.alphabet, seed=0)
     model.save_pretrained(tmp_path / "m")
@@ -77,8 +80,11 @@ def test_bestk_eval_shows_a_progress_bar_with_the_time_left_in_a_terminal(tmp_pa
         seen.clear()
         res = CliRunner().invoke(app, args)
         assert res.exit_code == 0, res.output
-        on = terminal == "1"  # a log gets no bar
-        assert seen == [("held-out prompts", on, True), ("bank (training prompts)", on, True)]
+        # the progress is on in both; a log gets complete lines instead of a bar
+        assert seen == [("held-out prompts", True, True), ("bank (training prompts)", True, True)]
+        if terminal == "0":
+            assert "held-out prompts: 5 prompts x 2: 5/5 (100%), elapsed" in res.output
+            assert not [x for x in res.output.splitlines() if "…" in x], res.output
 
 
 class DeferringEngine:

@@ -56,18 +56,61 @@ def test_a_step_prints_a_line_only_where_the_bar_is_not_redrawn():
 
 def test_under_nohup_each_rl_step_prints_one_line(tmp_path, capsys, monkeypatch):
     """stderr not a terminal (``nohup``, ``> log 2>&1``): one line per RL step, with the
-    evaluation of the steps that have one; nothing of the kind with ``--quiet``."""
+    evaluation only on the steps that have one; each evaluation prints complete lines with its
+    progress; no line is a truncated bar row ('…'); nothing of the kind with ``--quiet``."""
     monkeypatch.setenv("TTY_COMPATIBLE", "0")  # whatever the test runner's stderr is
-    Trainer(tiny_config(tmp_path / "a", "max_steps=3")).run(progress=True)
+    Trainer(tiny_config(tmp_path / "a", "max_steps=5")).run(progress=True)
     err = capsys.readouterr().err
     lines = [x for x in err.splitlines() if x.startswith("step ")]
-    assert len(lines) == 3, err
+    assert len(lines) == 5, err
     matches = [STEP_LINE.match(x) for x in lines]
     assert all(matches), lines
     assert [(m.group(1), m.group(2), bool(m.group(3))) for m in matches] == [
-        ("1", "3", False), ("2", "3", True), ("3", "3", True)]  # eval.every=2, and the end
+        ("1", "5", False), ("2", "5", True), ("3", "5", False), ("4", "5", True),
+        ("5", "5", True)]  # eval.every=2, and the end
+    assert "…" not in err and "━" not in err, err
+    evals = [x for x in err.splitlines() if x.startswith("evaluation: ")]
+    # 4 evaluations (steps 0, 2, 4, 5), each ending with a line at 100%
+    assert sum(x.endswith(", ETA 0:00:00") and "(100%)" in x for x in evals) == 4, evals
     Trainer(tiny_config(tmp_path / "b", "max_steps=2")).run(progress=False)
     assert "step " not in capsys.readouterr().err
+
+
+def test_phase_lines_off_a_terminal_at_each_quarter_and_the_eta_counts_evaluations():
+    clock_now = [0.0]
+    bar, out = _bar(terminal=False)
+    bar.get_time = lambda: clock_now[0]  # rich's clock for elapsed times
+    with bar:
+        rl = bar.add_task("RL", total=4)
+        ev = bar.add_task("evaluation: 8 prompts x 2", total=8, phase="evaluation")
+        for _ in range(8):  # 8 prompts, one a second: lines at 2, 4, 6, 8 (each quarter)
+            clock_now[0] += 1.0
+            bar.update(ev, advance=1)
+        bar.remove_task(ev)
+        clock_now[0] += 2.0
+        bar.step(rl, 1, "RL reward=0.100", evaluation="pass@1=0.500")
+        clock_now[0] += 2.0
+        bar.step(rl, 2, "RL reward=0.200", evaluations_left=1)
+    lines = out.getvalue().splitlines()
+    assert lines[:4] == [f"evaluation: 8 prompts x 2: {d}/8 ({d * 100 // 8}%), elapsed "
+                         f"0:00:0{d}, ETA 0:00:0{8 - d}" for d in (2, 4, 6, 8)]
+    # the RL task's 12 s include the 8 s evaluation: 2 s a step; 2 steps + 1 evaluation left
+    assert lines[4] == ("step 1/4 RL reward=0.100 | eval pass@1=0.500 | 2 s/step, elapsed "
+                        "0:00:10, ETA 0:00:06")
+    assert lines[5] == "step 2/4 RL reward=0.200 | 2 s/step, elapsed 0:00:12, ETA 0:00:12"
+    assert len(lines) == 6  # no bar row at the end
+
+
+def test_a_phase_prints_at_least_every_minute_between_quarters():
+    clock_now = [0.0]
+    bar, out = _bar(terminal=False)
+    bar.get_time = lambda: clock_now[0]
+    with bar:
+        ev = bar.add_task("bank", total=100)
+        for _ in range(10):  # 10 of 100 done, 70 s each: no quarter, a line a minute
+            clock_now[0] += 70.0
+            bar.update(ev, advance=1)
+    assert len(out.getvalue().splitlines()) == 10
 
 
 def test_the_start_and_end_evaluations_are_on_the_progress_bar(tmp_path, monkeypatch):

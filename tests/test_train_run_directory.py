@@ -584,7 +584,15 @@ def test_a_torn_last_metrics_line_is_skipped(tmp_path):
 
 
 # -- 8. resume policy and re-run = resume --------------------------------------------------------
-def test_rerunning_a_finished_run_says_it_is_complete(run):
+def test_rerunning_a_finished_run_says_it_is_complete(run, monkeypatch):
+    """... at once: no model is loaded and no rollout engine (vLLM) started first."""
+    import bestk.train.trainer as trainer_module
+
+    def never(*a, **kw):
+        raise AssertionError("a complete run loaded its model / opened its engines")
+
+    monkeypatch.setattr(trainer_module, "load_run_policy", never)
+    monkeypatch.setattr(trainer_module, "open_engines", never)
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
     r = invoke(*cli_args(run))
     assert r.exit_code == 0, r.output

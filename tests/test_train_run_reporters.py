@@ -259,3 +259,16 @@ def test_samples_go_to_tensorboard_as_a_text_table(tmp_path):
     text = events[0].tensor_proto.string_val[0].decode()
     assert "| step | prompt_id | prompt | completion | reward | success | reward/fmt | " \
            "reward/len |" in text and "| 3 | 7 | rev:12= | 21 | 1 | True | 1 |  |" in text
+
+
+def test_frac_reward_zero_std_reads_what_the_estimator_sees():
+    """With ``advantage_reward=success`` a group of graded rewards 0.2, 0.5 (all failures)
+    has spread in the rewards but none in the 0/1 success the estimator sees: it counts as a
+    zero-spread group, as a group of equal rewards does without ``signal``."""
+    rewards = np.array([0.2, 0.5, 1.0, 1.0, 0.3, 1.0])
+    success = (rewards == 1.0).astype(float)
+    ones, done = np.ones(6), np.ones(6, dtype=bool)
+    assert rollout_stats(rewards, 2, ones, done)["frac_reward_zero_std"] == pytest.approx(1 / 3)
+    st = rollout_stats(rewards, 2, ones, done, signal=success)
+    assert st["frac_reward_zero_std"] == pytest.approx(2 / 3)
+    assert st["reward_std"] == pytest.approx(statistics.stdev(rewards.tolist()))  # the rewards'

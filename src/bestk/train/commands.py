@@ -443,7 +443,7 @@ def _evaluate_and_report(engine: RolloutEngine, cfg: ResolvedTrainConfig, t: Tas
     from bestk.train.run.console import progress_bar
 
     err = Console(stderr=True)  # a progress bar with the time left, in a terminal
-    with autocast(cfg.device, cfg.model.autocast), progress_bar(err, err.is_terminal) as bar:
+    with autocast(cfg.device, cfg.model.autocast), progress_bar(err, True) as bar:
         res = evaluate(engine, t, examples, n=n, max_new_tokens=max_new, seed=seed,
                        progress=bar, description="held-out prompts",
                        entropy_samples=cfg.eval.entropy_samples)
@@ -466,7 +466,7 @@ def _evaluate_and_report(engine: RolloutEngine, cfg: ResolvedTrainConfig, t: Tas
     if json_out is not None:
         write_text_atomic(json_out, json.dumps(m, indent=1))
     if bank_out is not None:
-        with autocast(cfg.device, cfg.model.autocast), progress_bar(err, err.is_terminal) as bar:
+        with autocast(cfg.device, cfg.model.autocast), progress_bar(err, True) as bar:
             b = evaluate(engine, t, bank_ex, n=n, max_new_tokens=max_new,
                          seed=EVAL_BANK_SAMPLING.seed(seed), progress=bar,
                          description="bank (training prompts)")

@@ -187,25 +187,25 @@ class Trainer:
 
     def _build(self) -> None:
         cfg, kind = self.cfg, self.state.kind
+        self.complete = kind == "complete"
+        self.log = RunLog.of_run(self.out, cfg)
+        if self.complete:  # nothing to run: no model is loaded, no engine (vLLM) started
+            self.step = self.state.step
+            return
         self.model, self.tokenizer = load_run_policy(cfg, self.task, self.device)
         self.engines = open_engines(cfg, self.model, self.tokenizer, self.max_new_tokens)
         self.ref_model: Reference | None = None
         self.optim = PolicyOptimizer(self.model, cfg)
         self.step = 0
         self.sft_done = cfg.sft.steps == 0
-        self.complete = kind == "complete"
-        self.log = RunLog.of_run(self.out, cfg)
-        if self.complete and self.state.checkpoint is None:
-            self.step = self.state.step  # final/ and its marker, no checkpoint: report only
-        elif kind in ("resume", "complete"):
+        if kind == "resume":
             self._continue()
         else:
             self._start()
         self.log.reporters.resume_step = self.step if kind == "resume" else None
-        if not self.complete:
-            self.log.reporters.open()  # a W&B login problem shows now, not after the SFT
-            if kind == "resume":  # the allowed changes, once all is validated
-                write_run_config(self.out, cfg)
+        self.log.reporters.open()  # a W&B login problem shows now, not after the SFT
+        if kind == "resume":  # the allowed changes, once all is validated
+            write_run_config(self.out, cfg)
 
     def _start(self) -> None:
         """A new run (or one started over): the given bank and warm start, a fresh log."""
@@ -220,7 +220,7 @@ class Trainer:
         self.log.start()
 
     def _continue(self) -> None:
-        """A run resumed (or reopened complete) from its newest valid checkpoint."""
+        """A run resumed from its newest valid checkpoint."""
         set_aside(self.state.damaged)
         if self.spec.keeps_reference(self.cfg):
             self.ref_model = reference_policy(self.model)
@@ -230,8 +230,6 @@ class Trainer:
         self.step = int(meta["step"])
         self.optim.steps = int(meta.get("opt_steps", 0))
         self.sft_done = bool(meta.get("sft_done", True))
-        if self.complete:
-            return
         if self.plan is not None:
             self._use_reference(*self.plan.stored(self.out, lambda m: self.say("warning", m)))
         self.log.truncate(self.step)  # the steps after the checkpoint are redone
@@ -329,7 +327,6 @@ class Trainer:
         evaluations and checkpoints; returns the last evaluation (``last_eval`` if none)."""
         cfg = self.cfg
         rl = bar.add_task("RL", total=cfg.max_steps, completed=self.step)
-        live = ""
         if evaluation_due(cfg, self.step) and self.log.reopen_evaluation(self.step):
             with global_rng_kept():  # lost from the log, or max_steps lowered to the step done
                 last_eval = self.evaluate(self.step)
@@ -339,12 +336,14 @@ class Trainer:
             m = self.rl_step(step)
             self.log.record(m)
             self.step = step
-            if evaluation_due(cfg, step):
+            evaluated = evaluation_due(cfg, step)
+            if evaluated:
                 last_eval = self.evaluate(step, bar)
-                live = f" | eval {pass_summary(last_eval, cfg.eval.n)}"
             if step % cfg.checkpoint_every == 0 or step == cfg.max_steps:
                 self.checkpoint()
-            bar.step(rl, step, self.algo.describe(m) + live)  # in a log: a line a step
+            bar.step(rl, step, self.algo.describe(m),  # in a log: a line a step
+                     evaluation=pass_summary(last_eval, cfg.eval.n) if evaluated else "",
+                     evaluations_left=evaluations_between(cfg, step, cfg.max_steps))
             if self.on_step is not None:
                 self.on_step(step, m)
         return last_eval
@@ -464,6 +463,15 @@ def evaluation_due(cfg: ResolvedTrainConfig, step: int) -> bool:
     """Whether the run of ``cfg`` evaluates at RL step ``step``: every ``eval.every`` steps
     (step 0, the start of RL, included) and at the end, ``max_steps``."""
     return step % cfg.eval.every == 0 or step == cfg.max_steps
+
+
+def evaluations_between(cfg: ResolvedTrainConfig, step: int, last: int) -> int:
+    """How many evaluations the run of ``cfg`` makes at the RL steps after ``step`` up to
+    ``last`` (:func:`evaluation_due`): ``last // every - step // every``, plus the end when
+    ``max_steps`` is not a multiple of ``every``."""
+    every = cfg.eval.every
+    end = int(last >= cfg.max_steps > step and cfg.max_steps % every != 0)
+    return last // every - step // every + end
 
 
 def check_run(cfg: TrainConfig, *, task: Task | None = None) -> None:

@@ -103,7 +103,8 @@ class PolicyGradient:
             "group_any_success": float(succ.reshape(-1, r.n).any(1).mean()),
             "adv_abs_mean": float(adv.abs().mean()),
             **rollout_metrics(ro),
-            **rollout_stats(rewards, r.n, mask.sum(1).cpu().numpy(), ro.finished.cpu().numpy()),
+            **rollout_stats(rewards, r.n, mask.sum(1).cpu().numpy(), ro.finished.cpu().numpy(),
+                            signal=adv_input),
             **stats,
             **rollout_time(ro, t_gen - t0),
             "time/score_s": t_score - t_gen,
@@ -117,7 +118,9 @@ class PolicyGradient:
 
         With ``loss.micro_batch_size`` each minibatch's loss is the sum of its micro-batches'
         shares (aggregated with the minibatch's token and sequence counts), backpropagated one
-        micro-batch at a time into the minibatch's one optimizer step."""
+        micro-batch at a time into the minibatch's one optimizer step. A batch whose
+        advantages are all 0 (with no KL or entropy term) runs no backward pass
+        (:func:`~bestk.train.algorithms.update.optimizer_steps`' ``zero_gradient``)."""
         run, lc = self.run, self.run.cfg.loss
         B = adv.shape[0]
         old_logp = None if self.on_policy else self._frozen_logprobs(run.model, ro, B)
@@ -133,7 +136,9 @@ class PolicyGradient:
             counts = (int(ro.completion_mask[minibatch].sum()), len(range(B)[minibatch]))
             return self._loss(ro, adv, rows, old_logp, ref_logp, *counts)
 
-        stats = optimizer_steps(run, B, loss_of, lc.micro_batch_size)
+        # every A_i = 0 and no KL or entropy term: the loss has no gradient, so no backward
+        no_gradient = lc.kl_coef == 0 and lc.entropy_coef == 0 and not bool(adv.any())
+        stats = optimizer_steps(run, B, loss_of, lc.micro_batch_size, zero_gradient=no_gradient)
         assert ro.pending_policy is None  # every row's forward filled it before the step
         return stats
 

@@ -13,6 +13,12 @@ num_seqs=)`` with the minibatch's counts): :math:`L = \sum_j L_j`, so
 holding only one micro-batch's activations. The optimizer step then sees the same gradient
 as the single pass (up to float rounding) and makes one step: one ``zero_grad``, a backward
 pass per micro-batch, one clip and step (:class:`bestk.train.optim.PolicyOptimizer`).
+
+A batch that gives no gradient (``zero_gradient``: e.g. every advantage 0 and no other term
+in the loss) skips the backward pass through the model: its metrics come from the same
+forward pass run without a graph, and the optimizer takes its step on :func:`zero_loss`,
+whose gradient is an exact zero for every trainable parameter -- what the full backward
+would give -- so AdamW's moments, weight decay, step count and the logs match a full update.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import torch
 from bestk.train.algorithms._base import RunContext
 
 __all__ = ["micro_slices", "minibatches", "mean_metrics", "optimizer_steps", "LossOf",
-           "items_in"]
+           "items_in", "zero_loss"]
 
 
 def micro_slices(rows: slice, size: int | None, length: int) -> Iterator[slice]:
@@ -70,8 +76,14 @@ def items_in(minibatch: slice | None, size: int) -> int | None:
 LossOf = Callable[[slice, "slice | None"], tuple[dict[str, float], torch.Tensor]]
 
 
-def optimizer_steps(run: RunContext, size: int, loss_of: LossOf, micro_size: int | None
-                    ) -> dict[str, float]:
+def zero_loss(model: torch.nn.Module) -> torch.Tensor:
+    """``sum_p sum(0 * p)`` over the trainable parameters: 0, with gradient exactly 0 for
+    each of them, from a graph one elementwise product deep (no pass through the model)."""
+    return torch.stack([(p * 0).sum() for p in model.parameters() if p.requires_grad]).sum()
+
+
+def optimizer_steps(run: RunContext, size: int, loss_of: LossOf, micro_size: int | None,
+                    *, zero_gradient: bool = False) -> dict[str, float]:
     """The optimizer steps of one update over ``size`` items (``loss.ppo_epochs`` x
     ``loss.minibatches``, :func:`minibatches`); returns their mean metrics
     (:func:`mean_metrics`), each with ``grad_norm`` and ``lr``. The one micro-batch loop of
@@ -84,12 +96,19 @@ def optimizer_steps(run: RunContext, size: int, loss_of: LossOf, micro_size: int
     minibatch is one pass. With it, the minibatch's micro-batches of ``micro_size`` items
     (:func:`micro_slices`) are backpropagated one at a time into the same step
     (:meth:`RunContext.optimize`, :func:`bestk.train.optim.backward`), and the step's
-    metrics are the sums of their shares."""
+    metrics are the sums of their shares. ``zero_gradient``: the caller knows the loss has
+    no gradient (module docstring); no backward pass through the model is run."""
     lc = run.cfg.loss
     run.model.train()
     steps = []
     for sl in minibatches(size, lc.ppo_epochs, lc.minibatches):
-        if micro_size is None:
+        if zero_gradient:
+            with torch.no_grad():
+                shares = [loss_of(mic, None if micro_size is None else sl)[0]
+                          for mic in micro_slices(sl, micro_size, size)]
+            gnorm, lr = run.optimize(zero_loss(run.model))
+            st = {k: sum(p[k] for p in shares) for k in shares[0]}
+        elif micro_size is None:
             st, loss = loss_of(sl, None)
             gnorm, lr = run.optimize(loss)
         else:

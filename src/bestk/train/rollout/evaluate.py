@@ -103,7 +103,8 @@ def evaluate(
     ent_tokens = 0.0
     parts: dict[str, list[np.ndarray]] = {}
     bar = progress.add_task(f"{description}: {len(examples)} prompts x {n}",
-                            total=len(examples)) if progress is not None else None
+                            total=len(examples), phase="evaluation") \
+        if progress is not None else None
     try:
         for start in range(0, len(examples), batch_prompts):
             if should_stop is not None and should_stop():
@@ -159,8 +160,8 @@ def evaluate(
         distinct=float(distinct),
         distinct_correct=float(distinct_correct),
         response_len=ntok / r.size,
-        num_prompts=float(len(examples)),
-        n=float(n),
+        num_prompts=len(examples),  # counts: integers in metrics.jsonl ("n": 8)
+        n=int(n),
     )
     columns = {k: np.concatenate(v).reshape(len(examples), n) for k, v in parts.items()}
     metrics.update({f"rewards/{k}/mean": float(np.nanmean(c)) for k, c in columns.items()

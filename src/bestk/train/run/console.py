@@ -17,6 +17,7 @@ from rich.progress import (
     MofNCompleteColumn,
     Progress,
     ProgressColumn,
+    Task,
     TaskID,
     TextColumn,
     TimeElapsedColumn,
@@ -34,37 +35,111 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
     _Handler: TypeAlias = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
 
 __all__ = ["progress_bar", "RunProgress", "StopRequest", "Stopped", "STOP_SIGNALS",
-           "transformers_progress", "start_line", "interrupted_line", "step_line", "clock",
-           "rate"]
+           "transformers_progress", "start_line", "interrupted_line", "step_line", "phase_line",
+           "clock", "rate", "LINE_EVERY_S"]
 
 
 class RunProgress(Progress):
-    """The run's progress bar (:func:`progress_bar`), whose :meth:`step` also prints one
-    line per step (:func:`step_line`) when its console is not a terminal (``nohup``, a log
-    file), where the bar is not redrawn."""
+    """The run's progress bar (:func:`progress_bar`). Where its console is not a terminal
+    (``nohup``, a log file) the bar is not drawn at all -- neither redrawn nor left as a last
+    truncated row -- and complete lines stand in for it: :meth:`step` prints one per RL step
+    (:func:`step_line`), and every other phase (the SFT warm-up, the reference bank, an
+    evaluation) one at each quarter of its work and at least every :data:`LINE_EVERY_S`
+    seconds (:func:`phase_line`)."""
 
     def __init__(self, *columns: str | ProgressColumn, **kwargs: Any) -> None:
         super().__init__(*columns, **kwargs)
         self._first: dict[TaskID, float] = {}  # a task's steps done before its first step()
+        self._lines: dict[TaskID, tuple[float, float]] = {}  # (time, done) of its last line
+        self._evaluations: list[tuple[float, float]] = []  # (end, seconds) of each one done
 
-    def step(self, task_id: TaskID, step: int, description: str) -> None:
-        """``task_id`` (of steps) is at ``step``, described by ``description``."""
-        task = next(t for t in self.tasks if t.id == task_id)
-        first = self._first.setdefault(task_id, task.completed)
-        self.update(task_id, completed=step, description=description)
-        if self.disable or self.console.is_terminal:
+    @property
+    def _prints_lines(self) -> bool:
+        return not self.disable and not self.console.is_terminal
+
+    def start(self) -> None:
+        """Start the live bar -- in a terminal only: elsewhere nothing is drawn."""
+        if not self._prints_lines:
+            super().start()
+
+    def stop(self) -> None:
+        """Stop the live bar (in a terminal; elsewhere none was started)."""
+        if not self._prints_lines:
+            super().stop()
+
+    def _print(self, line: str) -> None:
+        self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    def _task(self, task_id: TaskID) -> Task:
+        return next(t for t in self.tasks if t.id == task_id)
+
+    def update(self, task_id: TaskID, **kwargs: Any) -> None:
+        """:meth:`rich.progress.Progress.update`; off a terminal, a phase's line when due."""
+        super().update(task_id, **kwargs)
+        if not self._prints_lines or task_id in self._first:
             return
-        self.console.print(step_line(step, int(task.total or step), description,
-                                     task.elapsed or 0.0, int(step - first)),
-                           markup=False, highlight=False, soft_wrap=True)
+        task = self._task(task_id)
+        now, total = self.get_time(), task.total or 0.0
+        last_time, last_done = self._lines.setdefault(
+            task_id, (now if task.start_time is None else task.start_time, 0.0))
+        quarter = total > 0 and int(4 * task.completed / total) > int(4 * last_done / total)
+        if task.completed > last_done and (quarter or now - last_time >= LINE_EVERY_S):
+            self._lines[task_id] = (now, task.completed)
+            self._print(phase_line(task.description, task.completed, total,
+                                   task.elapsed or 0.0))
+
+    def remove_task(self, task_id: TaskID) -> None:
+        """:meth:`rich.progress.Progress.remove_task`; the time of an evaluation (a task added
+        with ``phase="evaluation"``) is kept for the RL steps' ETA."""
+        task = self._task(task_id)
+        if task.fields.get("phase") == "evaluation":
+            self._evaluations.append((self.get_time(), task.elapsed or 0.0))
+        super().remove_task(task_id)
+
+    def step(self, task_id: TaskID, step: int, description: str, *, evaluation: str = "",
+             evaluations_left: int = 0) -> None:
+        """``task_id`` (of steps) is at ``step``, described by ``description`` and, on a step
+        with one, its ``evaluation`` (the bar keeps showing the last one; a log line has it
+        only where it ran). ``evaluations_left`` (still to come) enter the ETA at the mean
+        time of this session's evaluations."""
+        task = self._task(task_id)
+        first = self._first.setdefault(task_id, task.completed)
+        if evaluation:
+            task.fields["last_evaluation"] = evaluation
+        shown = task.fields.get("last_evaluation", "")
+        self.update(task_id, completed=step,
+                    description=f"{description} | eval {shown}" if shown else description)
+        if not self._prints_lines:
+            return
+        seconds = [s for _, s in self._evaluations]
+        during = sum(s for end, s in self._evaluations if end >= (task.start_time or 0.0))
+        summary = f"{description} | eval {evaluation}" if evaluation else description
+        self._print(step_line(step, int(task.total or step), summary, task.elapsed or 0.0,
+                              int(step - first), extra=evaluations_left * (
+                                  sum(seconds) / len(seconds) if seconds else 0.0),
+                              excluded=during))
 
 
 def progress_bar(console: Console, enabled: bool) -> RunProgress:
-    """The run's progress bar on ``console`` (phase, bar, steps done, elapsed, remaining)."""
+    """The run's progress bar on ``console`` (phase, bar, steps done, elapsed, remaining);
+    off a terminal it draws nothing and prints lines instead (:class:`RunProgress`)."""
     return RunProgress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
         TimeElapsedColumn(), TimeRemainingColumn(), console=console, disable=not enabled,
     )
+
+
+#: Off a terminal, a phase prints a line at least this often (and at each quarter).
+LINE_EVERY_S = 60.0
+
+
+def phase_line(description: str, done: float, total: float, elapsed: float) -> str:
+    """A phase's line off a terminal: ``evaluation: 128 prompts x 8: 64/128 (50%), elapsed
+    0:01:10, ETA 0:01:10`` (the time left at the pace so far)."""
+    left = elapsed / done * (total - done) if done and total else 0.0
+    share = f" ({done / total:.0%})" if total else ""
+    return (f"{description}: {done:g}/{total:g}{share}, elapsed {clock(elapsed)}, "
+            f"ETA {clock(left)}")
 
 
 def clock(seconds: float) -> str:
@@ -79,15 +154,17 @@ def rate(per_second: float) -> str:
     return f"{per_second:.0f}" if abs(per_second) >= 100 else f"{per_second:.3g}"
 
 
-def step_line(step: int, total: int, summary: str, elapsed: float, steps: int) -> str:
+def step_line(step: int, total: int, summary: str, elapsed: float, steps: int, *,
+              extra: float = 0.0, excluded: float = 0.0) -> str:
     """The line an RL step prints when the run's console is not a terminal (``nohup``, a log
     file), where the progress bar does not redraw: the step of ``total``, its ``summary``
-    (the progress bar's description: reward, success, the last evaluation), the time per step
-    (``elapsed`` seconds over the ``steps`` steps taken since the run started or resumed), the
-    time elapsed and the time left at that pace."""
-    per = elapsed / max(steps, 1)
+    (reward, success, the evaluation of a step that had one), the time per step (``elapsed``
+    seconds less the ``excluded`` seconds of evaluations, over the ``steps`` steps taken since
+    the run started or resumed), the time elapsed and the time left: the steps left at that
+    pace plus ``extra`` seconds (the evaluations still to come)."""
+    per = max(elapsed - excluded, 0.0) / max(steps, 1)
     return (f"step {step}/{total} {summary} | {rate(per)} s/step, elapsed {clock(elapsed)}, "
-            f"ETA {clock(per * (total - step))}")
+            f"ETA {clock(per * (total - step) + extra)}")
 
 
 class Stopped(Exception):  # noqa: N818 - a request honoured, not an error
