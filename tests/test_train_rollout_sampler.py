@@ -66,6 +66,56 @@ def test_sampled_logprobs_match_a_full_forward(policy):
         assert float(ro.logprobs[3 * i, 0]) == pytest.approx(float(expect), abs=1e-5)
 
 
+def _by_hand_sampling_logprob(logits: np.ndarray, token: int, temperature: float, top_k: int,
+                              top_p: float) -> float:
+    """log pi_sampler(token) from one row of logits, by hand in float64: temper, keep the
+    top_k largest (ties with the k-th kept), then the smallest prefix of the sorted
+    probabilities whose mass reaches top_p, renormalise."""
+    z = logits.astype(np.float64) / temperature
+    keep = z >= np.sort(z)[-top_k] if top_k else np.ones_like(z, dtype=bool)
+    p = np.where(keep, np.exp(z - z.max()), 0.0)
+    p /= p.sum()
+    order = np.argsort(-p, kind="stable")
+    before = np.cumsum(p[order]) - p[order]
+    nucleus = np.zeros_like(keep)
+    nucleus[order[before < top_p]] = True
+    q = np.where(nucleus, p, 0.0)
+    return float(np.log(q[token] / q.sum()))
+
+
+@pytest.mark.parametrize(("top_k", "top_p"), [(3, 1.0), (0, 0.7), (4, 0.8)])
+def test_sampled_logprobs_are_the_sampling_distributions_with_top_k_and_top_p(
+        policy, top_k, top_p):
+    """The sampler contract: each sampled token's log-probability is under the filtered,
+    renormalised distribution it was drawn from (what vLLM's processed_logprobs are), checked
+    against a full forward and filtering by hand; the entropy stays the tempered policy's."""
+    model, tok = policy
+    gen = torch.Generator().manual_seed(1)
+    ro = sample(model, tok, ["1+2=", "12+345="], n=4, temperature=0.9, max_new_tokens=5,
+                generator=gen, top_k=top_k, top_p=top_p)
+    _, ent = sequence_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
+                               ro.completion_mask, temperature=0.9, with_entropy=True)
+    torch.testing.assert_close(ent * ro.completion_mask, ro.entropy, atol=1e-5, rtol=1e-5)
+    ids = torch.cat([ro.prompt_ids, ro.completion_ids], 1)
+    mask = torch.cat([ro.prompt_mask, ro.completion_mask], 1)
+    pos = (mask.cumsum(1) - 1).clamp(min=0)
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+    P = ro.prompt_ids.shape[1]
+    checked = 0
+    for b, t in zip(*torch.nonzero(ro.completion_mask, as_tuple=True), strict=True):
+        want = _by_hand_sampling_logprob(logits[b, P + t - 1].numpy(),
+                                         int(ro.completion_ids[b, t]), 0.9, top_k, top_p)
+        assert float(ro.logprobs[b, t]) == pytest.approx(want, abs=1e-4)
+        checked += 1
+    assert checked > 10
+    assert torch.isfinite(ro.logprobs).all() and not ro.logprobs[ro.completion_mask == 0].any()
+    # the filters matter: the unfiltered log-probs differ on some token
+    lp, _ = sequence_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
+                              ro.completion_mask, temperature=0.9)
+    assert ((lp - ro.logprobs) * ro.completion_mask).abs().max() > 1e-3
+
+
 PROMPTS = ["1+2=", "12+345=", "9=", "77+1="]
 
 

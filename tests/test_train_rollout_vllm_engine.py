@@ -158,6 +158,29 @@ def test_a_lora_policy_is_pushed_merged(open_trainer):
     assert _gap(ro).max() < 1e-4
 
 
+def test_both_engines_logprobs_are_the_sampling_distribution_with_top_k_and_top_p(open_trainer):
+    """The sampler contract (``Rollout.logprobs``): with top-k and top-p on, vLLM's log-probs
+    of its sampled tokens equal the hf engine's formula (``sampling_logprobs``: tempered,
+    filtered, renormalised) on the trainer's float32 policy; the policy's own unfiltered
+    log-probs (``policy_logprobs``) differ from them."""
+    from bestk.train.rollout.sampler import sampling_logprobs
+
+    tr = open_trainer("rollout.top_k=3", "rollout.top_p=0.8", "rollout.temperature=0.9")
+    _perturb(tr.model, seed=2)
+    ro = tr.sample_completions(tr.draw_prompts(1), 1, 4)
+    ids = torch.cat([ro.prompt_ids, ro.completion_ids], 1)
+    mask = torch.cat([ro.prompt_mask, ro.completion_mask], 1)
+    with torch.no_grad():
+        logits = tr.model(input_ids=ids, attention_mask=mask,
+                          position_ids=(mask.cumsum(1) - 1).clamp(min=0)).logits.float()
+    P = ro.prompt_ids.shape[1]
+    mine = sampling_logprobs(logits[:, P - 1:-1], ro.completion_ids, temperature=0.9, top_k=3,
+                             top_p=0.8)
+    m = ro.completion_mask.bool()
+    assert m.sum() > 10 and (ro.logprobs - mine)[m].abs().max() < 1e-4
+    assert (ro.logprobs - ro.policy_logprobs)[m].abs().max() > 1e-2  # the filters matter
+
+
 def test_a_bfloat16_engine_samples_near_the_float32_policy(open_trainer):
     tr = open_trainer("vllm.dtype=bfloat16")
     _perturb(tr.model, seed=4)

@@ -23,8 +23,11 @@ class Rollout:
     completion_ids, completion_mask: ``(B, T)`` sampled tokens (EOS included, padding after)
         and 1 on real completion tokens.
     texts: decoded completions without special tokens.
-    logprobs: ``(B, T)`` log-probabilities of the sampled tokens at sampling time (under the
-        temperature-scaled distribution).
+    logprobs: ``(B, T)`` log-probabilities of the sampled tokens under the distribution they
+        were drawn from, by every engine (the sampler contract,
+        :func:`bestk.train.rollout.sampler.sampling_logprobs`): temperature-scaled, then top-k
+        / top-p filtered and renormalised -- the tempered policy's own with both filters off.
+        ``loss.sampler_importance_cap`` divides by it.
     entropy: ``(B, T)`` entropy of the temperature-scaled next-token distribution.
     finished: ``(B,)`` whether the completion ended with EOS (not cut by the length cap).
     metrics: per-batch values logged with the step: ``prompts_truncated`` (distinct prompts
@@ -32,7 +35,7 @@ class Rollout:
         reward functions, ``rewards/<name>/mean``.
     policy_logprobs: ``(B, T)`` log-probabilities of the sampled tokens under the policy
         module (the trainer's own numbers), when the sampler is something else (the ``vllm``
-        engine); ``None`` when ``logprobs`` already are the policy module's (``hf``).
+        engine); ``None`` for the ``hf`` engine, which samples from the policy module itself.
     pending_policy: the policy module's no-grad forward over the batch that gives
         ``(policy_logprobs, entropy)``, when the engine was asked to defer it
         (``defer_policy_pass``): until then ``policy_logprobs`` is ``None`` and ``entropy``

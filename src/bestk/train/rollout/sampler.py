@@ -15,10 +15,12 @@ Why a hand-written loop and not ``model.generate``: (1) every draw comes from an
 bit for bit and an A/A control changes only the sampling noise (``generate`` samples from the
 global RNG and takes no generator); (2) each distinct prompt is prefilled once and its ``n``
 samples share the KV cache (``num_return_sequences`` expands the prompts before the prefill);
-(3) the log-probability and entropy of every sampled token under the temperature-scaled
-distribution come out of the same loop (from ``generate`` they would be rebuilt from its
-returned logits). The loop is short, batched per token, and tested against a full forward
-pass (``tests/test_train_rollout_sampler.py``).
+(3) the log-probability of every sampled token under the distribution it was drawn from
+(:func:`sampling_logprobs`: tempered, top-k / top-p renormalised -- what vLLM's
+``processed_logprobs`` returns, so both engines' ``Rollout.logprobs`` mean the same) and the
+entropy of the tempered policy come out of the same loop (from ``generate`` they would be
+rebuilt from its returned logits). The loop is short, batched per token, and tested against a
+full forward pass (``tests/test_train_rollout_sampler.py``).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers is option
 
     from bestk.train.model.policy import Policy
 
-__all__ = ["sample", "top_k_filter", "top_p_filter"]
+__all__ = ["sample", "sampling_logprobs", "top_k_filter", "top_p_filter"]
 
 
 
@@ -158,8 +160,10 @@ def _decode(model: Policy, uniq_ids: torch.Tensor, uniq_mask: torch.Tensor,
     """:func:`sample`'s KV-cache loop on a model in eval mode: prefill each distinct prompt
     once, copy its cache to its ``n`` samples, then draw up to ``max_new_tokens`` tokens
     (temperature, top-k, top-p) until every sequence has stopped. Returns the per-step
-    tokens, their log-probabilities and entropies under the full tempered distribution, the
-    per-step completion masks and the final ``done`` flags."""
+    tokens, their log-probabilities under the distribution they were drawn from (tempered,
+    then top-k / top-p filtered and renormalised: :func:`sampling_logprobs`), the entropies
+    of the full tempered distribution, the per-step completion masks and the final ``done``
+    flags."""
     device = prompt_ids.device
     B = prompt_ids.shape[0]
     cache_kw = cache_kwarg(model)
@@ -188,14 +192,16 @@ def _decode(model: Policy, uniq_ids: torch.Tensor, uniq_mask: torch.Tensor,
     toks, lps, ents, masks = [], [], [], []
     for t in range(max_new_tokens):
         z = next_logits.float() / temperature
-        logp_full = torch.log_softmax(z, -1)
         ents.append(entropy_from_logits(z))
         zf = top_p_filter(top_k_filter(z, top_k), top_p)
         probs = torch.softmax(zf, -1)
         tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
         tok = torch.where(done, torch.full_like(tok, pad), tok)
         toks.append(tok)
-        lps.append(logp_full.gather(-1, tok[:, None]).squeeze(-1))
+        # log pi_sampler(tok): the distribution drawn from, top-k / top-p renormalised; 0 on
+        # the padding after a stop (a filtered-out pad would be -inf, and -inf * 0 is nan)
+        lp = torch.log_softmax(zf, -1).gather(-1, tok[:, None]).squeeze(-1)
+        lps.append(torch.where(done, torch.zeros_like(lp), lp))
         masks.append(~done)
         done = done | torch.isin(tok, stop)
         if bool(done.all()) or t == max_new_tokens - 1:
@@ -223,6 +229,18 @@ def _pad_id(model: Policy, tokenizer: PreTrainedTokenizerBase) -> int:
 
 
 
+
+
+def sampling_logprobs(logits: torch.Tensor, tokens: torch.Tensor, *, temperature: float,
+                      top_k: int | None = 0, top_p: float = 1.0) -> torch.Tensor:
+    """``log pi_sampler(token)``: the log-probability of each of ``tokens`` (``(...,)``) under
+    the distribution a rollout engine draws it from, given the policy's ``logits``
+    (``(..., V)``): ``log_softmax(top_p(top_k(logits / temperature)))``, the filtered tokens
+    removed and the rest renormalised -- vLLM's ``processed_logprobs``. Every engine's
+    ``Rollout.logprobs`` means this (the sampler contract); with top-k and top-p off it is the
+    tempered policy's log-probability, which the trainer recomputes."""
+    z = top_p_filter(top_k_filter(logits.float() / temperature, top_k), top_p)
+    return torch.log_softmax(z, -1).gather(-1, tokens[..., None]).squeeze(-1)
 
 
 def top_k_filter(logits: torch.Tensor, top_k: int | None) -> torch.Tensor:
