@@ -97,6 +97,13 @@ def _null(meaning: str) -> JsonDict:
     return {"null": meaning}
 
 
+
+#: ``loss.chunked_logprobs: auto`` chunks from this vocabulary size on: the update's
+#: log-probs and entropies (forward and backward, 128 x 32 positions) ran x1.21 (bfloat16
+#: logits) and x1.81 (float32) faster chunked at 2,048 tokens, x0.88 / x1.04 at 512, and
+#: x4.3 / x5.3 at SmolLM2's 49,152 (``python benchmarks/chunked_vocab.py``, docs/benchmarks.md).
+CHUNKED_FROM_VOCAB = 2048
+
 class _Section(BaseModel):
     """A config section: unknown keys are errors, every assignment is validated, errors are
     one-line ``ValueError`` s naming the dotted key (``key`` is the section's own)."""
@@ -135,11 +142,19 @@ class LoRAConfig(_Section):
     """Modules that get adapters: a list of names (``[q_proj, v_proj]``), ``all-linear``
     (every linear layer but the output head), or ``None`` = PEFT's default for the
     architecture."""
-    dtype: Literal["float32", "model"] = "float32"
+    dtype: Literal["auto", "float32", "model"] = "auto"
     """The adapters' dtype: ``float32`` (PEFT's default: on a ``bfloat16`` model each
-    adapter casts its input to float32 and its output back) or ``model`` (``model.dtype``:
+    adapter casts its input to float32 and its output back), ``model`` (``model.dtype``:
     no casts; a bfloat16 adapter is stepped through a float32 master copy like any bfloat16
-    weight, ``bestk.train.optim.MasterAdamW``). Same on a float32 model."""
+    weight, ``bestk.train.optim.MasterAdamW``) or ``auto`` (the default): ``model`` on a
+    bfloat16 model (1.25x faster updates of SmolLM2 at LoRA r 16, docs/benchmarks.md),
+    ``float32`` otherwise (the same there); config.yaml records the choice."""
+
+    def resolved_dtype(self, model_dtype: str) -> Literal["float32", "model"]:
+        """``dtype`` with ``auto`` decided for a model of ``model_dtype``."""
+        if self.dtype != "auto":
+            return self.dtype
+        return "model" if model_dtype == "bfloat16" else "float32"
 
     @field_validator("target_modules")
     @classmethod
@@ -317,10 +332,19 @@ class LossConfig(_Section):
     micro_batch_size: Int | None = Field(None, ge=1, json_schema_extra=_null("whole minibatch"))
     """Completions per forward/backward; gradients accumulate into the minibatch's one
     optimizer step; null = the whole minibatch. With ``dpo``, even (pairs stay whole)."""
-    chunked_logprobs: bool = False
+    chunked_logprobs: Literal["auto"] | bool = "auto"
     """Compute the update's token log-probs (and entropies) chunk by chunk
     (``bestk.losses.chunked_token_logprobs``): no float32 copy of the whole ``(B, T, V)``
-    logits, the same values up to float32 rounding."""
+    logits, the same values up to float32 rounding. ``auto`` (the default): on for a model
+    whose vocabulary has at least :data:`CHUNKED_FROM_VOCAB` tokens (read from its metadata),
+    off for smaller ones (the tiny default model); config.yaml records the choice."""
+
+    def resolved_chunked(self, vocab: int | None) -> bool:
+        """``chunked_logprobs`` with ``auto`` decided for a vocabulary of ``vocab`` tokens
+        (``None``: unknown, taken as small)."""
+        if self.chunked_logprobs != "auto":
+            return bool(self.chunked_logprobs)
+        return vocab is not None and vocab >= CHUNKED_FROM_VOCAB
     sampler_importance_cap: Float | None = Field(None, gt=0, json_schema_extra=_null("off"))
     """Truncated importance correction for a sampler that is not the policy module
     (``rollout.engine: vllm``): each token's loss is weighted by
@@ -588,12 +612,33 @@ class ResolvedEvalConfig(EvalConfig):
     """Top-k of evaluation (filled in; 0 = off)."""
 
 
+class ResolvedLoRAConfig(LoRAConfig):
+    """``model.lora`` of a :class:`ResolvedTrainConfig`: ``dtype`` decided."""
+
+    dtype: Literal["float32", "model"] = "float32"
+    """The adapters' dtype (``auto`` decided: :meth:`LoRAConfig.resolved_dtype`)."""
+
+
+class ResolvedModelConfig(ModelConfig):
+    """``model`` of a :class:`ResolvedTrainConfig`: its ``lora.dtype`` decided."""
+
+    lora: ResolvedLoRAConfig = Field(default_factory=ResolvedLoRAConfig)
+    """Low-rank adapters (resolved)."""
+
+
+class ResolvedLossConfig(LossConfig):
+    """``loss`` of a :class:`ResolvedTrainConfig`: ``chunked_logprobs`` decided."""
+
+    chunked_logprobs: bool = False
+    """Chunked log-probs (``auto`` decided: :meth:`LossConfig.resolved_chunked`)."""
+
+
 class ResolvedTrainConfig(TrainConfig):
     """A :class:`TrainConfig` whose "the algorithm's default" / "the model's" fields are filled
     in: ``out``, ``rollout.n``, ``sft.steps`` and the sampling keys of ``rollout`` and ``eval``
-    are never ``None``. Made once per command by
-    :func:`bestk.train.validation.resolve_defaults` (or read back, already resolved, by
-    :func:`resolved_from_dict`); the trainer, the algorithms and
+    are never ``None``; ``model.lora.dtype`` and ``loss.chunked_logprobs`` are never ``auto``.
+    Made once per command by :func:`bestk.train.validation.resolve_defaults` (or read back,
+    already resolved, by :func:`resolved_from_dict`); the trainer, the algorithms and
     evaluation take this type, so nothing downstream resolves again. Its fields, their order
     and ``config.yaml`` are :class:`TrainConfig`'s.
 
@@ -611,6 +656,10 @@ class ResolvedTrainConfig(TrainConfig):
     """Sampling of the training completions (resolved)."""
     eval: ResolvedEvalConfig
     """Held-out evaluation (resolved)."""
+    model: ResolvedModelConfig
+    """The policy (its adapters' dtype decided)."""
+    loss: ResolvedLossConfig
+    """The RL loss (chunked log-probs decided)."""
 
     _generation_config: SimpleNamespace | None = PrivateAttr(default=None)
 

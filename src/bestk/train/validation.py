@@ -42,7 +42,7 @@ from bestk.tasks import Task, task_options
 from bestk.train.algorithms import ALGORITHMS
 from bestk.train.config import DEFAULT_OUT, DEFAULT_SFT_STEPS, ResolvedTrainConfig, TrainConfig
 from bestk.train.config_io import check_schema, config_to_dict, resolved_from_dict
-from bestk.train.model.source import GGUF_MODULES, check_model_source, is_gguf
+from bestk.train.model.source import GGUF_MODULES, check_model_source, is_gguf, vocab_size
 from bestk.train.reference.bank import calibration_prompt_ids
 from bestk.train.rollout.engine import ENGINES
 from bestk.train.rollout.settings import fill_sampling, model_generation_config
@@ -75,11 +75,12 @@ def resolve_defaults(cfg: TrainConfig) -> ResolvedTrainConfig:
     ``None`` filled in -- ``rollout.n`` (the algorithm's ``default_n``: 8 for ``pg``, 1 for
     ``apo`` and ``dpo``), ``out`` (``runs/bestk`` + the algorithm's ``out_suffix``:
     ``runs/bestk``, ``runs/bestk-apo``, ``runs/bestk-dpo``), ``sft.steps`` (100 for the tiny
-    model, 0 for a ``model.path``) and the ``null`` sampling keys
-    (the model's ``generation_config``, read here once: :func:`bestk.train.rollout.settings.
-    fill_sampling`). A value set explicitly is kept, whatever the order it was set in; a
-    leading ``~`` of ``out`` and ``model.path`` is expanded to the home directory. ``cfg``
-    itself is not changed.
+    model, 0 for a ``model.path``), the ``auto`` speed settings (``model.lora.dtype`` from
+    the model's dtype, ``loss.chunked_logprobs`` from its vocabulary) and the ``null``
+    sampling keys (the model's ``generation_config``, read here once:
+    :func:`bestk.train.rollout.settings.fill_sampling`). A value set explicitly is kept,
+    whatever the order it was set in; a leading ``~`` of ``out`` and ``model.path`` is
+    expanded to the home directory. ``cfg`` itself is not changed.
 
     This is *the* resolution of a command: :func:`resolve_config` calls it once and
     everything downstream takes its result. An unknown algorithm is refused
@@ -101,6 +102,8 @@ def resolve_defaults(cfg: TrainConfig) -> ResolvedTrainConfig:
         out.model.path = os.path.expanduser(out.model.path)
     gen = model_generation_config(out.model.path)
     fill_sampling(out, gen)  # null sampling keys: the model's generation_config, else defaults
+    out.model.lora.dtype = out.model.lora.resolved_dtype(out.model.dtype)
+    out.loss.chunked_logprobs = out.loss.resolved_chunked(vocab_size(out.model.path))
     return resolved_from_dict(config_to_dict(out), generation_config=gen)
 
 

@@ -41,7 +41,8 @@ def add_lora(model: PreTrainedModel, cfg: LoRAConfig, seed: int = 0) -> PeftMode
     input, adapters on ``cfg.target_modules`` (PEFT's default for the architecture when
     ``None``). The adapters' random initialisation is drawn from ``seed`` (``B = 0``, so the
     wrapped model computes exactly what ``model`` did). The adapters are float32, or in
-    ``model``'s dtype with ``cfg.dtype`` ``model``. Raises ``ValueError`` when no module
+    ``model``'s dtype with ``cfg.dtype`` ``model`` (``auto``: :meth:`~bestk.train.config.
+    LoRAConfig.resolved_dtype`). Raises ``ValueError`` when no module
     matches ``target_modules``.
     """
     if cfg.r < 1:
@@ -55,8 +56,9 @@ def add_lora(model: PreTrainedModel, cfg: LoRAConfig, seed: int = 0) -> PeftMode
         torch.manual_seed(seed)
         try:
             # PEFT upcasts low-precision adapters to float32 unless told not to
-            return peft.get_peft_model(model, lora,
-                                       autocast_adapter_dtype=cfg.dtype == "float32")
+            float32 = cfg.resolved_dtype("bfloat16" if model.dtype == torch.bfloat16
+                                         else "float32") == "float32"
+            return peft.get_peft_model(model, lora, autocast_adapter_dtype=float32)
         except ValueError as e:  # "Target modules {...} not found in the base model"
             first = str(e).strip().splitlines()[0]
             raise ValueError(f"config key 'model.lora.target_modules': {first}") from None

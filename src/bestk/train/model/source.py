@@ -15,10 +15,13 @@ with :func:`check_model_source` before any model is built, and
 from __future__ import annotations
 
 import importlib.metadata
+import json
+import struct
 from pathlib import Path
+from typing import BinaryIO
 
 __all__ = ["GGUF_MODULES", "SMOLLM2_GGUF", "TOKENIZER_FILES", "check_model_source", "is_gguf",
-           "smollm2_gguf"]
+           "smollm2_gguf", "vocab_size"]
 
 #: Files of which a Hugging Face model directory must hold at least one (its tokenizer).
 TOKENIZER_FILES: tuple[str, ...] = (
@@ -76,3 +79,71 @@ def check_model_source(path: str | Path) -> None:
             f"model directory {str(path)!r} holds no tokenizer (none of "
             f"{', '.join(TOKENIZER_FILES)})"
         )
+
+
+#: Byte sizes of the GGUF metadata value types with a fixed size (GGUF spec: 0 uint8 ...
+#: 12 float64; 8 is a string, 9 an array).
+_GGUF_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+
+def _read(f: BinaryIO, fmt: str) -> int:
+    data = f.read(struct.calcsize(fmt))
+    if len(data) != struct.calcsize(fmt):
+        raise ValueError("truncated GGUF metadata")
+    return int(struct.unpack(fmt, data)[0])
+
+
+def _skip_value(f: BinaryIO, kind: int) -> None:
+    if kind in _GGUF_SIZES:
+        f.seek(_GGUF_SIZES[kind], 1)
+    elif kind == 8:
+        f.seek(_read(f, "<Q"), 1)
+    elif kind == 9:
+        inner, count = _read(f, "<I"), _read(f, "<Q")
+        if inner in _GGUF_SIZES:
+            f.seek(_GGUF_SIZES[inner] * count, 1)
+        else:
+            for _ in range(count):
+                _skip_value(f, inner)
+    else:
+        raise ValueError(f"unknown GGUF value type {kind}")
+
+
+def _gguf_vocab_size(path: Path) -> int | None:
+    """``<arch>.vocab_size``, else the length of ``tokenizer.ggml.tokens``, from a GGUF file's
+    metadata (read up to the first of them: the header, no tensor)."""
+    with open(path, "rb") as f:
+        if f.read(4) != b"GGUF" or _read(f, "<I") < 2:
+            return None
+        _read(f, "<Q")  # tensors
+        for _ in range(_read(f, "<Q")):  # key-value pairs
+            key = f.read(_read(f, "<Q")).decode("utf-8", "replace")
+            kind = _read(f, "<I")
+            if key.endswith(".vocab_size") and kind in (4, 5, 10, 11):
+                return _read(f, {4: "<I", 5: "<i", 10: "<Q", 11: "<q"}[kind])
+            if key == "tokenizer.ggml.tokens" and kind == 9:
+                _read(f, "<I")
+                return _read(f, "<Q")
+            _skip_value(f, kind)
+    return None
+
+
+def vocab_size(path: str | Path | None) -> int | None:
+    """The vocabulary size of the model ``model.path`` names, read from its metadata without
+    loading it: ``vocab_size`` of a directory's ``config.json`` (or of its ``text_config``),
+    or a GGUF file's (:func:`_gguf_vocab_size`); ``None`` for the tiny default model (no
+    path) or where the metadata does not say (or cannot be read: loading the model reports
+    that)."""
+    if path is None:
+        return None
+    p = Path(path)
+    try:
+        if is_gguf(p):
+            return _gguf_vocab_size(p)
+        data = json.loads((p / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    for section in (data, data.get("text_config") if isinstance(data, dict) else None):
+        if isinstance(section, dict) and isinstance(section.get("vocab_size"), int):
+            return int(section["vocab_size"])
+    return None
