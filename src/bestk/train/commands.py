@@ -346,11 +346,12 @@ def load_eval_policy(cfg: ResolvedTrainConfig, adapter: Path | None, alphabet: s
     """``(model, tokenizer)`` that ``bestk eval`` evaluates: ``model.path`` as it is, or with
     a LoRA ``adapter`` directory loaded onto it through PEFT (the base rebuilt as the run
     built it: its ``model.path`` or the seeded tiny model)."""
+    from bestk._optional import require
     from bestk.train.model.policy import load_policy
 
     if adapter is None:
         return load_policy(cfg.model, alphabet)
-    from peft import PeftModel
+    PeftModel = require("peft", extra="train").PeftModel  # noqa: N806 - the class
 
     base_cfg = cfg.model.model_copy(deep=True)
     base_cfg.lora.r = 0
