@@ -25,6 +25,7 @@ import contextlib
 import inspect
 import os
 import shutil
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -173,7 +174,11 @@ def save_model(model: Policy, path: str | Path) -> None:
         if getattr(base, "generation_config", None) is not None:
             plain.generation_config = base.generation_config
         plain.save_pretrained(path)
-        model.save_pretrained(path / "adapter")  # type: ignore[arg-type]  # annotated str
+        with warnings.catch_warnings():
+            # PEFT looks for the base model's config.json beside a GGUF file to see whether
+            # the vocabulary was resized; it never is here (no embedding trains)
+            warnings.filterwarnings("ignore", message="Could not find a config file")
+            model.save_pretrained(path / "adapter")  # type: ignore[arg-type]  # annotated str
 
 
 

@@ -12,7 +12,10 @@ the policy then saves as an ordinary Hugging Face directory (safetensors + token
 
 from __future__ import annotations
 
+import logging
 import string
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -127,6 +130,37 @@ def load_policy(cfg: ModelConfig, alphabet: str | None, seed: int = 0
     return model, tok
 
 
+#: transformers' GGUF loader warns (>= 5.19) that a GGUF file loaded in bfloat16 is "fastest in
+#: float32 ... the weights stay quantized regardless". On the CPU that is not what happens:
+#: the loaded model's linear layers are plain ``nn.Linear`` with full bfloat16 weights (the
+#: file's tensors dequantised; 326 MB for SmolLM2-135M; checked with transformers 5.10 and
+#: 5.19), so bestk drops that one message (docs/training.md, "Real Hugging Face models").
+GGUF_LOGGER = "transformers.quantizers.quantizer_gguf"
+GGUF_PACKED_NOTE = "the weights stay quantized regardless"
+
+
+class _DropMessage(logging.Filter):
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.text not in record.getMessage()
+
+
+@contextmanager
+def dropped_log_records(logger: str, text: str) -> Iterator[None]:
+    """Within the block, the records of ``logger`` whose message contains ``text`` are
+    dropped (a filter on that logger, where the records are made); the rest pass."""
+    f = _DropMessage(text)
+    log = logging.getLogger(logger)
+    log.addFilter(f)
+    try:
+        yield
+    finally:
+        log.removeFilter(f)
+
+
 def _load_base(cfg: ModelConfig, alphabet: str | None, seed: int
                ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     tok: PreTrainedTokenizerBase
@@ -147,9 +181,10 @@ def _load_base(cfg: ModelConfig, alphabet: str | None, seed: int
         where, kw = path, {}
     try:
         tok = AutoTokenizer.from_pretrained(where, local_files_only=True, **kw)
-        model = AutoModelForCausalLM.from_pretrained(
-            where, local_files_only=True, dtype=_dtype(cfg.dtype), **kw
-        )
+        with dropped_log_records(GGUF_LOGGER, GGUF_PACKED_NOTE):
+            model = AutoModelForCausalLM.from_pretrained(
+                where, local_files_only=True, dtype=_dtype(cfg.dtype), **kw
+            )
     except Exception as e:  # OSError, ValueError, SafetensorError (damaged weights), ...
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ValueError(f"cannot load a causal LM from {cfg.path!r}: {first}") from None

@@ -46,6 +46,7 @@ import copy
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -82,6 +83,10 @@ _BATCHED_TOKENS = 8192
 def _import_vllm(device: torch.device) -> Any:
     """``vllm``, or one line naming what to install or remove."""
     extra = EXTRA.get(device.type, "vllm")
+    # vLLM's triton dispatcher reads torch.distributed.reduce_op at import (deprecated in
+    # torch 2.13): one FutureWarning per kernel, about vLLM's code, none about the run
+    warnings.filterwarnings("ignore", message=r".*torch\.distributed\.reduce_op",
+                            category=FutureWarning)
     try:
         return require("vllm", extra=extra, who="rollout engine 'vllm'")
     except MissingDependency:
