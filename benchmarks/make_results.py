@@ -95,11 +95,13 @@ from results_specs import (
     PRETRAINED,
     ROOT,
     TESTBED_NAMES,
+    dropped_arms,
     git_commit,
     grid_methods,
     run_environment,
     same_grid,
     testbed_spec,
+    waived_arms,
 )
 
 #: Finished runs of unfinished language grids, committed so that a grid longer than one
@@ -178,12 +180,14 @@ def run_pretrained(name: str, runs: Path, spec: dict[str, Any], methods: list[An
         methods = pretrained.with_calibration(
             methods, pretrained.shared_calibration(name, runs, spec, overrides))
     _, arms = grid_methods(name, spec)
-    labels = [m.label for m in arms]
+    dropped, waived = dropped_arms(spec), waived_arms(spec)
+    labels = [m.label for m in arms if m.label not in dropped]
     pretrained.write_status(name, runs, labels, spec["seeds"])
     for n in range(1, spec["seeds"] + 1):
-        run_compare(methods, seeds=n, out=out, overrides=overrides,
-                    progress=sys.stdout.isatty(), controls=[spec["control"]], workers=workers,
-                    resume=True, isolate=True)
+        # an arm an amendment dropped keeps its first seed (judged by the rate check) only
+        run_compare(pretrained.seed_methods(methods, n, dropped), seeds=n, out=out,
+                    overrides=overrides, progress=sys.stdout.isatty(),
+                    controls=[spec["control"]], workers=workers, resume=True, isolate=True)
         pretrained.write_status(name, runs, labels, spec["seeds"])
         if n == 1 and "rate_check" in spec:
             rec = pretrained.judge_first_seed(name, out, spec, [m.label for m in methods],
@@ -191,9 +195,13 @@ def run_pretrained(name: str, runs: Path, spec: dict[str, Any], methods: list[An
             if not rec["passed"]:
                 msg = (f"{name}: the rate check failed for {rec['failed']} (recorded in "
                        f"{pretrained.rate_check_file(name, docs)})")
-                if not spec.get("fast"):
+                open_ = pretrained.unexcused_failures(rec, dropped, waived)
+                if open_ and not spec.get("fast"):
                     raise SystemExit(f"error: {msg}; the grid stops before its other seeds")
-                print(f"note: {msg}; a --fast smoke run goes on", flush=True)
+                print(f"note: {msg}; " + (
+                    "a --fast smoke run goes on" if open_ else
+                    f"amended: dropped {sorted(dropped)}, waived {sorted(waived)}; the grid "
+                    "goes on"), flush=True)
 
 
 def save_grid_cache(name: str, runs: Path, cache: Path = GRID_CACHE, *,
@@ -271,13 +279,16 @@ _KEEP = ("distinct", "distinct_correct", "entropy", "reward_mean", "response_len
 def collect_language(name: str, runs: Path, *, fast: bool, seeds: int | None = None
                      ) -> dict[str, Any] | None:
     """The per-seed data of one language grid from its finished runs (only seeds finished by
-    every method, among its first ``seeds``, else the spec's), or ``None`` when nothing is
-    finished yet."""
+    every method, among its first ``seeds``, else the spec's; an arm an amendment dropped is
+    left out), or ``None`` when nothing is finished yet."""
     spec = testbed_spec(name, fast, seeds)
     out = runs / name
     if not _made_with(out, spec):
         return None
     _, methods = grid_methods(name, spec)
+    # an arm an amendment dropped after the first seed is not data of the grid (its first
+    # seed is in the rate check's record)
+    methods = [m for m in methods if m.label not in dropped_arms(spec)]
     per: dict[str, dict[int, dict[str, Any]]] = {}
     for m in methods:
         for i in range(spec["seeds"]):

@@ -27,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,19 @@ def rate_check(starts: dict[str, dict[str, float]], ends: dict[str, dict[str, fl
             "rule": f"a method trains at the common rate when its held-out "
                     f"{' or '.join(metrics)} moves by at least {min_move:g} (either "
                     "direction) from the shared start on the grid's first seed"}
+
+
+def unexcused_failures(rec: dict[str, Any], dropped: Collection[str],
+                       waived: Collection[str]) -> list[str]:
+    """The methods of a rate-check record ``rec`` (:func:`rate_check`) that failed and that no
+    amendment dropped from the grid or waived: the grid stops on any of them."""
+    return [lb for lb in rec["failed"] if lb not in dropped and lb not in waived]
+
+
+def seed_methods(methods: list[Method], n: int, dropped: Collection[str]) -> list[Method]:
+    """The methods that run the first ``n`` seeds: all of them for the first seed (the rate
+    check judges every one), then those no amendment dropped."""
+    return list(methods) if n == 1 else [m for m in methods if m.label not in dropped]
 
 
 def rate_check_file(name: str, docs: Path) -> Path:

@@ -195,8 +195,31 @@ PRETRAINED: dict[str, dict[str, Any]] = {
         "rate_check": {"metrics": ["pass@1", "pass@16"], "min_move": 0.02},
         "kappo_calibration": {"k": 16, "beta": 1e-3, "bank_n": 16, "kind": "binary"},
         "curve": True,
+        # Amendment 2 (docs/results/smollm2-preregistration.md), after the rate check of seed
+        # 0 failed for two methods and before any other seed ran.
+        "amendments": {
+            "dropped": {
+                "pkpo(k=16)": "rate check failed (largest move 0.019 < 0.02); at n = k = 16 "
+                "PKPO's advantage is 0 unless a group has exactly one success: all 0 in 20 of "
+                "its 30 steps on seed 0, so at this start it barely updates"},
+            "rate_check_waived": {
+                "kappo_grpo(k=16)": "rate check failed by 0.0002 (pass@16 moved -0.0198); its "
+                "advantages were non-zero on every step and its gradient norm (0.54 mean) was "
+                "GRPO's (0.50): it trains at the common rate; the failure is reported beside "
+                "its verdict"},
+        },
     },
 }
+
+
+def dropped_arms(spec: dict[str, Any]) -> dict[str, str]:
+    """The arms an amendment took out of a grid after its first seed, with why."""
+    return dict(spec.get("amendments", {}).get("dropped", {}))
+
+
+def waived_arms(spec: dict[str, Any]) -> dict[str, str]:
+    """The arms whose failed rate check an amendment waived, with why."""
+    return dict(spec.get("amendments", {}).get("rate_check_waived", {}))
 
 
 def smollm2_gguf() -> str:
@@ -328,9 +351,11 @@ def _language_spec(name: str, fast: bool) -> dict[str, Any]:
 def same_grid(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Whether two grid specs make the same runs: equal but for ``seeds`` (every run has a key
     of its own, so a grid whose seeds grow -- a power pilot's 6 to the seeds it asks for --
-    keeps the runs it has)."""
-    return {k: v for k, v in a.items() if k != "seeds"} == \
-        {k: v for k, v in b.items() if k != "seeds"}
+    keeps the runs it has) and ``amendments`` (which arms go on after the first seed: the
+    runs made stay what they were)."""
+    free = ("seeds", "amendments")
+    return {k: v for k, v in a.items() if k not in free} == \
+        {k: v for k, v in b.items() if k not in free}
 
 
 #: The start metrics the pairing check reads: the bounded pass@k / best@k values.

@@ -106,3 +106,28 @@ def test_the_shared_artifacts_carry_to_a_new_machine(rp, tmp_path):
     record.write_text(json.dumps({**json.loads(record.read_text()), "digest": "0" * 16}))
     with pytest.raises(SystemExit, match="would not be paired"):
         rp.restore_shared("smollm2", tmp_path / "runs3", spec, cache)
+def test_an_amendment_drops_or_waives_failed_methods_and_the_rest_still_stop_the_grid(rp):
+    rec = rp.rate_check({"a": {"pass@1": 0.5}, "b": {"pass@1": 0.5}, "c": {"pass@1": 0.5}},
+                        {"a": {"pass@1": 0.51}, "b": {"pass@1": 0.505}, "c": {"pass@1": 0.6}},
+                        ["pass@1"], 0.02)
+    assert rec["failed"] == ["a", "b"]
+    assert rp.unexcused_failures(rec, dropped={"a"}, waived={"b"}) == []
+    assert rp.unexcused_failures(rec, dropped={"a"}, waived=set()) == ["b"]
+    assert rp.unexcused_failures(rec, dropped=set(), waived={"c"}) == ["a", "b"]
+    ms = [Method("a", "grpo"), Method("b", "maxrl"), Method("c", "rloo")]
+    assert [m.label for m in rp.seed_methods(ms, 1, {"a"})] == ["a", "b", "c"]
+    assert [m.label for m in rp.seed_methods(ms, 2, {"a"})] == ["b", "c"]
+
+
+def test_amendments_leave_the_grid_the_same_grid():
+    """An amendment changes which arms go on, not the runs made: the run directory's spec stamp
+    still matches (results_specs.same_grid), so the grid resumes."""
+    specs = benchmark_script("results_specs")
+    spec = specs.testbed_spec("smollm2", fast=False)
+    plain = {k: v for k, v in spec.items() if k != "amendments"}
+    assert specs.same_grid(plain, spec) and specs.same_grid(spec, plain)
+    assert not specs.same_grid(spec, {**spec, "overrides": [*spec["overrides"], "seed=1"]})
+    assert set(specs.dropped_arms(spec)) == {"pkpo(k=16)"}
+    assert set(specs.waived_arms(spec)) == {"kappo_grpo(k=16)"}
+    labels = {m["label"] for m in spec["methods"]}
+    assert set(specs.dropped_arms(spec)) | set(specs.waived_arms(spec)) <= labels
