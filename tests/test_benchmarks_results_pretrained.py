@@ -131,3 +131,13 @@ def test_amendments_leave_the_grid_the_same_grid():
     assert set(specs.waived_arms(spec)) == {"kappo_grpo(k=16)"}
     labels = {m["label"] for m in spec["methods"]}
     assert set(specs.dropped_arms(spec)) | set(specs.waived_arms(spec)) <= labels
+
+
+def test_the_grid_and_the_claims_drop_the_same_arms():
+    """The amendment lives in the grid's spec (which arms run) and in the testbed's claims
+    spec (which arms judge nothing): both name the same methods."""
+    from bestk.lab.claims.table import TESTBEDS
+
+    specs = benchmark_script("results_specs")
+    spec = specs.testbed_spec("smollm2", fast=False)
+    assert set(specs.dropped_arms(spec)) == {m for m, _ in TESTBEDS["smollm2"].dropped}

@@ -143,6 +143,9 @@ def test_claims_follow_the_data_both_ways():
     for cid, e in up.items():
         if e["kind"] != "trained":
             continue
+        if e["verdict"] == "dropped":  # by an amendment, whatever the data
+            assert down[cid]["verdict"] == null[cid]["verdict"] == "dropped", cid
+            continue
         if e["control"]:
             assert e["verdict"] == "not reproduced", cid
             assert down[cid]["verdict"] == "not reproduced", cid
@@ -698,3 +701,24 @@ def test_primary_k_and_accuracy_normalised_diversity():
     for c in CLAIMS:
         if not c.control:
             assert "bandit-binary" not in {a.testbed for a in c.arms}, c.id
+
+
+def test_an_arm_an_amendment_dropped_judges_nothing_and_the_family_keeps_its_declared_size():
+    """smollm2's pre-registration amendment 2 dropped pkpo(k=16) after seed 0: its arm is
+    'dropped' (why: the amendment), outside the family, and the family keeps its declared 5
+    tests -- Holm over the judged arms' p plus p = 1 for the dropped one, alpha / 5 each."""
+    data = synthetic_data(0.02, noise=0.01)
+    doc = evaluate_claims(data)
+    e = _by_id(doc)["atk-passk-pretrained@smollm2[pkpo]"]
+    assert e["verdict"] == "dropped" and "amendment 2" in e["why"]
+    assert "dropped" in VERDICTS
+    fam = doc["families"]["pretrained"]
+    assert e["id"] not in fam["members"] and len(fam["members"]) == 4
+    assert fam["size"] == TESTBEDS["smollm2"].family_tests == 5
+    assert fam["not_rejected_by_amendment"] == 1
+    assert fam["alpha_per_arm"] == pytest.approx(ALPHA / 5)
+    members = [x for x in doc["claims"] if x["id"] in fam["members"]]
+    want = holm([x["primary"]["p"] for x in members] + [1.0])[:4]
+    assert [x["primary"]["p_holm"] for x in members] == pytest.approx(want)
+    # without the declared size the same arms would be corrected over 4 tests only
+    assert want != pytest.approx(holm([x["primary"]["p"] for x in members]))

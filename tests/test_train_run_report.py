@@ -46,3 +46,21 @@ def test_report_does_not_round_a_slow_model_rate_to_zero(tmp_path):
             r["completions_per_s"] = 0.25
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     assert "; 0.25 completions/s per RL step on average." in write_report(out).read_text()
+
+
+def test_the_report_lists_every_evaluated_step(tmp_path):
+    """Not only the start and the end: one row per evaluation (eval.every = 2 over 5 steps:
+    steps 0, 2, 4 and the end, 5), its pass@1 and pass@n with their intervals as logged."""
+    out = tmp_path / "run"
+    Trainer(tiny_config(out, "max_steps=5")).run(progress=False)
+    text = (out / "report.md").read_text()
+    evals = [r for r in read_metrics(out / "metrics.jsonl") if r["phase"] == "eval"]
+    assert [r["step"] for r in evals] == [0, 2, 4, 5]
+    table = text.split("## Every evaluation")[1].split("\n## ")[0]
+    rows = [x for x in table.splitlines() if x.startswith("| ") and not x.startswith("| step")]
+    assert [int(x.split("|")[1]) for x in rows] == [0, 2, 4, 5]
+    n = evals[0]["n"]
+    assert f"| pass@1 | pass@{n} |" in table
+    for row, r in zip(rows, evals, strict=True):
+        assert f"{r['pass@1']:.3f} [{r['pass@1_lo']:.3f}, {r['pass@1_hi']:.3f}]" in row
+        assert f"{r[f'pass@{n}']:.3f} [" in row

@@ -153,6 +153,10 @@ def _trained_entry(spec: ClaimSpec, arm: Arm, tb: TestbedData | None,
         "control": spec.control, "status": spec.status, "verdict": "pending", "why": "",
         "command": tspec.command,
     }
+    why_dropped = tspec.dropped_why(arm.a) or tspec.dropped_why(arm.b)
+    if why_dropped is not None:
+        e["verdict"], e["why"] = "dropped", why_dropped
+        return e
     if tb is None or arm.a not in tb.get("methods", {}) or arm.b not in tb.get("methods", {}):
         e["why"] = (tspec.pending_why or "no data for this testbed yet") if tb is None else \
             f"methods {arm.a!r} / {arm.b!r} not in the testbed data"
@@ -514,11 +518,17 @@ def _judge_family(name: str, family: list[ArmEntry], claims: Sequence[ClaimSpec]
                   data: Mapping[str, TestbedData], failed: list[str]) -> dict[str, object]:
     """Holm over one family's primary tests, then each arm's power fields and verdict (in
     place); a significant A/A control's id is appended to ``failed``. Returns the family's
-    ``{"size", "members", "alpha_per_arm"}``."""
-    alpha_arm = ALPHA / max(1, len(family))
-    p_perm = [e["primary"]["p_perm"] for e in family]
-    for i, (e, p, pp) in enumerate(zip(family, holm([e["primary"]["p"] for e in family]),
-                                       holm(p_perm), strict=True)):
+    ``{"size", "members", "not_rejected_by_amendment", "alpha_per_arm"}``: its size is the
+    declared one (:attr:`TestbedSpec.family_tests`) where an amendment dropped tests, which
+    enter Holm as p = 1."""
+    # a declared size above the arms judged (tests an amendment dropped): those count as p = 1
+    declared = max([TESTBEDS[e["testbed"]].family_tests or 0 for e in family] + [len(family)])
+    pad = [1.0] * (declared - len(family))
+    alpha_arm = ALPHA / max(1, declared)
+    p_perm = [e["primary"]["p_perm"] for e in family] + pad
+    p_holm = holm([e["primary"]["p"] for e in family] + pad)[:len(family)]
+    for i, (e, p, pp) in enumerate(zip(family, p_holm, holm(p_perm)[:len(family)],
+                                       strict=True)):
         e["primary"]["p_holm"], e["primary"]["p_perm_holm"] = p, pp
         e["family"] = name
         spec = next(c for c in claims if c.id == e["claim_id"])
@@ -553,7 +563,8 @@ def _judge_family(name: str, family: list[ArmEntry], claims: Sequence[ClaimSpec]
                          f"{v_perm} (Holm p_perm = {fmt(e['primary']['p_perm_holm'])})")
         if spec.control and (p < ALPHA or pp < ALPHA):
             failed.append(e["id"])
-    return {"size": len(family), "members": [e["id"] for e in family],
+    return {"size": declared, "members": [e["id"] for e in family],
+            "not_rejected_by_amendment": len(pad),
             "alpha_per_arm": alpha_arm if family else None}
 
 

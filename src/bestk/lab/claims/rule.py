@@ -125,6 +125,9 @@ VERDICTS: dict[str, str] = {
     "not comparable": "the two methods did not see the same reward, prompts or rollout budget "
                       "(read from their run configurations; the budget may differ only where "
                       "the claim compares budgets by design); not judged, not in the family",
+    "dropped": "an amendment of the testbed's pre-registration took a method out of the grid "
+               "after its first seed (TestbedSpec.dropped, with why); not judged, its test "
+               "counted as not rejected (p = 1) in the family's declared size",
 }
 
 

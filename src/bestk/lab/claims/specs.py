@@ -242,6 +242,17 @@ class TestbedSpec:
     #: fields (:class:`PilotValue`; :meth:`why_text` fills them). ``why`` has a field for
     #: each and no other (a literal brace is written ``{{`` / ``}}``).
     pilot_values: tuple[PilotValue, ...] = ()
+    #: ``(method, why)`` of each method an amendment of the pre-registration took out of the
+    #: grid after its first seed: every claim arm with it is ``dropped`` (judges nothing).
+    dropped: tuple[tuple[str, str], ...] = ()
+    #: The number of tests its Holm family was declared with, where an amendment later
+    #: dropped some (``None``: the family is the arms judged): a dropped test counts as not
+    #: rejected (p = 1), so the rest keep the level declared before the runs.
+    family_tests: int | None = None
+
+    def dropped_why(self, method: str | None) -> str | None:
+        """Why an amendment dropped ``method`` from this testbed (``None``: it did not)."""
+        return dict(self.dropped).get(method) if method is not None else None
 
     def __post_init__(self) -> None:
         fields = [f for _, f, _, _ in Formatter().parse(self.why) if f is not None]

@@ -117,6 +117,21 @@ def _table(start: Mapping[str, float], end: Mapping[str, float], prefix: str) ->
     return lines
 
 
+def _evaluations_table(evals: Sequence[Mapping[str, float]], n: int) -> list[str]:
+    """One row per evaluation of the run (every ``eval.every`` steps and the end): pass@1 and
+    pass@n with their 95% intervals, best@1, mean reward and token entropy."""
+    cols = [("pass@1", True), (f"pass@{n}", True), ("best@1", False), ("reward_mean", False),
+            ("entropy", False)]
+    cols = [(k, ci) for k, ci in cols if any(k in e for e in evals)]
+    lines = ["| step | " + " | ".join(k for k, _ in cols) + " |",
+             "|---|" + "---|" * len(cols)]
+    for e in evals:
+        cells = [("–" if k not in e else f"{e[k]:.3f} [{e[k + '_lo']:.3f}, {e[k + '_hi']:.3f}]"
+                  if ci and f"{k}_lo" in e else f"{e[k]:.3f}") for k, ci in cols]
+        lines.append(f"| {e['step']} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def write_report(out: str | Path) -> Path:
     """(Re)write ``out/report.md`` and its plots from ``out/metrics.jsonl``."""
     out = Path(out)
@@ -176,7 +191,9 @@ def write_report(out: str | Path) -> Path:
         for key in ("reward_mean", "entropy", "distinct", "response_len"):
             if key in start and key in end:
                 lines.append(f"| {key} | {start[key]:.3f} | {end[key]:.3f} |")
-        lines.append("")
+        lines += ["", "## Every evaluation", "",
+                  "The held-out metrics at each evaluated step (95% intervals over prompts):",
+                  "", *_evaluations_table(evals, n), ""]
     if train:
         n_eval = int(evals[-1].get("n", 1)) if evals else 1
         _plot_training(out / "training.png", train, evals, n_eval)
