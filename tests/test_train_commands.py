@@ -5,6 +5,7 @@ builds its config (``--run``, ``-n`` versus ``--set eval.n``)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -56,7 +57,9 @@ def test_a_failed_resume_leaves_config_yaml_as_it_was(stopped_run, monkeypatch):
 
 def test_quiet_prints_no_progress_bar(tiny_hf_model, gsm8k_parquet, tmp_path):
     """No bar of bestk, transformers (loading, saving weights) or datasets (preparing the
-    data) on stderr with ``--quiet``; without it there are bars."""
+    data) on stderr with ``--quiet``; without it, in a log (``bestk train > log 2>&1``: stderr
+    a pipe), complete lines only -- bestk's step and evaluation lines, no carriage-return
+    bar of any library, no truncated row."""
     train, test = gsm8k_parquet
     args = [sys.executable, "-m", "bestk", "train", "--out", str(tmp_path / "q"),
             "--set", f"model.path={tiny_hf_model}", "--set", "task.name=dataset",
@@ -73,7 +76,11 @@ def test_quiet_prints_no_progress_bar(tiny_hf_model, gsm8k_parquet, tmp_path):
                            str(tmp_path / "l")], capture_output=True, text=True, env=env,
                           timeout=600)
     assert loud.returncode == 0, loud.stderr
-    assert "it/s" in loud.stderr or "━" in loud.stderr
+    assert "step 1/1 RL reward=" in loud.stderr and re.search(
+        r"evaluation: \d+ prompts x 2: \d+/\d+ \(100%\), elapsed", loud.stderr), loud.stderr
+    assert "\r" not in loud.stderr and "…" not in loud.stderr and "it/s" not in loud.stderr, \
+        loud.stderr
+    assert "step 1/1" not in quiet.stderr
 
 
 def test_eval_config_of_a_run_and_of_a_model(tmp_path):

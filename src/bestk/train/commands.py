@@ -119,7 +119,9 @@ def check_flag_conflicts(flags: Sequence[tuple[str, str, object]], overrides: li
 
 def quiet_libraries() -> None:
     """Turn off the progress bars of transformers, datasets and huggingface_hub (model loading,
-    dataset preparation) for the rest of the process: ``bestk train --quiet``."""
+    dataset preparation) for the rest of the process: ``bestk train --quiet``, and ``bestk
+    train`` / ``bestk eval`` whose stderr is not a terminal (a log gets no carriage-return
+    bars; bestk's own progress lines stand in for them)."""
     import importlib.util
 
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
@@ -168,7 +170,7 @@ def train_command(
     from bestk.train.config_io import apply_overrides, load_config
     from bestk.train.trainer import Trainer
 
-    if quiet:
+    if quiet or not sys.stderr.isatty():  # in a log, bestk's own lines say the progress
         quiet_libraries()
     given = [("--estimator", "estimator", estimator), ("--max-steps", "max_steps", max_steps)]
     flags = [f"{key}={value}" for _, key, value in given if value is not None]
@@ -392,6 +394,8 @@ def _eval(
     from bestk.train.setup import check_context, check_run_prompts, model_context
     from bestk.train.validation import resolve_config
 
+    if not sys.stderr.isatty():  # in a log: bestk's progress lines, not tqdm's redrawn bars
+        quiet_libraries()
     if bank_prompts < 1:
         raise ValueError(f"--bank-prompts must be an integer >= 1, got {bank_prompts}")
     for flag, path in (("--json", json_out), ("--bank", bank_out)):

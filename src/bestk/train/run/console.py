@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -225,11 +226,14 @@ class StopRequest:
 
 @contextmanager
 def transformers_progress(enabled: bool) -> Iterator[None]:
-    """transformers' own progress bars (e.g. "Writing model shards") on or off meanwhile."""
+    """transformers' own progress bars (e.g. "Writing model shards") on or off meanwhile: on
+    only where asked and stderr is a terminal (in a log a redrawn bar is noise) and the
+    libraries' bars were not turned off for the process (``bestk train --quiet``)."""
     from transformers.utils import logging as hf_logging
 
     was = hf_logging.is_progress_bar_enabled()
-    (hf_logging.enable_progress_bar if enabled else hf_logging.disable_progress_bar)()
+    on = enabled and was and sys.stderr.isatty()
+    (hf_logging.enable_progress_bar if on else hf_logging.disable_progress_bar)()
     try:
         yield
     finally:
