@@ -77,12 +77,13 @@ def test_each_arm_s_seeds_match_a_direct_power_computation(noise):
 
 def test_the_family_level_is_the_testbed_family_s():
     """The pilot is judged beside every other testbed, and its arms' level is alpha over its
-    own Holm family (the pretrained testbed's: its 4 claim arms and its A/A control), not
+    own Holm family (the pretrained testbed's, declared with its 4 claim arms and its A/A
+    control: 5 tests, one of them dropped by amendment 2 and counted as not rejected), not
     over the toy testbeds' family, which it does not dilute."""
     doc = pilot_doc(0.03)
     plan = power_plan(doc, "smollm2", 12)
     fam = doc["families"]["pretrained"]
-    assert fam["size"] == len(plan["arms"]) + 1 == 5
+    assert len(plan["arms"]) + 1 + fam["not_rejected_by_amendment"] == fam["size"] == 5
     assert {r["alpha"] for r in plan["arms"]} == {0.05 / fam["size"]}
     assert doc["family"]["name"] == "toy" and doc["family"]["size"] > fam["size"]
     assert not set(fam["members"]) & set(doc["family"]["members"])
