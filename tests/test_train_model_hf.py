@@ -288,11 +288,15 @@ def test_merged_state_dict_is_w_plus_scaled_ba(tiny_hf_model):
 
 
 def test_lora_adapters_are_float32_or_in_the_model_s_dtype(tiny_hf_model):
-    """model.lora.dtype: float32 adapters (PEFT's upcast) by default, the bfloat16 model's own
-    dtype with ``model``; bfloat16 adapters compute the float32 adapters' output up to
-    bfloat16 rounding and are stepped through float32 masters (only they train)."""
+    """model.lora.dtype: float32 adapters (PEFT's upcast) with ``float32``, the bfloat16
+    model's own dtype with ``model`` and with the default ``auto`` on a bfloat16 model;
+    bfloat16 adapters compute the float32 adapters' output up to bfloat16 rounding and are
+    stepped through float32 masters (only they train)."""
     base = _base(tiny_hf_model).to(torch.bfloat16)
-    up = add_lora(copy.deepcopy(base), LoRAConfig(r=2, target_modules=["q_proj", "v_proj"]))
+    up = add_lora(copy.deepcopy(base), LoRAConfig(r=2, target_modules=["q_proj", "v_proj"],
+                                                  dtype="float32"))
+    auto = add_lora(copy.deepcopy(base), LoRAConfig(r=2, target_modules=["q_proj", "v_proj"]))
+    assert all(p.dtype == torch.bfloat16 for n, p in auto.named_parameters() if ".lora_" in n)
     own = add_lora(copy.deepcopy(base), LoRAConfig(r=2, target_modules=["q_proj", "v_proj"],
                                                    dtype="model"))
     lora = {n: p for n, p in own.named_parameters() if ".lora_" in n}
