@@ -65,7 +65,8 @@ LAZY_ALLOWED = {
 #: root package ``bestk`` matches only itself: its ``__init__`` imports nothing until used).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("helpers", ("bestk", "bestk._atomic", "bestk._optional", "bestk._lazy", "bestk._typer",
-                 "bestk._options", "bestk._schema", "bestk._seeds", "bestk.figures")),
+                 "bestk._options", "bestk._records", "bestk._schema", "bestk._seeds",
+                 "bestk.figures")),
     ("batch primitives", ("bestk.groups", "bestk._inputs")),
     ("metrics, theory, statistics", ("bestk.metrics", "bestk.samples", "bestk.theory",
                                      "bestk.stats", "bestk.lr_sweep")),

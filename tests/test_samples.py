@@ -149,8 +149,8 @@ def test_where_keeps_one_step_of_a_run_log_and_dotted_keys_read_nested_fields(tm
     ('{"prompt_id": null, "reward": 1}\n', "row 1: the prompt id is empty"),
     ('{"prompt_id": 1, "reward": [1, [0]]}\n', "row 1 item 1: the reward must be"),
     ('{"prompt_id": 1, "reward": 1}\n{"prompt_id": 2}\n', "row 2: no 'reward' column"),
-    ('{"prompt_id": 1, "reward": 1}\n[1, 2]\n', "s.jsonl:2: a row must be a JSON object"),
-    ('{"prompt_id": 1, "reward": 1}\n{oops\n', "s.jsonl:2: not JSON"),
+    ('{"prompt_id": 1, "reward": 1}\n[1, 2]\n', "s.jsonl: row 2: expected a JSON object"),
+    ('{"prompt_id": 1, "reward": 1}\n{oops\n', "s.jsonl: row 2: invalid JSON"),
     ('{"text": "x", "reward": 1}\n', "no prompt column among prompt_id, doc_id.*--prompt"),
     ("", "no samples"),
 ])
@@ -196,3 +196,13 @@ def test_cli_prints_writes_json_and_plot_and_refuses_its_input(tmp_path, ragged)
     assert res.exit_code == 2 and "is the input file" in res.output
     res = CliRunner().invoke(app, ["metrics", str(path), "--reward", "nope"])
     assert res.exit_code == 2 and "no reward column 'nope'" in res.output
+
+
+@pytest.mark.parametrize("name", ["s.jsonl", "s.csv"])
+def test_bytes_that_are_not_utf8_are_one_line_naming_the_file(tmp_path, name):
+    path = tmp_path / name
+    good = (b'{"prompt_id": 1, "reward": 1}\n' if name.endswith("jsonl")
+            else b"prompt_id,reward\n1,1\n")
+    path.write_bytes(good + b"\xff\xfe\n")
+    with pytest.raises(ValueError, match=r"s\.(jsonl|csv)' is not UTF-8 text.*0xff"):
+        read_samples(path)

@@ -33,6 +33,7 @@ import numpy as np
 
 from bestk._optional import pyplot, require
 from bestk._options import int_option, real_option
+from bestk._records import iter_jsonl
 from bestk.figures import save_figure
 from bestk.metrics import best_at_k, pass_at_k
 
@@ -87,27 +88,16 @@ def file_format(path: str | os.PathLike, fmt: str | None = None) -> str:
     return FORMATS[suffix]
 
 
-def _jsonl_rows(path: Path) -> Iterator[dict[str, Any]]:
-    with path.open(encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{line_no}: not JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{line_no}: a row must be a JSON object, got "
-                                 f"{type(row).__name__}")
-            yield row
-
-
 def _rows(path: Path, fmt: str) -> Iterator[dict[str, Any]]:
     if fmt == "jsonl":
-        yield from _jsonl_rows(path)
+        yield from (row for _, row in iter_jsonl(path))
     elif fmt == "csv":
         with path.open(encoding="utf-8", newline="") as f:
-            yield from csv.DictReader(f)
+            try:
+                yield from csv.DictReader(f)
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{str(path)!r} is not UTF-8 text (byte {e.object[e.start]:#04x}"
+                                 "); convert it to UTF-8") from None
     else:
         pq = require("pyarrow.parquet", extra="train")
         yield from pq.read_table(path).to_pylist()

@@ -12,7 +12,6 @@ prompt with fewer than 2 rewards) is a one-line ``ValueError`` naming the file a
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Hashable, Mapping, Sequence
@@ -26,6 +25,7 @@ from numpy.typing import ArrayLike
 
 from bestk._inputs import first_non_binary
 from bestk._optional import require
+from bestk._records import iter_jsonl
 
 __all__ = ["Bank", "BankMapping", "bank_from_mapping", "load_bank", "normalise_ids",
            "read_bank_rows"]
@@ -124,23 +124,6 @@ def _prompt_id(row: dict, where: str) -> int | str:
     return pid
 
 
-def _iter_jsonl(path: Path):
-    with path.open("rb") as f:
-        for line_no, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise ValueError(f"{str(path)!r} is not UTF-8 text (row {line_no}: byte "
-                                 f"{raw[e.start]:#04x}); convert it to UTF-8") from None
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}: row {line_no}: invalid JSON ({e.msg})") from None
-            yield line_no, row
-
-
 def _iter_parquet(path: Path):
     pq = require("pyarrow.parquet", extra="train")
     try:
@@ -157,13 +140,13 @@ def read_bank_rows(path: str | os.PathLike) -> tuple[list[int | str], list[float
     path = Path(path)
     if not path.exists():
         raise ValueError(f"bank file {str(path)!r} does not exist")
-    it = _iter_parquet(path) if path.suffix.lower() in (".parquet", ".pq") else _iter_jsonl(path)
+    it = _iter_parquet(path) if path.suffix.lower() in (".parquet", ".pq") else iter_jsonl(path)
     ids: list[int | str] = []
     rewards: list[float] = []
     rows: list[int] = []
     for line_no, row in it:
         where = f"{path}: row {line_no}"
-        if not isinstance(row, dict):
+        if not isinstance(row, dict):  # a parquet row is always a dict; kept for the type
             raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
         pid = _prompt_id(row, where)
         vals = _reward_list(row, where)
