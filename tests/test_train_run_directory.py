@@ -835,17 +835,36 @@ def test_kill_9_of_a_kappo_run_then_the_same_command_continues(tmp_path, algorit
 # -- 9. temporaries, Ctrl-C during the final save ----------------------------------------------
 def test_temporaries_of_killed_writes_are_removed_on_the_next_start(run, capsys):
     ck = run / "checkpoints"
-    junk = [ck / ".step_0000006.safetensors.k2j3h4.safetensors", ck / ".tmpAbC123",
-            ck / "step_0000008.sha256", run / ".config.yaml.x1y2.tmp",
-            run / ".report.md.z9.tmp", run / ".final-tmp" / "model.safetensors"]
+    junk = [ck / ".bestk-tmp-step_0000006.safetensors.k2j3h4ab.bestk-tmp.safetensors",
+            ck / "step_0000008.sha256", run / ".bestk-tmp-config.yaml.x1y2z3w4.bestk-tmp",
+            run / ".bestk-tmp-report.md.z9z9z9z9.bestk-tmp",
+            run / ".bestk-tmp-final.new.bestk-tmp" / "model.safetensors"]
     for p in junk:
         p.parent.mkdir(exist_ok=True)
         p.write_bytes(b"partial")
     tr = Trainer.resume(run)
     tr.close()
-    assert not any(p.exists() for p in junk) and not (run / ".final-tmp").exists()
-    assert "removed 6 temporary file(s) left by an interrupted write" in capsys.readouterr().err
+    assert not any(p.exists() for p in junk)
+    assert not (run / ".bestk-tmp-final.new.bestk-tmp").exists()
+    assert "removed 5 temporary file(s) left by an interrupted write" in capsys.readouterr().err
     assert (ck / "step_0000004.safetensors").exists()  # real checkpoints untouched
+
+
+def test_a_users_dot_files_in_a_run_are_never_taken_for_temporaries(run, capsys):
+    """Only names bestk makes are cleaned up: an editor's swap file, a backup, notes kept in
+    checkpoints/ -- each a dot-file named after a run file -- stay (they were all deleted as
+    "temporary files left by an interrupted write")."""
+    mine = [run / ".config.yaml.swp", run / ".metrics.jsonl.bak", run / ".report.md.x1y2.tmp",
+            run / "checkpoints" / ".my-notes", run / "checkpoints" / ".tmpAbC123",
+            run / "checkpoints" / ".step_0000006.safetensors.k2j3h4.safetensors",
+            run / ".final-tmp" / "notes.txt"]
+    for p in mine:
+        p.parent.mkdir(exist_ok=True)
+        p.write_bytes(b"the user's")
+    tr = Trainer.resume(run)
+    tr.close()
+    assert all(p.read_bytes() == b"the user's" for p in mine)
+    assert "temporary" not in capsys.readouterr().err
 
 
 def _sigint_during_final_save(monkeypatch, presses: int) -> None:

@@ -230,7 +230,8 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
     assert sorted(p.name for p in d.iterdir()) == [first.name, "step_0000001.sha256"]
     assert first.read_bytes() == before
     # a stray temporary from a killed process is never taken for a checkpoint
-    (d / ".tmp-abc.safetensors").write_bytes(b"junk")
+    (d / ".bestk-tmp-step_0000003.safetensors.abcdefgh.bestk-tmp.safetensors").write_bytes(
+        b"junk")
     assert latest_checkpoint(d) == first
 
 

@@ -5,11 +5,17 @@ Everything bestk persists (calibrations, checkpoints, run metadata, lab results)
 flushed to disk, given the permissions the process umask asks for, then moved into place with
 ``os.replace`` (atomic on POSIX and Windows). :data:`JSONValue` is the type of what the JSON
 files among them hold.
+
+Every temporary bestk makes has a name only bestk makes (:func:`temporary_name`,
+:func:`is_temporary`): ``.bestk-tmp-`` first, ``.bestk-tmp`` before its extension. Cleaning up
+after a killed write removes those names and no other, so a user's dot-files (``.notes``,
+an editor's ``.config.yaml.swp``, a ``.metrics.jsonl.bak``) are never taken for one.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -18,8 +24,27 @@ from typing import TypeAlias
 
 __all__ = [
     "atomic_path", "write_text_atomic", "current_umask", "respect_umask", "os_error_line",
-    "JSONValue", "JSONObject",
+    "temporary_name", "is_temporary", "TEMP_PREFIX", "TEMP_MARK", "JSONValue", "JSONObject",
 ]
+
+#: The first characters of every temporary bestk makes.
+TEMP_PREFIX = ".bestk-tmp-"
+#: What every temporary bestk makes has just before its extension (or at its end).
+TEMP_MARK = ".bestk-tmp"
+_TEMPORARY = re.compile(re.escape(TEMP_PREFIX) + r".+" + re.escape(TEMP_MARK)
+                        + r"(\.[A-Za-z0-9]+)?")
+
+
+def temporary_name(name: str, tag: str = "", suffix: str = "") -> str:
+    """The name of bestk's temporary for ``name``: ``.bestk-tmp-NAME[.TAG].bestk-tmp[SUFFIX]``
+    (``suffix``: an extension a writer needs, ``.png``)."""
+    return f"{TEMP_PREFIX}{name}{'.' + tag if tag else ''}{TEMP_MARK}{suffix}"
+
+
+def is_temporary(name: str) -> bool:
+    """Whether a file name is one of bestk's temporaries (:func:`temporary_name`, or what
+    :func:`atomic_path` makes): the only names a clean-up after a killed write removes."""
+    return _TEMPORARY.fullmatch(name) is not None
 
 #: A JSON value as ``json.dumps`` takes it. The containers are read-only views (``Sequence``,
 #: ``Mapping``), so a ``list[float]`` or a ``dict[str, list[int]]`` is one too; integer keys
@@ -73,8 +98,11 @@ def _fsync_dir(directory: Path) -> None:
 
 
 @contextmanager
-def atomic_path(path: str | os.PathLike, *, suffix: str = ".tmp") -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike, *, suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path next to ``path``; on a clean exit it replaces ``path``.
+
+    The temporary is ``.bestk-tmp-NAME.RANDOM.bestk-tmp[SUFFIX]`` (:func:`is_temporary`;
+    ``suffix``: an extension its writer needs, ``.png``).
 
     The caller writes the temporary file (by any means: ``write_text``, ``save_file``...).
     On exit it is fsync'ed, given mode ``0o666 & ~umask`` and renamed onto ``path``; if the
@@ -85,7 +113,8 @@ def atomic_path(path: str | os.PathLike, *, suffix: str = ".tmp") -> Iterator[Pa
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{path.name}.",
+                                    suffix=TEMP_MARK + suffix, dir=path.parent)
     except OSError as e:  # a read-only or full directory: name the file, not the temporary
         raise _naming(e, path) from e
     os.close(fd)

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from bestk._atomic import respect_umask
+from bestk._atomic import respect_umask, temporary_name
 from bestk._optional import require
 from bestk.train.model.lora import is_peft_model, merged_state_dict
 from bestk.train.run.checkpoint import as_os_error
@@ -187,11 +187,13 @@ def save_final(out: Path, model: Policy, tokenizer: PreTrainedTokenizerBase, *,
                progress: bool = False) -> None:
     """Save ``out/final/`` (HF model + tokenizer; a LoRA policy merged, + ``final/adapter/``).
 
-    ``final/`` is written to ``.final-tmp`` and swapped in with two renames, so a crash leaves
-    the previous ``final/`` (or, between the renames, ``.final-old``) intact. ``progress``:
+    ``final/`` is written to ``.bestk-tmp-final.new.bestk-tmp`` and swapped in with two renames,
+    so a crash leaves the previous ``final/`` (or, between the renames,
+    ``.bestk-tmp-final.old.bestk-tmp``) intact. ``progress``:
     transformers' own progress bars on or off meanwhile.
     """
-    final, tmp, old = out / "final", out / ".final-tmp", out / ".final-old"
+    final = out / "final"
+    tmp, old = out / temporary_name("final", "new"), out / temporary_name("final", "old")
     for leftover in (tmp, old):
         if leftover.exists():
             shutil.rmtree(leftover)

@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from bestk._atomic import write_text_atomic
+from bestk._atomic import is_temporary, write_text_atomic
 from bestk.train.config import ResolvedTrainConfig, TrainConfig
 from bestk.train.config_io import (
     apply_overrides,
@@ -245,12 +245,36 @@ def _check_record(row: object, where: str) -> None:
             raise ValueError(f"{where}: {k!r} must be a number, got {v!r}")
 
 
+class _NotFinite(ValueError):
+    """A bare ``NaN`` / ``Infinity`` / ``-Infinity`` token in a ``metrics.jsonl`` line."""
+
+
+def _refuse_constant(name: str) -> object:
+    raise _NotFinite(name)
+
+
+def _loads_record(raw: bytes, where: str) -> object:
+    """One line of ``metrics.jsonl`` as JSON (``UnicodeDecodeError`` / ``JSONDecodeError`` as
+    ``json`` raises them); a bare ``NaN`` / ``Infinity`` token, which Python's ``json`` would
+    accept but bestk never writes (a value that is not finite is logged as ``null``), is a
+    ``ValueError`` naming ``where``."""
+    try:
+        return json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
+    except _NotFinite as e:
+        raise ValueError(
+            f"{where} holds {e}, which is not JSON and which bestk never writes (it logs a value "
+            f"that is not finite as null): edited by hand? restore the file, or write {e} as "
+            "null"
+        ) from None
+
+
 def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The records of a ``metrics.jsonl``; ``[]`` when the file does not exist.
 
     A torn last line (no newline: a write cut short by a crash) is skipped. Every other line
     that is not a well-formed record (a JSON object with a ``phase`` of sft / train / eval, an
-    integer step and numeric values) raises ``ValueError`` naming the file and line.
+    integer step and numeric values, none of them a bare ``NaN`` / ``Infinity``) raises
+    ``ValueError`` naming the file and line.
     """
     p = Path(path)
     if not p.is_file():
@@ -262,17 +286,18 @@ def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     for i, raw in enumerate(lines, start=1):
         where = f"{p} line {i}"
         try:
-            row = json.loads(raw.decode("utf-8"))
+            row = _loads_record(raw, where)
         except (UnicodeDecodeError, json.JSONDecodeError):
             raise ValueError(f"{where} is not a JSON record: {raw[:40]!r}") from None
         _check_record(row, where)
         rows.append(row)
     if torn.strip():
+        where = f"{p} line {len(lines) + 1}"
         try:
-            row = json.loads(torn.decode("utf-8"))
+            row = _loads_record(torn, where)
         except (UnicodeDecodeError, json.JSONDecodeError):
             return rows  # cut short by a crash
-        _check_record(row, f"{p} line {len(lines) + 1}")
+        _check_record(row, where)
         rows.append(row)
     return rows
 
@@ -379,31 +404,20 @@ def check_resume(old: TrainConfig, new: TrainConfig, step: int, directory: str) 
 
 
 # -- temporaries ------------------------------------------------------------------------------
-_TOP_TEMPORARIES = (".final-tmp", ".final-old")
-_TOP_TEMP_PREFIXES = (".config.yaml.", ".metrics.jsonl.", ".report.md.", ".calibration.json.",
-                      ".bank.jsonl.", ".bank_tokens.safetensors.")
-
-
-def _is_temporary(name: str) -> bool:
-    """Whether a name at the top of a run directory is one of a bestk write's temporaries."""
-    return name in _TOP_TEMPORARIES or name.startswith(_TOP_TEMP_PREFIXES)
-
-
 def clean_temporaries(directory: str | os.PathLike[str]) -> list[Path]:
-    """Remove what killed atomic writes left in a run directory (call it holding the lock):
-    ``checkpoints/.*`` (checkpoint and safetensors temporaries), checksum files whose
-    checkpoint never landed, ``.final-tmp`` / ``.final-old`` and ``.config.yaml.*`` /
-    ``.metrics.jsonl.*`` / ``.report.md.*`` and those of the KAPPO reference files
-    (``.calibration.json.*``, ``.bank.jsonl.*``, ``.bank_tokens.safetensors.*``). Returns the
+    """Remove what killed atomic writes left in a run directory (call it holding the lock): the
+    temporaries of bestk's writes at its top and in ``checkpoints/`` -- names only bestk makes
+    (:func:`bestk._atomic.is_temporary`: ``.bestk-tmp-...bestk-tmp``), never another file,
+    dot-files included -- and checksum files whose checkpoint never landed. Returns the
     removed paths."""
     directory = Path(directory)
     removed: list[Path] = []
     candidates: list[Path] = []
     if directory.is_dir():
-        candidates += [p for p in directory.iterdir() if _is_temporary(p.name)]
+        candidates += [p for p in directory.iterdir() if is_temporary(p.name)]
     ckpt = directory / "checkpoints"
     if ckpt.is_dir():
-        candidates += [p for p in ckpt.iterdir() if p.name.startswith(".")]
+        candidates += [p for p in ckpt.iterdir() if is_temporary(p.name)]
         candidates += orphan_checksums(ckpt)
     for p in candidates:
         if p.is_dir() and not p.is_symlink():
@@ -507,7 +521,7 @@ def check_new_run_directory(directory: str | os.PathLike[str], mode: str = "auto
     where = str(directory)
     if mode == "resume":
         raise ValueError(f"--resume {where!r}: no config.yaml there (not a run directory)")
-    names = sorted(n for n in directory_names(directory) if n != LOCK_NAME and not _is_temporary(n))
+    names = sorted(n for n in directory_names(directory) if n != LOCK_NAME and not is_temporary(n))
     ours = [n for n in names if n in RUN_FILES or _is_attempt_folder(n)]
     if ours:
         raise ValueError(
