@@ -679,6 +679,67 @@ def test_a_non_empty_out_that_is_not_a_bestk_run_is_refused_untouched(tmp_path):
     assert (empty / "config.yaml").is_file()
 
 
+def test_a_project_folder_with_the_users_own_config_yaml_is_not_taken_for_a_run(tmp_path,
+                                                                              monkeypatch):
+    """``--out .`` in a project folder holding the user's own (commented, valid) config.yaml,
+    a report.md and data: not a run stopped early (its files were moved into previous-attempt/
+    and config.yaml overwritten) -- refused in one line, nothing touched. A run's config.yaml
+    starts with bestk's header; ``--resume`` of such a folder is refused the same way."""
+    d = tmp_path / "project"
+    (d / "data").mkdir(parents=True)
+    (d / "config.yaml").write_text("# my experiment\nmax_steps: 2\nrollout:\n  n: 4\n")
+    (d / "report.md").write_text("# my notes\n")
+    (d / "data" / "train.jsonl").write_text('{"q": 1}\n')
+    before = _tree(d)
+    monkeypatch.chdir(d)
+    line = one_line_error(invoke(*cli_args(Path("."))))
+    assert "is not a bestk run (its config.yaml is not a run's)" in line, line
+    assert "config.yaml" in line and "report.md" in line
+    line = one_line_error(invoke("train", "--resume", "."))
+    assert "its config.yaml is not a bestk run's" in line, line
+    assert _tree(d) == before
+
+
+def test_a_run_of_a_bestk_that_wrote_no_config_header_still_resumes(run):
+    """Runs written before config.yaml had its header are known by their log and checkpoints."""
+    text = (run / "config.yaml").read_text()
+    assert text.startswith("# bestk run config")
+    (run / "config.yaml").write_text(text.split("\n", 1)[1])
+    r = invoke(*cli_args(run, max_steps=5))
+    assert r.exit_code == 0, r.output
+    assert (run / "config.yaml").read_text().startswith("# bestk run config")
+
+
+@pytest.mark.parametrize("name", ["final", "checkpoints"])
+def test_a_run_file_made_a_symbolic_link_is_refused_before_any_step(run, tmp_path, name):
+    """``final/`` linked to a publish folder: two more steps ran, then "Cannot call rmtree on a
+    symbolic link" with no path and no .finished. Now refused at once, naming the link; the
+    linked folder is untouched."""
+    publish = tmp_path / "publish"
+    shutil.move(run / name, publish)
+    (run / name).symlink_to(publish, target_is_directory=True)
+    before, log = _tree(publish), (run / "metrics.jsonl").read_bytes()
+    line = one_line_error(invoke(*cli_args(run, max_steps=6)))
+    assert f"{str(run / name)!r} is a symbolic link (to {str(publish)!r})" in line, line
+    assert _tree(publish) == before and (run / "metrics.jsonl").read_bytes() == log
+
+
+def test_a_run_writes_where_it_started_when_user_code_changes_directory(tmp_path, monkeypatch):
+    """--out is made absolute before any user code runs: a callback (or a reward) that calls
+    os.chdir cannot move config, metrics, checkpoints, final/ and report away from the lock."""
+    home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
+    home.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.chdir(home)
+    tr = Trainer(tiny_config(Path("rwx"), "max_steps=2"),
+                 on_step=lambda step, metrics: os.chdir(elsewhere))
+    tr.run(progress=False)
+    assert sorted(os.listdir(elsewhere)) == []
+    names = set(os.listdir(home / "rwx"))
+    assert {".lock", "config.yaml", "metrics.jsonl", "checkpoints", "final", "report.md",
+            ".finished"} <= names, names
+
+
 def test_every_start_over_keeps_its_attempt_and_moves_no_other_file(run):
     """Started over twice (no checkpoint, no completion marker): each attempt's files go to a
     folder of their own (previous-attempt/, then previous-attempt-2/), so no attempt is ever

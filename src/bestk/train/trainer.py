@@ -35,6 +35,7 @@ the config allows it (see :mod:`bestk.train.run.directory`).
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -70,6 +71,7 @@ from bestk.train.run.checkpoint import (
     global_rng_kept,
     latest_checkpoint,
     load_checkpoint,
+    load_weights,
     save_checkpoint,
 )
 from bestk.train.run.console import (
@@ -98,7 +100,7 @@ from bestk.train.setup import (
     run_header,
 )
 from bestk.train.sft import sft_warmup
-from bestk.train.validation import check_reward_domain, resolve_config
+from bestk.train.validation import check_reward_domain, check_task_memory, resolve_config
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from bestk.train.model.policy import Reference
@@ -134,7 +136,9 @@ class Trainer:
         # every value checked, before the directory is touched or anything is built
         self.cfg: ResolvedTrainConfig = resolve_config(cfg)
         self.on_step, self.warm_start = on_step, warm_start
-        self.out = Path(self.cfg.out)
+        # absolute once, before any user code runs: a reward that changes the working directory
+        # cannot move the run's files away from its lock
+        self.out = Path(os.path.abspath(self.cfg.out))
         self.ckpt_dir = self.out / "checkpoints"
         self.sampling_seed = self.cfg.seed if self.cfg.sampling_seed is None \
             else self.cfg.sampling_seed
@@ -175,6 +179,8 @@ class Trainer:
             plan_reference(cfg, self.spec, self.task) if self.spec.calibrated(cfg) else None)
         self.rl_prompts: list[Example] = (
             list(self.task.train) if self.plan is None else self.plan.prompts)
+        check_task_memory(cfg, self.task, len(self.plan.bank_examples or [])
+                          if self.plan is not None else 0)  # the prompts that exist
         self.calibration: Calibration | None = None
         self.bank: ReferenceBank | None = None
         self._given_bank: ReferenceBank | None = None  # kappo.bank, loaded when a run starts
@@ -214,7 +220,7 @@ class Trainer:
             self._given_bank = self.plan.given_bank()  # refused before any work
         if self.warm_start is not None:  # the policy after an SFT made elsewhere
             ws = self.warm_start
-            self.model.load_state_dict(ws if isinstance(ws, Mapping) else torch.load(ws))
+            self.model.load_state_dict(ws if isinstance(ws, Mapping) else load_weights(ws))
             self.sft_done = True
         self.directory.begin(self.cfg, restart=self.state.kind == "restart", say=self.say)
         self.log.start()

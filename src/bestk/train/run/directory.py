@@ -78,6 +78,9 @@ __all__ = [
     "check_checkpoint_identity",
     "PREVIOUS_ATTEMPT",
     "RUN_FILES",
+    "CONFIG_HEADER",
+    "is_run_config",
+    "check_no_links",
 ]
 
 
@@ -129,6 +132,7 @@ class RunDirectory:
         that holds files but no bestk run is refused before anything is touched
         (:func:`check_new_run_directory`)."""
         check_new_run_directory(self.out, mode)
+        check_no_links(self.out)
         self._created = not self.out.exists()
         self._lock = RunLock(prepare_directory(self.out))
         self._lock.acquire()
@@ -215,11 +219,31 @@ def resume_config(directory: str | os.PathLike[str],
     return cfg, stored
 
 
+#: The first line of every config.yaml bestk writes: what tells a run's config from a user's
+#: own config.yaml in a folder given as --out (:func:`is_run_config`).
+CONFIG_HEADER = ("# bestk run config: written by bestk train; re-run the same command (or "
+                 "bestk train --resume DIR) to continue the run\n")
+
+
 def write_run_config(directory: str | os.PathLike[str], cfg: TrainConfig) -> None:
-    """Write ``cfg`` as ``directory/config.yaml`` atomically."""
-    write_text_atomic(
-        Path(directory) / "config.yaml", yaml.safe_dump(config_to_dict(cfg), sort_keys=False)
-    )
+    """Write ``cfg`` as ``directory/config.yaml`` atomically, under :data:`CONFIG_HEADER`."""
+    write_text_atomic(Path(directory) / "config.yaml",
+                      CONFIG_HEADER + yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+
+
+def is_run_config(directory: str | os.PathLike[str]) -> bool:
+    """Whether ``directory/config.yaml`` is a bestk run's: it starts with
+    :data:`CONFIG_HEADER`, or (a run of a bestk that wrote no header) the directory holds the
+    run's log or checkpoints too. A user's own config.yaml in a project folder given as
+    ``--out`` is neither, and is never taken for a run stopped early."""
+    directory = Path(directory)
+    try:
+        with (directory / "config.yaml").open("rb") as f:
+            if f.readline() == CONFIG_HEADER.encode():
+                return True
+    except OSError:
+        return False
+    return (directory / "metrics.jsonl").is_file() or (directory / "checkpoints").is_dir()
 
 
 # -- metrics.jsonl ----------------------------------------------------------------------------
@@ -505,35 +529,56 @@ def prepare_directory(directory: str | os.PathLike[str]) -> Path:
     return directory
 
 
+def check_no_links(directory: str | os.PathLike[str]) -> None:
+    """Refuse, in one line, a run directory whose ``config.yaml`` or one of :data:`RUN_FILES`
+    (``final/``, ``checkpoints/``, ...) is a symbolic link: bestk replaces them by renames and
+    removes the old ones, which would break the link or write through it into another folder
+    (a ``final/`` linked to a publish folder)."""
+    directory = Path(directory)
+    for name in ("config.yaml", *RUN_FILES):
+        path = directory / name
+        if path.is_symlink():
+            raise ValueError(
+                f"{str(path)!r} is a symbolic link (to {os.readlink(path)!r}); bestk replaces "
+                f"{name} in place and will not write through a link or remove it: remove the "
+                "link (copy the run's files where you want them after it ends)")
+
+
 def _is_attempt_folder(name: str) -> bool:
     return re.fullmatch(rf"{PREVIOUS_ATTEMPT}(-[0-9]+)?", name) is not None
 
 
 def check_new_run_directory(directory: str | os.PathLike[str], mode: str = "auto") -> None:
-    """Refuse, in one line and touching nothing, a ``directory`` without ``config.yaml`` that
-    holds anything but what bestk writes before it (its lock, the temporaries of a killed first
+    """Refuse, in one line and touching nothing, a ``directory`` without a run's
+    ``config.yaml`` (:func:`is_run_config`: a user's own config.yaml is not one) that holds
+    anything but what bestk writes before it (its lock, the temporaries of a killed first
     write): bestk starts a run only in a new or empty directory, and never moves or deletes a
     file it did not write. Files of a bestk run without its config, and ``mode`` ``"resume"``
-    (there must be a run), are refused too. Nothing to check when ``config.yaml`` is there."""
+    (there must be a run), are refused too. Nothing to check when a run's config is there."""
     directory = Path(directory)
-    if (directory / "config.yaml").exists() or not directory.is_dir():
+    if not directory.is_dir() or (directory / "config.yaml").exists() and \
+            is_run_config(directory):
         return
     where = str(directory)
     if mode == "resume":
-        raise ValueError(f"--resume {where!r}: no config.yaml there (not a run directory)")
+        what = "its config.yaml is not a bestk run's" if (directory / "config.yaml").exists() \
+            else "no config.yaml there"
+        raise ValueError(f"--resume {where!r}: {what} (not a run directory)")
     names = sorted(n for n in directory_names(directory) if n != LOCK_NAME and not is_temporary(n))
     ours = [n for n in names if n in RUN_FILES or _is_attempt_folder(n)]
-    if ours:
+    users_config = "config.yaml" in names
+    if ours and not users_config:
         raise ValueError(
             f"{where!r} holds run files ({', '.join(ours)}) but no config.yaml; choose "
             "another --out (or empty it)"
         )
     if names:
         shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        why = "its config.yaml is not a run's" if users_config else "no config.yaml"
         raise ValueError(
-            f"--out {where!r} is not empty and is not a bestk run (no config.yaml): it holds "
-            f"{shown}; bestk starts a run only in a new or empty directory and never moves or "
-            "deletes files it did not write: choose another --out"
+            f"--out {where!r} is not empty and is not a bestk run ({why}): it holds {shown}; "
+            "bestk starts a run only in a new or empty directory and never moves or deletes "
+            "files it did not write: choose another --out"
         )
 
 
@@ -617,7 +662,7 @@ def inspect_run(cfg: ResolvedTrainConfig, mode: str = "auto", stored: TrainConfi
     out = Path(cfg.out)
     where = str(out)
     identity = run_identity(cfg)
-    if not (out / "config.yaml").exists():
+    if not (out / "config.yaml").exists() or not is_run_config(out):
         check_new_run_directory(out, mode)
         return RunState("new", identity=identity)
     if stored is None:
