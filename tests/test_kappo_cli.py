@@ -139,6 +139,17 @@ def test_calibrate_with_a_directory_as_bank_or_out(tmp_path):
     _one_line_error(res, f"--out '{d}' is a directory")
 
 
+def test_calibrate_refuses_to_write_over_its_own_bank(tmp_path):
+    """``bestk calibrate bank.jsonl -o bank.jsonl`` replaced its input: refused, untouched."""
+    rows, _ = bank_rows()
+    src = write_jsonl(tmp_path / "bank.jsonl", rows)
+    before = src.read_bytes()
+    res = runner.invoke(app, ["calibrate", str(src), "--k", "2", "--beta", "0.1", "-o",
+                              str(src)])
+    _one_line_error(res, f"--out '{src}' is the bank file it calibrates from")
+    assert src.read_bytes() == before
+
+
 def test_calibrate_out_in_an_unwritable_place_is_one_line(tmp_path, monkeypatch):
     import errno
     import os

@@ -194,6 +194,8 @@ def test_cli_prints_writes_json_and_plot_and_refuses_its_input(tmp_path, ragged)
     assert png.read_bytes()[:4] == b"\x89PNG"
     res = CliRunner().invoke(app, ["metrics", str(path), "--json", str(path)])
     assert res.exit_code == 2 and "is the input file" in res.output
+    res = CliRunner().invoke(app, ["metrics", str(path), "--json", str(out), "--plot", str(out)])
+    assert res.exit_code == 2 and "is the --json file" in res.output
     res = CliRunner().invoke(app, ["metrics", str(path), "--reward", "nope"])
     assert res.exit_code == 2 and "no reward column 'nope'" in res.output
 

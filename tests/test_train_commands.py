@@ -142,9 +142,13 @@ def test_flag_conflicts_compare_values_not_spellings(stopped_run):
     check_flag_conflicts([("--max-steps", "max_steps", 12)], ["max_steps=12", "seed=1"])
     check_flag_conflicts([("--max-steps", "max_steps", None)], ["max_steps=12"])
     check_flag_conflicts([("--out", "out", "runs/x")], ["out=runs/x/"])  # one directory
-    with pytest.raises(ValueError, match="--max-steps 12 and --set max_steps=13 disagree"):
+    with pytest.raises(ValueError, match="--set max_steps=12 and --set max_steps=13 both set "
+                       "'max_steps'; give it once"):  # a key twice is refused first
         check_flag_conflicts([("--max-steps", "max_steps", 12)], ["max_steps=12",
                                                                   "max_steps=13"])
+    with pytest.raises(ValueError, match="-n 4 and --set eval.n=8 disagree"):
+        check_flag_conflicts([("-n", "eval.n", 4)], ["eval={n: 8}"])  # a section's mapping
+    check_flag_conflicts([("-n", "eval.n", 4)], ["eval={n: 4, temperature: 0.5}"])
     before = (stopped_run / "config.yaml").read_bytes()
     res = invoke("train", "--resume", stopped_run, "--quiet", "--max-steps", "3", "--set",
                  "max_steps=4")
@@ -172,6 +176,25 @@ def test_eval_takes_threads(stopped_run):
     assert "config key 'threads'" in line and "more than this machine's" in line
 
 
+@pytest.mark.parametrize("target", ["config.yaml", "metrics.jsonl", "checkpoints/x.json",
+                                    "final/config.json", ".lock"])
+def test_eval_refuses_to_write_over_a_file_of_the_run_it_reads(stopped_run, target):
+    """``bestk eval --run r0 --json r0/config.yaml`` overwrote the run's config (then the run
+    could neither resume nor be evaluated): every file and folder of the run is refused, in
+    one line, before the model loads; a new file beside them is fine."""
+    from tests.test_train_run_directory import invoke, one_line_error
+
+    before = {p: p.read_bytes() for p in stopped_run.rglob("*") if p.is_file()}
+    for flag in ("--json", "--bank"):
+        line = one_line_error(invoke("eval", "--run", stopped_run, flag, stopped_run / target))
+        assert f"{flag} {str(stopped_run / target)!r} is a file of the run " \
+            f"{str(stopped_run)!r}" in line, line
+    assert {p: p.read_bytes() for p in stopped_run.rglob("*") if p.is_file()} == before
+    line = one_line_error(invoke("eval", "--run", stopped_run, "--json", stopped_run / "e.json",
+                                 "--bank", stopped_run / "e.json"))
+    assert "is the --json file" in line
+
+
 @pytest.mark.parametrize("where", ["sft", "rl_step"])
 def test_an_abort_says_whether_a_checkpoint_is_there(tmp_path, monkeypatch, where):
     """A second Ctrl-C (``KeyboardInterrupt``) before the run's first checkpoint does not claim
@@ -195,10 +218,10 @@ def test_an_abort_says_whether_a_checkpoint_is_there(tmp_path, monkeypatch, wher
 
 
 def test_eval_n_1_prints_pass_at_1_once(tmp_path):
-    from tests.conftest import TINY
+    from tests.conftest import TINY, set_args
     from tests.test_train_run_directory import invoke
 
-    sets = [x for s in [*TINY, "eval.n=1"] for x in ("--set", s)]
+    sets = set_args(*TINY, "eval.n=1")
     res = invoke("train", "--out", tmp_path / "run", "--quiet", "--max-steps", "1", *sets)
     assert res.exit_code == 0, res.output
     done = [ln for ln in res.output.splitlines() if ln.startswith("done:")]

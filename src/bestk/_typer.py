@@ -9,7 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar, overload
@@ -85,12 +85,21 @@ def out_directory(path: PathT, option: str = "--out") -> PathT:
     return path
 
 
-def out_file(path: PathT, option: str) -> PathT:
+def out_file(path: PathT, option: str,
+             keep: Sequence[tuple[str, str | os.PathLike[str]]] = ()) -> PathT:
     """``path`` unchanged if a file can be written there; a ``ValueError`` naming ``option``
-    when it is a directory or a parent of it is an existing file, an ``OSError`` naming
-    ``path`` when its directory (or the nearest existing one above it) cannot be written
-    (read-only, no permission, full): checked before any work, with a probe file made and
-    removed at once."""
+    when it is a directory, a parent of it is an existing file, or it is (or lies inside) one
+    of ``keep`` -- ``(what, path)`` pairs such as ``("the input file", FILE)`` or ``("a file
+    of the run 'r0'", r0/config.yaml)``: a command never overwrites its own input or a run's
+    files; an ``OSError`` naming ``path`` when its directory (or the nearest existing one above
+    it) cannot be written (read-only, no permission, full): checked before any work, with a
+    probe file made and removed at once."""
+    real = os.path.realpath(os.fspath(path))
+    for what, other in keep:
+        mine = os.path.realpath(other)
+        if real == mine or Path(mine) in Path(real).parents:
+            raise ValueError(f"{option} {str(path)!r} is {what}; writing it would destroy it: "
+                             "give another path")
     if Path(path).is_dir():
         raise ValueError(f"{option} {str(path)!r} is a directory; give a file name")
     block = _blocking_file(Path(path).parent)

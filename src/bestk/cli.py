@@ -125,11 +125,11 @@ def metrics_command(
     """
     from bestk.samples import metrics_text, parse_where, plot_metrics, read_samples, sample_metrics
 
-    for out, option in ((json_out, "--json"), (plot, "--plot")):
-        if out is not None:
-            if out.resolve() == file.resolve():
-                raise ValueError(f"{option} {str(out)!r} is the input file; give another path")
-            out_file(out, option)
+    if json_out is not None:
+        out_file(json_out, "--json", [("the input file", file)])
+    if plot is not None:
+        out_file(plot, "--plot", [("the input file", file)]
+                 + ([("the --json file", json_out)] if json_out is not None else []))
     samples = read_samples(file, prompt_key=prompt, reward_key=reward, fmt=fmt,
                            where=parse_where(where))
     result = sample_metrics(samples, all_k=all_k, threshold=threshold, ci=ci, n_boot=n_boot,

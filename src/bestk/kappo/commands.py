@@ -52,7 +52,7 @@ def calibrate_cmd(
         check_calibration_args(k, beta, kind, names=("--k", "--beta", "--kind"))
         if bank.is_dir():
             raise ValueError(f"bank {str(bank)!r} is a directory; give a JSONL or parquet file")
-        out_file(out, "--out")
+        out_file(out, "--out", [("the bank file it calibrates from", bank)])
         cal = calibrate(bank, k, beta, kind)
         cal.save(out)
     except ValueError as e:
@@ -163,9 +163,9 @@ def plot_weights_cmd(
 
 def _save(fig, path: Path, xlabel: str, ylabel: str, title: str, *,
           legend_size: float | None = None) -> Path:
-    """Label the figure's one panel (legend, light grid), lay out, write as a 120-dpi PNG and
-    close ``fig``; return ``path``."""
-    from bestk._optional import pyplot
+    """Label the figure's one panel (legend, light grid), lay out, write as a 120-dpi PNG
+    (atomically; a failed write names ``path``) and close ``fig``; return ``path``."""
+    from bestk.figures import save_figure
 
     ax = fig.axes[0]
     ax.set_xlabel(xlabel)
@@ -174,8 +174,7 @@ def _save(fig, path: Path, xlabel: str, ylabel: str, title: str, *,
     ax.legend(fontsize=legend_size)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    pyplot().close(fig)
+    save_figure(fig, path, dpi=120)
     return path
 
 

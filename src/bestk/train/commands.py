@@ -92,20 +92,22 @@ _CONFLICT_TEXT = {"out": "name two run directories"}
 
 def check_flag_conflicts(flags: Sequence[tuple[str, str, object]], overrides: list[str]
                          ) -> None:
-    """A one-line ``ValueError`` when a command-line flag and a ``--set`` of the config key it
-    sets disagree (``--max-steps 20 --set max_steps=12``, ``--estimator grpo --set
-    estimator=rloo``, ``--out A --set out=B``) rather than one silently winning. ``flags``:
+    """A one-line ``ValueError`` when the command line gives a config key two values rather
+    than one silently winning: the same key twice by ``--set`` (``--set max_steps=12 --set
+    max_steps=20``, or a key and a key inside it, ``--set rollout={n: 4} --set rollout.n=8``:
+    :func:`~bestk.train.config_io.check_each_key_once`), or a flag and a ``--set`` of the key it
+    sets that disagree (``--max-steps 20 --set max_steps=12``, ``--estimator grpo --set
+    estimator=rloo``, ``--out A --set out=B``, ``-n 4 --set eval={n: 8}``). ``flags``:
     ``(flag, key, value)`` for each flag, ``value`` ``None`` when the flag was not given.
     Values are compared as the config reads them (``--set max_steps=12`` is the integer 12;
-    ``out`` as a path, ``runs/x/`` = ``runs/x``); the last ``--set`` of a key is the one that
-    counts."""
-    from bestk.train.config_io import dotlist_value
+    ``out`` as a path, ``runs/x/`` = ``runs/x``)."""
+    from bestk.train.config_io import check_each_key_once
 
+    set_by = check_each_key_once(overrides)
     for flag, key, value in flags:
-        raw = _set_value(overrides, key)
-        if value is None or raw is None:
+        if value is None or key not in set_by:
             continue
-        given = dotlist_value(f"{key}={raw}")[1]
+        given = set_by[key]
         same = given == value
         if key == "out" and isinstance(given, str) and isinstance(value, str | os.PathLike):
             same = os.path.normpath(given) == os.path.normpath(value)
@@ -394,22 +396,27 @@ def _eval(
     from bestk.tasks import load_task
     from bestk.train.model.chat import render_task_prompts
     from bestk.train.rollout.engine import open_engines
+    from bestk.train.run.directory import run_files
     from bestk.train.setup import check_context, check_run_prompts, model_context
-    from bestk.train.validation import resolve_config
+    from bestk.train.validation import check_task_memory, resolve_config
 
     if not sys.stderr.isatty():  # in a log: bestk's progress lines, not tqdm's redrawn bars
         quiet_libraries()
     if bank_prompts < 1:
         raise ValueError(f"--bank-prompts must be an integer >= 1, got {bank_prompts}")
-    for flag, path in (("--json", json_out), ("--bank", bank_out)):
-        if path is not None:
-            out_file(path, flag)
+    keep = [] if run is None else run_files(run)
+    if json_out is not None:
+        out_file(json_out, "--json", keep)
+    if bank_out is not None:
+        out_file(bank_out, "--bank", keep + ([("the --json file", json_out)]
+                                             if json_out is not None else []))
     cfg, adapter, base_seed = eval_config(model, task, n, set_, seed, run)
     cfg = resolve_config(cfg)  # checked; null sampling keys: the model's generation_config
     if _set_value(set_, "threads") is not None and cfg.threads is not None:
         torch.set_num_threads(int(cfg.threads))  # else torch's default, as before
     t = load_task(cfg.task.name, cfg.task.options, seed=cfg.seed, reward=cfg.task.reward,
                   reward_weights=cfg.task.reward_weights, system_prompt=cfg.task.system_prompt)
+    check_task_memory(cfg, t)  # on the held-out prompts that exist, before the model loads
     mdl, tok = load_eval_policy(cfg, adapter, t.alphabet, base_seed)
     mdl.to(cfg.device)  # type: ignore[arg-type]  # @wraps(Module.to): typed unbound (self first)
     render_task_prompts(t, tok, cfg.model.chat_template)

@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import copy
+import errno
 import hashlib
 import json
 import os
@@ -81,6 +82,7 @@ __all__ = [
     "CONFIG_HEADER",
     "is_run_config",
     "check_no_links",
+    "run_files",
 ]
 
 
@@ -135,12 +137,16 @@ class RunDirectory:
         check_no_links(self.out)
         self._created = not self.out.exists()
         self._lock = RunLock(prepare_directory(self.out))
-        self._lock.acquire()
-        removed = clean_temporaries(self.out)
-        if removed:
-            say("note", f"removed {len(removed)} temporary file(s) left by an interrupted "
-                f"write: {', '.join(p.name for p in removed[:4])}")
-        state = inspect_run(cfg, mode, stored)
+        try:
+            self._lock.acquire()
+        except OSError as e:  # read-only media: a complete run is reported, never written
+            state = _complete_unlocked(cfg, mode, stored, e)
+        else:
+            removed = clean_temporaries(self.out)
+            if removed:
+                say("note", f"removed {len(removed)} temporary file(s) left by an interrupted "
+                    f"write: {', '.join(p.name for p in removed[:4])}")
+            state = inspect_run(cfg, mode, stored)
         for msg in state.warnings:
             say("warning", msg)
         for msg in state.notes:
@@ -168,6 +174,19 @@ class RunDirectory:
         """Release the lock (idempotent)."""
         if self._lock is not None:
             self._lock.release()
+
+
+def _complete_unlocked(cfg: ResolvedTrainConfig, mode: str, stored: TrainConfig | None,
+                       error: OSError) -> RunState:
+    """The state of a complete run in a directory that cannot be written (read-only media, no
+    permission: its lock ``error``): a complete run is only read, so it is inspected without
+    the lock; any other run (one to start or continue) re-raises ``error``."""
+    if error.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+        raise error
+    state = inspect_run(cfg, mode, stored)
+    if state.kind != "complete":
+        raise error
+    return state
 
 
 def read_run_config(directory: str | os.PathLike[str]) -> TrainConfig:
@@ -527,6 +546,17 @@ def prepare_directory(directory: str | os.PathLike[str]) -> Path:
             break
     directory.mkdir(parents=True, exist_ok=True)
     return directory
+
+
+def run_files(directory: str | os.PathLike[str]) -> list[tuple[str, Path]]:
+    """``(what, path)`` for every file and folder bestk writes in the run ``directory``
+    (``config.yaml``, its lock and marker, :data:`RUN_FILES`, earlier attempts): the paths an
+    output option of a command that reads the run may not name (``bestk eval --run DIR
+    --json DIR/config.yaml`` would leave a run that can neither resume nor be evaluated)."""
+    directory = Path(directory)
+    names = ["config.yaml", LOCK_NAME, _FINISHED, *RUN_FILES]
+    names += sorted(n for n in directory_names(directory) if _is_attempt_folder(n))
+    return [(f"a file of the run {str(directory)!r}", directory / n) for n in names]
 
 
 def check_no_links(directory: str | os.PathLike[str]) -> None:
