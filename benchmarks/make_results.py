@@ -111,6 +111,9 @@ from results_specs import (
 #: produced data file makes the testbed's cache obsolete and deletes it.
 GRID_CACHE = ROOT / "benchmarks" / "grid_cache"
 
+#: What the lab keeps in a testbed's grid directory beside the comparison's own files
+#: (``run_compare``'s ``also``): its spec, a pretrained grid's status and warm start.
+LAB_FILES = ("spec.json", "status.json", "_warm/")
 
 def _made_with(out: Path, spec: dict[str, Any]) -> bool:
     """Whether the grid directory ``out`` was made with ``spec`` (its ``spec.json`` stamp;
@@ -160,7 +163,7 @@ def run_language(name: str, runs: Path, *, fast: bool, reuse: bool, workers: int
                 lr_sweep=spec.get("lr_sweep"), sweep_seeds=max(1, spec["sweep_seeds"]),
                 val_prompts=spec["val_prompts"], kappo=None if kp is None else KappoAuto(**kp),
                 resume=True, select_by=spec.get("select_by"),
-                common_lr_from=spec.get("common_lr_from"))
+                common_lr_from=spec.get("common_lr_from"), also=LAB_FILES)
 
 
 def run_pretrained(name: str, runs: Path, spec: dict[str, Any], methods: list[Any], *,
@@ -187,7 +190,8 @@ def run_pretrained(name: str, runs: Path, spec: dict[str, Any], methods: list[An
         # an arm an amendment dropped keeps its first seed (judged by the rate check) only
         run_compare(pretrained.seed_methods(methods, n, dropped), seeds=n, out=out,
                     overrides=overrides, progress=sys.stdout.isatty(),
-                    controls=[spec["control"]], workers=workers, resume=True, isolate=True)
+                    controls=[spec["control"]], workers=workers, resume=True, isolate=True,
+                    also=LAB_FILES)
         pretrained.write_status(name, runs, labels, spec["seeds"])
         if n == 1 and "rate_check" in spec:
             rec = pretrained.judge_first_seed(name, out, spec, [m.label for m in methods],

@@ -54,7 +54,9 @@ def compare_command(
     ),
     val_prompts: int = typer.Option(256, "--val-prompts", help="Validation prompts (sweep)."),
     resume: bool = typer.Option(True, "--resume/--no-resume",
-                                help="Reuse finished runs of an identical earlier grid."),
+                                help="Continue the grid in --out (finished runs reused); "
+                                "--no-resume starts over, keeping the earlier grid's files in "
+                                "OUT/previous-attempt/."),
     quiet: bool = typer.Option(False, "--quiet"),
 ) -> None:
     """Matched runs of several methods (same SFT weights, prompts, rollout budget, optimiser);
@@ -63,6 +65,7 @@ def compare_command(
     from bestk.compare.jobs import CompareInterrupted
     from bestk.compare.methods import Method
     from bestk.train.commands import check_flag_conflicts
+    from bestk.train.config_io import check_each_key_once
 
     try:
         with cli_errors():
@@ -85,6 +88,8 @@ def compare_command(
                 if label not in specs:
                     fail(f"--set-for {item!r}: {label!r} is not among the methods {list(specs)}")
                 specs[label][1].append(kv)
+            for lb, (_, ov) in specs.items():  # each key once per method, as --set
+                check_each_key_once(ov, f"--set-for {lb}:")
             methods = [Method(lb, est, overrides=tuple(ov)) for lb, (est, ov) in specs.items()]
             grid = None
             if lr_sweep is not None:

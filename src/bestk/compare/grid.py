@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -15,7 +14,9 @@ from typing import Any
 import numpy as np
 
 from bestk._atomic import write_text_atomic
+from bestk._optional import require
 from bestk._seeds import COMPARE_SEEDS, SWEEP_SEEDS
+from bestk.compare.directory import CompareDirectory, grid_record
 from bestk.compare.jobs import (
     RunResult,
     SeedResult,
@@ -148,7 +149,7 @@ def sweep_score(end: dict[str, float], n: int) -> float:
 
 def _grid(methods: list[Method], base: TrainConfig, seeds: Sequence[int], out: Path,
           lrs: dict[str, float] | None, kappo: KappoAuto | None, workers: int,
-          progress: bool, resume: bool, what: str, shared: Path | None = None,
+          progress: bool, what: str, shared: Path | None = None,
           share_bank: bool = True, isolate: bool = False) -> dict[str, dict[str, RunResult]]:
     """SFT (and KAPPO calibration) per seed under ``shared`` (default ``out``), the seeds'
     shared reference banks, then every (method, seed) run under ``out``, runs that start alike
@@ -158,9 +159,6 @@ def _grid(methods: list[Method], base: TrainConfig, seeds: Sequence[int], out: P
     sft_dir = shared / "_sft"
     sft_jobs, runs = [], []
     banks: dict[str, list[Any]] = {}  # bank dir -> [job config, sft path, key, completions]
-    if not resume:
-        shutil.rmtree(shared / "_bank", ignore_errors=True)
-        shutil.rmtree(shared / "_start", ignore_errors=True)
     needs_cal = kappo is not None and any(
         estimator_info(m.estimator).calibrated and m.options.get("calibration") == "auto"
         for m in methods)
@@ -175,10 +173,6 @@ def _grid(methods: list[Method], base: TrainConfig, seeds: Sequence[int], out: P
             probe.seed = sid
             probe.out = str(sft_dir / f"work{i}")
             sft_path = str(sft_dir / f"seed{i}.pt")
-            if not resume:
-                for p in (sft_path, sft_path + ".json", cal_path):
-                    if p:
-                        Path(p).unlink(missing_ok=True)
             sft_jobs.append((sft_job, config_to_dict(resolve_defaults(probe)), sft_path,
                              None if kappo is None or not needs_cal else {
                                  "k": kappo.k, "beta": kappo.beta, "bank_n": kappo.bank_n,
@@ -208,8 +202,6 @@ def _grid(methods: list[Method], base: TrainConfig, seeds: Sequence[int], out: P
             if cfg.eval.shared_start is None:  # outside the key: it changes no result
                 cfg = copy.deepcopy(cfg)
                 cfg.eval.shared_start = str(shared / "_start")
-            if not resume and cfg.out is not None:
-                shutil.rmtree(cfg.out, ignore_errors=True)
             runs.append((i, m.label, cfg, sft_path, key))
     execute(sft_jobs, workers, progress, f"{what}: SFT")
     # what was made from a seed's SFT weights is keyed by their digest too (weights_digest)
@@ -253,6 +245,7 @@ def run_compare(
     select_by: str | None = None,
     common_lr_from: str | None = None,
     isolate: bool = False,
+    also: Sequence[str] = (),
 ) -> str:
     """Run the matched grid (module docstring); return the markdown table (also written to
     ``compare.md``).
@@ -267,6 +260,11 @@ def run_compare(
     every method at its chosen rate (one rate for all, as when a paper compares its variants
     at one rate); ``isolate`` runs every test run in a fresh process (one worker too: memory
     a run leaves behind, e.g. a vLLM engine's, goes back to the system when it ends).
+
+    ``out`` is held and checked as :class:`~bestk.compare.directory.CompareDirectory` says:
+    locked, refused when it holds files that are not a comparison's (``also``: names the
+    caller keeps there, folders ending in ``/``) or a grid of other settings; ``resume=False``
+    keeps the earlier grid in ``out/previous-attempt/`` and starts over.
     """
     if not estimators:
         raise ValueError("--estimators is empty")
@@ -278,9 +276,14 @@ def run_compare(
         raise ValueError(f"--max-extensions must be >= 0, got {max_extensions}")
     if lr_sweep and sweep_seeds < 1:
         raise ValueError(f"sweep_seeds must be >= 1, got {sweep_seeds}")
+    require("scipy.stats", extra="lab")  # the summary's intervals: before the grid, not after
     methods = make_methods(estimators, estimator_options, controls)
     out = Path(out)
     base = base_config(config, max_steps, list(overrides or []))
+    if base.out is not None:
+        raise ValueError(f"the base config sets out={base.out!r}, which a comparison does not "
+                         "use: it places each run under --out (OUT/<method>/seed<i>); drop "
+                         "out and give --out")
     test_seeds = [COMPARE_SEEDS.seed(base.seed, index=s) for s in range(seeds)]
     swept = methods
     if common_lr_from is not None:
@@ -296,28 +299,49 @@ def run_compare(
         check_runs(swept, _validation_config(base, val_prompts),
                    [SWEEP_SEEDS.seed(base.seed, index=j) for j in range(sweep_seeds)],
                    out / "sweep", kappo, [float(v) for v in lr_sweep])
-    lrs = None
     t0 = time.time()
-    with stop_on_signals():  # Ctrl-C / SIGTERM: every job stops at its next safe point
-        if lr_sweep:
-            lrs = _sweep(swept, base, out, [float(v) for v in lr_sweep], sweep_seeds,
-                         val_prompts, kappo, workers, progress, resume, share_bank,
-                         max_extensions, select_by, common_lr_from)
-            if common_lr_from is not None:
-                lrs = {m.label: lrs[common_lr_from] for m in methods}
-        grid = _grid(methods, base, test_seeds, out, lrs, kappo, workers, progress, resume,
-                     "test", share_bank=share_bank, isolate=isolate)
-    results: dict[str, dict[str, SeedResult]] = {
-        label: {s: {"start": r["start"], "end": r["end"], "run": r["run"]}
-                for s, r in runs.items()} for label, runs in grid.items()}
-    out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out / "results.json", json.dumps(results, indent=1))
-    write_text_atomic(out / "compare.json", json.dumps({
-        "methods": [{"label": m.label, "estimator": m.estimator, "options": m.options,
-                     "overrides": list(m.overrides), "control_of": m.control_of}
-                    for m in methods],
-        "seeds": seeds, "lr": lrs, "wall_seconds": time.time() - t0}, indent=1, default=str))
-    return write_summary(out, results, base.eval.n)
+    record = grid_record(base, [_method_record(m) for m in methods])
+    with CompareDirectory(out, also) as directory, stop_on_signals():
+        kept = directory.open(record, resume=resume)  # Ctrl-C / SIGTERM from here: every
+        if kept is not None and progress:             # job stops at its next safe point
+            print(f"note: the earlier grid's files are kept in {kept}", flush=True)
+        grid, lrs = _run_grid(methods, base, test_seeds, out, kappo, workers, progress,
+                              share_bank, isolate, lr_sweep, sweep_seeds, val_prompts,
+                              max_extensions, select_by, common_lr_from)
+        results: dict[str, dict[str, SeedResult]] = {
+            label: {s: {"start": r["start"], "end": r["end"], "run": r["run"]}
+                    for s, r in runs.items()} for label, runs in grid.items()}
+        write_text_atomic(out / "results.json", json.dumps(results, indent=1))
+        write_text_atomic(out / "compare.json", json.dumps({
+            **directory.record, "seeds": seeds, "lr": lrs, "wall_seconds": time.time() - t0},
+            indent=1, default=str))
+        return write_summary(out, results, base.eval.n)
+
+
+def _method_record(m: Method) -> dict[str, object]:
+    return {"label": m.label, "estimator": m.estimator, "options": m.options,
+            "overrides": list(m.overrides), "control_of": m.control_of}
+
+
+def _run_grid(methods: list[Method], base: TrainConfig, test_seeds: list[int], out: Path,
+              kappo: KappoAuto | None, workers: int, progress: bool, share_bank: bool,
+              isolate: bool, lr_sweep: Sequence[float] | None, sweep_seeds: int,
+              val_prompts: int, max_extensions: int, select_by: str | None,
+              common_lr_from: str | None
+              ) -> tuple[dict[str, dict[str, RunResult]], dict[str, float] | None]:
+    """The sweep (if any) then the test runs of :func:`run_compare`: ``({label: {"seedS":
+    result}}, the learning rates the sweep chose or None)``."""
+    lrs = None
+    if lr_sweep:
+        swept = methods if common_lr_from is None else \
+            [m for m in methods if m.label == common_lr_from]
+        lrs = _sweep(swept, base, out, [float(v) for v in lr_sweep], sweep_seeds, val_prompts,
+                     kappo, workers, progress, share_bank, max_extensions, select_by,
+                     common_lr_from)
+        if common_lr_from is not None:
+            lrs = {m.label: lrs[common_lr_from] for m in methods}
+    return _grid(methods, base, test_seeds, out, lrs, kappo, workers, progress, "test",
+                 share_bank=share_bank, isolate=isolate), lrs
 
 
 def _validation_config(base: TrainConfig, val_prompts: int) -> TrainConfig:
@@ -362,15 +386,16 @@ def validation_runs(
     out = Path(out)
     sweep_seeds = [SWEEP_SEEDS.seed(base.seed, index=j) for j in range(seeds)]
     check_runs(list(methods), val, sweep_seeds, out / f"lr{lr:g}", kappo, [float(lr)])
-    with stop_on_signals():
+    with CompareDirectory(out) as directory, stop_on_signals():
+        directory.open(None)
         return _grid(list(methods), val, sweep_seeds, out / f"lr{lr:g}",
-                     {m.label: float(lr) for m in methods}, kappo, workers, progress, True,
+                     {m.label: float(lr) for m in methods}, kappo, workers, progress,
                      f"validation lr={lr:g}", shared=out)
 
 
 def _sweep(methods: list[Method], base: TrainConfig, out: Path, grid: list[float],
            sweep_seeds: int, val_prompts: int, kappo: KappoAuto | None, workers: int,
-           progress: bool, resume: bool, share_bank: bool = True,
+           progress: bool, share_bank: bool = True,
            max_extensions: int = 3, select_by: str | None = None,
            common_lr_from: str | None = None) -> dict[str, float]:
     """Each method's learning rate from ``grid`` on the validation split, the grid extended
@@ -381,8 +406,6 @@ def _sweep(methods: list[Method], base: TrainConfig, out: Path, grid: list[float
     val = _validation_config(base, val_prompts)
     tuned = [m for m in methods if m.control_of is None]
     sdir = out / "sweep"
-    if not resume:
-        shutil.rmtree(sdir, ignore_errors=True)
     seeds = [SWEEP_SEEDS.seed(base.seed, index=j) for j in range(sweep_seeds)]
     by_label = {m.label: m for m in tuned}
 
@@ -395,7 +418,7 @@ def _sweep(methods: list[Method], base: TrainConfig, out: Path, grid: list[float
         for lr, labels in sorted(by_rate.items()):
             ms = [by_label[lb] for lb in labels]
             res = _grid(ms, val, seeds, sdir / f"lr{lr:g}", {m.label: lr for m in ms}, kappo,
-                        workers, progress, True, f"sweep lr={lr:g}", shared=sdir,
+                        workers, progress, f"sweep lr={lr:g}", shared=sdir,
                         share_bank=share_bank)
             for m in ms:
                 ends = [r["end"] for r in res[m.label].values()]

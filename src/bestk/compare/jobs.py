@@ -17,6 +17,7 @@ import json
 import multiprocessing as mp
 import shutil
 import signal
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -30,6 +31,7 @@ from rich.progress import Progress
 from bestk._atomic import atomic_path, write_text_atomic
 from bestk._optional import require
 from bestk._seeds import KAPPO_AUTO_BANK
+from bestk.compare.directory import set_run_aside
 from bestk.compare.keys import (
     fingerprint,
     sft_key,
@@ -54,7 +56,7 @@ from bestk.train.reference.plan import plan_reference
 from bestk.train.rollout.engine import ENGINES
 from bestk.train.rollout.evaluate import evaluate
 from bestk.train.rollout.settings import sampling_options
-from bestk.train.run.checkpoint import latest_checkpoint
+from bestk.train.run.checkpoint import last_run_checkpoint, load_weights
 from bestk.train.run.console import Stopped, StopRequest
 from bestk.train.run.directory import read_metrics
 from bestk.train.setup import load_run_policy, load_run_task, max_new_tokens
@@ -167,8 +169,7 @@ def sft_job(cfg_dict: Mapping[str, object], path: str, kappo: KappoFields | None
     """SFT of one seed (saved atomically to ``path``) and, if asked, its KAPPO calibration."""
     cfg = resolved_from_dict(copy.deepcopy(cfg_dict))
     key = sft_key(cfg)
-    meta = Path(path + ".json")
-    if not (Path(path).exists() and meta.exists() and json.loads(meta.read_text()) == key):
+    if not _sft_cached(Path(path), key):
         if cal_path is not None:  # made from the weights this replaces
             Path(cal_path).unlink(missing_ok=True)
         try:
@@ -177,10 +178,28 @@ def sft_job(cfg_dict: Mapping[str, object], path: str, kappo: KappoFields | None
             raise _stopped() from None
         with atomic_path(path) as tmp:
             torch.save(weights, tmp)
-        write_text_atomic(meta, json.dumps(key))
+        write_text_atomic(Path(path + ".json"), json.dumps(key))
     if kappo is not None and cal_path is not None and not Path(cal_path).exists():
         _calibrate(cfg, path, KappoAuto(**kappo), Path(cal_path))
     return path
+
+
+def _sft_cached(path: Path, key: object) -> bool:
+    """Whether ``path`` holds the SFT weights of ``key`` (its key file ``path.json`` says so)
+    and they load. Weights of that key that are damaged (truncated, overwritten) are bestk's
+    own cache entry: a note on stderr names the file, and the caller recomputes it."""
+    meta = path.with_name(path.name + ".json")
+    try:
+        if not (path.exists() and json.loads(meta.read_text()) == key):
+            return False
+    except (OSError, ValueError):  # no key file, or one that is not JSON: recomputed
+        return False
+    try:
+        load_weights(path)
+    except ValueError as e:
+        print(f"note: {e}; recomputing the cached SFT weights", file=sys.stderr, flush=True)
+        return False
+    return True
 
 
 def _calibrate(cfg: ResolvedTrainConfig, sft_path: str | None, kp: KappoAuto,
@@ -191,7 +210,7 @@ def _calibrate(cfg: ResolvedTrainConfig, sft_path: str | None, kp: KappoAuto,
     task, device = load_run_task(cfg)
     model, tokenizer = load_run_policy(cfg, task, device)
     if sft_path is not None:
-        model.load_state_dict(torch.load(sft_path))
+        model.load_state_dict(load_weights(sft_path))
     exs = task.train
     backend = ENGINES[cfg.rollout.engine].make(model, tokenizer, cfg, max_new_tokens(cfg, task))
     try:  # the calibration reads rewards only: the entropy of one sample per prompt suffices
@@ -250,7 +269,7 @@ def bank_job(cfg_dict: Mapping[str, object], sft_path: str | None, bank_dir: str
     plan = plan_reference(cfg, ALGORITHMS[cfg.algorithm], task)
     model, tokenizer = load_run_policy(cfg, task, device)
     if sft_path is not None:
-        model.load_state_dict(torch.load(sft_path))
+        model.load_state_dict(load_weights(sft_path))
     try:
         bank = plan.reference_bank(model, tokenizer, task, max_new_tokens(cfg, task),
                                    should_stop=stop_requested)
@@ -303,10 +322,11 @@ def rl_job(cfg_dict: Mapping[str, object], sft_path: str | None, label: str, key
             tr.stop.requested, tr.stop.signum = True, _signum()
 
     same = (run_dir / "run.key").exists() and (run_dir / "run.key").read_text() == key
-    if same and latest_checkpoint(run_dir / "checkpoints") is not None:
+    if same and last_run_checkpoint(run_dir / "checkpoints") is not None:
         tr = Trainer.resume(run_dir, on_step=poll)
-    else:
-        shutil.rmtree(run_dir, ignore_errors=True)
+    else:  # a run of another key (or none) is kept beside, whole; one of this key starts over
+        if not same and run_dir.is_dir() and any(run_dir.iterdir()):
+            set_run_aside(run_dir)
         tr = Trainer(cfg, warm_start=sft_path, on_step=poll)
         write_text_atomic(run_dir / "run.key", key)
     tr.continue_with = CONTINUE_WITH

@@ -12,11 +12,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from bestk.train.config import ResolvedTrainConfig, TrainConfig
 from bestk.train.config_io import config_to_dict
 from bestk.train.rollout.shared_start import state_digest
+from bestk.train.run.checkpoint import load_weights
 from bestk.train.validation import (
     resolve_defaults,
 )
@@ -34,7 +33,7 @@ def weights_digest(path: str | Path) -> str:
     only by the SFT configuration: recomputing the weights on another machine (a resumed or
     restored grid) can change them in the last float bits, and runs made from different
     weights would no longer be paired."""
-    return state_digest(torch.load(path, map_location="cpu"))
+    return state_digest(load_weights(path))  # damaged: a one-line ValueError naming it
 
 
 def non_default(value: object, default: object) -> object:
