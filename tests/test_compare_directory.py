@@ -132,3 +132,30 @@ def test_compare_refuses_out_in_its_config_and_needs_scipy_before_any_work(tmp_p
     with pytest.raises(ImportError, match="scipy"):
         run_compare(["grpo"], out=tmp_path / "cmp", overrides=TINY, **GRID)
     assert not (tmp_path / "cmp").exists() and not (tmp_path / "elsewhere").exists()
+
+
+def test_base_estimator_options_for_an_estimator_not_compared_are_refused(tmp_path):
+    """The base config's estimator_options belong to its estimator; with that estimator not
+    compared they were dropped silently, or refused after the grid started, naming it."""
+    for ests in (["maxrl"], ["grpo", "pkpo"]):
+        with pytest.raises(ValueError, match=r"estimator_options \{'k': 4\} of the base config "
+                           r"are options of its estimator '\w+', which is not compared"):
+            run_compare(ests, out=tmp_path / "cmp", overrides=[*TINY, "estimator_options={k: 4}"],
+                        **GRID)
+    assert not (tmp_path / "cmp").exists()
+
+
+def test_a_grid_that_never_started_a_run_does_not_hold_its_settings(tmp_path):
+    """A grid recorded in compare.json that stopped before any run started (a failure after
+    the record) leaves nothing that other settings would replace: another grid runs there."""
+    from bestk.train.config import TrainConfig
+    from bestk.train.config_io import config_to_dict
+
+    out = tmp_path / "cmp"
+    (out / "_sft").mkdir(parents=True)
+    (out / "compare.json").write_text(json.dumps(
+        {"base": config_to_dict(TrainConfig()), "methods": [{"label": "grpo"}]}))
+    run_compare(["grpo"], out=out, overrides=TINY, **GRID)
+    assert (out / "grpo" / "seed0" / "result.json").is_file()
+    with pytest.raises(ValueError, match="holds a grid with other settings"):
+        run_compare(["grpo"], out=out, overrides=[*TINY, "optim.lr=0.5"], **GRID)

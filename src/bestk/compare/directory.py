@@ -139,13 +139,13 @@ def grid_record(base: TrainConfig, methods: Sequence[Mapping[str, object]]) -> d
 
 def check_same_grid(out: str | os.PathLike[str], record: Mapping[str, Any]) -> None:
     """Refuse, in one line, a grid whose base config or a method of the same label differs
-    from the one ``out/compare.json`` records: its runs would be redone and the finished ones
-    replaced. Methods and seeds may be added; a grid recorded by an older bestk (no base
-    config) is not checked here (its runs are keyed one by one)."""
+    from the one ``out/compare.json`` records, once a run of it has started: its runs would be
+    redone and the finished ones replaced. Methods and seeds may be added; a grid recorded by
+    an older bestk (no base config) is not checked here (its runs are keyed one by one)."""
     out = Path(out)
     old = _grid_of(out)
-    if old is None or "base" not in old:
-        return
+    if old is None or "base" not in old or not _has_runs(out):
+        return  # no record to hold to, or no run that other settings would replace
     changes = [f"{k}: {_show(a)} -> {_show(b)}" for k, a, b in config_changes(
         config_from_dict(old["base"]), config_from_dict(record["base"]))]
     before = {m.get("label"): m for m in old["methods"] if isinstance(m, dict)}
@@ -161,6 +161,12 @@ def check_same_grid(out: str | os.PathLike[str], record: Mapping[str, Any]) -> N
             f"--out {str(out)!r} holds a grid with other settings ({shown}): its finished runs "
             "would be replaced; continue it with its own settings, start it over with "
             "--no-resume (its files are kept in previous-attempt/), or choose another --out")
+
+
+def _has_runs(out: Path) -> bool:
+    """Whether a run of the grid in ``out`` has started (a seed folder with its ``run.key``)."""
+    return any(True for pattern in ("*/seed*/run.key", "lr*/*/seed*/run.key",
+                                    "sweep/lr*/*/seed*/run.key") for _ in out.glob(pattern))
 
 
 def _show(v: object) -> str:

@@ -284,6 +284,13 @@ def run_compare(
         raise ValueError(f"the base config sets out={base.out!r}, which a comparison does not "
                          "use: it places each run under --out (OUT/<method>/seed<i>); drop "
                          "out and give --out")
+    compared = {m.estimator for m in methods}
+    if base.estimator_options and base.estimator not in compared:
+        raise ValueError(
+            f"estimator_options {base.estimator_options} of the base config are options of "
+            f"its estimator {base.estimator!r}, which is not compared (methods: "
+            f"{', '.join(m.label for m in methods)}); give a method its options with "
+            "--set-for LABEL:estimator_options.KEY=VALUE")
     test_seeds = [COMPARE_SEEDS.seed(base.seed, index=s) for s in range(seeds)]
     swept = methods
     if common_lr_from is not None:
@@ -293,7 +300,9 @@ def run_compare(
                              f"{[m.label for m in methods]}")
     if not lr_sweep and (common_lr_from is not None or select_by is not None):
         raise ValueError("common_lr_from / select_by need an lr_sweep")
-    # every run of the grid checked as its trainer will check it, before any work starts
+    # every run of the grid checked as its trainer will check it, before any work starts --
+    # whatever the directory holds (finished runs are checked as if they were to run)
+    resolve_defaults(base)  # the grid's SFT reads it
     check_runs(methods, base, test_seeds, out, kappo)
     if lr_sweep:
         check_runs(swept, _validation_config(base, val_prompts),
