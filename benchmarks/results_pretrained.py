@@ -35,7 +35,7 @@ from bestk.compare import Method, method_slug
 from bestk.compare.jobs import calibration_job, execute
 from bestk.compare.methods import base_config
 from bestk.lab.io import write_json_atomic
-from bestk.train.config_io import config_to_dict
+from bestk.train.config_io import config_to_dict, last_of_each_key
 from bestk.train.run.directory import finished_step, read_metrics
 from bestk.train.validation import resolve_defaults
 
@@ -64,7 +64,8 @@ def warm_start(name: str, runs: Path, spec: dict[str, Any]) -> dict[str, Any]:
     if finished_step(out) != steps or not (out / "final" / "config.json").exists():
         print(f"{name}: warm start ({steps} GRPO steps) in {out}", flush=True)
         cmd = [sys.executable, "-m", "bestk", "train", "--out", str(out)]
-        subprocess.run(cmd + [x for o in sets for x in ("--set", o)], check=True)
+        subprocess.run(cmd + [x for o in last_of_each_key(sets) for x in ("--set", o)],
+                       check=True)
     return warm_record(name, runs, spec)
 
 

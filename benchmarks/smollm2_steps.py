@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bestk.lab.io import write_json_atomic
+from bestk.train.config_io import last_of_each_key
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "docs" / "results" / "data" / "pilots" / "smollm2-steps.json"
@@ -133,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     a.run = a.run or ROOT / "runs" / "pilots" / f"smollm2-steps-lr{a.lr:g}"
     sets = overrides(a)
     if not a.collect:
-        cmd = [sys.executable, "-m", "bestk", "train"] + [x for o in sets for x in ("--set", o)]
+        cmd = [sys.executable, "-m", "bestk", "train"] + [
+            x for o in last_of_each_key(sets) for x in ("--set", o)]
         subprocess.run(cmd, check=True)
     curve = read_curve(a.run)
     rule = levels_off(curve["steps"], curve["pass@1"])

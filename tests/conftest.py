@@ -2,9 +2,9 @@
 
 Besides the fixtures: :data:`TINY_MODEL` / :data:`TINY` / :func:`tiny_config` (a seconds-long
 embedded-trainer run), :data:`KAPPO_TINY` / :func:`kappo_config` (the same with a small KAPPO
-bank), :func:`gsm8k_rows` and :func:`scaled_rloo_ref` (the reference of design.md's example
-estimator, which the ``scaled_rloo`` fixture registers), imported as
-``from tests.conftest import ...``.
+bank), :func:`set_args` (``--set`` arguments, each key once), :func:`gsm8k_rows` and
+:func:`scaled_rloo_ref` (the reference of design.md's example estimator, which the
+``scaled_rloo`` fixture registers), imported as ``from tests.conftest import ...``.
 """
 
 from __future__ import annotations
@@ -56,6 +56,14 @@ KAPPO_TINY = [s for s in TINY if not s.startswith(("task.options", "rollout.n", 
     "kappo.bank_prompts=16",
     "kappo.bank_size=8",
 ]
+
+
+def set_args(*items: str) -> list[str]:
+    """``--set`` arguments of ``items``, each key once as a command line must give it (``bestk
+    train`` refuses a key given twice): an item replaces an earlier one of the same key
+    (``set_args(*TINY, "eval.every=1000")``)."""
+    last = {s.partition("=")[0].strip(): s for s in items}
+    return [x for s in last.values() for x in ("--set", s)]
 
 
 def _config(items: list[str], out: Path, extra: tuple[str, ...]) -> Any:

@@ -234,6 +234,11 @@ def test_compare_cli(tmp_path):
      "label of its own: grpo,grpo_2=grpo)"),
     (["--estimators", "grpo", "--max-steps", "2", "--set", "max_steps=1"],
      "--max-steps 2 and --set max_steps=1 disagree; give one of them"),
+    (["--estimators", "grpo", "--set", "seed=1", "--set", "seed=2"],
+     "--set seed=1 and --set seed=2 both set 'seed'; give it once"),
+    (["--estimators", "grpo", "--set-for", "grpo:optim.lr=1e-3", "--set-for", "grpo:optim.lr=0.01"],
+     "--set-for grpo:optim.lr=1e-3 and --set-for grpo:optim.lr=0.01 both set 'optim.lr'; give it "
+     "once"),
 ])
 def test_compare_refuses_a_method_twice_and_a_flag_its_set_contradicts(tmp_path, args, line):
     from tests.test_train_run_directory import one_line_error

@@ -25,8 +25,7 @@ pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 def _compare_args(out: Path, workers: int) -> list[str]:
     args = ["compare", "--estimators", "grpo,rloo", "--seeds", "1", "--max-steps", "30",
             "--workers", str(workers), "--out", str(out), "--quiet"]
-    for s in [*conftest.TINY, "checkpoint_every=1000", "eval.every=1000"]:
-        args += ["--set", s]
+    args += conftest.set_args(*conftest.TINY, "checkpoint_every=1000", "eval.every=1000")
     return args
 
 
@@ -75,3 +74,31 @@ def test_a_signal_stops_the_comparison_with_its_status_and_the_same_command_cont
         assert (out / method / "seed0" / "result.json").is_file()
     done = [r["step"] for r in read_metrics(first / "metrics.jsonl") if r["phase"] == "train"]
     assert done == list(range(1, 31))  # each step once: continued, not started over
+
+
+def test_a_damaged_cached_sft_file_is_recomputed_saying_so(tmp_path, capsys):
+    """``_sft/seed0.pt`` truncated (a disk filled, a copy cut short) once gave a torch
+    traceback on the next ``bestk compare``; it is bestk's own cache entry, under its own key,
+    so it is recomputed, with one line naming it; reading it is a one-line error too."""
+    from bestk.compare.jobs import sft_job
+    from bestk.compare.keys import weights_digest
+    from bestk.train.config_io import config_to_dict
+    from bestk.train.validation import resolve_defaults
+
+    cfg = config_to_dict(resolve_defaults(conftest.tiny_config(tmp_path / "_sft" / "work0")))
+    path = tmp_path / "_sft" / "seed0.pt"
+    sft_job(cfg, str(path), None, None)
+    digest = weights_digest(path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=r"seed0\.pt' is damaged \(truncated or overwritten\?\)"):
+        weights_digest(path)
+    capsys.readouterr()
+    sft_job(cfg, str(path), None, None)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"note: weights file '{path}' is damaged"), err
+    assert err[0].endswith("; recomputing the cached SFT weights")
+    assert weights_digest(path) == digest  # the same weights again
+    stamp = path.stat().st_mtime_ns
+    sft_job(cfg, str(path), None, None)  # intact: reused, nothing said
+    assert path.stat().st_mtime_ns == stamp and not capsys.readouterr().err

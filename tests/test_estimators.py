@@ -223,6 +223,48 @@ def test_size_one_groups_get_zero_from_baselined_estimators():
     assert bestk.advantages("argmaxrl", r, lab, baseline="none")[0] == 3.0
 
 
+def _singleton_options():
+    """Every built-in estimator with each option value that changes its smallest group."""
+    from bestk.kappo import calibrate
+
+    cal = calibrate({0: [1, 0, 0, 1], 1: [0, 0, 0, 1], 2: [1, 1, 0, 1]}, k=2, beta=0.1)
+    return [
+        ("argmaxrl", {}), ("argmaxrl", {"baseline": "mean"}), ("argmaxrl", {"baseline": "none"}),
+        ("maxrl", {}), ("maxrl", {"baseline": "none"}), ("grpo", {}), ("grpo", {"scale": "none"}),
+        ("rloo", {}), ("reinforce", {}), ("softmax_grpo", {}), ("loo_max", {}),
+        ("loo_max", {"scale": "std"}), ("pkpo", {"k": 1}), ("pkpo", {"k": 1, "variant": "s"}),
+        ("pkpo", {"k": 1, "variant": "sloo"}), ("passk_training", {"k": 1}),
+        ("kappo_grpo", {"calibration": cal}),
+    ]
+
+
+def test_min_group_says_whether_a_group_of_one_trains():
+    """An estimator's registered ``min_group`` (the trainer refuses a smaller ``rollout.n``)
+    is 2 exactly when every sample alone in its group gets advantage 0, whatever its reward;
+    every built-in estimator is covered."""
+    cases = _singleton_options()
+    assert {name for name, _ in cases} >= {
+        "argmaxrl", "maxrl", "grpo", "rloo", "reinforce", "softmax_grpo", "loo_max", "pkpo",
+        "passk_training", "kappo_grpo"}
+    for name, opts in cases:
+        info = bestk.estimator_info(name)
+        rewards = [1.0, 0.0, 1.0]  # three groups of one sample (0/1: any domain takes them)
+        a = bestk.advantages(name, rewards, [0, 1, 2], **opts)
+        need = info.min_group_size({k: v for k, v in opts.items() if k != "calibration"})
+        assert need == (2 if np.all(a == 0) else 1), (name, opts, a)
+
+
+def test_min_group_must_be_a_size_or_a_function():
+    from bestk.estimators import register_estimator
+
+    for bad in (0, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="min_group must be an integer >= 1 or a function"):
+            register_estimator("test_bad_min_group", min_group=bad)
+    assert "test_bad_min_group" not in bestk.ESTIMATORS
+    assert bestk.estimator_info("reinforce").min_group_size() == 1
+    assert bestk.estimator_info("grpo").min_group_size({"scale": "none"}) == 2
+
+
 # ---------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize(
     "call, msg",

@@ -583,6 +583,39 @@ def test_kappo_reward_checks():
         KappoReward(lambda **_: [0.5], cal, "pid")(completions=[""], pid=["x"])
 
 
+def test_kappo_reward_reads_bfloat16_and_refuses_text():
+    """The wrapped reward's values are numbers as a task's reward's are: bfloat16 tensors (a
+    ``TypeError`` from ``.numpy()`` before) are read through float64, text (``"1"``, parsed
+    before) is refused naming the function and the type, and a ``sys.exit()`` in it is
+    a one-line error."""
+    import sys
+
+    from bestk.integrations.trl import KappoReward
+    from bestk.kappo import calibrate
+
+    cal = calibrate({"x": [1, 0, 0, 0], "y": [1, 1, 1, 0]}, k=2, beta=0.5)
+
+    def bf16(completions, **_):
+        return [torch.tensor(1.0, dtype=torch.bfloat16), None]
+
+    def floats(completions, **_):
+        return [1.0, None]
+
+    def text(completions, **_):
+        return ["1", None]
+
+    def leave(completions, **_):
+        sys.exit(0)
+
+    batch = {"prompts": ["a"] * 2, "completions": ["", ""], "pid": ["x", "y"]}
+    assert KappoReward(bf16, cal, "pid")(**batch) == KappoReward(floats, cal, "pid")(**batch)
+    with pytest.raises(ValueError, match="^reward function 'text' returned '1' for completion "
+                       "0: a str, not a number"):
+        KappoReward(text, cal, "pid")(**batch)
+    with pytest.raises(ValueError, match="^reward function 'leave' raised SystemExit\\(0\\)$"):
+        KappoReward(leave, cal, "pid")(**batch)
+
+
 # ---------------------------------------------------------------------------------------------
 # Real multi-process training
 

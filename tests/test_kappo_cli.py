@@ -240,3 +240,28 @@ def test_plot_weights_bad_values_are_one_error_line(tmp_path, args, line):
     res = runner.invoke(app, ["plot", "weights", "-o", str(out), *args])
     _one_line_error(res, f"error: {line}")
     assert not out.exists()
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/dev/zero"), reason="needs /dev/zero")
+@pytest.mark.parametrize("args", [
+    ["calibrate", "/dev/zero", "--k", "2", "--beta", "0.1", "-o", "{tmp}/c.json"],
+    ["calibrate", "/dev/null", "--k", "2", "--beta", "0.1", "-o", "{tmp}/c.json"],
+    ["metrics", "/dev/zero", "--format", "jsonl"],
+])
+def test_a_device_as_input_is_one_line_not_an_endless_read(tmp_path, args):
+    """``bestk calibrate /dev/zero`` once read one endless line until it was OOM-killed (21 GB):
+    refused before a byte is read. Run in a process whose memory is capped (4 GiB), so that a
+    reader that does read it fails at once rather than filling the machine."""
+    import resource
+    import subprocess
+    import sys
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+    p = subprocess.run([sys.executable, "-m", "bestk", *(a.format(tmp=tmp_path) for a in args)],
+                       capture_output=True, text=True, timeout=120, preexec_fn=cap)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, p.stderr[-2000:]
+    assert lines[0].startswith("error: ") and "is not a regular file" in lines[0], lines[0]
+    assert args[1] in lines[0] and not (tmp_path / "c.json").exists()

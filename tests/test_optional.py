@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from bestk._optional import MissingDependency, available, missing_from, require
 from bestk.cli import app
-from tests.conftest import TINY
+from tests.conftest import TINY, set_args
 from tests.test_train_run_directory import one_line_error
 
 pytestmark = pytest.mark.usefixtures("restore_torch_threads")
@@ -22,8 +22,7 @@ pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 
 def _train(out: Path, *sets: str) -> list[str]:
     args = ["train", "--out", str(out), "--quiet", "--max-steps", "1"]
-    for s in [*TINY, *sets]:
-        args += ["--set", s]
+    args += set_args(*TINY, *sets)
     return args
 
 

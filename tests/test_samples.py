@@ -208,3 +208,16 @@ def test_bytes_that_are_not_utf8_are_one_line_naming_the_file(tmp_path, name):
     path.write_bytes(good + b"\xff\xfe\n")
     with pytest.raises(ValueError, match=r"s\.(jsonl|csv)' is not UTF-8 text.*0xff"):
         read_samples(path)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
+def test_a_device_or_a_directory_is_not_a_samples_file(tmp_path, fmt):
+    """``bestk metrics /dev/zero`` is refused before a byte is read (once it said "no such
+    file", which it is not); a missing file still says so."""
+    for path in ("/dev/zero", "/dev/null"):
+        with pytest.raises(ValueError, match=f"samples file '{path}' is not a regular file"):
+            read_samples(path, fmt=fmt)
+    with pytest.raises(ValueError, match="is a directory"):
+        read_samples(tmp_path, fmt=fmt)
+    with pytest.raises(ValueError, match="no such file"):
+        read_samples(tmp_path / f"missing.{fmt}")

@@ -6,6 +6,7 @@ name, ``module:function`` (also from the working directory, under every entry po
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 import textwrap
@@ -131,7 +132,8 @@ def test_score_errors_name_the_function_and_the_prompt(reward_file):
                        "'high' for prompt 'p0'"):
         task.score(_examples(), ["1", "2", "3"])
     task = _task(f"{reward_file}:digits_only")  # one plain function: None is not a reward
-    with pytest.raises(ValueError, match="reward of task 'arithmetic' returned None"):
+    with pytest.raises(ValueError, match="reward function 'digits_only' of task 'arithmetic' "
+                       "returned None for prompt 'p1': None is not a number"):
         task.score(_examples(), ["1", "2", "3"])
 
 
@@ -295,3 +297,119 @@ def test_a_reward_that_raises_names_the_function(tmp_path):
                        "'solution'"):
         task.probe_rewards()
     _task(["exact", "positional"]).probe_rewards()  # the built-in ones take any completion
+
+
+LEAVING = '''
+import sys
+
+
+def bye(prompt, completion, **_):
+    sys.exit(0)
+
+
+def own_interrupt(prompt, completion, **_):
+    raise KeyboardInterrupt
+
+
+def closing(prompt, completion, **_):
+    raise GeneratorExit
+'''
+
+
+@pytest.mark.parametrize("name, shown", [("bye", "SystemExit(0)"),
+                                         ("own_interrupt", "KeyboardInterrupt()"),
+                                         ("closing", "GeneratorExit()")])
+def test_a_reward_that_exits_or_interrupts_itself_is_a_one_line_error(tmp_path, name, shown):
+    """``sys.exit(0)`` (or a ``KeyboardInterrupt`` / ``GeneratorExit`` the function raises
+    itself) inside a reward is the same one-line ``ValueError`` as any exception, not the end
+    of the process (``bestk train`` used to exit with status 0 and no message)."""
+    path = tmp_path / "leaving.py"
+    path.write_text(LEAVING)
+    task = _task(f"{path}:{name}")
+    with pytest.raises(ValueError) as e:
+        task.score([_examples()[0]], ["4"])
+    assert str(e.value) == (f"reward function {name!r} of task 'arithmetic' raised {shown} for "
+                            "prompt 'p0' and completion '4'")
+    with pytest.raises(ValueError, match=re.escape(f"raised {shown}") + ".*probe call before"):
+        task.probe_rewards()
+
+
+def test_a_reward_module_that_exits_while_loading_is_a_one_line_error(tmp_path):
+    path = tmp_path / "exits.py"
+    path.write_text("import sys\nsys.exit(0)\n\ndef f(prompt, completion, **_):\n    return 1.0\n")
+    with pytest.raises(ValueError, match=f"^reward function '{path}:f' raised SystemExit\\(0\\) "
+                       "while its module was loading$"):
+        get_reward(f"{path}:f")
+    path.write_text("def f(prompt, completion, **_):\n    return 1.0\n")
+    assert get_reward(f"{path}:f").fn("p", "c") == 1.0  # nothing half-loaded was kept
+
+
+VALUES = '''
+import numpy as np
+import torch
+
+
+def text(prompt, completion, **_):
+    return "0.5"
+
+
+def half(prompt, completion, **_):
+    return torch.tensor(0.5, dtype=torch.bfloat16)
+
+
+def halves(prompt, completion, **_):
+    return [torch.tensor(0.5, dtype=torch.bfloat16)]
+
+
+def numpy_bool(prompt, completion, **_):
+    return np.bool_(True)
+
+
+def numpy_float(prompt, completion, **_):
+    return np.float32(0.25)
+
+
+def plain_bool(prompt, completion, **_):
+    return False
+'''
+
+
+def test_a_reward_must_return_a_number_not_text(tmp_path):
+    """``"0.5"`` used to be taken as 0.5: now it is refused in one line naming the function,
+    the value and its type. numpy / torch scalars (bfloat16 too) and bools are numbers."""
+    path = tmp_path / "values.py"
+    path.write_text(VALUES)
+    with pytest.raises(ValueError) as e:
+        _task(f"{path}:text").score([_examples()[0]], ["4"])
+    assert str(e.value) == ("reward function 'text' of task 'arithmetic' returned '0.5' for "
+                            "prompt 'p0': a str, not a number (a reward is an int, float or "
+                            "bool, or a numpy or torch scalar)")
+    with pytest.raises(ValueError, match="returned \\[tensor\\(0.5000, dtype=torch.bfloat16\\)"
+                       "\\] for prompt 'p0': a list, not a number"):
+        _task(f"{path}:halves").score([_examples()[0]], ["4"])
+    for name, want in (("half", 0.5), ("numpy_bool", 1.0), ("numpy_float", 0.25),
+                       ("plain_bool", 0.0)):
+        got = _task(f"{path}:{name}").score(_examples(), ["4", "4", "4"])
+        assert got.dtype == np.float64 and got.tolist() == [want] * 3, name
+
+
+def test_reward_number():
+    import fractions
+    from decimal import Decimal
+
+    import torch
+
+    from bestk.tasks.rewards import reward_number
+
+    for value, want in ((1, 1.0), (True, 1.0), (0.5, 0.5), (fractions.Fraction(1, 4), 0.25),
+                        (Decimal("0.5"), 0.5), (np.int64(3), 3.0), (np.array(0.5), 0.5),
+                        (torch.tensor([0.75], dtype=torch.bfloat16), 0.75),
+                        (torch.tensor(2, dtype=torch.int8), 2.0)):
+        assert reward_number(value) == want and type(reward_number(value)) is float
+    for value, why in (("0.5", "a str"), (b"1", "a bytes"), ([0.5], "a list"),
+                       (1j, "a complex"), (None, "None is not a number"),
+                       (np.array([0.5, 1.0]), "numpy array of dtype float64 and shape (2,)"),
+                       (torch.ones(2), "torch tensor of dtype float32 and shape (2,)"),
+                       (torch.tensor(1j), "torch tensor of dtype complex64")):
+        with pytest.raises(TypeError, match=re.escape(why)):
+            reward_number(value)

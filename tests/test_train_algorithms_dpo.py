@@ -18,7 +18,13 @@ from bestk.cli import app
 from bestk.train.algorithms.dpo import P_SUCCESS_WINS, pair_rows
 from bestk.train.run.directory import read_metrics
 from bestk.train.trainer import Trainer
-from tests.conftest import KAPPO_TINY, assert_same_run, crash_then_resume, kappo_config
+from tests.conftest import (
+    KAPPO_TINY,
+    assert_same_run,
+    crash_then_resume,
+    kappo_config,
+    set_args,
+)
 
 pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 
@@ -164,8 +170,7 @@ def test_too_few_pairs_warns_and_no_pairs_is_a_one_line_error(tmp_path, capsys):
     row = [r for r in read_metrics(tmp_path / "few/metrics.jsonl") if r["phase"] == "train"][0]
     assert row["pairs"] == pool
     args = ["train", "--out", str(tmp_path / "none"), "--quiet", "--max-steps", "1"]
-    for s in [*KAPPO_TINY, "algorithm=dpo", "sft.steps=0"]:  # untrained: never succeeds
-        args += ["--set", s]
+    args += set_args(*KAPPO_TINY, "algorithm=dpo", "sft.steps=0")  # untrained: never succeeds
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 2, r.output
     lines = [ln for ln in r.output.splitlines() if ln.startswith("error: ")]

@@ -286,3 +286,43 @@ def test_sft_steps_default_to_none_for_a_model_path():
     assert resolve_defaults(cfg).sft.steps == 7
     apply_overrides(cfg, ["sft.steps=null", "model.path=null"])
     assert resolve_defaults(cfg).sft.steps == 100
+
+
+@pytest.mark.parametrize("item, message", [
+    ("sampling_seed=-5", "config key 'sampling_seed' must be an integer in [0, 2**63 - 1] or "
+     "null (= seed), got -5"),
+    (f"sampling_seed={2**63}", "config key 'sampling_seed' must be an integer in "
+     f"[0, 2**63 - 1] or null (= seed), got {2**63}"),
+    (f"max_steps={2**63}", "config key 'max_steps' must be an integer in [0, 2**63 - 1], got "
+     f"{2**63}"),
+    ("task.reward=[]", "config key 'task.reward' must be a reward name, module:function, "
+     "path/file.py:function, or a non-empty list of them (null = the task's own reward), "
+     "got []"),
+    ("task.reward=''", "config key 'task.reward' must be a reward name, module:function, "
+     "path/file.py:function, or a non-empty list of them (null = the task's own reward), "
+     "got ''"),
+    ("task.reward=[exact, '']", "config key 'task.reward' must be a reward name, "
+     "module:function, path/file.py:function, or a non-empty list of them (null = the task's "
+     "own reward), got ['exact', '']"),
+])
+def test_single_field_rules_refuse_in_the_schema(item, message):
+    """``sampling_seed=-5`` was refused after config.yaml, metrics.jsonl and the SFT were
+    written, without naming the key; ``max_steps`` above int64 and an empty ``task.reward``
+    (silently the task's own reward) were accepted: each is the schema's one line now."""
+    with pytest.raises(ValueError) as e:
+        apply_overrides(TrainConfig(), [item])
+    assert str(e.value) == message
+    key, value = item.split("=", 1)
+    *section, name = key.split(".")
+    data: dict = {name: yaml.safe_load(value)}
+    with pytest.raises(ValueError, match=re.escape(message)):  # a config file's too
+        config_from_dict({section[0]: data} if section else data)
+
+
+def test_the_bounds_of_those_fields_keep_their_valid_values():
+    cfg = apply_overrides(TrainConfig(), [f"sampling_seed={2**63 - 1}",
+                                          f"max_steps={2**63 - 1}", "task.reward=[exact]"])
+    assert (cfg.sampling_seed, cfg.max_steps, cfg.task.reward) == (2**63 - 1, 2**63 - 1,
+                                                                   ["exact"])
+    apply_overrides(cfg, ["sampling_seed=null", "task.reward=null", "max_steps=0"])
+    assert (cfg.sampling_seed, cfg.task.reward, cfg.max_steps) == (None, None, 0)

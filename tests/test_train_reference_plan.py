@@ -24,7 +24,7 @@ from bestk.train.reference.bank import (
 from bestk.train.run.directory import read_metrics
 from bestk.train.trainer import Trainer
 from bestk.train.validation import resolve_defaults
-from tests.conftest import KAPPO_TINY, kappo_config
+from tests.conftest import KAPPO_TINY, kappo_config, set_args
 from tests.test_train_run_directory import invoke, one_line_error
 
 pytestmark = pytest.mark.usefixtures("restore_torch_threads")
@@ -115,8 +115,7 @@ def cal_file(tmp_path) -> Path:
 
 def _cli(out: Path, *extra: str):
     args = ["train", "--out", str(out), "--quiet", "--max-steps", "1"]
-    for s in [*KAPPO_TINY, *extra]:
-        args += ["--set", s]
+    args += set_args(*KAPPO_TINY, *extra)
     return invoke(*args)
 
 

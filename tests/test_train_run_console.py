@@ -131,3 +131,34 @@ def test_the_start_and_end_evaluations_are_on_the_progress_bar(tmp_path, monkeyp
     monkeypatch.setattr(trainer_module, "evaluate", spy)
     Trainer(tiny_config(tmp_path / "a", "max_steps=2")).run(progress=True)
     assert seen == [True, True]  # step 0 and step 2
+
+
+def test_a_signal_while_user_code_runs_stops_at_once(capfd):
+    """The first Ctrl-C / SIGTERM only asks the run to stop at its next safe point -- unless it
+    interrupts user code (a reward function, which may never return): then it raises at once.
+    A KeyboardInterrupt the code raises itself is the code's error, not a stop."""
+    import os
+    import signal
+    import time
+
+    from bestk.tasks.guard import SignalInterrupt, UserCodeError, user_code
+    from bestk.train.run.console import StopRequest
+
+    before = signal.getsignal(signal.SIGTERM)
+    with StopRequest() as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.01)  # the handler runs: a request, no exception
+        assert stop.requested and stop.signum == signal.SIGTERM
+    with StopRequest() as stop:
+        started = time.monotonic()
+        with pytest.raises(SignalInterrupt), user_code("reward function 'hang' of task 't'"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)
+        assert time.monotonic() - started < 10
+        assert stop.requested and stop.exit_status == 143
+        with pytest.raises(UserCodeError, match="raised KeyboardInterrupt"), user_code("f"):
+            raise KeyboardInterrupt
+    assert signal.getsignal(signal.SIGTERM) == before
+    err = capfd.readouterr().err
+    assert "note: SIGTERM while reward function 'hang' of task 't' was running: stopping at " \
+        "once, without finishing the step in progress" in err

@@ -33,7 +33,7 @@ from bestk.train.run.directory import (
 )
 from bestk.train.run.lock import RunDirectoryBusy, RunLock
 from bestk.train.trainer import Trainer
-from tests.conftest import TINY, is_timing, tiny_config
+from tests.conftest import TINY, is_timing, set_args, tiny_config
 
 #: The finished run every test copies: 4 RL steps, checkpoints at 0, 2, 4, evaluations at 0, 2, 4.
 RUN = ["checkpoint_every=2", "keep_checkpoints=3"]
@@ -60,8 +60,7 @@ def run(finished, tmp_path) -> Path:
 def cli_args(out: Path, *extra: str, max_steps: int = 4) -> list[str]:
     """``bestk train`` arguments of the finished run's config (the same command again)."""
     args = ["train", "--out", str(out), "--quiet", "--max-steps", str(max_steps)]
-    for s in [*TINY, *RUN, *extra]:
-        args += ["--set", s]
+    args += set_args(*TINY, *RUN, *extra)
     return args
 
 
@@ -408,8 +407,8 @@ def test_a_tilde_in_out_and_config_is_the_home_directory(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.chdir(work)
     (home / "c.yaml").write_text("max_steps: 1\nsft:\n  steps: 0\n")
-    r = invoke(*cli_args("~/run")[:-2], "--config", "~/c.yaml", "--max-steps", "1",
-               "--set", "sft.steps=0")
+    r = invoke(*cli_args("~/run", "sft.steps=0")[:-2], "--config", "~/c.yaml", "--max-steps",
+               "1")
     assert r.exit_code == 0, r.output
     assert (home / "run" / "final" / "config.json").is_file() and list(work.iterdir()) == []
     cfg = resolve_defaults(apply_overrides(TrainConfig(), ["model.path=~/m", "out=~/x"]))
@@ -566,6 +565,8 @@ def test_eval_on_damaged_weights_or_an_empty_directory(run, tmp_path):
         (b"null\n", "line 9: expected a JSON object, got null"),
         (b'{"phase": "train", "step": "five"}\n', "line 9: 'step' must be an integer >= 0"),
         (b'{"phase": "eval", "step": 5, "pass@1": "x"}\n', "line 9: 'pass@1' must be a number"),
+        (b'{"phase": "train", "step": 5, "loss": NaN}\n', "line 9 holds NaN, which is not JSON"),
+        (b'{"phase": "eval", "step": 5, "pass@1": -Infinity}', "line 9 holds -Infinity"),
     ],
 )
 def test_a_malformed_metrics_line_is_an_error_naming_the_file(run, tail, match):
@@ -875,9 +876,8 @@ def test_kill_9_of_a_kappo_run_then_the_same_command_continues(tmp_path, algorit
 
     def args(max_steps: int) -> list[str]:
         a = ["train", "--out", str(out), "--quiet", "--max-steps", str(max_steps)]
-        for s in [*KAPPO_TINY, f"algorithm={algorithm}", "kappo.k=2", "checkpoint_every=1",
-                  "eval.every=1000"]:
-            a += ["--set", s]
+        a += set_args(*KAPPO_TINY, f"algorithm={algorithm}", "kappo.k=2", "checkpoint_every=1",
+                      "eval.every=1000")
         return a
 
     step = kill_9_after_step_3(args(400), out)
@@ -1128,3 +1128,91 @@ def test_a_finished_marker_without_final_or_checkpoints_says_what_it_found(run):
         "model and its checkpoints/ are gone: there is nothing to report or continue from; "
         "restore final/ (or a checkpoint), or start a new run with another --out")
     assert sorted(p.name for p in run.iterdir()) == before
+
+
+# -- issue 45 item 5: robustness of the run directory's files ------------------------------------
+def test_a_bare_nan_in_metrics_names_the_file_and_line(tmp_path):
+    """Python's json reads ``NaN`` / ``Infinity``, which bestk never writes (``null``): a log
+    edited by hand once failed later, on rewrite, with "Out of range float values are not JSON
+    compliant", naming no file."""
+    log = tmp_path / "metrics.jsonl"
+    log.write_text('{"phase": "eval", "step": 0, "pass@1": 0.5}\n'
+                   '{"phase": "train", "step": 1, "loss": NaN}\n')
+    with pytest.raises(ValueError, match=r"metrics\.jsonl line 2 holds NaN, .* write NaN as null$"):
+        read_metrics(log)
+    log.write_text('{"phase": "eval", "step": 0, "pass@1": Infinity}\n')
+    with pytest.raises(ValueError, match=r"metrics\.jsonl line 1 holds Infinity"):
+        read_metrics(log)
+
+
+@pytest.mark.parametrize("how", ["chmod", "erofs"])
+def test_a_complete_run_on_read_only_media_says_it_is_complete(run, monkeypatch, how):
+    """Re-running a complete run needs no write, not even its lock file: on read-only media
+    (``chmod a-w`` on every file, or, as root, whom permissions do not stop, a lock that fails
+    with EROFS) it is reported complete, not refused with "Read-only file system"; a run that
+    would have to write is still refused in one line."""
+    if how == "chmod":
+        if os.geteuid() == 0:
+            pytest.skip("root ignores file permissions (the erofs case simulates them)")
+        paths = [run, *run.rglob("*")]
+        modes = {p: p.stat().st_mode for p in paths}
+        for p in paths:
+            p.chmod(modes[p] & ~0o222)
+        undo = lambda: [p.chmod(m) for p, m in modes.items()]  # noqa: E731
+    else:
+        def read_only(self):
+            raise OSError(errno.EROFS, "Read-only file system", str(self.path))
+
+        monkeypatch.setattr(RunLock, "acquire", read_only)
+        undo = lambda: None  # noqa: E731
+    try:
+        before = _files(run)
+        r = invoke(*cli_args(run))
+        assert r.exit_code == 0, r.output
+        assert "is already complete (step 4 of 4); nothing to do" in r.output
+        assert "done: held-out pass@1=" in r.output
+        assert _files(run) == before
+        line = one_line_error(invoke(*cli_args(run, max_steps=6)))  # continuing must write
+        assert ("Read-only file system" in line or "Permission denied" in line) and \
+            "choose a writable --out" in line, line
+    finally:
+        undo()
+
+
+def _as_other_runs(src: Path, dst: Path, step: int) -> None:
+    """``src`` rewritten as checkpoint ``step`` of a run with another config (seed 7), its
+    checksum recomputed: a well-formed checkpoint of another run."""
+    shutil.copy(src, dst)
+
+    def edit(state):
+        run = dict(state["run"])
+        run["config"] = {**run["config"], "seed": 7}
+        run["digest"] = "0123456789abcdef"
+        return {**state, "step": step, "run": run}
+
+    _rewrite_checkpoint(dst, edit)
+
+
+def test_a_foreign_checkpoint_beyond_max_steps_is_not_counted_as_steps_done(run):
+    """Another run's ``step_0000006`` copied into this 4-step run: refused as another run's
+    checkpoint, naming it; once "max_steps 4 is below the 6 steps run ... has done"."""
+    ck = run / "checkpoints"
+    _as_other_runs(ck / "step_0000004.safetensors", ck / "step_0000006.safetensors", 6)
+    before = _files(run)
+    line = one_line_error(invoke(*cli_args(run)))
+    assert "step_0000006.safetensors' belongs to another run" in line, line
+    assert "6 steps" not in line and "seed (7 there, 0 here)" in line
+    assert "move this one out of checkpoints/" in line
+    assert _files(run) == before
+
+
+def test_a_full_disk_names_the_runs_own_last_checkpoint_not_a_foreign_file(run):
+    from bestk.train.commands import abort_line, os_error_message
+
+    ck = run / "checkpoints"
+    _as_other_runs(ck / "step_0000004.safetensors", ck / "step_0000006.safetensors", 6)
+    (ck / "step_0000008.safetensors").write_bytes(b"not a checkpoint")
+    text = os_error_message(OSError(errno.ENOSPC, "No space left on device", "x"), run)
+    assert "the last good checkpoint, step_0000004.safetensors, is intact" in text, text
+    assert "step_0000004.safetensors, is intact" in abort_line(run)
+

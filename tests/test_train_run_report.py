@@ -64,3 +64,29 @@ def test_the_report_lists_every_evaluated_step(tmp_path):
     for row, r in zip(rows, evals, strict=True):
         assert f"{r['pass@1']:.3f} [{r['pass@1_lo']:.3f}, {r['pass@1_hi']:.3f}]" in row
         assert f"{r[f'pass@{n}']:.3f} [" in row
+
+
+def test_a_full_disk_while_drawing_the_end_plots_names_the_plot(tmp_path, monkeypatch):
+    """The end plots are written atomically like every other file: a full disk is an OSError
+    naming the plot (once: "No space left on device", naming no path), the old plot intact and
+    no temporary left behind."""
+    import errno
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from bestk._atomic import os_error_line
+
+    out = tmp_path / "run"
+    Trainer(tiny_config(out, "max_steps=1")).run(progress=False)
+    before = (out / "passk.png").read_bytes()
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(FigureCanvasAgg, "print_png", full)
+    with pytest.raises(OSError) as e:
+        write_report(out)
+    assert e.value.errno == errno.ENOSPC and e.value.filename == str(out / "passk.png")
+    assert os_error_line(e.value) == f"{out / 'passk.png'}: No space left on device"
+    assert (out / "passk.png").read_bytes() == before
+    assert not [p for p in out.iterdir() if p.name.startswith(".bestk-tmp")]

@@ -20,7 +20,7 @@ from bestk.train.rollout.settings import sampling_options
 from bestk.train.setup import check_run_prompts
 from bestk.train.trainer import Trainer
 from bestk.train.validation import resolve_defaults
-from tests.conftest import TINY, tiny_config
+from tests.conftest import TINY, set_args, tiny_config
 
 pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 
@@ -131,7 +131,7 @@ def test_prompts_beyond_the_model_context_are_refused_before_work(tmp_path):
         "rollout.max_prompt_length=120 (or less) to keep the last tokens of each, or shorten "
         "them")
     assert not out.exists()
-    sets = [x for s in [*TINY, *long] for x in ("--set", s)]
+    sets = set_args(*TINY, *long)
     line = one_line_error(invoke("train", "--out", out, "--quiet", *sets))
     assert line == f"error: {e.value}"
     with pytest.raises(ValueError, match="the SFT warm-up trains on whole prompts and answers: "
@@ -163,3 +163,23 @@ def test_a_reward_that_raises_is_found_before_the_sft(tmp_path):
                                f"raised {why}")
         assert line.endswith("(a probe call before any work)")
         assert not out.exists()
+
+
+def test_train_warns_once_about_prompt_characters_the_tiny_tokenizer_does_not_know(
+        tmp_path, capsys):
+    """Emoji, NUL and non-ASCII prompts of a dataset given to the tiny model (whose character
+    tokenizer knows printable ASCII) were silently read as unknown tokens: one warning now,
+    as ``bestk eval`` gives, with the count of such prompts; none for a task it knows."""
+    data = tmp_path / "data.jsonl"
+    questions = ["😀 smile", "nul\x00byte", "日本語", "naïve", "plain 1 + 1"] * 4
+    data.write_text("".join(json.dumps({"question": q, "answer": "2"}) + "\n" for q in questions))
+    cfg = tiny_config(tmp_path / "run", "task.name=dataset", "max_steps=1",
+                      "rollout.max_new_tokens=4", f"task.options={{path: {data}, num_eval: 4}}")
+    Trainer(cfg).close()
+    warnings = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning:")]
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith(
+        "warning: 16 of 20 prompts hold characters the model's tokenizer does not know (e.g. ")
+    assert "the tiny model's character tokenizer knows only the task's alphabet" in warnings[0]
+    Trainer(tiny_config(tmp_path / "plain", "max_steps=1")).close()
+    assert "warning" not in capsys.readouterr().err

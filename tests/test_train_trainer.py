@@ -27,6 +27,7 @@ from tests.conftest import (
     crash_then_resume,
     is_timing,
     kappo_config,
+    set_args,
     tiny_config,
 )
 
@@ -550,9 +551,7 @@ def test_sigint_saves_and_exits_130(tmp_path):
 
     out = tmp_path / "s"
     args = [sys.executable, "-m", "bestk", "train", "--out", str(out), "--max-steps", "400",
-            "--quiet", "--set", "checkpoint_every=1000", "--set", "eval.every=1000"]
-    for s in TINY:
-        args += ["--set", s]
+            "--quiet", *set_args(*TINY, "checkpoint_every=1000", "eval.every=1000")]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
@@ -611,8 +610,7 @@ def test_a_signal_during_sft_is_acknowledged_and_stops_at_the_next_sft_step(
 
     out = tmp_path / "s"
     args = ["train", "--out", str(out), "--quiet", "--max-steps", "3"]
-    for s in [*TINY, "sft.steps=3000", "eval.every=1000"]:
-        args += ["--set", s]
+    args += set_args(*TINY, "sft.steps=3000", "eval.every=1000")
     rc, err, took = _signal_run(args, getattr(signal, signame), _sft_logged, out)
     assert rc == status, err
     name = "Ctrl-C" if signame == "SIGINT" else "SIGTERM"
@@ -633,8 +631,7 @@ def test_sigterm_during_rl_checkpoints_exits_143_and_the_same_command_continues(
 
     def args(max_steps: int) -> list[str]:
         a = ["train", "--out", str(out), "--quiet", "--max-steps", str(max_steps)]
-        for s in [*TINY, "checkpoint_every=1000", "eval.every=1000"]:
-            a += ["--set", s]
+        a += set_args(*TINY, "checkpoint_every=1000", "eval.every=1000")
         return a
 
     def trained(o: Path) -> bool:

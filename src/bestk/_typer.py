@@ -94,7 +94,7 @@ def out_file(path: PathT, option: str,
     files; an ``OSError`` naming ``path`` when its directory (or the nearest existing one above
     it) cannot be written (read-only, no permission, full): checked before any work, with a
     probe file made and removed at once."""
-    real = os.path.realpath(os.fspath(path))
+    real = os.path.realpath(str(path))
     for what, other in keep:
         mine = os.path.realpath(other)
         if real == mine or Path(mine) in Path(real).parents:

@@ -33,7 +33,7 @@ import numpy as np
 
 from bestk._optional import pyplot, require
 from bestk._options import int_option, real_option
-from bestk._records import iter_jsonl
+from bestk._records import check_regular_file, iter_jsonl
 from bestk.figures import save_figure
 from bestk.metrics import best_at_k, pass_at_k
 
@@ -204,8 +204,9 @@ def read_samples(path: str | os.PathLike, *, prompt_key: str | None = None,
     ``samples.jsonl`` holds every logged step, ``{"step": "30"}`` keeps one)."""
     path = Path(path)
     fmt = file_format(path, fmt)
-    if not path.is_file():
+    if not path.exists():
         raise ValueError(f"{path}: no such file")
+    check_regular_file(path, "samples file")  # not /dev/zero, a FIFO or a directory
     index: dict[str, int] = {}
     group: list[int] = []
     rewards: list[float] = []

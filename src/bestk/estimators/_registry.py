@@ -94,6 +94,12 @@ class EstimatorInfo:
         compare`` of several estimators under one config: ``pkpo``'s ``k``).
     group_bounded: integer options that may not exceed the group size ``N`` (``pkpo``'s
         ``k``: max@k of ``N`` samples); :meth:`fit_group` clamps them.
+    min_group: the smallest group size ``N`` at which a sample can get a non-zero advantage
+        (below it every advantage is 0, so nothing trains): 1 (REINFORCE: ``A_i = r_i``), 2
+        for an estimator that compares a sample with the rest of its group (a baseline, a
+        leave-one-out term, a group std), or ``min_group(options)`` of the options (defaults
+        filled in) when an option decides (``argmaxrl``'s ``baseline``);
+        :meth:`min_group_size` reads it.
     """
 
     name: str
@@ -105,6 +111,13 @@ class EstimatorInfo:
     prompt_weight: Callable[..., float] | None = None
     default_options: Options = field(default_factory=dict)
     group_bounded: tuple[str, ...] = ()
+    min_group: int | Callable[[Options], int] = 1
+
+    def min_group_size(self, options: Options | None = None) -> int:
+        """:attr:`min_group` for ``options`` (defaults filled in)."""
+        if callable(self.min_group):
+            return int(self.min_group(self.with_defaults(options)))
+        return self.min_group
 
     def fit_group(self, options: Options, n: int) -> dict[str, object]:
         """``options`` with each integer :attr:`group_bounded` option at most ``n``."""
@@ -221,6 +234,7 @@ def register_estimator(
     prompt_weight: Callable[..., float] | None = None,
     default_options: Options | None = None,
     group_bounded: Sequence[str] = (),
+    min_group: int | Callable[[Options], int] = 1,
     overwrite: bool = False,
 ) -> Callable[[EstimatorFn], EstimatorFn]:
     """Decorator registering ``fn(rewards, groups, *, options...)`` under ``name`` with its
@@ -240,6 +254,12 @@ def register_estimator(
         raise ValueError(
             f"estimator {name!r}: objective must be an Objective, a ByOption or None, got "
             f"{type(objective).__name__}"
+        )
+    if not callable(min_group) and (isinstance(min_group, bool) or not isinstance(min_group, int)
+                                    or min_group < 1):
+        raise ValueError(
+            f"estimator {name!r}: min_group must be an integer >= 1 or a function of the "
+            f"options, got {min_group!r}"
         )
     if reward_domain not in REWARD_DOMAINS:
         raise ValueError(
@@ -278,7 +298,7 @@ def register_estimator(
             )
         info = EstimatorInfo(
             name, fn, objective, reward_domain, needs_prompt_ids, dict(path_options or {}),
-            prompt_weight, dict(default_options or {}), tuple(group_bounded),
+            prompt_weight, dict(default_options or {}), tuple(group_bounded), min_group,
         )
         ESTIMATORS.info[name] = info
         for callback in _LISTENERS:

@@ -30,6 +30,8 @@ of two.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 
 from bestk.estimators._registry import register_estimator
@@ -42,6 +44,12 @@ _BASELINES = ("loo", "mean", "none")
 
 #: J_N with the ``loo`` / ``none`` baselines, J_{N-1} with ``mean`` (docstring of argmaxrl).
 _OBJECTIVE = ByOption("baseline", {"loo": joint(), "none": joint(), "mean": joint(lag=1)})
+
+
+def _min_group(options: Mapping[str, object]) -> int:
+    """A group of one gets ``A = N w = r`` without a baseline, 0 with the ``loo`` / ``mean``
+    ones (the sample is its group's maximum)."""
+    return 1 if options["baseline"] == "none" else 2
 
 
 def _scaled_weights(rows: Rows, offset: torch.Tensor | None = None) -> torch.Tensor:
@@ -71,7 +79,7 @@ def _check_baseline(baseline: str) -> None:
         )
 
 
-@register_estimator("argmaxrl", objective=_OBJECTIVE)
+@register_estimator("argmaxrl", objective=_OBJECTIVE, min_group=_min_group)
 def argmaxrl(rewards: torch.Tensor, groups: Groups, *, baseline: str = "loo") -> torch.Tensor:
     """ArgMaxRL advantages ``A_i`` (GRPO scaling: the gradient estimate is (1/N) sum A_i S_i).
 
@@ -111,7 +119,8 @@ def argmaxrl(rewards: torch.Tensor, groups: Groups, *, baseline: str = "loo") ->
     )
 
 
-@register_estimator("maxrl", objective=_OBJECTIVE, reward_domain="binary")
+@register_estimator("maxrl", objective=_OBJECTIVE, reward_domain="binary",
+                    min_group=_min_group)
 def maxrl(rewards: torch.Tensor, groups: Groups, *, baseline: str = "loo") -> torch.Tensor:
     """MaxRL advantages: :func:`argmaxrl` restricted to binary 0/1 rewards.
 

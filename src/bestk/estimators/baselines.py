@@ -21,7 +21,8 @@ _SCALES = ("std", "none")
 
 
 @register_estimator(
-    "grpo", objective=ByOption("scale", {"std": None, "none": best_at(1, centred=True)})
+    "grpo", objective=ByOption("scale", {"std": None, "none": best_at(1, centred=True)}),
+    min_group=2,  # A_i = r_i - mean: 0 for a group of one
 )
 def grpo(
     rewards: torch.Tensor, groups: Groups, *, scale: str = "std", eps: float = 1e-6
@@ -51,7 +52,7 @@ def grpo(
     return groups.standardize(rewards, eps, ddof=1)
 
 
-@register_estimator("rloo", objective=best_at(1))
+@register_estimator("rloo", objective=best_at(1), min_group=2)
 def rloo(rewards: torch.Tensor, groups: Groups) -> torch.Tensor:
     """REINFORCE leave-one-out (Ahmadian et al. 2024): ``A_i = r_i - mean_{j != i} r_j``.
 
@@ -68,7 +69,7 @@ def rloo(rewards: torch.Tensor, groups: Groups) -> torch.Tensor:
     return a if scale is None else a * groups.broadcast(scale)
 
 
-@register_estimator("reinforce", objective=best_at(1))
+@register_estimator("reinforce", objective=best_at(1), min_group=1)
 def reinforce(rewards: torch.Tensor, groups: Groups) -> torch.Tensor:
     """Plain REINFORCE: ``A_i = r_i``. Unbiased gradient of ``E[r]``, no baseline."""
     return rewards.clone()

@@ -37,6 +37,7 @@ _EPS = 1e-6
     reward_domain="calibrated",
     needs_prompt_ids=True,
     path_options={"calibration": load_calibration},
+    min_group=2,  # standardised within the group: 0 for a group of one
 )
 def kappo_grpo(rewards: torch.Tensor, groups: Groups, *, calibration: Calibration) -> torch.Tensor:
     """@k-GRPO advantages from a reference :class:`~bestk.kappo.Calibration`.

@@ -29,7 +29,8 @@ __all__ = ["loo_max"]
 _SCALES = ("none", "std")
 
 
-@register_estimator("loo_max", objective=ByOption("scale", {"none": best_at_n(), "std": None}))
+@register_estimator("loo_max", objective=ByOption("scale", {"none": best_at_n(), "std": None}),
+                    min_group=2)
 def loo_max(
     rewards: torch.Tensor, groups: Groups, *, scale: str = "none", eps: float = 1e-6
 ) -> torch.Tensor:

@@ -106,6 +106,7 @@ def _log_fail_fraction(neg: torch.Tensor, n: torch.Tensor, k: int) -> torch.Tens
     prompt_weight=prompt_weight,
     default_options={"k": 4},  # what `bestk compare` uses when no option gives k
     group_bounded=("k",),  # C(N, k) needs k <= N
+    min_group=2,  # centred on the group: 0 for a group of one
 )
 def passk_training(
     rewards: torch.Tensor, groups: Groups, *, k: int, eps: float = 1e-6

@@ -67,6 +67,7 @@ def _check_k(k, groups: Groups, variant: str) -> int:
     objective=best_at("k"),
     default_options={"k": 4},  # what `bestk compare` uses when no option gives k
     group_bounded=("k",),  # max@k of the N samples of a group: k <= N
+    min_group=lambda options: 1 if options["variant"] == "s" else 2,  # sloo*: 0 for one sample
 )
 def pkpo(
     rewards: torch.Tensor, groups: Groups, *, k: int, variant: str = "sloo_minus_one"

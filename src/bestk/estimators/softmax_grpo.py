@@ -25,7 +25,7 @@ def _prompt_weight(p: float, n: int, *, tau: float) -> float:
     return float(softmax_grpo_weight(p, n, tau)) / n
 
 
-@register_estimator("softmax_grpo", objective=None, prompt_weight=_prompt_weight)
+@register_estimator("softmax_grpo", objective=None, prompt_weight=_prompt_weight, min_group=2)
 def softmax_grpo(rewards: torch.Tensor, groups: Groups, *, tau: float = 0.1) -> torch.Tensor:
     """SoftmaxGRPO advantages ``A_i = N softmax(r / tau)_i - 1`` within each group (Eq. (1)).
 

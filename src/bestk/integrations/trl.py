@@ -90,6 +90,8 @@ from bestk.estimators import (
 )
 from bestk.kappo.calibration import Calibration, load_calibration
 from bestk.kappo.transform import transform_rewards
+from bestk.tasks.guard import user_code
+from bestk.tasks.rewards import reward_number
 
 _trl = require("trl", extra="trl", who="bestk.integrations.trl")
 # Loaded through `require` (a one-line error naming the extra when TRL is missing), so
@@ -455,15 +457,21 @@ class KappoReward:
                 f"dataset columns to reward functions, got {sorted(kwargs)}"
             )
         ids = list(kwargs[col])
-        raw = list(self.base(*args, **kwargs))
+        name = self.__name__[6:]
+        with user_code(f"reward function {name!r}"):  # SystemExit too: one line, a ValueError
+            raw = list(self.base(*args, **kwargs))
         if len(raw) != len(ids):
-            raise ValueError(
-                f"{self.__name__[6:]} returned {len(raw)} rewards for {len(ids)} completions"
-            )
+            raise ValueError(f"{name} returned {len(raw)} rewards for {len(ids)} completions")
         keep = [i for i, v in enumerate(raw) if v is not None]
         out: list[float | None] = [None] * len(raw)
         if keep:
-            values = np.asarray([raw[i] for i in keep], dtype=np.float64)
+            values = np.empty(len(keep), dtype=np.float64)
+            for j, i in enumerate(keep):
+                try:  # bfloat16 tensors too; text such as "0.5" is refused, not parsed
+                    values[j] = reward_number(raw[i])
+                except TypeError as e:
+                    raise ValueError(f"reward function {name!r} returned {raw[i]!r} for "
+                                     f"completion {i}: {e}") from None
             log_metric = kwargs.get("log_metric")
             if callable(log_metric):  # TRL logs only what we return: the raw reward too
                 log_metric(f"rewards/{self.__name__}/raw_mean", float(values.mean()))

@@ -25,7 +25,7 @@ from numpy.typing import ArrayLike
 
 from bestk._inputs import first_non_binary
 from bestk._optional import require
-from bestk._records import iter_jsonl
+from bestk._records import check_regular_file, iter_jsonl
 
 __all__ = ["Bank", "BankMapping", "bank_from_mapping", "load_bank", "normalise_ids",
            "read_bank_rows"]
@@ -138,8 +138,7 @@ def _iter_parquet(path: Path):
 def read_bank_rows(path: str | os.PathLike) -> tuple[list[int | str], list[float], list[int]]:
     """Flat ``(prompt ids, rewards, row numbers)`` of a JSONL or parquet bank file."""
     path = Path(path)
-    if not path.exists():
-        raise ValueError(f"bank file {str(path)!r} does not exist")
+    check_regular_file(path, "bank file")  # missing, or /dev/zero, a FIFO, a directory
     it = _iter_parquet(path) if path.suffix.lower() in (".parquet", ".pq") else iter_jsonl(path)
     ids: list[int | str] = []
     rewards: list[float] = []

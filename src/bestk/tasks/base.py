@@ -24,7 +24,14 @@ import numpy as np
 
 from bestk._optional import MissingDependency, require
 from bestk._options import check_option_names
-from bestk.tasks.rewards import RewardSpec, WeightedRewards, get_rewards, reward_parts
+from bestk.tasks.guard import user_code
+from bestk.tasks.rewards import (
+    RewardSpec,
+    WeightedRewards,
+    get_rewards,
+    reward_number,
+    reward_parts,
+)
 
 __all__ = ["Task", "RewardScores", "TASKS", "register_task", "load_task", "task_options",
            "read_messages", "MESSAGES_FORMAT", "Example", "Message", "Row"]
@@ -164,19 +171,7 @@ class Task:
                 if r is None and not plain:
                     out[i] = np.nan  # "does not apply": skipped in the sum, as TRL does
                     continue
-                try:
-                    r = float(r)
-                except (TypeError, ValueError):
-                    raise ValueError(
-                        f"{self._reward_label(spec, plain)} returned {r!r} for prompt "
-                        f"{ex['prompt']!r}"
-                    ) from None
-                if not math.isfinite(r):
-                    raise ValueError(
-                        f"{self._reward_label(spec, plain)} returned {r} for prompt "
-                        f"{ex['prompt']!r}"
-                    )
-                out[i] = r
+                out[i] = self._number(spec, r, ex)
             columns[spec.name] = out
         if plain:
             return RewardScores(columns[specs[0].name], columns)
@@ -194,22 +189,16 @@ class Task:
 
     def _call(self, spec: RewardSpec, ex: Example, completion: str, probe: bool = False
               ) -> Any:
-        """``spec.fn(prompt, completion, **fields)`` of example ``ex``; an exception it raises
-        (but a missing optional package) is a one-line ``ValueError`` naming the function,
-        the exception, the prompt and the completion."""
+        """``spec.fn(prompt, completion, **fields)`` of example ``ex``, behind the guard of
+        user code (:func:`~bestk.tasks.guard.user_code`): an exception it raises -- any
+        ``BaseException`` (``SystemExit`` too) but a missing optional package and a real
+        Ctrl-C / SIGTERM -- is a one-line ``ValueError`` naming the function, the exception,
+        the prompt and the completion; a change of the working directory is undone."""
         fields = {k: v for k, v in ex.items() if k != "prompt"}
-        try:
+        context = (f" for prompt {_short(ex['prompt'])} and completion {_short(completion)}"
+                   + (" (a probe call before any work)" if probe else ""))
+        with user_code(self._reward_label(spec), context, passthrough=(MissingDependency,)):
             return spec.fn(ex["prompt"], completion, **fields)
-        except MissingDependency:
-            raise
-        except Exception as e:
-            text = str(e).strip().splitlines()
-            why = f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
-            raise ValueError(
-                f"reward function {spec.name!r} of task {self.name!r} raised {why} for prompt "
-                f"{_short(ex['prompt'])} and completion {_short(completion)}"
-                + (" (a probe call before any work)" if probe else "")
-            ) from None
 
     def probe_rewards(self) -> None:
         """Call each reward function on the first training example with its reference answer,
@@ -224,9 +213,22 @@ class Task:
             for completion in (str(ex.get("answer", "")), ""):
                 self._call(spec, ex, completion, probe=True)
 
-    def _reward_label(self, spec: RewardSpec, plain: bool) -> str:
-        return (f"reward of task {self.name!r}" if plain
-                else f"reward function {spec.name!r} of task {self.name!r}")
+    def _number(self, spec: RewardSpec, value: object, ex: Example) -> float:
+        """The float of what ``spec`` returned for ``ex`` (:func:`~bestk.tasks.rewards.
+        reward_number`); a non-number (text such as ``"0.5"`` included), ``NaN`` or infinity
+        is a one-line ``ValueError`` naming the function, the value, its type and the prompt."""
+        try:
+            r = reward_number(value)
+        except TypeError as e:
+            raise ValueError(f"{self._reward_label(spec)} returned {_short(value)} for prompt "
+                             f"{_short(ex['prompt'])}: {e}") from None
+        if not math.isfinite(r):
+            raise ValueError(f"{self._reward_label(spec)} returned {r} for prompt "
+                             f"{_short(ex['prompt'])}")
+        return r
+
+    def _reward_label(self, spec: RewardSpec) -> str:
+        return f"reward function {spec.name!r} of task {self.name!r}"
 
     def success(self, rewards: np.ndarray) -> np.ndarray:
         """Boolean success of each reward (``reward >= success_threshold``)."""

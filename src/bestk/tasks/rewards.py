@@ -30,11 +30,13 @@ Built in:
 
 from __future__ import annotations
 
+import decimal
 import hashlib
 import importlib
 import importlib.util
 import inspect
 import math
+import numbers
 import os
 import re
 import string
@@ -47,7 +49,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, SupportsInt
 
+import numpy as np
+
 from bestk._optional import require
+from bestk.tasks.guard import user_code
 
 __all__ = [
     "REWARDS",
@@ -58,6 +63,8 @@ __all__ = [
     "get_reward",
     "get_rewards",
     "reward_parts",
+    "reward_number",
+    "NUMBER_FORMS",
     "exact_reward",
     "arithmetic_reward",
     "arithmetic_last_reward",
@@ -221,8 +228,10 @@ def _module_from_file(path: str, spec: str) -> ModuleType:
     sys.modules[name] = module
     try:
         loader_spec.loader.exec_module(module)
-    except Exception as e:
+    except BaseException as e:
         del sys.modules[name]
+        if not isinstance(e, Exception):  # SystemExit, ...: the guard of get_reward's
+            raise
         raise ValueError(f"cannot load reward function {spec!r}: {_first_line(e)}") from None
     return module
 
@@ -273,8 +282,10 @@ def get_reward(name: str) -> RewardSpec:
         target, _, attr = name.rpartition(":")
         if not target or not attr:
             raise ValueError(f"reward {name!r}: a reward is {_forms()}")
-        module = (_module_from_file(target, name) if _is_file_target(target)
-                  else _import_module(target, name))
+        with user_code(f"reward function {name!r}", " while its module was loading",
+                       passthrough=(Exception,)):  # its own errors: "cannot load ..." above
+            module = (_module_from_file(target, name) if _is_file_target(target)
+                      else _import_module(target, name))
         try:
             fn = reduce(getattr, attr.split("."), module)
         except AttributeError:
@@ -329,6 +340,39 @@ def get_rewards(
                              f" and {n!r}); each function's values are logged under its name")
         seen[s.name] = n
     return WeightedRewards(specs, tuple(ws))
+
+
+#: What a reward function may return, for messages.
+NUMBER_FORMS = "an int, float or bool, or a numpy or torch scalar"
+
+
+def reward_number(value: object) -> float:
+    """A reward function's value as a float: a real number (``int``, ``float``, ``bool``,
+    ``Fraction``, ``Decimal``), a one-element numpy array or scalar of a real dtype, or a
+    one-element torch tensor of a real dtype (``bfloat16`` included, read through float64).
+
+    Anything else -- text such as ``"0.5"`` (never parsed), a list, ``None``, a complex number
+    -- raises ``TypeError`` whose message names the value's type (``"a str, not a number"``).
+    Finiteness is the caller's to check."""
+    if isinstance(value, (numbers.Real, decimal.Decimal)):
+        return float(value)
+    torch = sys.modules.get("torch")  # a tensor implies torch is imported
+    if torch is not None and isinstance(value, torch.Tensor):
+        if value.numel() == 1 and not value.is_complex():
+            return float(value.detach().reshape(()).to("cpu", torch.float64).item())
+        what = f"torch tensor of dtype {str(value.dtype).removeprefix('torch.')} and shape " \
+               f"{tuple(value.shape)}"
+    elif isinstance(value, (np.ndarray, np.generic)):
+        if value.size == 1 and value.dtype.kind in "biuf":
+            return float(np.asarray(value, dtype=np.float64).reshape(()))
+        what = f"numpy {'array' if isinstance(value, np.ndarray) else 'scalar'} of dtype " \
+               f"{value.dtype} and shape {np.shape(value)}"
+    elif value is None:
+        raise TypeError(f"None is not a number (a reward is {NUMBER_FORMS}; None, \"does not "
+                        "apply\", only from one of several reward functions)")
+    else:
+        what = type(value).__name__
+    raise TypeError(f"a {what}, not a number (a reward is {NUMBER_FORMS})")
 
 
 @register_reward("exact", graded=False)

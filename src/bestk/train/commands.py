@@ -36,11 +36,10 @@ def os_error_message(e: OSError, run_dir: str | Path | None = None) -> str:
     import errno
 
     from bestk._atomic import os_error_line
-    from bestk.train.run.checkpoint import latest_checkpoint
 
     text = os_error_line(e)
     if e.errno == errno.ENOSPC:
-        last = latest_checkpoint(Path(run_dir) / "checkpoints") if run_dir is not None else None
+        last = _last_checkpoint(Path(run_dir)) if run_dir is not None else None
         if run_dir is None:
             text += "; free some space and run the same command"
         elif last is not None:
@@ -54,16 +53,28 @@ def os_error_message(e: OSError, run_dir: str | Path | None = None) -> str:
     return text
 
 
+def _last_checkpoint(run_dir: Path) -> Path | None:
+    """The newest checkpoint the run in ``run_dir`` wrote: one of its config's identity (a file
+    named like a checkpoint that the run did not write is not counted,
+    :func:`~bestk.train.run.checkpoint.run_checkpoints`)."""
+    from bestk.train.run.checkpoint import last_run_checkpoint
+    from bestk.train.run.directory import read_run_config, run_identity
+
+    try:
+        digest = run_identity(read_run_config(run_dir))["digest"]
+    except (ValueError, OSError):  # no readable config: any run's checkpoint
+        digest = None
+    return last_run_checkpoint(run_dir / "checkpoints", digest)
+
+
 def abort_line(out: Path | None) -> str:
     """What ``bestk train`` says when the run in ``out`` is aborted at once (a second Ctrl-C):
     the last checkpoint it continues from, or, before the run's first checkpoint (in the SFT
     warm-up, the KAPPO bank, the step-0 evaluation), that there is none (``out`` ``None``: the
     run was still starting)."""
-    from bestk.train.run.checkpoint import latest_checkpoint
-
     if out is None:
         return "interrupted while the run was starting; run the same command to start it again"
-    last = latest_checkpoint(out / "checkpoints")
+    last = _last_checkpoint(out)
     if last is None:
         return ("interrupted before the run's first checkpoint: nothing to continue from; the "
                 "same command starts the run over")
@@ -366,27 +377,6 @@ def load_eval_policy(cfg: ResolvedTrainConfig, adapter: Path | None, alphabet: s
     return PeftModel.from_pretrained(base, str(adapter)).eval(), tok
 
 
-def unknown_characters(tokenizer: PreTrainedTokenizerBase, prompts: list[str]
-                       ) -> tuple[int, str, str] | None:
-    """``(prompts holding a character the tokenizer cannot encode, one such character, its
-    prompt)``, or ``None`` when it encodes every character.
-
-    A character cannot be encoded when it alone gives the unknown token, or no token at all
-    (a vocabulary without it and without byte fallback drops it: a character-level tokenizer
-    reloaded from ``final/``); whitespace alone may legitimately give none (SentencePiece).
-    """
-    unk = getattr(tokenizer, "unk_token_id", None)
-    bad = set()
-    for ch in sorted(set().union(*map(set, prompts))):
-        ids = tokenizer(ch, add_special_tokens=False)["input_ids"]
-        if (not ids and not ch.isspace()) or (unk is not None and unk in ids):
-            bad.add(ch)
-    if not bad:
-        return None
-    hits = [p for p in prompts if bad.intersection(p)]
-    return len(hits), next(ch for ch in hits[0] if ch in bad), hits[0]
-
-
 def _eval(
     model: Path | None, task: str | None, n: int | None, set_: list[str], json_out: Path | None,
     bank_out: Path | None, bank_prompts: int, seed: int, run: Path | None = None,
@@ -397,7 +387,12 @@ def _eval(
     from bestk.train.model.chat import render_task_prompts
     from bestk.train.rollout.engine import open_engines
     from bestk.train.run.directory import run_files
-    from bestk.train.setup import check_context, check_run_prompts, model_context
+    from bestk.train.setup import (
+        check_context,
+        check_run_prompts,
+        model_context,
+        unknown_characters_warning,
+    )
     from bestk.train.validation import check_task_memory, resolve_config
 
     if not sys.stderr.isatty():  # in a log: bestk's progress lines, not tqdm's redrawn bars
@@ -427,15 +422,11 @@ def _eval(
     max_new = cfg.rollout.max_new_tokens or t.max_answer_chars + 2
     examples = t.eval[: cfg.eval.num_prompts or len(t.eval)]
     bank_ex = t.train[:bank_prompts] if bank_out is not None else []
-    unknown = unknown_characters(tok, [ex["prompt"] for ex in [*examples, *bank_ex]])
+    unknown = unknown_characters_warning(
+        tok, [ex["prompt"] for ex in [*examples, *bank_ex]],
+        f"was {str(cfg.model.path)!r} trained on task {t.name!r}?")
     if unknown is not None:
-        count, char, prompt = unknown
-        typer.echo(
-            f"warning: {count} of {len(examples) + len(bank_ex)} prompts hold characters the "
-            f"model's tokenizer does not know (e.g. {char!r} in {prompt!r}), which it drops or "
-            f"reads as unknown: was {str(cfg.model.path)!r} trained on task {t.name!r}?",
-            err=True,
-        )
+        typer.echo(f"warning: {unknown}", err=True)
     engines = open_engines(cfg, mdl, tok, max_new)
     try:
         _evaluate_and_report(engines.eval, cfg, t, examples, bank_ex, n, max_new, seed,

@@ -59,6 +59,7 @@ __all__ = [
     "CALIBRATION_KINDS",
     "DEFAULT_OUT",
     "DEFAULT_SFT_STEPS",
+    "INT64_MAX",
     "error_line",
     "field_at",
     "is_mapping_field",
@@ -76,6 +77,9 @@ DEFAULT_OUT = "runs/bestk"
 
 #: SFT steps of a run of the tiny model that leaves ``sft.steps`` null (a ``model.path``: 0).
 DEFAULT_SFT_STEPS = 100
+
+#: The largest seed and step count: the int64 range the seeds and step numbers are kept in.
+INT64_MAX = 2**63 - 1
 
 
 def _mapping_input(value: object) -> object:
@@ -232,13 +236,25 @@ class TaskConfig(_Section):
                                       "or a list of them"))
     """Replace the task's reward: a registered reward name, ``module:function`` or
     ``path/to/file.py:function``, or a list of them (TRL's ``reward_funcs``: the reward is the
-    weighted sum, each function's mean logged as ``rewards/<name>/mean``)."""
+    weighted sum, each function's mean logged as ``rewards/<name>/mean``); ``None`` = the
+    task's own reward. An empty list or name is refused (it would silently mean ``None``)."""
     reward_weights: list[Float] | None = Field(
         None, min_length=1, json_schema_extra=_null("all 1"))
     """One weight per function of a ``reward`` list (TRL's ``reward_weights``); ``None`` = 1
     each (the count is checked against the list when the task loads)."""
     system_prompt: Str | None = None
     """A system message put before every prompt that has none (needs a chat template)."""
+
+    @field_validator("reward")
+    @classmethod
+    def _reward_not_empty(cls, v: str | list[str] | None) -> str | list[str] | None:
+        if v is not None and (not v or (isinstance(v, list) and not all(v))):
+            raise ValueError(
+                "config key 'task.reward' must be a reward name, module:function, "
+                "path/file.py:function, or a non-empty list of them (null = the task's own "
+                f"reward), got {v!r}"
+            )
+        return v
 
 
 class SFTConfig(_Section):
@@ -409,7 +425,7 @@ class EvalConfig(_Section):
     held-out prompt only (``None``: all ``n``). ``vllm`` gets entropies from a forward of the
     policy after sampling, most of an evaluation's time; on fewer samples it costs
     proportionally less and estimates the same mean. Every other metric uses all ``n``."""
-    seed: Int | None = Field(None, ge=0, le=2**63 - 1, json_schema_extra=_null(
+    seed: Int | None = Field(None, ge=0, le=INT64_MAX, json_schema_extra=_null(
         "the run's sampling_seed"))
     """Seed of the evaluation noise only (``None``: ``sampling_seed``, so each seed of a grid
     evaluates with its own noise). A fixed value gives every run the same held-out samples
@@ -512,13 +528,16 @@ class TrainConfig(_Section):
     """What the estimator sees: ``raw`` (the task's reward), ``success`` (0/1: reward >= the
     task's success threshold), or ``auto`` = ``success`` for estimators that need binary
     rewards (``maxrl``; ``kappo_grpo`` with a binary calibration), ``raw`` otherwise."""
-    max_steps: Int = Field(100, ge=0)
-    """RL steps (one rollout batch each)."""
-    seed: Int = Field(0, ge=0, le=2**63 - 1,
+    max_steps: Int = Field(100, ge=0, le=INT64_MAX,
+                           json_schema_extra=_want("an integer in [0, 2**63 - 1]"))
+    """RL steps (one rollout batch each), at most ``2**63 - 1`` (step numbers are int64)."""
+    seed: Int = Field(0, ge=0, le=INT64_MAX,
                       json_schema_extra=_want("an integer in [0, 2**63 - 1]"))
     """Seeds data order, initialisation and sampling."""
-    sampling_seed: Int | None = None
-    """Seed of the rollout- and evaluation-sampling noise only (``None`` = ``seed``). Two runs
+    sampling_seed: Int | None = Field(None, ge=0, le=INT64_MAX, json_schema_extra=_want(
+        "an integer in [0, 2**63 - 1] or null (= seed)"))
+    """Seed of the rollout- and evaluation-sampling noise only (``None`` = ``seed``), an
+    integer in ``[0, 2**63 - 1]`` as ``seed``. Two runs
     with the same ``seed`` and different ``sampling_seed`` share initial weights, SFT and
     prompts but not the sampled completions: an A/A control (``bestk compare --control``)."""
     out: Str | None = None

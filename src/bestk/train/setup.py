@@ -164,3 +164,47 @@ def run_header(cfg: ResolvedTrainConfig, task: Task, tokenizer: PreTrainedTokeni
         line += (f"\nprompts: {cut} of {total} longer than rollout.max_prompt_length={limit} "
                  f"tokens, cut from the left")
     return line
+
+
+def unknown_characters(tokenizer: PreTrainedTokenizerBase, prompts: list[str]
+                       ) -> tuple[int, str, str] | None:
+    """``(prompts holding a character the tokenizer cannot encode, one such character, its
+    prompt)``, or ``None`` when it encodes every character.
+
+    A character cannot be encoded when it alone gives the unknown token, or no token at all
+    (a vocabulary without it and without byte fallback drops it: a character-level tokenizer
+    reloaded from ``final/``); whitespace alone may legitimately give none (SentencePiece).
+    """
+    unk = getattr(tokenizer, "unk_token_id", None)
+    bad = set()
+    for ch in sorted(set().union(*map(set, prompts))):
+        ids = tokenizer(ch, add_special_tokens=False)["input_ids"]
+        if (not ids and not ch.isspace()) or (unk is not None and unk in ids):
+            bad.add(ch)
+    if not bad:
+        return None
+    hits = [p for p in prompts if bad.intersection(p)]
+    return len(hits), next(ch for ch in hits[0] if ch in bad), hits[0]
+
+
+def unknown_characters_warning(tokenizer: PreTrainedTokenizerBase, prompts: list[str],
+                               hint: str) -> str | None:
+    """The one warning ``bestk train`` and ``bestk eval`` give when ``prompts`` hold
+    characters ``tokenizer`` does not know (:func:`unknown_characters`: how many prompts, one
+    such character and its prompt, then ``hint``), or ``None`` when it knows them all."""
+    unknown = unknown_characters(tokenizer, prompts)
+    if unknown is None:
+        return None
+    count, char, prompt = unknown
+    shown = prompt if len(prompt) <= 60 else prompt[:57] + "..."
+    return (f"{count} of {len(prompts)} prompts hold characters the model's tokenizer does not "
+            f"know (e.g. {char!r} in {shown!r}), which it drops or reads as unknown: {hint}")
+
+
+def tokenizer_hint(cfg: ResolvedTrainConfig) -> str:
+    """What :func:`unknown_characters_warning` says to a training run about its model."""
+    if cfg.model.path is None:
+        return ("the tiny model's character tokenizer knows only the task's alphabet (printable "
+                "ASCII for a task without one); clean the prompts, or train a model.path with a "
+                "tokenizer of its own")
+    return f"does {str(cfg.model.path)!r} suit task {cfg.task.name!r}?"

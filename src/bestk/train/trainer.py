@@ -69,7 +69,7 @@ from bestk.train.rollout.settings import eval_noise_seed
 from bestk.train.rollout.shared_start import shared_start_evaluation
 from bestk.train.run.checkpoint import (
     global_rng_kept,
-    latest_checkpoint,
+    last_run_checkpoint,
     load_checkpoint,
     load_weights,
     save_checkpoint,
@@ -82,6 +82,7 @@ from bestk.train.run.console import (
     progress_bar,
     start_line,
 )
+from bestk.train.run.data import check_run_data, data_digest
 from bestk.train.run.directory import (
     RunDirectory,
     RunState,
@@ -98,6 +99,8 @@ from bestk.train.setup import (
     load_run_task,
     max_new_tokens,
     run_header,
+    tokenizer_hint,
+    unknown_characters_warning,
 )
 from bestk.train.sft import sft_warmup
 from bestk.train.validation import check_reward_domain, check_task_memory, resolve_config
@@ -151,6 +154,8 @@ class Trainer:
         self.directory = RunDirectory(self.out)
         try:
             self.state: RunState = self.directory.open(self.cfg, _MODES[resume], stored, self.say)
+            if self.state.kind == "resume" and self.state.checkpoint is not None:
+                check_run_data(self.state.checkpoint, self.data, self.cfg)  # files replaced?
             self._build()
         except BaseException:
             self.directory.discard_if_unused()  # no trace of a run never started
@@ -170,6 +175,7 @@ class Trainer:
     def _load_task(self, task: Task | None = None) -> None:
         cfg = self.cfg
         self.task, self.device = load_run_task(cfg, task)
+        self.data = data_digest(cfg, self.task)  # a task read from files: what they held
         self.max_new_tokens = max_new_tokens(cfg, self.task)
         self.eval_examples = self.task.eval[: cfg.eval.num_prompts or len(self.task.eval)]
         if not self.eval_examples:
@@ -199,6 +205,11 @@ class Trainer:
             self.step = self.state.step
             return
         self.model, self.tokenizer = load_run_policy(cfg, self.task, self.device)
+        unknown = unknown_characters_warning(  # once: the prompts as the model sees them
+            self.tokenizer, [ex["prompt"] for ex in [*self.task.train, *self.eval_examples]],
+            tokenizer_hint(cfg))
+        if unknown is not None:
+            self.say("warning", unknown)
         self.engines = open_engines(cfg, self.model, self.tokenizer, self.max_new_tokens)
         self.ref_model: Reference | None = None
         self.optim = PolicyOptimizer(self.model, cfg)
@@ -307,7 +318,7 @@ class Trainer:
                                                                       cfg.model.autocast):
                     if self.step == 0 and not self.sft_done:
                         self.sft(bar)
-                    if self.step == 0 and latest_checkpoint(self.ckpt_dir) is None:
+                    if self.step == 0 and self._last_checkpoint() is None:
                         if self.plan is not None:
                             self.calibrate(bar)
                         last_eval = self.evaluate(0, bar)
@@ -357,10 +368,16 @@ class Trainer:
     def _interrupted_line(self, where: str) -> str:
         """Checkpoint a run stopped by Ctrl-C / SIGTERM (once it has one to continue) and say
         how it continues (:func:`~bestk.train.run.console.interrupted_line`)."""
-        saved = not where and latest_checkpoint(self.ckpt_dir) is not None
+        saved = not where and self._last_checkpoint() is not None
         if saved:
             self.checkpoint()
         return interrupted_line(where, self.out, self.step if saved else None, self.continue_with)
+
+    def _last_checkpoint(self) -> Path | None:
+        """The newest checkpoint this run wrote (a file named like one that it did not write,
+        copied in or random, is not counted:
+        :func:`~bestk.train.run.checkpoint.run_checkpoints`)."""
+        return last_run_checkpoint(self.ckpt_dir, self.state.identity.get("digest"))
 
     def finish(self, *, progress: bool = False) -> None:
         """Save ``final/`` (HF model + tokenizer, :func:`~bestk.train.model.hf.save_final`) and
@@ -410,6 +427,8 @@ class Trainer:
     def checkpoint(self) -> Path:
         """Atomic checkpoint of the current state."""
         state = dict(opt_steps=self.optim.steps, sft_done=self.sft_done, run=self.state.identity)
+        if self.data is not None:  # a task read from files (bestk.train.run.data)
+            state["data"] = self.data
         return save_checkpoint(self.ckpt_dir, self.step, self.model, self.optim.optimizer, state,
                                ref_model=self.ref_model, keep=self.cfg.keep_checkpoints,
                                masters=self.optim.masters())

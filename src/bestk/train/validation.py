@@ -60,7 +60,10 @@ __all__ = [
     "check_paths",
     "check_machine",
     "check_batch_memory",
+    "check_task_memory",
+    "check_group_size",
     "COMPLETION_BYTES",
+    "REWARD_BYTES",
     "tiny_model_parameters",
     "check_reward_domain",
     "check_dependencies",
@@ -135,12 +138,13 @@ def check_resolved(cfg: ResolvedTrainConfig) -> None:
     (:func:`check_values`), the run directory's and model's paths (:func:`check_paths`), what
     the algorithm accepts (:func:`check_algorithm`), the device (:func:`check_device`), what
     the machine can hold (:func:`check_machine`: threads, the tiny model's size;
-    :func:`check_batch_memory`: a step's and an evaluation's completions), the optional
-    packages the config needs (:func:`check_dependencies`), a local model directory or GGUF
-    file (:func:`bestk.train.model.source.check_model_source`), a KAPPO calibration file
-    (:func:`check_kappo_file`), and, for an algorithm that uses the estimator, the estimator
-    options' *values*, by running the estimator on a dummy batch shaped like a training batch
-    (:func:`check_estimator_runs`; a ``calibration`` path is loaded). Nothing here trains,
+    :func:`check_batch_memory`: every batch a run holds at once), the optional packages the
+    config needs (:func:`check_dependencies`), a local model directory or GGUF file
+    (:func:`bestk.train.model.source.check_model_source`), a KAPPO calibration file
+    (:func:`check_kappo_file`), and, for an algorithm that uses the estimator, a group size it
+    learns from (:func:`check_group_size`) and the estimator options' *values*, by running the
+    estimator on a dummy batch shaped like a training batch (:func:`check_estimator_runs`; a
+    ``calibration`` path is loaded). Nothing here trains,
     builds a model or writes a file."""
     check_values(cfg)
     check_paths(cfg)
@@ -153,6 +157,7 @@ def check_resolved(cfg: ResolvedTrainConfig) -> None:
         check_model_source(cfg.model.path)
     check_kappo_file(cfg)
     if ALGORITHMS[cfg.algorithm].uses_estimator:
+        check_group_size(cfg)
         check_estimator_runs(cfg)
 
 
@@ -335,38 +340,106 @@ def _gib(n: float) -> str:
 COMPLETION_BYTES = 64
 
 
-def check_batch_memory(cfg: ResolvedTrainConfig) -> None:
-    """A one-line ``ValueError`` when the completions of one RL step (``rollout.prompts_per_step
-    x rollout.n``; at least the ``2 x rollout.n`` rewards of the estimator's dry run) or of one
-    evaluation (``eval.n`` per held-out prompt, at least one prompt) cannot fit in the
-    machine's memory (the device's and the CPU's) at :data:`COMPLETION_BYTES` each, a lower
-    bound: ``rollout.n=1000000000`` is refused at once, not after minutes of validation and a
-    kill for memory. A batch this allows may still not fit (the model's activations and KV
-    cache come on top)."""
+#: Bytes of a reward kept for every sample of a reference bank (float64).
+REWARD_BYTES = 8
+
+#: A batch the run will hold at once: how many items, bytes each at the least, what it is
+#: (for the message) and the keys that set it.
+Batch = tuple[int, int, str, str]
+
+
+def _machine_memory(device: str) -> int | None:
+    """The memory a run on ``device`` can use: the CPU's, plus the device's when it is not
+    the CPU (``None`` when the system does not say)."""
     have = _memory_bytes("cpu")
-    if have is not None and torch.device(cfg.device).type != "cpu":
-        have += _memory_bytes(cfg.device) or 0
+    if have is not None and torch.device(device).type != "cpu":
+        have += _memory_bytes(device) or 0
+    return have
+
+
+def _refuse_batches(device: str, batches: list[Batch]) -> None:
+    """The first of ``batches`` whose items cannot fit in the machine's memory
+    (:func:`_machine_memory`) at their bytes each is a one-line ``ValueError`` naming the
+    keys, the bytes needed and the memory there is."""
+    have = _machine_memory(device)
     if have is None:  # pragma: no cover - a system that does not say
         return
-    r, e = cfg.rollout, cfg.eval
-    online = ALGORITHMS[cfg.algorithm].online
-    for count, what in (
-        (max(r.prompts_per_step, 2) * r.n if online else 0,
-         f"rollout.n={r.n} with rollout.prompts_per_step={r.prompts_per_step}: "
-         f"{r.prompts_per_step * r.n:.3g} completions a step"),
-        (e.n * (e.num_prompts or 1),
-         f"eval.n={e.n} with eval.num_prompts={'null' if e.num_prompts is None else e.num_prompts}"
-         f": {e.n * (e.num_prompts or 1):.3g} completions an evaluation"),
-    ):
-        need = count * COMPLETION_BYTES
+    for count, each, what, keys in batches:
+        need = count * each
         if need > have:
-            key = "rollout.n or rollout.prompts_per_step" if what.startswith("rollout") \
-                else "eval.n or eval.num_prompts"
             raise ValueError(
-                f"{what} need at least {_gib(need)} ({COMPLETION_BYTES} bytes each, before the "
-                f"model's activations), more than the {_gib(have)} of memory of this machine; "
-                f"lower {key}"
+                f"{what} need at least {_gib(need)} ({each} bytes each, before the model's "
+                f"activations), more than the {_gib(have)} of memory of this machine; lower "
+                f"{keys}"
             )
+
+
+def check_batch_memory(cfg: ResolvedTrainConfig) -> None:
+    """A one-line ``ValueError`` (:func:`_refuse_batches`) when a batch a run of ``cfg`` will
+    hold cannot fit in the machine's memory (the device's and the CPU's) at
+    :data:`COMPLETION_BYTES` an item, a lower bound, whatever the task: the completions of
+    one RL step (``rollout.prompts_per_step x rollout.n``; at least the ``2 x rollout.n``
+    rewards of the estimator's dry run), of one @k-DPO step (``2 x kappo.dpo_pairs`` bank
+    completions a prompt, at least one prompt), of one evaluation (``eval.n`` for each
+    held-out prompt, at least one), the examples of one SFT step (``sft.batch_size``, drawn
+    with replacement) and one bank prompt's ``kappo.bank_size`` reference samples (sampled at
+    once). ``rollout.n=1000000000`` or ``sft.batch_size=1000000000`` is refused at once, not
+    after minutes of validation and a kill for memory. What depends on the task's sizes (the
+    held-out prompts that exist, the bank's prompts) is bounded once it is loaded
+    (:func:`check_task_memory`). A batch this allows may still not fit (the model's
+    activations and KV cache come on top)."""
+    r, e, k, s = cfg.rollout, cfg.eval, cfg.kappo, cfg.sft
+    spec = ALGORITHMS[cfg.algorithm]
+    batches: list[Batch] = []
+    if spec.online:
+        batches.append((
+            max(r.prompts_per_step, 2) * r.n, COMPLETION_BYTES,
+            f"rollout.n={r.n} with rollout.prompts_per_step={r.prompts_per_step}: "
+            f"{r.prompts_per_step * r.n:.3g} completions a step",
+            "rollout.n or rollout.prompts_per_step"))
+    elif spec.bank_completions:  # trains on pairs of the bank's completions (@k-DPO)
+        batches.append((2 * k.dpo_pairs, COMPLETION_BYTES,
+                        f"kappo.dpo_pairs={k.dpo_pairs}: {2 * k.dpo_pairs:.3g} bank completions "
+                        "a step for each prompt", "kappo.dpo_pairs"))
+    batches.append((
+        e.n, COMPLETION_BYTES,
+        f"eval.n={e.n}: {e.n:.3g} completions an evaluation of one held-out prompt", "eval.n"))
+    if s.steps > 0:
+        batches.append((s.batch_size, COMPLETION_BYTES,
+                        f"sft.batch_size={s.batch_size}: {s.batch_size:.3g} examples an SFT step",
+                        "sft.batch_size"))
+    if spec.samples_bank(cfg) and k.bank is None:
+        batches.append((k.bank_size, COMPLETION_BYTES,
+                        f"kappo.bank_size={k.bank_size}: {k.bank_size:.3g} reference samples of "
+                        "a bank prompt (sampled together)", "kappo.bank_size"))
+    _refuse_batches(cfg.device, batches)
+
+
+def check_task_memory(cfg: ResolvedTrainConfig, task: Task, bank_prompts: int = 0) -> None:
+    """What :func:`check_batch_memory` bounds once the task is loaded, on the prompts that
+    will exist, before any model is built or file written: the completions of one evaluation,
+    ``eval.n`` for each of ``min(eval.num_prompts, the task's held-out prompts)`` prompts
+    (``eval.num_prompts=1000000000`` of a task with 4 is 4 prompts), and the reference bank
+    the run samples, ``kappo.bank_size`` for each of its ``bank_prompts`` prompts (a
+    :data:`REWARD_BYTES` reward each; :data:`COMPLETION_BYTES` when the algorithm keeps the
+    completions). One-line ``ValueError`` (:func:`_refuse_batches`)."""
+    e, k = cfg.eval, cfg.kappo
+    prompts = min(e.num_prompts or len(task.eval), len(task.eval))
+    asked = "null" if e.num_prompts is None else e.num_prompts
+    batches: list[Batch] = [(
+        e.n * prompts, COMPLETION_BYTES,
+        f"eval.n={e.n} with eval.num_prompts={asked} ({prompts} of the {len(task.eval)} "
+        f"held-out prompts of task {task.name!r}): {e.n * prompts:.3g} completions an "
+        "evaluation", "eval.n or eval.num_prompts")]
+    if bank_prompts and k.bank is None:
+        each = COMPLETION_BYTES if ALGORITHMS[cfg.algorithm].bank_completions else REWARD_BYTES
+        batches.append((
+            bank_prompts * k.bank_size, each,
+            f"kappo.bank_size={k.bank_size} with kappo.bank_prompts="
+            f"{'null' if k.bank_prompts is None else k.bank_prompts} ({bank_prompts} prompts): "
+            f"{bank_prompts * k.bank_size:.3g} reference samples",
+            "kappo.bank_size or kappo.bank_prompts"))
+    _refuse_batches(cfg.device, batches)
 
 
 def check_machine(cfg: ResolvedTrainConfig) -> None:
@@ -393,6 +466,23 @@ def check_machine(cfg: ResolvedTrainConfig) -> None:
             f"model.intermediate_size={m.intermediate_size} has about {params:.3g} parameters: "
             f"training it needs at least {_gib(need)}, more than the {_gib(have)} of memory of "
             f"device {cfg.device!r}; make it smaller"
+        )
+
+
+def check_group_size(cfg: ResolvedTrainConfig) -> None:
+    """``rollout.n`` is at least the smallest group the estimator learns from
+    (:meth:`bestk.estimators.EstimatorInfo.min_group_size` with ``estimator_options``): a
+    group estimator (GRPO, RLOO, the @k ones) gives a group of one sample an advantage of 0,
+    so ``rollout.n=1`` would train nothing, silently. One-line ``ValueError`` naming both."""
+    options = {k: v for k, v in cfg.estimator_options.items() if k != "calibration"}
+    need = estimator_info(cfg.estimator).min_group_size(options)
+    if cfg.rollout.n < need:
+        given = f" with {options}" if options else ""
+        raise ValueError(
+            f"config key 'rollout.n' is {cfg.rollout.n}, but estimator {cfg.estimator!r}{given} "
+            f"needs groups of at least {need} completions (every advantage of a smaller group "
+            f"is 0: nothing would train); set rollout.n >= {need}, or use an estimator that "
+            "learns from single samples (e.g. reinforce)"
         )
 
 

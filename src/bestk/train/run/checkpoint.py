@@ -53,6 +53,8 @@ __all__ = [
     "load_checkpoint",
     "latest_checkpoint",
     "latest_valid_checkpoint",
+    "run_checkpoints",
+    "last_run_checkpoint",
     "list_checkpoints",
     "verify_checkpoint",
     "checksum_path",
@@ -63,6 +65,7 @@ __all__ = [
     "global_rng_kept",
     "as_os_error",
     "adapters_only",
+    "load_weights",
 ]
 
 _NAME = re.compile(r"^step_(\d{7})\.safetensors$")
@@ -142,7 +145,9 @@ def save_checkpoint(
             raise as_os_error(e, final) from None
         # The checksum file lands before the checkpoint: a checkpoint never lacks one.
         write_text_atomic(checksum_path(final), f"{file_sha256(tmp)}  {final.name}\n")
-    for old in list_checkpoints(directory)[:-keep]:
+    run = meta_state.get("run")  # only the run's own checkpoints rotate: never another's file
+    for old in run_checkpoints(directory, run.get("digest") if isinstance(run, dict) else None
+                               )[:-keep]:
         old.unlink(missing_ok=True)
         checksum_path(old).unlink(missing_ok=True)
     for side in orphan_checksums(directory):
@@ -170,6 +175,29 @@ def as_os_error(e: Exception, path: Path) -> Exception:
         code = int(m.group(1))
         return OSError(code, os.strerror(code), str(path))
     return OSError(f"cannot write checkpoint {str(path)!r}: {e}")
+
+
+def load_weights(path: str | Path) -> dict[str, torch.Tensor]:
+    """The state dict in ``path``, a file bestk saved with ``torch.save`` (the SFT weights
+    ``bestk compare`` keeps in ``_sft/seedN.pt``, a trainer's ``warm_start``), on the CPU.
+
+    A missing file, or one that does not load as a mapping of tensor names to tensors
+    (truncated, overwritten, not a weights file), is a one-line ``ValueError`` naming it, never
+    a torch traceback."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"weights file {str(path)!r} does not exist")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # a torn zip, unpickling errors, I/O errors: a damaged file
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"weights file {str(path)!r} is damaged (truncated or overwritten?): "
+                         f"{first}") from None
+    if not isinstance(state, dict) or not all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
+        raise ValueError(f"weights file {str(path)!r} is damaged: it holds no state dict "
+                         "(tensor names to tensors)")
+    return state
 
 
 def checksum_path(checkpoint: str | Path) -> Path:
@@ -319,6 +347,36 @@ def list_checkpoints(directory: str | Path) -> list[Path]:
         return []
     found = [p for p in directory.iterdir() if _NAME.match(p.name)]
     return sorted(found, key=lambda p: int(p.name[5:12]))  # step_XXXXXXX.safetensors
+
+
+def run_checkpoints(directory: str | Path, digest: str | None = None) -> list[Path]:
+    """The checkpoints in ``directory`` a run wrote, oldest first: laid out completely
+    (:func:`safetensors_layout_problem`; the header alone is read, no checksum computed),
+    holding the step their name says and recording the run identity ``digest``
+    (:func:`bestk.train.run.directory.run_identity`), or none (written before checkpoints
+    recorded their run; ``digest`` ``None``: any run). A file named like a checkpoint that is
+    not one (a random file) or is another run's (copied from it) is not counted: it is never
+    taken for steps done, named as the one to continue from, or rotated away."""
+    found = []
+    for path in list_checkpoints(directory):
+        try:
+            if safetensors_layout_problem(path) is not None:
+                continue
+            state = checkpoint_state(path)
+        except (ValueError, OSError):  # not a bestk checkpoint, or gone meanwhile
+            continue
+        run = state.get("run")
+        if state.get("step") != int(path.name[5:12]) or run is not None and digest is not None \
+                and not (isinstance(run, dict) and run.get("digest") == digest):
+            continue
+        found.append(path)
+    return found
+
+
+def last_run_checkpoint(directory: str | Path, digest: str | None = None) -> Path | None:
+    """The newest of :func:`run_checkpoints` (``None``: the run wrote none)."""
+    found = run_checkpoints(directory, digest)
+    return found[-1] if found else None
 
 
 def latest_checkpoint(directory: str | Path) -> Path | None:

@@ -25,6 +25,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from bestk.tasks.guard import SignalInterrupt, raises_signal_interrupt, running_user_code
 from bestk.train.config import ResolvedTrainConfig
 from bestk.train.run.directory import attempt_folder
 
@@ -185,18 +186,27 @@ class StopRequest:
     safe point (the end of the RL step; the next SFT step, reference-bank batch or step-0
     evaluation batch, which poll :meth:`should_stop`), checkpoints and exits with
     :attr:`exit_status` (130 for SIGINT, 143 for SIGTERM). The second raises
-    ``KeyboardInterrupt`` at once. The previous handlers come back on exit."""
+    :class:`~bestk.tasks.guard.SignalInterrupt` (a ``KeyboardInterrupt``) at once, and so
+    does the first when it interrupts user code (a reward function:
+    :func:`~bestk.tasks.guard.running_user_code`), which has no safe point and may never
+    return. The previous handlers come back on exit."""
 
     def __init__(self) -> None:
         self.requested = False
         self.signum: int | None = None
         self._previous: dict[int, _Handler] = {}
 
+    @raises_signal_interrupt
     def _handler(self, signum: int, frame: FrameType | None) -> None:
         if self.requested:
-            raise KeyboardInterrupt
+            raise SignalInterrupt
         self.requested, self.signum = True, signum
         name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        busy = running_user_code()
+        if busy is not None:  # a reward that hangs would never reach a safe point
+            os.write(2, (f"\nnote: {name} while {busy} was running: stopping at once, "
+                         "without finishing the step in progress\n").encode())
+            raise SignalInterrupt
         again = "Ctrl-C again" if signum == signal.SIGINT else "Ctrl-C"
         os.write(2, (f"\nnote: {name}: stopping at the next SFT step, bank or evaluation "
                      f"batch, or RL step (with a checkpoint once the run has one); {again} "

@@ -36,6 +36,7 @@ from typing import Any
 import yaml
 
 from bestk._atomic import is_temporary, write_text_atomic
+from bestk._records import loads_finite
 from bestk.train.config import ResolvedTrainConfig, TrainConfig
 from bestk.train.config_io import (
     apply_overrides,
@@ -132,7 +133,9 @@ class RunDirectory:
         interrupted write left (``say``-ing so) and decide what to do with it
         (:func:`inspect_run` in ``mode``; its warnings and notes ``say``-ed). A directory
         that holds files but no bestk run is refused before anything is touched
-        (:func:`check_new_run_directory`)."""
+        (:func:`check_new_run_directory`). A complete run in a directory that cannot be written
+        (its lock cannot be taken: read-only media) is inspected without the lock: it is only
+        read; any other run there raises the lock's ``OSError``."""
         check_new_run_directory(self.out, mode)
         check_no_links(self.out)
         self._created = not self.out.exists()
@@ -288,29 +291,6 @@ def _check_record(row: object, where: str) -> None:
             raise ValueError(f"{where}: {k!r} must be a number, got {v!r}")
 
 
-class _NotFinite(ValueError):
-    """A bare ``NaN`` / ``Infinity`` / ``-Infinity`` token in a ``metrics.jsonl`` line."""
-
-
-def _refuse_constant(name: str) -> object:
-    raise _NotFinite(name)
-
-
-def _loads_record(raw: bytes, where: str) -> object:
-    """One line of ``metrics.jsonl`` as JSON (``UnicodeDecodeError`` / ``JSONDecodeError`` as
-    ``json`` raises them); a bare ``NaN`` / ``Infinity`` token, which Python's ``json`` would
-    accept but bestk never writes (a value that is not finite is logged as ``null``), is a
-    ``ValueError`` naming ``where``."""
-    try:
-        return json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
-    except _NotFinite as e:
-        raise ValueError(
-            f"{where} holds {e}, which is not JSON and which bestk never writes (it logs a value "
-            f"that is not finite as null): edited by hand? restore the file, or write {e} as "
-            "null"
-        ) from None
-
-
 def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The records of a ``metrics.jsonl``; ``[]`` when the file does not exist.
 
@@ -329,7 +309,7 @@ def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     for i, raw in enumerate(lines, start=1):
         where = f"{p} line {i}"
         try:
-            row = _loads_record(raw, where)
+            row = loads_finite(raw, where)
         except (UnicodeDecodeError, json.JSONDecodeError):
             raise ValueError(f"{where} is not a JSON record: {raw[:40]!r}") from None
         _check_record(row, where)
@@ -337,7 +317,7 @@ def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     if torn.strip():
         where = f"{p} line {len(lines) + 1}"
         try:
-            row = _loads_record(torn, where)
+            row = loads_finite(torn, where)
         except (UnicodeDecodeError, json.JSONDecodeError):
             return rows  # cut short by a crash
         _check_record(row, where)
@@ -670,8 +650,9 @@ def check_checkpoint_identity(checkpoint: Path, identity: Mapping[str, Any]) -> 
     raise ValueError(
         f"checkpoint {str(checkpoint)!r} belongs to another run (copied from it?): it records "
         f"config digest {theirs.get('digest')}, this run's is config digest "
-        f"{identity['digest']}: {shown}{more}; restore the run's own checkpoint, or start a "
-        "new run with another --out"
+        f"{identity['digest']}: {shown}{more}; restore the run's own checkpoint (or move this "
+        "one out of checkpoints/ to continue from the one before), or start a new run with "
+        "another --out"
     )
 
 
@@ -739,8 +720,9 @@ def inspect_run(cfg: ResolvedTrainConfig, mode: str = "auto", stored: TrainConfi
             "another --out"
         )
     step = int(checkpoint.name[5:12])
-    notes = check_resume(stored, cfg, step, where)
-    notes += check_checkpoint_identity(checkpoint, identity)
+    notes = check_resume(stored, cfg, 0, where)  # the config first: refused keys named
+    notes += check_checkpoint_identity(checkpoint, identity)  # this run's, at the step named
+    check_resume(stored, cfg, step, where)  # only then is its step the steps done
     check_history(read_metrics(out / "metrics.jsonl"), step, out / "metrics.jsonl")
     warnings = [
         f"checkpoint {p.name} is damaged ({reason}); set aside as {p.name}.damaged"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from bestk._atomic import write_text_atomic
 from bestk._optional import pyplot
+from bestk.figures import save_figure
 from bestk.kappo.calibration import Calibration
 from bestk.train.algorithms import ALGORITHMS
 from bestk.train.algorithms._base import rollout_batch_text
@@ -54,8 +55,7 @@ def _plot_curves(path: Path, start: Mapping[str, float], end: Mapping[str, float
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)  # atomic; a failed write names the path
 
 
 #: Training panels, (title, [(metric key, label), ...]), of a run that samples rollouts
@@ -98,8 +98,7 @@ def _plot_training(path: Path, train: Sequence[Mapping[str, float]],
         ax.set_xlabel("RL step")
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)  # atomic; a failed write names the path
 
 
 def _table(start: Mapping[str, float], end: Mapping[str, float], prefix: str) -> list[str]:
