@@ -159,3 +159,24 @@ def test_a_grid_that_never_started_a_run_does_not_hold_its_settings(tmp_path):
     assert (out / "grpo" / "seed0" / "result.json").is_file()
     with pytest.raises(ValueError, match="holds a grid with other settings"):
         run_compare(["grpo"], out=out, overrides=[*TINY, "optim.lr=0.5"], **GRID)
+
+
+def test_an_out_inside_a_grid_is_refused_for_compare_and_train(tmp_path):
+    """``bestk compare --out cmp/sub`` (or ``bestk train --out cmp/sub``, ``--resume
+    cmp/grpo/seed0``) ran inside a finished grid, rc 0; the grid then refused to continue,
+    its new folder being files that are not the grid's. Now refused in one line, nothing
+    written."""
+    from tests.test_train_run_directory import invoke, one_line_error
+
+    out = tmp_path / "cmp"
+    run_compare(["grpo"], out=out, overrides=TINY, **GRID)
+    before = _tree(out)
+    for inner in (out / "sub", out / "grpo" / "x"):
+        with pytest.raises(ValueError, match=r"is inside the comparison '.*cmp'"):
+            run_compare(["grpo"], out=inner, overrides=TINY, **GRID)
+    sets = conftest.set_args(*TINY)
+    for args in (["--out", str(out / "sub"), "--max-steps", "1", *sets],
+                 ["--resume", str(out / "grpo" / "seed0")]):
+        assert "is inside the comparison" in one_line_error(invoke("train", *args))
+    assert _tree(out) == before
+    run_compare(["grpo"], out=out, overrides=TINY, **GRID)  # the grid still continues

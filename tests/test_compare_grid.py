@@ -57,3 +57,34 @@ def test_compare_cli_refuses_a_bad_cell_in_one_line_before_any_work(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: method 'maxrl': estimator 'maxrl' "
                                                    "needs 0/1 rewards")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    # a count past the bound made and checked every run first: 10**20 filled the memory
+    (dict(seeds=10**20), r"--seeds must be an integer in \[1, 1000\]"),
+    (dict(seeds=1001), r"--seeds must be an integer in \[1, 1000\] \(the sweep's seeds start"),
+    (dict(seeds=1, lr_sweep=[1e-3], sweep_seeds=10**20), r"--sweep-seeds must be an integer"),
+    # a seed whose grid passes 2**63 - 1: named, not a config error on a seed never given
+    (dict(seeds=2, overrides=[*TINY, f"seed={2**63 - 1}"]),
+     r"seed=9223372036854775807 is too large for this grid: its runs' seeds reach"),
+    (dict(seeds=1, overrides=[*TINY, f"seed={2**63 - 10}"], controls=["grpo"]),
+     "is too large for this grid"),
+], ids=["seeds-1e20", "seeds-1001", "sweep-seeds-1e20", "seed-max", "seed-max-control"])
+def test_seed_counts_and_seeds_past_the_range_are_refused_at_once(tmp_path, kwargs, match):
+    out = tmp_path / "c"
+    kwargs = {"overrides": TINY, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        run_compare(["grpo"], out=out, max_steps=1, progress=False, **kwargs)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("value", ["", " , "])
+def test_an_empty_lr_sweep_is_refused_not_skipped(tmp_path, value):
+    """``--lr-sweep ''`` ran the grid without any sweep, rc 0."""
+    from tests.test_train_run_directory import invoke, one_line_error
+
+    out = tmp_path / "c"
+    line = one_line_error(invoke("compare", "--estimators", "grpo", "--seeds", "1", "--out", out,
+                                 "--lr-sweep", value, *conftest.set_args(*TINY)))
+    assert f"--lr-sweep {value!r} lists no learning rate" in line
+    assert not out.exists()

@@ -102,3 +102,56 @@ def test_a_damaged_cached_sft_file_is_recomputed_saying_so(tmp_path, capsys):
     stamp = path.stat().st_mtime_ns
     sft_job(cfg, str(path), None, None)  # intact: reused, nothing said
     assert path.stat().st_mtime_ns == stamp and not capsys.readouterr().err
+
+
+def wait_for_stop(folder: str) -> None:
+    """A worker's job (imported by name in the workers): says it started, polls the stop
+    as a grid's jobs do, and says it stopped."""
+    from bestk.compare.jobs import stop_requested
+
+    Path(folder, f"started-{os.getpid()}").touch()
+    while not stop_requested():
+        time.sleep(0.05)
+    Path(folder, f"stopped-{os.getpid()}").touch()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "zombie" not in \
+        Path(f"/proc/{pid}/status").read_text().lower()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="watches /proc")
+def test_workers_stop_when_the_main_process_is_killed(tmp_path):
+    """``kill -9`` (or the OOM killer) on a comparison with --workers 2 left its worker
+    processes waiting on the dead pool forever, each holding its model's memory; now each
+    stops its job at the next safe point (as after Ctrl-C) and ends."""
+    code = ("import sys\nfrom bestk.compare.jobs import execute\n"
+            "from tests.test_compare_jobs import wait_for_stop\n"
+            "execute([(wait_for_stop, sys.argv[1])] * 2, 2, False, 'jobs')\n")
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], cwd=root,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pids: list[int] = []
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and len(pids) < 2:
+            pids = [int(p.name.split("-")[1]) for p in tmp_path.glob("started-*")]
+            time.sleep(0.1)
+        assert len(pids) == 2, "the workers never started their jobs"
+        proc.kill()
+        proc.wait()
+        deadline = time.time() + 30
+        while time.time() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.1)
+        assert not any(_alive(p) for p in pids), "a worker outlived its main process"
+        assert sorted(p.name for p in tmp_path.glob("stopped-*")) == \
+            sorted(f"stopped-{p}" for p in pids)
+    finally:
+        proc.kill()
+        for p in pids:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)

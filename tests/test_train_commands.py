@@ -261,3 +261,27 @@ def test_bestk_train_takes_every_registered_estimator(tmp_path, estimator):
     assert all(isinstance(row["adv_abs_mean"], float) for row in train)
     config = (out / "config.yaml").read_text()
     assert f"estimator: {estimator}" in config
+
+
+def test_eval_run_refuses_a_final_model_of_another_step_and_a_comparisons_run(tmp_path):
+    """``bestk eval --run R`` of a finished run extended to more steps (running, or stopped)
+    evaluated the old final/ model as the run's, rc 0; a comparison's run (no final/ kept)
+    was asked "is it finished?". Both one line now; ``--model R/final`` evaluates the old
+    model on purpose."""
+    run = tmp_path / "run"
+    (run / "final").mkdir(parents=True)
+    write_run_config(run, apply_overrides(TrainConfig(), [f"out={run}", "max_steps=40"]))
+    (run / ".finished").write_text("4\n")
+    with pytest.raises(ValueError, match=r"run '.*run' is not finished: its final/ model is of "
+                                         r"step 4, but its config.yaml trains to max_steps=40"):
+        eval_config(None, None, None, [], 0, run)
+    got, _, _ = eval_config(run / "final", None, None, [], 0, run)
+    assert got.model.path == str(run / "final")
+    (run / ".finished").write_text("40\n")
+    assert eval_config(None, None, None, [], 0, run)[0].model.path == str(run / "final")
+    (run / "final").rmdir()
+    (run / "result.json").write_text("{}")
+    (run / "run.key").write_text("k")
+    with pytest.raises(ValueError, match="is a run of a bestk comparison, which keeps only its "
+                                         "result.json"):
+        eval_config(None, None, None, [], 0, run)

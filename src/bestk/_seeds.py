@@ -152,6 +152,9 @@ COMPARE_SEEDS = Stream("compare.seeds", 0, rule="affine", terms=(("index", 1),))
 #: the ``j``-th seed of the learning-rate sweep, disjoint from the test seeds:
 #: ``SWEEP_SEEDS.seed(seed, index=j)`` (``seed + 1000 + j``).
 SWEEP_SEEDS = Stream("compare.sweep_seeds", 1000, rule="affine", terms=(("index", 1),))
+#: The most seeds of a comparison's test runs (``--seeds``) and of its sweep (``--sweep-seeds``):
+#: more test seeds would reach the sweep's first seed (``seed + 1000``).
+MAX_GRID_SEEDS = SWEEP_SEEDS.key
 #: an A/A control's ``sampling_seed`` (``seed + 100_003``): same weights and prompts as its
 #: method, independent sampling noise.
 CONTROL_SAMPLING = Stream("compare.control_sampling", 100_003, rule="offset")

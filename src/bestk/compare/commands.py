@@ -97,6 +97,9 @@ def compare_command(
                     grid = [float(x) for x in lr_sweep.split(",") if x.strip()]
                 except ValueError:
                     fail(f"--lr-sweep must be comma-separated numbers, got {lr_sweep!r}")
+                if not grid:  # else no sweep ran, silently
+                    fail(f"--lr-sweep {lr_sweep!r} lists no learning rate; give comma-separated "
+                         "rates, or drop --lr-sweep")
             table = run_compare(
                 methods, seeds=seeds, out=out, config=config, max_steps=max_steps, overrides=set_,
                 progress=not quiet, controls=control, workers=workers, lr_sweep=grid,

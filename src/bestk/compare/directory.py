@@ -5,10 +5,11 @@ makes for a run directory, kept for a grid of runs.
   life of the comparison: a second ``bestk compare`` on ``DIR``, or one into the ``--out`` of
   a running ``bestk train``, is refused in one line while the first holds it.
 * **Only bestk's files.** A comparison starts only in a new or empty directory or in a grid of
-  its own (:func:`check_compare_directory`): a file it did not write anywhere in the grid's
-  layout -- a user's ``precious.txt`` in a seed's folder, a ``compare.md`` of their own, a
-  ``bestk train`` run with checkpoints where a seed's run would go -- is refused before
-  anything is touched, naming what is there.
+  its own, never inside another grid (:func:`check_compare_directory`; nor does a ``bestk
+  train`` run): a file it did not write anywhere in the grid's layout -- a user's
+  ``precious.txt`` in a seed's folder, a ``compare.md`` of their own, a ``bestk train`` run
+  with checkpoints where a seed's run would go -- is refused before anything is touched, naming
+  what is there.
 * **No finished run lost.** The grid's settings are recorded in ``compare.json`` when it
   starts (:func:`grid_record`); a re-run whose base config or methods differ is refused,
   naming the keys (:func:`check_same_grid`). ``--no-resume`` keeps the grid it starts over:
@@ -40,7 +41,8 @@ from bestk.train.run.directory import (
 )
 from bestk.train.run.lock import LOCK_NAME, RunLock, directory_names
 
-__all__ = ["CompareDirectory", "check_compare_directory", "check_same_grid", "grid_record",
+__all__ = ["CompareDirectory", "check_compare_directory", "check_outside_grids",
+           "check_same_grid", "grid_record",
            "keep_previous_grid", "set_run_aside", "COMPARE_FILES", "RUN_EXTRA"]
 
 #: What a comparison writes at the top of its directory (folders end in ``/``).
@@ -110,6 +112,7 @@ def _foreign(out: Path, also: Sequence[str]) -> list[str]:
 def check_compare_directory(out: str | os.PathLike[str], also: Sequence[str] = ()) -> None:
     """Refuse, in one line and touching nothing, an ``out`` that holds anything a comparison
     did not write (module docstring); a missing or empty ``out`` is a new grid."""
+    check_outside_grids(out)
     out = Path(out)
     if not out.is_dir():
         return
@@ -120,6 +123,20 @@ def check_compare_directory(out: str | os.PathLike[str], also: Sequence[str] = (
             f"--out {str(out)!r} holds files that are not a bestk comparison's: {shown}; "
             "bestk compare writes only into a new or empty directory or a grid of its own, "
             "and never moves or deletes files it did not write: choose another --out")
+
+
+def check_outside_grids(out: str | os.PathLike[str], option: str = "--out") -> None:
+    """Refuse, in one line, an ``out`` inside a comparison's grid (a folder above it holds
+    the grid's ``compare.json``): a run or a grid written there is not the grid's own, so
+    the grid would refuse to continue (:func:`check_compare_directory`)."""
+    path = Path(os.path.realpath(out))
+    grid = next((p for p in path.parents if _grid_of(p) is not None), None)
+    if grid is not None:
+        raise ValueError(
+            f"{option} {str(out)!r} is inside the comparison {str(grid)!r}: files written "
+            "there are not the grid's own, and it would refuse to continue; choose a "
+            "directory outside it (a comparison's runs are continued by the same "
+            "`bestk compare` command)")
 
 
 def _grid_of(out: Path) -> dict[str, Any] | None:

@@ -15,7 +15,7 @@ import numpy as np
 
 from bestk._atomic import write_text_atomic
 from bestk._optional import require
-from bestk._seeds import COMPARE_SEEDS, SWEEP_SEEDS
+from bestk._seeds import COMPARE_SEEDS, CONTROL_SAMPLING, MAX_GRID_SEEDS, SWEEP_SEEDS
 from bestk.compare.directory import CompareDirectory, grid_record
 from bestk.compare.jobs import (
     RunResult,
@@ -45,7 +45,7 @@ from bestk.compare.methods import (
 from bestk.compare.summary import summarize, write_summary
 from bestk.estimators import estimator_info
 from bestk.lr_sweep import fixed_rate, sweep_until_interior
-from bestk.train.config import TrainConfig
+from bestk.train.config import INT64_MAX, TrainConfig
 from bestk.train.config_io import config_to_dict
 from bestk.train.setup import load_run_task
 from bestk.train.trainer import check_run
@@ -268,14 +268,11 @@ def run_compare(
     """
     if not estimators:
         raise ValueError("--estimators is empty")
-    if seeds < 1:
-        raise ValueError(f"--seeds must be >= 1, got {seeds}")
+    _check_seed_counts(seeds, sweep_seeds if lr_sweep else None)
     if workers < 1:
         raise ValueError(f"--workers must be >= 1, got {workers}")
     if max_extensions < 0:
         raise ValueError(f"--max-extensions must be >= 0, got {max_extensions}")
-    if lr_sweep and sweep_seeds < 1:
-        raise ValueError(f"sweep_seeds must be >= 1, got {sweep_seeds}")
     require("scipy.stats", extra="lab")  # the summary's intervals: before the grid, not after
     methods = make_methods(estimators, estimator_options, controls)
     out = Path(out)
@@ -291,6 +288,7 @@ def run_compare(
             f"its estimator {base.estimator!r}, which is not compared (methods: "
             f"{', '.join(m.label for m in methods)}); give a method its options with "
             "--set-for LABEL:estimator_options.KEY=VALUE")
+    _check_top_seed(base, seeds, sweep_seeds if lr_sweep else 0, bool(controls))
     test_seeds = [COMPARE_SEEDS.seed(base.seed, index=s) for s in range(seeds)]
     swept = methods
     if common_lr_from is not None:
@@ -325,6 +323,30 @@ def run_compare(
             **directory.record, "seeds": seeds, "lr": lrs, "wall_seconds": time.time() - t0},
             indent=1, default=str))
         return write_summary(out, results, base.eval.n)
+
+
+def _check_seed_counts(seeds: int, sweep_seeds: int | None) -> None:
+    """``--seeds`` (and ``--sweep-seeds``, when a sweep runs) in ``[1, MAX_GRID_SEEDS]``: a
+    count past it would make and check that many runs before any work (``--seeds 10**20``
+    filled the memory), and test seeds past it are the sweep's."""
+    for flag, n in (("--seeds", seeds), ("--sweep-seeds", sweep_seeds)):
+        if n is not None and not 1 <= n <= MAX_GRID_SEEDS:
+            why = f" (the sweep's seeds start at seed + {MAX_GRID_SEEDS})" * (flag == "--seeds")
+            raise ValueError(f"{flag} must be an integer in [1, {MAX_GRID_SEEDS}]{why}, got {n}")
+
+
+def _check_top_seed(base: TrainConfig, seeds: int, sweep_seeds: int, controls: bool) -> None:
+    """The largest seed the grid derives from ``base.seed`` fits the seeds' range: a one-line
+    error naming ``seed`` and the flag, not a config error about a seed the user never gave."""
+    top = max(COMPARE_SEEDS.seed(base.seed, index=seeds - 1),
+              SWEEP_SEEDS.seed(base.seed, index=sweep_seeds - 1) if sweep_seeds else 0)
+    if controls:
+        top = max(top, CONTROL_SAMPLING.seed(COMPARE_SEEDS.seed(base.seed, index=seeds - 1)))
+    if top > INT64_MAX:
+        raise ValueError(f"seed={base.seed} is too large for this grid: its runs' seeds reach "
+                         f"{top}, past 2**63 - 1 (test seeds are seed + 0..{seeds - 1}, sweep "
+                         "seeds seed + 1000 + j, A/A controls sample with seed + 100003); "
+                         "lower seed")
 
 
 def _method_record(m: Method) -> dict[str, object]:
@@ -384,8 +406,7 @@ def validation_runs(
     finished runs are reused, interrupted ones resumed)."""
     if not methods:
         raise ValueError("validation_runs needs at least one method")
-    if seeds < 1:
-        raise ValueError(f"seeds must be >= 1, got {seeds}")
+    _check_seed_counts(seeds, None)
     if not lr > 0:
         raise ValueError(f"lr must be > 0, got {lr}")
     if workers < 1:

@@ -15,11 +15,13 @@ from __future__ import annotations
 import copy
 import json
 import multiprocessing as mp
+import os
 import shutil
 import signal
 import sys
+import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from pathlib import Path
@@ -90,6 +92,10 @@ class CompareInterrupted(KeyboardInterrupt):
 #: a worker process the pool's stop event (:func:`_worker_init`).
 _requests: list[StopRequest] = []
 _event: Any = None
+#: A worker's job is running (:func:`_job`); how long a worker whose main process died lets
+#: its job run on to its next safe point before it ends (:func:`_watch_parent`).
+_busy = threading.Event()
+ORPHAN_GRACE = 120.0
 
 
 def stop_requested() -> bool:
@@ -417,7 +423,7 @@ def _pool(jobs: list[tuple], workers: int, bar: Progress, task: Any) -> list[Any
     event = ctx.Event()
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
                              initargs=(event,)) as pool:
-        futs = [pool.submit(fn, *args) for fn, *args in jobs]
+        futs = [pool.submit(_job, fn, *args) for fn, *args in jobs]
         pending: set[Future[Any]] = set(futs)
         stopped = False
         while pending:
@@ -443,9 +449,34 @@ def _pool(jobs: list[tuple], workers: int, bar: Progress, task: Any) -> list[Any
 def _worker_init(event: Any = None) -> None:
     """A worker process: one torch thread; Ctrl-C reaches its jobs through the pool's stop
     ``event`` (set by the main process), not from the terminal (a trainer's own handler
-    still takes one during a run)."""
+    still takes one during a run). A worker whose main process died (``kill -9``, the OOM
+    killer) stops too (:func:`_watch_parent`): it was left waiting on the pool forever."""
     global _event
     torch.set_num_threads(1)
     _event = event
     if event is not None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        threading.Thread(target=_watch_parent, args=(os.getppid(), event), daemon=True,
+                         name="bestk-watch-parent").start()
+
+
+def _watch_parent(parent: int, event: Any, poll: float = 0.5) -> None:
+    """Once the main process ``parent`` is gone: ask the running job to stop at its next safe
+    point (``event``; its checkpoint stays intact), give it :data:`ORPHAN_GRACE` seconds,
+    then end this worker, which nothing would ever give another job."""
+    while os.getppid() == parent:
+        time.sleep(poll)
+    event.set()  # every worker's job stops, as after Ctrl-C
+    deadline = time.monotonic() + ORPHAN_GRACE
+    while _busy.is_set() and time.monotonic() < deadline:
+        time.sleep(poll)
+    os._exit(128 + signal.SIGTERM)
+
+
+def _job(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in a worker, marked busy meanwhile (:func:`_watch_parent` waits for it)."""
+    _busy.set()
+    try:
+        return fn(*args)
+    finally:
+        _busy.clear()

@@ -182,6 +182,7 @@ def train_command(
     The config keys (for --config files and --set), their defaults and valid values are
     listed in docs/training.md, section Configuration.
     """
+    from bestk.compare.directory import check_outside_grids
     from bestk.train.config import TrainConfig
     from bestk.train.config_io import apply_overrides, load_config
     from bestk.train.trainer import Trainer
@@ -215,6 +216,7 @@ def train_command(
                         fail(f"--resume {str(resume)!r} continues that run in place; "
                              f"{flag}{'' if flag.endswith('=') else ' '}{other!r} differs "
                              "(copy the directory first to branch a run)")
+                check_outside_grids(resume, "--resume")
                 trainer = Trainer.resume(resume, overrides=[*flags, *set_])
             else:
                 check_flag_conflicts([("--out", "out", out)], set_)
@@ -223,6 +225,8 @@ def train_command(
                     cfg.out = out
                 apply_overrides(cfg, [*flags, *set_])
                 run_dir = Path(cfg.out) if cfg.out is not None else None
+                if run_dir is not None:
+                    check_outside_grids(run_dir)
                 trainer = Trainer(cfg)
             last = trainer.run(progress=not quiet)
     except KeyboardInterrupt:
@@ -349,14 +353,36 @@ def eval_config(model: Path | None, task: str | None, n: int | None, overrides: 
             raise ValueError(f"{str(adapter)!r} is a LoRA adapter whose base model "
                              f"{base!r} is not a local directory; give --run RUN")
         cfg.model.path = base
-    if run is not None and model is None and not (run / "final").is_dir():
-        raise ValueError(f"run {str(run)!r} has no final/ model (is it finished?)")
+    if run is not None and model is None:
+        check_run_finished(run, cfg.max_steps)
     base_seed = cfg.seed
     if n is not None:
         cfg.eval.n = n
     cfg.seed = seed
     apply_overrides(cfg, overrides)
     return cfg, adapter, base_seed
+
+
+def check_run_finished(run: Path, max_steps: int) -> None:
+    """``run``'s ``final/`` is the model of the run its ``config.yaml`` describes: refused in
+    one line when there is none (a comparison's run keeps only its ``result.json``) or when
+    its completion marker names another step (a finished run extended to more steps, running
+    or stopped: ``final/`` is the old model's)."""
+    from bestk.train.run.directory import finished_marker
+
+    if not (run / "final").is_dir():
+        if (run / "result.json").is_file() and (run / "run.key").is_file():
+            raise ValueError(f"run {str(run)!r} is a run of a bestk comparison, which keeps "
+                             "only its result.json (its checkpoints and final/ model are "
+                             "removed once it finishes): nothing to evaluate")
+        raise ValueError(f"run {str(run)!r} has no final/ model (is it finished?)")
+    marked = finished_marker(run)
+    if marked is not None and marked != max_steps:
+        raise ValueError(
+            f"run {str(run)!r} is not finished: its final/ model is of step {marked}, but its "
+            f"config.yaml trains to max_steps={max_steps} (it was extended, and runs or was "
+            f"stopped); finish it (`bestk train --resume`), or add --model "
+            f"{str(run / 'final')!r} to evaluate the model of step {marked}")
 
 
 def load_eval_policy(cfg: ResolvedTrainConfig, adapter: Path | None, alphabet: str | None,

@@ -72,6 +72,7 @@ __all__ = [
     "write_run_config",
     "mark_finished",
     "finished_step",
+    "finished_marker",
     "set_aside",
     "keep_previous_attempt",
     "attempt_folder",
@@ -491,6 +492,12 @@ def mark_finished(directory: str | os.PathLike[str], step: int) -> None:
     """Record that ``final/`` and the report of ``directory`` are those of ``step`` (the last
     act of a run; a run extended later is complete again only once it is re-marked)."""
     write_text_atomic(Path(directory) / _FINISHED, f"{int(step)}\n")
+
+
+def finished_marker(directory: str | os.PathLike[str]) -> int | None:
+    """The step of ``directory``'s completion marker, whether or not ``final/`` is there
+    (``None``: no readable marker)."""
+    return _marked_step(Path(directory))
 
 
 def _marked_step(directory: Path) -> int | None:
