@@ -261,43 +261,20 @@ def run_compare(
     at one rate); ``isolate`` runs every test run in a fresh process (one worker too: memory
     a run leaves behind, e.g. a vLLM engine's, goes back to the system when it ends).
 
-    ``out`` is held and checked as :class:`~bestk.compare.directory.CompareDirectory` says:
-    locked, refused when it holds files that are not a comparison's (``also``: names the
-    caller keeps there, folders ending in ``/``) or a grid of other settings; ``resume=False``
-    keeps the earlier grid in ``out/previous-attempt/`` and starts over.
+    ``out`` is a :class:`~bestk.compare.directory.CompareDirectory` (``also``: names the caller
+    keeps there, folders ending in ``/``; ``resume=False`` keeps the earlier grid aside).
     """
     if not estimators:
         raise ValueError("--estimators is empty")
-    _check_seed_counts(seeds, sweep_seeds if lr_sweep else None)
-    if workers < 1:
-        raise ValueError(f"--workers must be >= 1, got {workers}")
-    if max_extensions < 0:
-        raise ValueError(f"--max-extensions must be >= 0, got {max_extensions}")
+    _check_seed_counts(seeds, sweep_seeds if lr_sweep else None, workers, max_extensions)
     require("scipy.stats", extra="lab")  # the summary's intervals: before the grid, not after
     methods = make_methods(estimators, estimator_options, controls)
     out = Path(out)
     base = base_config(config, max_steps, list(overrides or []))
-    if base.out is not None:
-        raise ValueError(f"the base config sets out={base.out!r}, which a comparison does not "
-                         "use: it places each run under --out (OUT/<method>/seed<i>); drop "
-                         "out and give --out")
-    compared = {m.estimator for m in methods}
-    if base.estimator_options and base.estimator not in compared:
-        raise ValueError(
-            f"estimator_options {base.estimator_options} of the base config are options of "
-            f"its estimator {base.estimator!r}, which is not compared (methods: "
-            f"{', '.join(m.label for m in methods)}); give a method its options with "
-            "--set-for LABEL:estimator_options.KEY=VALUE")
+    _check_base(base, methods)
     _check_top_seed(base, seeds, sweep_seeds if lr_sweep else 0, bool(controls))
     test_seeds = [COMPARE_SEEDS.seed(base.seed, index=s) for s in range(seeds)]
-    swept = methods
-    if common_lr_from is not None:
-        swept = [m for m in methods if m.label == common_lr_from]
-        if not swept:
-            raise ValueError(f"common_lr_from {common_lr_from!r} is not one of the methods "
-                             f"{[m.label for m in methods]}")
-    if not lr_sweep and (common_lr_from is not None or select_by is not None):
-        raise ValueError("common_lr_from / select_by need an lr_sweep")
+    swept = _swept(methods, lr_sweep, common_lr_from, select_by)
     # every run of the grid checked as its trainer will check it, before any work starts --
     # whatever the directory holds (finished runs are checked as if they were to run)
     resolve_defaults(base)  # the grid's SFT reads it
@@ -325,10 +302,46 @@ def run_compare(
         return write_summary(out, results, base.eval.n)
 
 
-def _check_seed_counts(seeds: int, sweep_seeds: int | None) -> None:
+def _swept(methods: list[Method], lr_sweep: Sequence[float] | None,
+           common_lr_from: str | None, select_by: str | None) -> list[Method]:
+    """The methods a sweep tunes: all, or only ``common_lr_from`` (which must be one)."""
+    if not lr_sweep and (common_lr_from is not None or select_by is not None):
+        raise ValueError("common_lr_from / select_by need an lr_sweep")
+    if common_lr_from is None:
+        return methods
+    swept = [m for m in methods if m.label == common_lr_from]
+    if not swept:
+        raise ValueError(f"common_lr_from {common_lr_from!r} is not one of the methods "
+                         f"{[m.label for m in methods]}")
+    return swept
+
+
+def _check_base(base: TrainConfig, methods: Sequence[Method]) -> None:
+    """What the base config of a comparison may not hold: an ``out`` (each run goes under
+    ``--out``), or ``estimator_options`` of an estimator not compared (they would be dropped:
+    a method's options come from ``--set-for``)."""
+    if base.out is not None:
+        raise ValueError(f"the base config sets out={base.out!r}, which a comparison does not "
+                         "use: it places each run under --out (OUT/<method>/seed<i>); drop "
+                         "out and give --out")
+    if base.estimator_options and base.estimator not in {m.estimator for m in methods}:
+        raise ValueError(
+            f"estimator_options {base.estimator_options} of the base config are options of "
+            f"its estimator {base.estimator!r}, which is not compared (methods: "
+            f"{', '.join(m.label for m in methods)}); give a method its options with "
+            "--set-for LABEL:estimator_options.KEY=VALUE")
+
+
+def _check_seed_counts(seeds: int, sweep_seeds: int | None, workers: int = 1,
+                       max_extensions: int = 0) -> None:
     """``--seeds`` (and ``--sweep-seeds``, when a sweep runs) in ``[1, MAX_GRID_SEEDS]``: a
     count past it would make and check that many runs before any work (``--seeds 10**20``
-    filled the memory), and test seeds past it are the sweep's."""
+    filled the memory), and test seeds past it are the sweep's; ``--workers`` >= 1,
+    ``--max-extensions`` >= 0."""
+    if workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {workers}")
+    if max_extensions < 0:
+        raise ValueError(f"--max-extensions must be >= 0, got {max_extensions}")
     for flag, n in (("--seeds", seeds), ("--sweep-seeds", sweep_seeds)):
         if n is not None and not 1 <= n <= MAX_GRID_SEEDS:
             why = f" (the sweep's seeds start at seed + {MAX_GRID_SEEDS})" * (flag == "--seeds")

@@ -106,6 +106,8 @@ from bestk.train.sft import sft_warmup
 from bestk.train.validation import check_reward_domain, check_task_memory, resolve_config
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from transformers import PreTrainedTokenizerBase
+
     from bestk.train.model.policy import Reference
 
 __all__ = ["Trainer", "check_run", "train", "evaluation_due"]
@@ -139,9 +141,7 @@ class Trainer:
         # every value checked, before the directory is touched or anything is built
         self.cfg: ResolvedTrainConfig = resolve_config(cfg)
         self.on_step, self.warm_start = on_step, warm_start
-        # absolute once, before any user code runs: a reward that changes the working directory
-        # cannot move the run's files away from its lock
-        self.out = Path(os.path.abspath(self.cfg.out))
+        self.out = Path(os.path.abspath(self.cfg.out))  # before user code can chdir
         self.ckpt_dir = self.out / "checkpoints"
         self.sampling_seed = self.cfg.seed if self.cfg.sampling_seed is None \
             else self.cfg.sampling_seed
@@ -205,11 +205,8 @@ class Trainer:
             self.step = self.state.step
             return
         self.model, self.tokenizer = load_run_policy(cfg, self.task, self.device)
-        unknown = unknown_characters_warning(  # once: the prompts as the model sees them
-            self.tokenizer, [ex["prompt"] for ex in [*self.task.train, *self.eval_examples]],
-            tokenizer_hint(cfg))
-        if unknown is not None:
-            self.say("warning", unknown)
+        for msg in _prompt_warnings(cfg, self.tokenizer, [*self.task.train, *self.eval_examples]):
+            self.say("warning", msg)
         self.engines = open_engines(cfg, self.model, self.tokenizer, self.max_new_tokens)
         self.ref_model: Reference | None = None
         self.optim = PolicyOptimizer(self.model, cfg)
@@ -253,15 +250,10 @@ class Trainer:
 
     def close(self) -> None:
         """Close the live reporters and release the run directory (:meth:`run` does)."""
-        engines = getattr(self, "engines", None)
-        if engines is not None:
-            engines.close()
-        log = getattr(self, "log", None)
-        if log is not None:
-            log.close()
-        directory = getattr(self, "directory", None)
-        if directory is not None:
-            directory.release()
+        for name, method in (("engines", "close"), ("log", "close"), ("directory", "release")):
+            part = getattr(self, name, None)  # what a failed start got to build
+            if part is not None:
+                getattr(part, method)()
 
     # -- what the run is ------------------------------------------------------------------------
     @property
@@ -305,12 +297,9 @@ class Trainer:
         cfg, stop = self.cfg, self.stop
         self.interrupted, where = False, ""
         console = Console(stderr=True, quiet=not progress)
-        console.print(start_line(
-            cfg, task=self.task.name, uses_estimator=self.spec.uses_estimator,
-            params=count_parameters(self.model),
-            trainable=count_parameters(self.model, trainable=True) if cfg.model.lora.r else None,
-            out=self.out, resuming_at=self.step if self.state.kind == "resume" else None))
-        console.print(run_header(cfg, self.task, self.tokenizer), markup=False)
+        _print_start(console, cfg, self.task, self.model, self.tokenizer, out=self.out,
+                     uses_estimator=self.spec.uses_estimator,
+                     resuming_at=self.step if self.state.kind == "resume" else None)
         last_eval: Record = {}
         with stop:
             try:
@@ -318,7 +307,7 @@ class Trainer:
                                                                       cfg.model.autocast):
                     if self.step == 0 and not self.sft_done:
                         self.sft(bar)
-                    if self.step == 0 and self._last_checkpoint() is None:
+                    if self.step == 0 and _own_checkpoint(self.ckpt_dir, self.state) is None:
                         if self.plan is not None:
                             self.calibrate(bar)
                         last_eval = self.evaluate(0, bar)
@@ -368,16 +357,10 @@ class Trainer:
     def _interrupted_line(self, where: str) -> str:
         """Checkpoint a run stopped by Ctrl-C / SIGTERM (once it has one to continue) and say
         how it continues (:func:`~bestk.train.run.console.interrupted_line`)."""
-        saved = not where and self._last_checkpoint() is not None
+        saved = not where and _own_checkpoint(self.ckpt_dir, self.state) is not None
         if saved:
             self.checkpoint()
         return interrupted_line(where, self.out, self.step if saved else None, self.continue_with)
-
-    def _last_checkpoint(self) -> Path | None:
-        """The newest checkpoint this run wrote (a file named like one that it did not write,
-        copied in or random, is not counted:
-        :func:`~bestk.train.run.checkpoint.run_checkpoints`)."""
-        return last_run_checkpoint(self.ckpt_dir, self.state.identity.get("digest"))
 
     def finish(self, *, progress: bool = False) -> None:
         """Save ``final/`` (HF model + tokenizer, :func:`~bestk.train.model.hf.save_final`) and
@@ -426,9 +409,8 @@ class Trainer:
 
     def checkpoint(self) -> Path:
         """Atomic checkpoint of the current state."""
-        state = dict(opt_steps=self.optim.steps, sft_done=self.sft_done, run=self.state.identity)
-        if self.data is not None:  # a task read from files (bestk.train.run.data)
-            state["data"] = self.data
+        state = dict(opt_steps=self.optim.steps, sft_done=self.sft_done, run=self.state.identity,
+                     **({} if self.data is None else {"data": self.data}))  # files it read
         return save_checkpoint(self.ckpt_dir, self.step, self.model, self.optim.optimizer, state,
                                ref_model=self.ref_model, keep=self.cfg.keep_checkpoints,
                                masters=self.optim.masters())
@@ -482,6 +464,35 @@ class Trainer:
         warm-up, clipping, a non-finite loss or norm stops the run before the update);
         returns ``(gradient norm before clipping, learning rate)``."""
         return self.optim.step(loss, rl_step=self.step + 1, rewards=self.step_rewards)
+
+
+
+def _own_checkpoint(ckpt_dir: Path, state: RunState) -> Path | None:
+    """The newest checkpoint the run of ``state`` wrote (a file named like one that it did
+    not write, copied in or random, is not counted:
+    :func:`~bestk.train.run.checkpoint.run_checkpoints`)."""
+    return last_run_checkpoint(ckpt_dir, state.identity.get("digest"))
+
+
+def _prompt_warnings(cfg: ResolvedTrainConfig, tokenizer: PreTrainedTokenizerBase,
+                     examples: list[Example]) -> list[str]:
+    """The warning about prompt characters the model's tokenizer does not know, if any (once:
+    the prompts as the model sees them; :func:`~bestk.train.setup.unknown_characters_warning`)."""
+    msg = unknown_characters_warning(tokenizer, [ex["prompt"] for ex in examples],
+                                     tokenizer_hint(cfg))
+    return [] if msg is None else [msg]
+
+
+def _print_start(console: Console, cfg: ResolvedTrainConfig, task: Task, model: torch.nn.Module,
+                 tokenizer: PreTrainedTokenizerBase, *, uses_estimator: bool, out: Path,
+                 resuming_at: int | None) -> None:
+    """The run's start line and header (:func:`~bestk.train.run.console.start_line`,
+    :func:`~bestk.train.setup.run_header`)."""
+    console.print(start_line(
+        cfg, task=task.name, uses_estimator=uses_estimator, params=count_parameters(model),
+        trainable=count_parameters(model, trainable=True) if cfg.model.lora.r else None,
+        out=out, resuming_at=resuming_at))
+    console.print(run_header(cfg, task, tokenizer), markup=False)
 
 
 def evaluation_due(cfg: ResolvedTrainConfig, step: int) -> bool:
