@@ -285,3 +285,13 @@ def test_eval_run_refuses_a_final_model_of_another_step_and_a_comparisons_run(tm
     with pytest.raises(ValueError, match="is a run of a bestk comparison, which keeps only its "
                                          "result.json"):
         eval_config(None, None, None, [], 0, run)
+
+
+def test_eval_names_an_unknown_key_as_one_not_as_training_only():
+    """``bestk eval --set nonsense=1`` called the key "training-only"."""
+    from bestk.train.commands import check_eval_overrides
+
+    with pytest.raises(ValueError, match="unknown config key 'nonsense'; valid keys"):
+        check_eval_overrides(["eval.n=2", "nonsense=1"])
+    with pytest.raises(ValueError, match=r"does not use --set optim.lr \(training-only\)"):
+        check_eval_overrides(["optim.lr=abc"])

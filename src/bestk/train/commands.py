@@ -296,6 +296,15 @@ def check_eval_overrides(overrides: list[str]) -> None:
         if not any(key == k or key.startswith(k + ".") for k in EVAL_KEYS):
             ignored.append(key)
     if ignored:
+        from bestk.train.config import TrainConfig
+        from bestk.train.config_io import apply_overrides
+
+        for item in overrides:  # a key that is none at all is said so, as bestk train says it
+            try:
+                apply_overrides(TrainConfig(), [item])
+            except ValueError as e:
+                if str(e).startswith("unknown config key"):
+                    raise
         read = ", ".join(k if "." in k or k in ("device", "threads") else k + ".*"
                          for k in EVAL_KEYS)
         flags = [f"{EVAL_FLAG_KEYS[k]} for {k}" for k in ignored if k in EVAL_FLAG_KEYS]
