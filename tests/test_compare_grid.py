@@ -88,3 +88,12 @@ def test_an_empty_lr_sweep_is_refused_not_skipped(tmp_path, value):
                                  "--lr-sweep", value, *conftest.set_args(*TINY)))
     assert f"--lr-sweep {value!r} lists no learning rate" in line
     assert not out.exists()
+
+
+def test_select_by_a_k_beyond_eval_n_is_refused_before_the_sweep(tmp_path):
+    """``--select-by pass@99`` with eval.n = 4 was refused only after the sweep's runs."""
+    with pytest.raises(ValueError, match=r"select_by 'pass@99': .* k = 1\.\.4"):
+        run_compare(["grpo"], seeds=1, out=tmp_path / "cmp", max_steps=1,
+                    overrides=conftest.TINY, progress=False, lr_sweep=[1e-3, 3e-3],
+                    select_by="pass@99")
+    assert not (tmp_path / "cmp").exists()

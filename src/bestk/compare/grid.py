@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -274,7 +275,7 @@ def run_compare(
     _check_base(base, methods)
     _check_top_seed(base, seeds, sweep_seeds if lr_sweep else 0, bool(controls))
     test_seeds = [COMPARE_SEEDS.seed(base.seed, index=s) for s in range(seeds)]
-    swept = _swept(methods, lr_sweep, common_lr_from, select_by)
+    swept = _swept(methods, lr_sweep, common_lr_from, select_by, base.eval.n)
     # every run of the grid checked as its trainer will check it, before any work starts --
     # whatever the directory holds (finished runs are checked as if they were to run)
     resolve_defaults(base)  # the grid's SFT reads it
@@ -303,10 +304,16 @@ def run_compare(
 
 
 def _swept(methods: list[Method], lr_sweep: Sequence[float] | None,
-           common_lr_from: str | None, select_by: str | None) -> list[Method]:
-    """The methods a sweep tunes: all, or only ``common_lr_from`` (which must be one)."""
+           common_lr_from: str | None, select_by: str | None, n: int) -> list[Method]:
+    """The methods a sweep tunes: all, or only ``common_lr_from`` (which must be one). A
+    ``select_by`` of the form ``pass@k`` / ``best@k`` needs ``k <= eval.n`` (``n``): checked
+    here, before the sweep's runs (other names are checked against the validation record)."""
     if not lr_sweep and (common_lr_from is not None or select_by is not None):
         raise ValueError("common_lr_from / select_by need an lr_sweep")
+    at_k = re.fullmatch(r"(pass|best)@([0-9]+)", select_by or "")
+    if at_k is not None and not 1 <= int(at_k[2]) <= n:
+        raise ValueError(f"select_by {select_by!r}: the validation evaluation draws eval.n={n} "
+                         f"samples per prompt, so {at_k[1]}@k exists for k = 1..{n}")
     if common_lr_from is None:
         return methods
     swept = [m for m in methods if m.label == common_lr_from]
