@@ -40,8 +40,9 @@ from bestk.train.run.directory import (
     prepare_directory,
 )
 from bestk.train.run.lock import LOCK_NAME, RunLock, directory_names
+from bestk.train.run.nesting import check_outside_grids, grid_record_of
 
-__all__ = ["CompareDirectory", "check_compare_directory", "check_outside_grids",
+__all__ = ["CompareDirectory", "check_compare_directory",
            "check_same_grid", "grid_record",
            "keep_previous_grid", "set_run_aside", "COMPARE_FILES", "RUN_EXTRA"]
 
@@ -86,7 +87,7 @@ def _foreign(out: Path, also: Sequence[str]) -> list[str]:
     """What in ``out`` a comparison did not write (``also``: names its caller keeps there)."""
     names = directory_names(out)
     ours = {n.rstrip("/"): n.endswith("/") for n in (*COMPARE_FILES, *also)}
-    mine = "compare.json" in names and _grid_of(out) is not None
+    mine = "compare.json" in names and grid_record_of(out) is not None
     if "config.yaml" in names and is_run_config(out):
         return [f"a bestk train run ({', '.join(sorted(names)[:4])})"]
     bad: list[str] = []
@@ -125,29 +126,6 @@ def check_compare_directory(out: str | os.PathLike[str], also: Sequence[str] = (
             "and never moves or deletes files it did not write: choose another --out")
 
 
-def check_outside_grids(out: str | os.PathLike[str], option: str = "--out") -> None:
-    """Refuse, in one line, an ``out`` inside a comparison's grid (a folder above it holds
-    the grid's ``compare.json``): a run or a grid written there is not the grid's own, so
-    the grid would refuse to continue (:func:`check_compare_directory`)."""
-    path = Path(os.path.realpath(out))
-    grid = next((p for p in path.parents if _grid_of(p) is not None), None)
-    if grid is not None:
-        raise ValueError(
-            f"{option} {str(out)!r} is inside the comparison {str(grid)!r}: files written "
-            "there are not the grid's own, and it would refuse to continue; choose a "
-            "directory outside it (a comparison's runs are continued by the same "
-            "`bestk compare` command)")
-
-
-def _grid_of(out: Path) -> dict[str, Any] | None:
-    """The grid record of ``out/compare.json`` (``None``: none, or not a comparison's)."""
-    try:
-        data = json.loads((out / "compare.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and isinstance(data.get("methods"), list) else None
-
-
 def grid_record(base: TrainConfig, methods: Sequence[Mapping[str, object]]) -> dict[str, Any]:
     """What identifies a grid for :func:`check_same_grid`: its base config and its methods
     (each ``{"label", "estimator", "options", "overrides", "control_of"}``)."""
@@ -160,7 +138,7 @@ def check_same_grid(out: str | os.PathLike[str], record: Mapping[str, Any]) -> N
     redone and the finished ones replaced. Methods and seeds may be added; a grid recorded by
     an older bestk (no base config) is not checked here (its runs are keyed one by one)."""
     out = Path(out)
-    old = _grid_of(out)
+    old = grid_record_of(out)
     if old is None or "base" not in old or not _has_runs(out):
         return  # no record to hold to, or no run that other settings would replace
     changes = [f"{k}: {_show(a)} -> {_show(b)}" for k, a, b in config_changes(
@@ -245,7 +223,7 @@ class CompareDirectory:
             elif not resume:
                 kept = keep_previous_grid(self.out, self.also)
             if record is not None:  # the methods of every grid run here, by label
-                old = _grid_of(self.out) or {}
+                old = grid_record_of(self.out) or {}
                 methods = {m["label"]: m for m in old.get("methods", [])
                            if isinstance(m, dict) and "label" in m}
                 methods.update({m["label"]: m for m in record["methods"]})

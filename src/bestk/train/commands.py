@@ -182,9 +182,9 @@ def train_command(
     The config keys (for --config files and --set), their defaults and valid values are
     listed in docs/training.md, section Configuration.
     """
-    from bestk.compare.directory import check_outside_grids
     from bestk.train.config import TrainConfig
     from bestk.train.config_io import apply_overrides, load_config
+    from bestk.train.run.nesting import check_outside_grids
     from bestk.train.trainer import Trainer
 
     if quiet or not sys.stderr.isatty():  # in a log, bestk's own lines say the progress
