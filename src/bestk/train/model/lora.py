@@ -19,11 +19,18 @@ from bestk._optional import require
 from bestk.train.config import LoRAConfig
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers and PEFT are optional)
+    from typing import TypeAlias
+
     from peft import PeftModel
     from transformers import PreTrainedModel
     from transformers.utils import ModelOutput
 
-    from bestk.train.model.policy import Policy, Reference
+    #: A policy network: a Hugging Face causal LM (:func:`~bestk.train.model.policy.load_policy`),
+    #: or one wrapped in PEFT LoRA adapters (``model.lora``, :func:`add_lora`).
+    Policy: TypeAlias = PreTrainedModel | PeftModel
+    #: The frozen reference of a run (:func:`reference_policy`): a frozen copy of the policy,
+    #: or a LoRA policy's adapters-disabled view.
+    Reference: TypeAlias = "Policy | AdaptersDisabled"
 
 __all__ = ["is_peft_model", "add_lora", "AdaptersDisabled", "reference_policy", "merged_state_dict"]
 

@@ -27,19 +27,12 @@ from bestk.train.model.lora import add_lora
 from bestk.train.model.source import GGUF_MODULES, check_model_source, is_gguf
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers and PEFT are optional)
-    from typing import TypeAlias
-
-    from peft import PeftModel
     from transformers import PreTrainedModel, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-    from bestk.train.model.lora import AdaptersDisabled
-
-    #: A policy network: a Hugging Face causal LM (:func:`load_policy`), or one wrapped in
-    #: PEFT LoRA adapters (``model.lora``, :func:`~bestk.train.model.lora.add_lora`).
-    Policy: TypeAlias = PreTrainedModel | PeftModel
-    #: The frozen reference of a run (:func:`~bestk.train.model.lora.reference_policy`): a
-    #: frozen copy of the policy, or a LoRA policy's adapters-disabled view.
-    Reference: TypeAlias = Policy | AdaptersDisabled
+    # the policy's types live with the adapters (model/lora.py), below this module; named here
+    # too, where the modules that annotate with them import them
+    from bestk.train.model.lora import Policy as Policy
+    from bestk.train.model.lora import Reference as Reference
 
 __all__ = [
     "build_char_tokenizer",
