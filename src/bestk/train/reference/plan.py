@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from bestk._seeds import BANK_PROMPTS, BANK_SAMPLING
 from bestk.kappo import Calibration
@@ -48,10 +48,26 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers is option
     from rich.progress import Progress
     from transformers import PreTrainedTokenizerBase
 
-    from bestk.train.algorithms._base import AlgorithmSpec
     from bestk.train.model.policy import Policy
 
-__all__ = ["ReferencePlan", "plan_reference", "restrict_prompts"]
+__all__ = ["ReferencePlan", "plan_reference", "restrict_prompts", "CalibratingAlgorithm"]
+
+
+class CalibratingAlgorithm(Protocol):
+    """What :func:`plan_reference` asks of an algorithm (an
+    :class:`~bestk.train.algorithms.AlgorithmSpec` is one; a protocol here, so the reference
+    room does not look up to the algorithms above it)."""
+
+    @property
+    def binary_only(self) -> bool:
+        """Whether only a binary calibration will do."""
+
+    @property
+    def bank_completions(self) -> bool:
+        """Whether the reference bank keeps its completions (@k-DPO)."""
+
+    def samples_bank(self, cfg: ResolvedTrainConfig) -> bool:
+        """Whether a run of ``cfg`` samples a reference bank of its own."""
 
 
 def restrict_prompts(prompts: list[Example], ids: set[int | str], source: str,
@@ -163,7 +179,8 @@ class ReferencePlan:
         return cal, bank
 
 
-def plan_reference(cfg: ResolvedTrainConfig, spec: AlgorithmSpec, task: Task) -> ReferencePlan:
+def plan_reference(cfg: ResolvedTrainConfig, spec: CalibratingAlgorithm, task: Task
+                   ) -> ReferencePlan:
     """The :class:`ReferencePlan` of a run of ``cfg`` (an algorithm ``spec`` that calibrates,
     :class:`~bestk.train.algorithms.AlgorithmSpec`) on ``task``, before any work: a
     ``kappo.calibration`` file is loaded and checked against the task; otherwise the bank's
