@@ -18,7 +18,6 @@ take.
 
 from __future__ import annotations
 
-import math
 import os
 import random
 from collections.abc import Iterator
@@ -37,13 +36,14 @@ from bestk.estimators import (
     estimator_info,
     resolve_options,
 )
-from bestk.kappo.calibration import Calibration, calibrate, calibration_kind, load_calibration
+from bestk.kappo.calibration import calibrate, calibration_kind
 from bestk.tasks import Task, task_options
 from bestk.train.algorithms import ALGORITHMS
 from bestk.train.config import DEFAULT_OUT, DEFAULT_SFT_STEPS, ResolvedTrainConfig, TrainConfig
 from bestk.train.config_io import check_schema, config_to_dict, resolved_from_dict
 from bestk.train.model.source import GGUF_MODULES, check_model_source, is_gguf, vocab_size
 from bestk.train.reference.bank import calibration_prompt_ids
+from bestk.train.reference.plan import load_kappo_file
 from bestk.train.rollout.engine import ENGINES
 from bestk.train.rollout.settings import fill_sampling, model_generation_config
 from bestk.train.run.reporters import INTEGRATIONS, resolve_report_to
@@ -68,7 +68,6 @@ __all__ = [
     "check_reward_domain",
     "check_dependencies",
     "check_kappo_file",
-    "load_kappo_file",
     "check_estimator_runs",
 ]
 
@@ -227,35 +226,7 @@ def check_kappo_file(cfg: ResolvedTrainConfig) -> None:
     section (its prompt ids are checked against the task when the trainer loads it)."""
     if cfg.kappo.calibration is None:
         return
-    load_kappo_file(cfg)
-
-
-def load_kappo_file(cfg: ResolvedTrainConfig) -> Calibration:
-    """The :class:`~bestk.kappo.Calibration` of ``kappo.calibration``, checked against the
-    ``kappo`` section (``ValueError`` naming the mismatch)."""
-    path = cfg.kappo.calibration
-    try:
-        cal = load_calibration(path)
-    except (OSError, ValueError) as e:
-        raise ValueError(f"cannot load kappo.calibration {str(path)!r}: {e}") from None
-    k, beta, kind = cfg.kappo.k, cfg.kappo.beta, cfg.kappo.kind
-    if cal.k != k or not math.isclose(cal.beta, beta, rel_tol=1e-12, abs_tol=0.0):
-        raise ValueError(
-            f"kappo.calibration {str(path)!r} was made for k={cal.k}, beta={cal.beta}, but the "
-            f"run has kappo.k={k}, kappo.beta={beta}; set them to the file's values or "
-            "recalibrate (`bestk calibrate BANK --k K --beta B`)"
-        )
-    if kind != "auto" and cal.kind != kind:
-        raise ValueError(
-            f"kappo.calibration {str(path)!r} is a {cal.kind} calibration, but kappo.kind is "
-            f"{kind!r}"
-        )
-    if ALGORITHMS[cfg.algorithm].binary_only and not cal.kind_spec.binary:
-        raise ValueError(
-            f"algorithm {cfg.algorithm!r} needs a binary calibration; kappo.calibration "
-            f"{str(path)!r} is a {cal.kind} one"
-        )
-    return cal
+    load_kappo_file(cfg, binary_only=ALGORITHMS[cfg.algorithm].binary_only)
 
 
 #: Room the run's own files need under ``out`` (``checkpoints/.step_0000000.safetensors...``).

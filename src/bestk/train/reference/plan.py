@@ -20,6 +20,7 @@ is apart from it because it reads the config, which itself imports that module.)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from bestk._seeds import BANK_PROMPTS, BANK_SAMPLING
 from bestk.kappo import Calibration
+from bestk.kappo.calibration import load_calibration
 from bestk.tasks import Example, Task
 from bestk.train.config import ResolvedTrainConfig
 from bestk.train.reference.bank import (
@@ -42,7 +44,6 @@ from bestk.train.reference.bank import (
     sample_bank,
 )
 from bestk.train.rollout.settings import sampling_options
-from bestk.train.validation import load_kappo_file
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers is optional)
     from rich.progress import Progress
@@ -50,7 +51,8 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers is option
 
     from bestk.train.model.policy import Policy
 
-__all__ = ["ReferencePlan", "plan_reference", "restrict_prompts", "CalibratingAlgorithm"]
+__all__ = ["ReferencePlan", "plan_reference", "restrict_prompts", "CalibratingAlgorithm",
+           "load_kappo_file"]
 
 
 class CalibratingAlgorithm(Protocol):
@@ -68,6 +70,35 @@ class CalibratingAlgorithm(Protocol):
 
     def samples_bank(self, cfg: ResolvedTrainConfig) -> bool:
         """Whether a run of ``cfg`` samples a reference bank of its own."""
+
+
+def load_kappo_file(cfg: ResolvedTrainConfig, *, binary_only: bool = False) -> Calibration:
+    """The :class:`~bestk.kappo.Calibration` of ``kappo.calibration``, checked against the
+    ``kappo`` section, and binary when the algorithm needs it (``binary_only``: its
+    :class:`~bestk.train.algorithms.AlgorithmSpec`'s); ``ValueError`` naming the mismatch."""
+    path = cfg.kappo.calibration
+    try:
+        cal = load_calibration(path)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"cannot load kappo.calibration {str(path)!r}: {e}") from None
+    k, beta, kind = cfg.kappo.k, cfg.kappo.beta, cfg.kappo.kind
+    if cal.k != k or not math.isclose(cal.beta, beta, rel_tol=1e-12, abs_tol=0.0):
+        raise ValueError(
+            f"kappo.calibration {str(path)!r} was made for k={cal.k}, beta={cal.beta}, but the "
+            f"run has kappo.k={k}, kappo.beta={beta}; set them to the file's values or "
+            "recalibrate (`bestk calibrate BANK --k K --beta B`)"
+        )
+    if kind != "auto" and cal.kind != kind:
+        raise ValueError(
+            f"kappo.calibration {str(path)!r} is a {cal.kind} calibration, but kappo.kind is "
+            f"{kind!r}"
+        )
+    if binary_only and not cal.kind_spec.binary:
+        raise ValueError(
+            f"algorithm {cfg.algorithm!r} needs a binary calibration; kappo.calibration "
+            f"{str(path)!r} is a {cal.kind} one"
+        )
+    return cal
 
 
 def restrict_prompts(prompts: list[Example], ids: set[int | str], source: str,
@@ -188,7 +219,7 @@ def plan_reference(cfg: ResolvedTrainConfig, spec: CalibratingAlgorithm, task: T
     prompts = list(task.train)
     file_cal = None
     if cfg.kappo.calibration is not None:
-        file_cal = load_kappo_file(cfg)
+        file_cal = load_kappo_file(cfg, binary_only=spec.binary_only)
         source = f"kappo.calibration {cfg.kappo.calibration!r}"
         check_prompt_ids(file_cal, [e["id"] for e in task.train], source)
         prompts = restrict_prompts(prompts, set(calibration_prompt_ids(file_cal)), source, task)
