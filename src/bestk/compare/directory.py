@@ -36,7 +36,9 @@ from bestk.train.run.directory import (
     RUN_FILES,
     attempt_folder,
     config_changes,
+    is_attempt_folder,
     is_run_config,
+    move_into_attempt,
     prepare_directory,
 )
 from bestk.train.run.lock import LOCK_NAME, RunLock, directory_names
@@ -56,7 +58,6 @@ RUN_EXTRA = ("config.yaml", LOCK_NAME, ".finished", "run.key", "result.json")
 _SEED = re.compile(r"seed[0-9]+")
 _ASIDE = re.compile(rf"seed[0-9]+\.{PREVIOUS_ATTEMPT}(-[0-9]+)?")
 _RATE = re.compile(r"lr[0-9.e+-]+")
-_ATTEMPT = re.compile(rf"{PREVIOUS_ATTEMPT}(-[0-9]+)?")
 
 
 def _foreign_in_run(run: Path, prefix: str) -> list[str]:
@@ -65,7 +66,7 @@ def _foreign_in_run(run: Path, prefix: str) -> list[str]:
     comparison's ``run.key``."""
     names = directory_names(run)
     bad = [f"{prefix}{n}" for n in sorted(names) if n not in (*RUN_FILES, *RUN_EXTRA)
-           and not is_temporary(n) and not _ATTEMPT.fullmatch(n)]
+           and not is_temporary(n) and not is_attempt_folder(n)]
     if "config.yaml" in names and "run.key" not in names and (
             not is_run_config(run) or names & {"checkpoints", "final", ".finished"}):
         bad.append(f"{prefix} (a bestk train run, not one of a comparison's)")
@@ -97,7 +98,7 @@ def _foreign(out: Path, also: Sequence[str]) -> list[str]:
             if n in ("results.json", "compare.md", "compare.png", "compare.json") and not mine:
                 bad.append(n)  # a summary without the grid's record: someone else's file
             continue
-        if is_temporary(n) or (_ATTEMPT.fullmatch(n) and path.is_dir()):
+        if is_temporary(n) or (is_attempt_folder(n) and path.is_dir()):
             continue
         if not path.is_dir() or path.is_symlink():
             bad.append(n)
@@ -176,25 +177,16 @@ def keep_previous_grid(out: str | os.PathLike[str], also: Sequence[str] = ()) ->
     keep."""
     out = Path(out)
     skip = {LOCK_NAME, *(n.rstrip("/") for n in also)}
-    keep = [out / n for n in sorted(directory_names(out)) if n not in skip
-            and not _ATTEMPT.fullmatch(n) and not is_temporary(n)]
-    if not keep:
-        return None
-    dest = attempt_folder(out)
-    dest.mkdir()
-    for p in keep:
-        os.replace(p, dest / p.name)
-    return dest
+    return move_into_attempt(out, [out / n for n in sorted(directory_names(out))
+                                   if n not in skip and not is_attempt_folder(n)
+                                   and not is_temporary(n)])
 
 
 def set_run_aside(run: str | os.PathLike[str]) -> Path:
     """Move the seed folder ``run`` to ``seedS.previous-attempt`` (``-2``, ...) beside it,
     whole: a run the grid redoes keeps what it had."""
     run = Path(run)
-    dest, i = run.with_name(f"{run.name}.{PREVIOUS_ATTEMPT}"), 1
-    while os.path.lexists(dest):
-        i += 1
-        dest = run.with_name(f"{run.name}.{PREVIOUS_ATTEMPT}-{i}")
+    dest = attempt_folder(run.parent, f"{run.name}.{PREVIOUS_ATTEMPT}")
     os.replace(run, dest)
     return dest
 

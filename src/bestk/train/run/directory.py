@@ -76,6 +76,8 @@ __all__ = [
     "set_aside",
     "keep_previous_attempt",
     "attempt_folder",
+    "is_attempt_folder",
+    "move_into_attempt",
     "check_new_run_directory",
     "run_identity",
     "check_checkpoint_identity",
@@ -542,7 +544,7 @@ def run_files(directory: str | os.PathLike[str]) -> list[tuple[str, Path]]:
     --json DIR/config.yaml`` would leave a run that can neither resume nor be evaluated)."""
     directory = Path(directory)
     names = ["config.yaml", LOCK_NAME, _FINISHED, *RUN_FILES]
-    names += sorted(n for n in directory_names(directory) if _is_attempt_folder(n))
+    names += sorted(n for n in directory_names(directory) if is_attempt_folder(n))
     return [(f"a file of the run {str(directory)!r}", directory / n) for n in names]
 
 
@@ -561,7 +563,8 @@ def check_no_links(directory: str | os.PathLike[str]) -> None:
                 "link (copy the run's files where you want them after it ends)")
 
 
-def _is_attempt_folder(name: str) -> bool:
+def is_attempt_folder(name: str) -> bool:
+    """Whether ``name`` is one :func:`attempt_folder` makes (``previous-attempt``, ``-2``...)."""
     return re.fullmatch(rf"{PREVIOUS_ATTEMPT}(-[0-9]+)?", name) is not None
 
 
@@ -582,7 +585,7 @@ def check_new_run_directory(directory: str | os.PathLike[str], mode: str = "auto
             else "no config.yaml there"
         raise ValueError(f"--resume {where!r}: {what} (not a run directory)")
     names = sorted(n for n in directory_names(directory) if n != LOCK_NAME and not is_temporary(n))
-    ours = [n for n in names if n in RUN_FILES or _is_attempt_folder(n)]
+    ours = [n for n in names if n in RUN_FILES or is_attempt_folder(n)]
     users_config = "config.yaml" in names
     if ours and not users_config:
         raise ValueError(
@@ -747,15 +750,27 @@ def inspect_run(cfg: ResolvedTrainConfig, mode: str = "auto", stored: TrainConfi
 PREVIOUS_ATTEMPT = "previous-attempt"
 
 
-def attempt_folder(directory: str | os.PathLike[str]) -> Path:
+def attempt_folder(directory: str | os.PathLike[str], name: str = PREVIOUS_ATTEMPT) -> Path:
     """Where the next start-over of the run in ``directory`` keeps the attempt it starts over:
     ``previous-attempt/``, or, that one taken, the first free ``previous-attempt-2/``,
-    ``-3/``, ..."""
+    ``-3/``, ... (``name``: another first name, ``seed0.previous-attempt``)."""
     directory = Path(directory)
-    dest, i = directory / PREVIOUS_ATTEMPT, 1
+    dest, i = directory / name, 1
     while os.path.lexists(dest):
         i += 1
-        dest = directory / f"{PREVIOUS_ATTEMPT}-{i}"
+        dest = directory / f"{name}-{i}"
+    return dest
+
+
+def move_into_attempt(directory: str | os.PathLike[str], paths: list[Path]) -> Path | None:
+    """Move ``paths`` (entries of ``directory``) into a new :func:`attempt_folder` of it;
+    ``None`` when there is nothing to move."""
+    if not paths:
+        return None
+    dest = attempt_folder(directory)
+    dest.mkdir()
+    for p in paths:
+        os.replace(p, dest / p.name)
     return dest
 
 
@@ -767,16 +782,9 @@ def keep_previous_attempt(directory: str | os.PathLike[str]) -> Path | None:
     truncates, overwrites or deletes data, an earlier attempt's included, and moves no file
     bestk did not write. Returns the folder, or ``None`` when there was nothing to keep."""
     directory = Path(directory)
-    keep = [directory / n for n in RUN_FILES
-            if n != "checkpoints" and os.path.lexists(directory / n)
-            and not (n == "metrics.jsonl" and (directory / n).stat().st_size == 0)]
-    if not keep:
-        return None
-    dest = attempt_folder(directory)
-    dest.mkdir()
-    for p in keep:
-        os.replace(p, dest / p.name)
-    return dest
+    return move_into_attempt(directory, [
+        directory / n for n in RUN_FILES if n != "checkpoints" and os.path.lexists(directory / n)
+        and not (n == "metrics.jsonl" and (directory / n).stat().st_size == 0)])
 
 
 def set_aside(damaged: list[tuple[Path, str]]) -> None:
