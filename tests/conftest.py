@@ -239,7 +239,7 @@ class Crash(RuntimeError):
 #: Metrics that measure time, not the run (left out when runs are compared).
 def is_timing(key: str) -> bool:
     """A metric that measures time or speed (the trainer's own rule)."""
-    from bestk.train.algorithms._base import is_timing as rule
+    from bestk.train.rollout.metrics import is_timing as rule
 
     return rule(key)
 

@@ -15,8 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from bestk.cli import app
-from bestk.train.run.checkpoint import latest_checkpoint
 from bestk.train.run.directory import read_metrics
+from bestk.train.runtime.files import latest_checkpoint
 from tests import conftest
 
 pytestmark = pytest.mark.usefixtures("restore_torch_threads")

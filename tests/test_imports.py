@@ -74,6 +74,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("estimators", ("bestk.estimators",)),
     ("losses", ("bestk.losses",)),
     ("tasks", ("bestk.tasks",)),
+    ("trainer runtime", ("bestk.train.runtime",)),
     ("trainer", ("bestk.train",)),
     ("experiments", ("bestk.compare",)),
     ("lab", ("bestk.lab",)),

@@ -24,8 +24,8 @@ from bestk.train.model.logprobs import sequence_logprobs
 from bestk.train.model.lora import AdaptersDisabled, add_lora, merged_state_dict, reference_policy
 from bestk.train.optim import PolicyOptimizer
 from bestk.train.rollout.sampler import sample
-from bestk.train.run.checkpoint import list_checkpoints
 from bestk.train.run.directory import read_metrics
+from bestk.train.runtime.files import list_checkpoints
 from bestk.train.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("restore_torch_threads")
@@ -592,7 +592,7 @@ def test_real_data_rewards_samples_and_eval_of_the_run(tiny_hf_model, tmp_path, 
     from transformers import AutoTokenizer
 
     import bestk.train.rollout.evaluate as evaluate_module
-    from bestk.train.run.checkpoint import list_checkpoints
+    from bestk.train.runtime.files import list_checkpoints
 
     tok = AutoTokenizer.from_pretrained(tiny_hf_model)
     saved, shortest = _chat_dataset(tmp_path, tok)

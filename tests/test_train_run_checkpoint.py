@@ -1,4 +1,4 @@
-"""Checkpoint files of a run (``bestk.train.run.checkpoint``): only the run's own checkpoints
+"""Checkpoint files of a run (``bestk.train.runtime.files``): only the run's own checkpoints
 count and rotate, and a weights file bestk saved that is damaged is one line naming it."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bestk.train.run.checkpoint import (
+from bestk.train.runtime.files import (
     checksum_path,
     last_run_checkpoint,
     list_checkpoints,

@@ -142,7 +142,7 @@ def test_a_signal_while_user_code_runs_stops_at_once(capfd):
     import time
 
     from bestk.tasks.guard import SignalInterrupt, UserCodeError, user_code
-    from bestk.train.run.console import StopRequest
+    from bestk.train.runtime.stop import StopRequest
 
     before = signal.getsignal(signal.SIGTERM)
     with StopRequest() as stop:

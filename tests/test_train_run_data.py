@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from bestk.tasks import load_task
-from bestk.train.run.checkpoint import checkpoint_state, latest_checkpoint
 from bestk.train.run.data import data_digest
 from bestk.train.run.directory import read_metrics
+from bestk.train.runtime.files import checkpoint_state, latest_checkpoint
 from bestk.train.trainer import Trainer
 from tests.conftest import Crash, gsm8k_rows, tiny_config
 

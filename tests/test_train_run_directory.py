@@ -19,19 +19,19 @@ import torch
 from typer.testing import CliRunner
 
 from bestk.cli import app
-from bestk.train.run.checkpoint import (
-    checksum_path,
-    latest_valid_checkpoint,
-    list_checkpoints,
-    save_checkpoint,
-    verify_checkpoint,
-)
 from bestk.train.run.directory import (
     check_resume,
     read_metrics,
     read_run_config,
 )
 from bestk.train.run.lock import RunDirectoryBusy, RunLock
+from bestk.train.runtime.files import (
+    checksum_path,
+    latest_valid_checkpoint,
+    list_checkpoints,
+    save_checkpoint,
+    verify_checkpoint,
+)
 from bestk.train.trainer import Trainer
 from tests.conftest import TINY, is_timing, set_args, tiny_config
 
@@ -240,7 +240,7 @@ def test_checkpoints_carry_a_sha256sum_compatible_checksum(tmp_path):
 
     digest, name = checksum_path(path).read_text().split()
     assert name == path.name and digest == hashlib.sha256(path.read_bytes()).hexdigest()
-    from bestk.train.run.checkpoint import load_checkpoint
+    from bestk.train.runtime.files import load_checkpoint
 
     _damage(path, "zeroed_middle")
     with pytest.raises(ValueError, match="step_0000005.safetensors' is damaged: sha256 mismatch"):
@@ -254,7 +254,7 @@ def _rewrite_checkpoint(path: Path, edit) -> None:
     from safetensors import safe_open
     from safetensors.torch import save_file
 
-    from bestk.train.run.checkpoint import file_sha256
+    from bestk.train.runtime.files import file_sha256
 
     with safe_open(str(path), framework="pt") as f:
         tensors = {k: f.get_tensor(k) for k in f.keys()}
@@ -267,7 +267,7 @@ def _rewrite_checkpoint(path: Path, edit) -> None:
 def test_a_checkpoint_renamed_to_another_step_is_refused_naming_both(run):
     """``step_0000002`` renamed to ``step_0000004`` with its checksum recomputed verifies, but
     it holds step 2: refused in one line naming the file and both steps, nothing touched."""
-    from bestk.train.run.checkpoint import file_sha256
+    from bestk.train.runtime.files import file_sha256
 
     ck = run / "checkpoints"
     two, four = ck / "step_0000002.safetensors", ck / "step_0000004.safetensors"
@@ -1038,7 +1038,7 @@ def test_a_lock_file_removed_by_its_holder_is_not_locked_twice(tmp_path, monkeyp
 def test_a_truncated_checkpoint_with_a_recomputed_checksum_falls_back(finished, run, how):
     """The user 'repaired' the checksum of a damaged newest checkpoint (``sha256sum >``): the
     layout check still finds it incomplete, so the run resumes from the previous one."""
-    from bestk.train.run.checkpoint import file_sha256
+    from bestk.train.runtime.files import file_sha256
 
     newest = run / "checkpoints" / "step_0000004.safetensors"
     data = newest.read_bytes()

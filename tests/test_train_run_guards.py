@@ -1,4 +1,4 @@
-"""bestk.train.run.guards: a non-finite loss or gradient norm stops the run at that step, before
+"""bestk.train.guards: a non-finite loss or gradient norm stops the run at that step, before
 the optimizer step, naming the step, its reward range and the fix; the log stays
 strict JSON. And the guard of user code in a run (:mod:`bestk.tasks.guard`): a reward that
 calls ``sys.exit(0)`` is a one-line error (not a silent status 0), one that changes the working
@@ -20,10 +20,10 @@ import torch
 from typer.testing import CliRunner
 
 from bestk.cli import app
-from bestk.train.run.checkpoint import latest_checkpoint
+from bestk.train.guards import NonFiniteUpdate, check_sft_update, check_update
 from bestk.train.run.directory import read_metrics
-from bestk.train.run.guards import NonFiniteUpdate, check_sft_update, check_update
 from bestk.train.run.log import append_record
+from bestk.train.runtime.files import latest_checkpoint
 from bestk.train.trainer import Trainer
 from tests.conftest import TINY, tiny_config
 

@@ -12,13 +12,9 @@ import pytest
 
 from bestk.train.config import TrainConfig
 from bestk.train.config_io import apply_overrides
+from bestk.train.rollout.metrics import rollout_stats
 from bestk.train.run.directory import RESUME_FREE, check_resume, read_metrics
-from bestk.train.run.reporters import (
-    TRL_NAMES,
-    resolve_report_to,
-    rollout_stats,
-    scalars,
-)
+from bestk.train.run.reporters import TRL_NAMES, resolve_report_to, scalars
 from bestk.train.trainer import Trainer
 from tests._wandb_records import history, run_config
 from tests.conftest import tiny_config

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from bestk.train.config import TrainConfig
 from bestk.train.config_io import apply_overrides, load_config
-from bestk.train.run.checkpoint import latest_checkpoint, list_checkpoints, save_checkpoint
 from bestk.train.run.directory import read_metrics
+from bestk.train.runtime.files import latest_checkpoint, list_checkpoints, save_checkpoint
 from bestk.train.trainer import Trainer
 from bestk.train.validation import validate
 from tests.conftest import (
@@ -237,7 +237,7 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
 
 
 def test_checkpoint_roundtrip_restores_optimizer_and_rng(tmp_path):
-    from bestk.train.run.checkpoint import load_checkpoint
+    from bestk.train.runtime.files import load_checkpoint
 
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 3)
@@ -267,7 +267,7 @@ def test_checkpoint_roundtrip_restores_float32_masters(tmp_path):
     from safetensors import safe_open
 
     from bestk.train.optim import PolicyOptimizer
-    from bestk.train.run.checkpoint import load_checkpoint
+    from bestk.train.runtime.files import load_checkpoint
 
     cfg = apply_overrides(TrainConfig(), ["optim.lr=0.01"])
 

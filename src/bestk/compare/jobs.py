@@ -58,9 +58,9 @@ from bestk.train.reference.plan import plan_reference
 from bestk.train.rollout.engine import ENGINES
 from bestk.train.rollout.evaluate import evaluate
 from bestk.train.rollout.settings import sampling_options
-from bestk.train.run.checkpoint import last_run_checkpoint, load_weights
-from bestk.train.run.console import Stopped, StopRequest
 from bestk.train.run.directory import read_metrics
+from bestk.train.runtime.files import last_run_checkpoint, load_weights
+from bestk.train.runtime.stop import Stopped, StopRequest
 from bestk.train.setup import load_run_policy, load_run_task, max_new_tokens
 from bestk.train.sft import sft_weights
 from bestk.train.trainer import Trainer

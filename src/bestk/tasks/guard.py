@@ -10,7 +10,7 @@ runs behind one guard, :func:`user_code`.
   :class:`SignalInterrupt` (a ``KeyboardInterrupt``), which the guard lets through: where
   Python's own SIGINT handler is in effect the guard puts one in its place that raises it
   (and puts Python's back afterwards); bestk's stop handler
-  (:class:`bestk.train.run.console.StopRequest`, marked with :func:`raises_signal_interrupt`)
+  (:class:`bestk.train.runtime.stop.StopRequest`, marked with :func:`raises_signal_interrupt`)
   raises it itself, at the first signal, when it finds user code running
   (:func:`running_user_code`) -- a reward that hangs cannot hold a run past its SIGTERM. Under
   a SIGINT handler of someone else's a plain ``KeyboardInterrupt`` may be a real Ctrl-C, and

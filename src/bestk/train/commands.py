@@ -56,9 +56,9 @@ def os_error_message(e: OSError, run_dir: str | Path | None = None) -> str:
 def _last_checkpoint(run_dir: Path) -> Path | None:
     """The newest checkpoint the run in ``run_dir`` wrote: one of its config's identity (a file
     named like a checkpoint that the run did not write is not counted,
-    :func:`~bestk.train.run.checkpoint.run_checkpoints`)."""
-    from bestk.train.run.checkpoint import last_run_checkpoint
+    :func:`~bestk.train.runtime.files.run_checkpoints`)."""
     from bestk.train.run.directory import read_run_config, run_identity
+    from bestk.train.runtime.files import last_run_checkpoint
 
     try:
         digest = run_identity(read_run_config(run_dir))["digest"]

@@ -25,7 +25,7 @@ master weights when they are stored in a lower precision.
   gradients, backpropagates the loss (or the micro-batch losses one by one,
   :func:`backward`), clips the global gradient norm at
   ``optim.grad_clip``, stops a non-finite loss or norm before the update
-  (:func:`bestk.train.run.guards.check_update`) and steps AdamW (:class:`MasterAdamW`) at the
+  (:func:`bestk.train.guards.check_update`) and steps AdamW (:class:`MasterAdamW`) at the
   learning rate
 
   .. math:: \eta_t = \eta\,\min(1, (t + 1) / w)
@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from bestk.train.config import OptimConfig, ResolvedTrainConfig
-from bestk.train.run.guards import check_update
+from bestk.train.guards import check_update
 
 __all__ = ["make_optimizer", "MasterAdamW", "PolicyOptimizer", "backward", "LOW_PRECISION"]
 

@@ -21,9 +21,9 @@ import torch
 from bestk._seeds import SFT_ORDER
 from bestk.tasks import Task
 from bestk.train.config import ResolvedTrainConfig, TrainConfig
+from bestk.train.guards import check_sft_update
 from bestk.train.optim import MasterAdamW, make_optimizer
-from bestk.train.run.console import Stopped
-from bestk.train.run.guards import check_sft_update
+from bestk.train.runtime.stop import Stopped
 from bestk.train.setup import load_run_policy, load_run_task
 from bestk.train.validation import resolve_config
 
@@ -45,7 +45,7 @@ def sft_warmup(model: Policy, tokenizer: PreTrainedTokenizerBase, task: Task,
     """Cross-entropy warm-up of ``model`` on ``prompt + answer + EOS`` (loss on answer tokens;
     module docstring); every 10th step and the last are ``log``-ged as ``phase: sft``.
     ``should_stop`` (Ctrl-C, SIGTERM) is asked before each step: when it says so,
-    :class:`~bestk.train.run.console.Stopped` is raised naming the steps done."""
+    :class:`~bestk.train.runtime.stop.Stopped` is raised naming the steps done."""
     s = cfg.sft
     tok = tokenizer
     opt = MasterAdamW(model, cfg, s.lr)  # float32 masters of bfloat16 weights

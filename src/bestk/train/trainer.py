@@ -24,7 +24,8 @@ the uninterrupted run would have. The pieces with state of their own live beside
 optimizer (:class:`bestk.train.optim.PolicyOptimizer`), the log (:class:`bestk.train.run.log.
 RunLog`), the run directory's lock and resume policy (:mod:`bestk.train.run.directory`), the
 SFT loop (:mod:`bestk.train.sft`), the task and policy set-up (:mod:`bestk.train.setup`), the
-progress bar and Ctrl-C (:mod:`bestk.train.run.console`).
+progress bar (:mod:`bestk.train.run.console`) and Ctrl-C
+(:mod:`bestk.train.runtime.stop`).
 
 Run directory: ``config.yaml``, ``metrics.jsonl``, ``checkpoints/``, ``final/`` (HF model +
 tokenizer), ``report.md`` + PNG plots, and for KAPPO runs ``calibration.json`` and the bank
@@ -67,21 +68,7 @@ from bestk.train.rollout.evaluate import evaluate, pass_summary
 from bestk.train.rollout.scoring import score_batch
 from bestk.train.rollout.settings import eval_noise_seed
 from bestk.train.rollout.shared_start import shared_start_evaluation
-from bestk.train.run.checkpoint import (
-    global_rng_kept,
-    last_run_checkpoint,
-    load_checkpoint,
-    load_weights,
-    save_checkpoint,
-)
-from bestk.train.run.console import (
-    RunProgress,
-    Stopped,
-    StopRequest,
-    interrupted_line,
-    progress_bar,
-    start_line,
-)
+from bestk.train.run.console import RunProgress, interrupted_line, progress_bar, start_line
 from bestk.train.run.data import check_run_data, data_digest
 from bestk.train.run.directory import (
     RunDirectory,
@@ -93,6 +80,14 @@ from bestk.train.run.directory import (
 )
 from bestk.train.run.log import Record, RunLog
 from bestk.train.run.report import write_report
+from bestk.train.runtime.files import (
+    global_rng_kept,
+    last_run_checkpoint,
+    load_checkpoint,
+    load_weights,
+    save_checkpoint,
+)
+from bestk.train.runtime.stop import Stopped, StopRequest
 from bestk.train.setup import (
     check_prompt_pool,
     load_run_policy,
@@ -470,7 +465,7 @@ class Trainer:
 def _own_checkpoint(ckpt_dir: Path, state: RunState) -> Path | None:
     """The newest checkpoint the run of ``state`` wrote (a file named like one that it did
     not write, copied in or random, is not counted:
-    :func:`~bestk.train.run.checkpoint.run_checkpoints`)."""
+    :func:`~bestk.train.runtime.files.run_checkpoints`)."""
     return last_run_checkpoint(ckpt_dir, state.identity.get("digest"))
 
 

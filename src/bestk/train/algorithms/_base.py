@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers is option
     from bestk.train.reference.bank import ReferenceBank
 
 __all__ = ["Algorithm", "AlgorithmSpec", "RunContext", "StepMetrics", "rollout_batch_text",
-           "refuse_pg_options", "rollout_metrics"]
+           "refuse_pg_options"]
 
 #: The ``metrics.jsonl`` record of one RL step (``step(step)``): ``phase`` (``"train"``),
 #: ``step`` and the step's numbers.
@@ -191,60 +191,3 @@ def refuse_pg_options(cfg: ResolvedTrainConfig) -> None:
             f"config key 'loss.sampler_importance_cap' is a pg option; algorithm {name!r} "
             "has no per-token surrogate to weight (set it to null)"
         )
-
-
-
-
-def rollout_metrics(ro: Rollout) -> dict[str, float]:
-    """A step's metrics of its sampled completions: ``entropy``, the mean token entropy over
-    the completion tokens, and ``response_len``, the mean completion length in tokens; then
-    the rollout's own ``metrics`` (``prompts_truncated`` with a prompt length limit,
-    ``rewards/<name>/mean`` with several reward functions); for a sampler that is not the
-    policy module (``Rollout.policy_logprobs`` set), :func:`sampler_mismatch`."""
-    mask = ro.completion_mask.float()
-    return {
-        "entropy": float((ro.entropy * mask).sum() / mask.sum().clamp_min(1)),
-        "response_len": float(mask.sum(1).mean()),
-        **{k: v for k, v in getattr(ro, "metrics", {}).items() if not is_timing(k)},
-        **sampler_mismatch(ro),
-    }
-
-
-def is_timing(key: str) -> bool:
-    """Whether a logged metric measures time or speed (``time/...``, ``completions_per_s``,
-    ``pairs_per_s``), not the run: what two identical runs may differ in."""
-    return key.startswith("time/") or key in ("completions_per_s", "pairs_per_s")
-
-
-def rollout_time(ro: Rollout, seconds: float) -> dict[str, float]:
-    """The time split of sampling ``ro`` in ``seconds`` (wall clock of the call):
-    ``time/sync_s`` (pushing the policy's weights into the engine), ``time/logprobs_s`` (the
-    policy's recomputation of the sampled tokens' log-probs, ``vllm`` engine; 0 when the
-    update's own forward gave them, its time then in ``time/update_s``) and
-    ``time/generate_s``, the rest."""
-    sync = ro.metrics.get("time/sync_s", 0.0)
-    logprobs = ro.metrics.get("time/logprobs_s", 0.0)
-    return {"time/generate_s": max(0.0, seconds - sync - logprobs), "time/sync_s": sync,
-            "time/logprobs_s": logprobs}
-
-
-def sampler_mismatch(ro: Rollout) -> dict[str, float]:
-    """How far the sampler's log-probs are from the policy module's, over the completion
-    tokens (``{}`` when the sampler is the policy module): ``rollout/logprob_mismatch``, the
-    mean ``|log pi(y_t) - log q(y_t)|``, and ``rollout/logprob_kl``, the mean k3 estimate of
-    ``KL(q || pi)`` from the sampled tokens, ``r - 1 - log r`` with ``r = pi(y_t) / q(y_t)``
-    (``q`` the sampler, ``pi`` the policy module)."""
-    if ro.policy_logprobs is None:
-        return {}
-    mask = ro.completion_mask.float()
-    tokens = mask.sum().clamp_min(1)
-    d = (ro.policy_logprobs.float() - ro.logprobs.float()) * mask
-    k3 = (torch.expm1(d.clamp(-20, 20)) - d) * mask
-    return {"rollout/logprob_mismatch": float(d.abs().sum() / tokens),
-            "rollout/logprob_kl": float(k3.sum() / tokens)}
-
-
-
-
-
-

@@ -42,13 +42,12 @@ from bestk.train.algorithms._base import (
     RunContext,
     StepMetrics,
     refuse_pg_options,
-    rollout_metrics,
-    rollout_time,
 )
 from bestk.train.algorithms.update import items_in, optimizer_steps
 from bestk.train.model.logprobs import completion_logprobs
 from bestk.train.reference.bank import ReferenceBank, calibration_values
 from bestk.train.rollout.batch import Rollout
+from bestk.train.rollout.metrics import rollout_metrics, rollout_time
 
 __all__ = ["APO", "APOBatch", "SPEC"]
 

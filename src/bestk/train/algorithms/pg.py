@@ -36,15 +36,13 @@ from bestk.train.algorithms._base import (
     AlgorithmSpec,
     RunContext,
     StepMetrics,
-    rollout_metrics,
-    rollout_time,
 )
 from bestk.train.algorithms.update import micro_slices, optimizer_steps
 from bestk.train.config import ResolvedTrainConfig
 from bestk.train.model.logprobs import sequence_logprobs
 from bestk.train.reference.bank import ReferenceBank, calibration_prompt_ids
 from bestk.train.rollout.batch import Rollout
-from bestk.train.run.reporters import rollout_stats
+from bestk.train.rollout.metrics import rollout_metrics, rollout_stats, rollout_time
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from bestk.train.model.policy import Policy, Reference

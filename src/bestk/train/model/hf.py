@@ -25,6 +25,7 @@ import contextlib
 import inspect
 import os
 import shutil
+import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,8 +36,7 @@ import torch
 from bestk._atomic import respect_umask, temporary_name
 from bestk._optional import require
 from bestk.train.model.lora import is_peft_model, merged_state_dict
-from bestk.train.run.checkpoint import as_os_error
-from bestk.train.run.console import transformers_progress
+from bestk.train.runtime.errors import as_os_error
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers is optional)
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers is option
 
 __all__ = ["QUANTIZER_ATTRIBUTES", "as_plain_model", "autocast", "cache_kwarg",
            "enable_gradient_checkpointing", "gguf_quantization", "logits_to_keep", "output_cache",
-           "positions", "save_final", "save_model", "stop_token_ids"]
+           "positions", "save_final", "save_model", "stop_token_ids", "transformers_progress"]
 
 
 
@@ -307,3 +307,19 @@ def output_cache(out: object) -> Cache | None:
 
 def positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).clamp_min(0)
+
+
+@contextlib.contextmanager
+def transformers_progress(enabled: bool) -> Iterator[None]:
+    """transformers' own progress bars (e.g. "Writing model shards") on or off meanwhile: on
+    only where asked and stderr is a terminal (in a log a redrawn bar is noise) and the
+    libraries' bars were not turned off for the process (``bestk train --quiet``)."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    on = enabled and was and sys.stderr.isatty()
+    (hf_logging.enable_progress_bar if on else hf_logging.disable_progress_bar)()
+    try:
+        yield
+    finally:
+        (hf_logging.enable_progress_bar if was else hf_logging.disable_progress_bar)()

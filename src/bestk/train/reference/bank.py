@@ -45,8 +45,8 @@ from bestk.kappo import BINARY, WINRATE, Calibration, calibrate, calibration_kin
 from bestk.tasks import Example, Task
 from bestk.train.model.logprobs import completion_logprobs
 from bestk.train.rollout.sampler import sample
-from bestk.train.run.checkpoint import as_os_error
-from bestk.train.run.console import Stopped
+from bestk.train.runtime.errors import as_os_error
+from bestk.train.runtime.stop import Stopped
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers is optional)
     from rich.progress import Progress
@@ -163,7 +163,7 @@ def sample_bank(
     With ``completions`` the token ids, texts and reference sequence log-probabilities
     (:func:`~bestk.train.model.logprobs.completion_logprobs` at ``temperature``) are kept too.
     ``should_stop`` (Ctrl-C, SIGTERM) is asked before each batch: when it says so,
-    :class:`~bestk.train.run.console.Stopped` is raised.
+    :class:`~bestk.train.runtime.stop.Stopped` is raised.
     """
     if not examples:
         raise ValueError("the reference bank has no prompts")

@@ -17,7 +17,7 @@ import torch
 
 from bestk.metrics import best_at_k_curve, pass_at_k_curve
 from bestk.tasks import Example, Task
-from bestk.train.run.console import Stopped
+from bestk.train.runtime.stop import Stopped
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from rich.progress import Progress
@@ -76,7 +76,7 @@ def evaluate(
     ``batch_prompts`` prompts at a time, the noise drawn from one generator seeded by
     ``seed``; score them; compute the curves (k = 1..n). ``should_stop`` (Ctrl-C, SIGTERM) is
     asked before each batch of prompts: when it says so,
-    :class:`~bestk.train.run.console.Stopped` is raised. ``progress``: a ``rich`` progress
+    :class:`~bestk.train.runtime.stop.Stopped` is raised. ``progress``: a ``rich`` progress
     bar, to which the evaluation adds a task (``description: P prompts x n``, advanced after
     each batch of prompts, so that it shows the time left) and from which it removes it when
     done.

@@ -1,14 +1,11 @@
-"""What a run shows and how it stops: the progress bar, the start line, Ctrl-C / SIGTERM
-handling (:class:`StopRequest`, :class:`Stopped`) and transformers' own progress bars."""
+"""What a run shows: the progress bar, the start line, the per-step line of a log and the
+line of a run stopped by Ctrl-C / SIGTERM (the stop itself is
+:mod:`bestk.train.runtime.stop`'s)."""
 
 from __future__ import annotations
 
-import os
 import signal
-import sys
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +22,6 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from bestk.tasks.guard import SignalInterrupt, raises_signal_interrupt, running_user_code
 from bestk.train.config import ResolvedTrainConfig
 from bestk.train.run.directory import attempt_folder
 
@@ -36,8 +32,8 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
     #: What ``signal.getsignal`` returns: a handler, ``SIG_DFL`` / ``SIG_IGN``, or ``None``.
     _Handler: TypeAlias = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
 
-__all__ = ["progress_bar", "RunProgress", "StopRequest", "Stopped", "STOP_SIGNALS",
-           "transformers_progress", "start_line", "interrupted_line", "step_line", "phase_line",
+__all__ = ["progress_bar", "RunProgress",
+           "start_line", "interrupted_line", "step_line", "phase_line",
            "clock", "rate", "LINE_EVERY_S"]
 
 
@@ -167,87 +163,6 @@ def step_line(step: int, total: int, summary: str, elapsed: float, steps: int, *
     per = max(elapsed - excluded, 0.0) / max(steps, 1)
     return (f"step {step}/{total} {summary} | {rate(per)} s/step, elapsed {clock(elapsed)}, "
             f"ETA {clock(per * (total - step) + extra)}")
-
-
-class Stopped(Exception):  # noqa: N818 - a request honoured, not an error
-    """Raised by a phase that takes a ``should_stop`` callable (the SFT warm-up, the KAPPO
-    reference bank, the step-0 evaluation) at its next step or batch once a stop was requested;
-    the message says where (``"SFT step 20 of 100"``)."""
-
-
-#: The signals a run stops on: Ctrl-C, and SIGTERM (a cluster's preemption, ``kill``).
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-class StopRequest:
-    """Ctrl-C (SIGINT) or SIGTERM while installed (a ``with`` block, main thread only).
-
-    The first sets :attr:`requested` and says so at once on stderr: the run stops at its next
-    safe point (the end of the RL step; the next SFT step, reference-bank batch or step-0
-    evaluation batch, which poll :meth:`should_stop`), checkpoints and exits with
-    :attr:`exit_status` (130 for SIGINT, 143 for SIGTERM). The second raises
-    :class:`~bestk.tasks.guard.SignalInterrupt` (a ``KeyboardInterrupt``) at once, and so
-    does the first when it interrupts user code (a reward function:
-    :func:`~bestk.tasks.guard.running_user_code`), which has no safe point and may never
-    return. The previous handlers come back on exit."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self.signum: int | None = None
-        self._previous: dict[int, _Handler] = {}
-
-    @raises_signal_interrupt
-    def _handler(self, signum: int, frame: FrameType | None) -> None:
-        if self.requested:
-            raise SignalInterrupt
-        self.requested, self.signum = True, signum
-        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-        busy = running_user_code()
-        if busy is not None:  # a reward that hangs would never reach a safe point
-            os.write(2, (f"\nnote: {name} while {busy} was running: stopping at once, "
-                         "without finishing the step in progress\n").encode())
-            raise SignalInterrupt
-        again = "Ctrl-C again" if signum == signal.SIGINT else "Ctrl-C"
-        os.write(2, (f"\nnote: {name}: stopping at the next SFT step, bank or evaluation "
-                     f"batch, or RL step (with a checkpoint once the run has one); {again} "
-                     "aborts at once\n").encode())
-
-    def should_stop(self) -> bool:
-        """Whether a stop was requested (what long phases poll between steps / batches)."""
-        return self.requested
-
-    @property
-    def exit_status(self) -> int:
-        """The command's exit status after the stop: 128 + the signal (130 without one)."""
-        return 128 + (self.signum or signal.SIGINT)
-
-    def __enter__(self) -> StopRequest:
-        if threading.current_thread() is threading.main_thread():
-            for sig in STOP_SIGNALS:
-                self._previous[sig] = signal.getsignal(sig)
-                signal.signal(sig, self._handler)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, previous in self._previous.items():
-            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
-        self._previous = {}
-
-
-@contextmanager
-def transformers_progress(enabled: bool) -> Iterator[None]:
-    """transformers' own progress bars (e.g. "Writing model shards") on or off meanwhile: on
-    only where asked and stderr is a terminal (in a log a redrawn bar is noise) and the
-    libraries' bars were not turned off for the process (``bestk train --quiet``)."""
-    from transformers.utils import logging as hf_logging
-
-    was = hf_logging.is_progress_bar_enabled()
-    on = enabled and was and sys.stderr.isatty()
-    (hf_logging.enable_progress_bar if on else hf_logging.disable_progress_bar)()
-    try:
-        yield
-    finally:
-        (hf_logging.enable_progress_bar if was else hf_logging.disable_progress_bar)()
 
 
 def interrupted_line(where: str, out: Path, step: int | None,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from bestk.tasks import Task
 from bestk.train.config import TrainConfig
-from bestk.train.run.checkpoint import checkpoint_state
+from bestk.train.runtime.files import checkpoint_state
 
 __all__ = ["DATA_TASKS", "data_digest", "check_run_data"]
 

@@ -45,14 +45,14 @@ from bestk.train.config_io import (
     parse_yaml_config,
     yaml_error_line,
 )
-from bestk.train.run.checkpoint import (
+from bestk.train.run.lock import LOCK_NAME, RunLock, directory_names
+from bestk.train.runtime.files import (
     checkpoint_state,
     checksum_path,
     latest_valid_checkpoint,
     list_checkpoints,
     orphan_checksums,
 )
-from bestk.train.run.lock import LOCK_NAME, RunLock, directory_names
 
 __all__ = [
     "RunDirectory",

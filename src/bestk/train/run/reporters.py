@@ -38,7 +38,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import yaml
 
 from bestk._atomic import write_text_atomic
@@ -53,7 +52,6 @@ __all__ = [
     "TRL_NAMES",
     "Reporters",
     "resolve_report_to",
-    "rollout_stats",
     "scalars",
 ]
 
@@ -109,32 +107,6 @@ def resolve_report_to(value: object) -> list[str]:
             f"valid: none, all, {', '.join(INTEGRATIONS)} (or a list of them)"
         )
     return list(dict.fromkeys(names))
-
-
-def rollout_stats(rewards: np.ndarray, n: int, lengths: np.ndarray,
-                  finished: np.ndarray, *, signal: np.ndarray | None = None
-                  ) -> dict[str, float]:
-    """Statistics of one rollout batch that TRL's ``GRPOTrainer`` logs too.
-
-    ``rewards``: ``(G * n,)`` rewards in groups of ``n``; ``lengths``: completion lengths in
-    tokens; ``finished``: whether each completion ended with EOS; ``signal``: what the
-    estimator sees, when not the rewards (the 0/1 success of ``advantage_reward=success``).
-    Returns ``reward_std`` (the std of the rewards over the batch, with Bessel's correction
-    as TRL's ``nanstd``; 0 for one completion), ``frac_reward_zero_std`` (share of groups
-    whose ``signal`` -- else rewards -- are all equal: the groups a group baseline learns
-    nothing from, whichever reward the estimator reads),
-    ``response_len_min`` / ``_max`` and ``truncated_rate`` (share cut by the length cap).
-    """
-    r = np.asarray(rewards, dtype=np.float64)
-    seen = (r if signal is None else np.asarray(signal, dtype=np.float64)).reshape(-1, n)
-    lengths = np.asarray(lengths, dtype=np.float64)
-    return {
-        "reward_std": float(r.std(ddof=1)) if r.size > 1 else 0.0,
-        "frac_reward_zero_std": float((seen.max(1) == seen.min(1)).mean()),
-        "response_len_min": float(lengths.min()),
-        "response_len_max": float(lengths.max()),
-        "truncated_rate": float(1.0 - np.asarray(finished, dtype=np.float64).mean()),
-    }
 
 
 def scalars(record: Mapping[str, Any]) -> tuple[str, int, dict[str, float]]:

@@ -47,6 +47,7 @@ import torch
 
 from bestk._atomic import atomic_path, write_text_atomic
 from bestk._optional import require
+from bestk.train.runtime.errors import as_os_error
 
 __all__ = [
     "save_checkpoint",
@@ -163,18 +164,6 @@ def orphan_checksums(directory: str | Path) -> list[Path]:
         return []
     return [p for p in directory.iterdir()
             if _SIDECAR.match(p.name) and not p.with_suffix(".safetensors").exists()]
-
-
-def as_os_error(e: Exception, path: Path) -> Exception:
-    """An ``OSError`` naming ``path`` for a safetensors I/O failure ("... (os error 28) ...");
-    any other exception is returned unchanged."""
-    if type(e).__name__ != "SafetensorError":
-        return e
-    m = re.search(r"os error (\d+)", str(e))
-    if m:
-        code = int(m.group(1))
-        return OSError(code, os.strerror(code), str(path))
-    return OSError(f"cannot write checkpoint {str(path)!r}: {e}")
 
 
 def load_weights(path: str | Path) -> dict[str, torch.Tensor]:
