@@ -68,7 +68,7 @@ def set_args(*items: str) -> list[str]:
 
 def _config(items: list[str], out: Path, extra: tuple[str, ...]) -> Any:
     from bestk.train.config import TrainConfig
-    from bestk.train.config_io import apply_overrides
+    from bestk.train.config.io import apply_overrides
 
     return apply_overrides(TrainConfig(), [*items, f"out={out}", *extra])
 

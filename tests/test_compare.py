@@ -14,7 +14,7 @@ from bestk.cli import app
 from bestk.compare import KappoAuto, Method, grid, keys, run_compare
 from bestk.compare.methods import make_methods, method_slug, run_config
 from bestk.train.config import TrainConfig
-from bestk.train.config_io import apply_overrides
+from bestk.train.config.io import apply_overrides
 from bestk.train.run.directory import read_metrics
 from bestk.train.trainer import Trainer
 from tests import conftest

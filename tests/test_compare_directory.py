@@ -149,7 +149,7 @@ def test_a_grid_that_never_started_a_run_does_not_hold_its_settings(tmp_path):
     """A grid recorded in compare.json that stopped before any run started (a failure after
     the record) leaves nothing that other settings would replace: another grid runs there."""
     from bestk.train.config import TrainConfig
-    from bestk.train.config_io import config_to_dict
+    from bestk.train.config.io import config_to_dict
 
     out = tmp_path / "cmp"
     (out / "_sft").mkdir(parents=True)

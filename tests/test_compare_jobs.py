@@ -82,7 +82,7 @@ def test_a_damaged_cached_sft_file_is_recomputed_saying_so(tmp_path, capsys):
     so it is recomputed, with one line naming it; reading it is a one-line error too."""
     from bestk.compare.jobs import sft_job
     from bestk.compare.keys import weights_digest
-    from bestk.train.config_io import config_to_dict
+    from bestk.train.config.io import config_to_dict
     from bestk.train.validation import resolve_defaults
 
     cfg = config_to_dict(resolve_defaults(conftest.tiny_config(tmp_path / "_sft" / "work0")))

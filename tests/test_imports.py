@@ -75,6 +75,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("losses", ("bestk.losses",)),
     ("tasks", ("bestk.tasks",)),
     ("trainer runtime", ("bestk.train.runtime",)),
+    ("trainer config", ("bestk.train.config",)),
     ("trainer", ("bestk.train",)),
     ("experiments", ("bestk.compare",)),
     ("lab", ("bestk.lab",)),

@@ -271,7 +271,7 @@ def test_evaluation_counts_distinct_correct_completions(tmp_path):
     import numpy as np
 
     from bestk.train.config import TrainConfig
-    from bestk.train.config_io import apply_overrides
+    from bestk.train.config.io import apply_overrides
     from bestk.train.rollout.engine import HFEngine
     from bestk.train.rollout.evaluate import evaluate
     from bestk.train.trainer import Trainer

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from bestk.cli import app
 from bestk.train.commands import eval_config
 from bestk.train.config import TrainConfig
-from bestk.train.config_io import apply_overrides, config_to_dict
+from bestk.train.config.io import apply_overrides, config_to_dict
 from bestk.train.run.directory import write_run_config
 from bestk.train.trainer import Trainer
 from tests.conftest import tiny_config

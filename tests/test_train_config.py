@@ -21,7 +21,7 @@ from bestk.train.config import (
     RolloutConfig,
     TrainConfig,
 )
-from bestk.train.config_io import (
+from bestk.train.config.io import (
     apply_overrides,
     config_from_dict,
     config_keys,
@@ -253,7 +253,8 @@ def test_the_schema_module_loads_no_trainer_code_and_no_torch():
     loaded = eval(out)  # noqa: S307 - a list of module names printed just above
     assert "torch" not in loaded
     assert [m for m in loaded if m not in ("bestk", "bestk._lazy", "bestk._schema", "bestk.train",
-                                           "bestk.train.config")] == []
+                                           "bestk.train.config",
+                                           "bestk.train.config.schema")] == []
 
 
 @pytest.mark.parametrize("text, got", [("42\n", "int 42"), ("hello world\n", "str 'hello world'"),

@@ -1,4 +1,4 @@
-"""``bestk.train.config_io``: the YAML reader refuses what no config needs and a hostile one
+"""``bestk.train.config.io``: the YAML reader refuses what no config needs and a hostile one
 uses -- a key twice, a recursive alias, an alias bomb, runaway nesting -- in one line naming the
 file and line, before anything is built (nothing hangs); a command line gives each config key
 one value (``--set k=a --set k=b`` is refused, naming the key and both items)."""
@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from bestk.train.config import TrainConfig
-from bestk.train.config_io import (
+from bestk.train.config.io import (
     YAML_ALIAS_LIMIT,
     YAML_DEPTH_LIMIT,
     apply_overrides,
@@ -162,7 +162,7 @@ def test_a_run_config_yaml_is_read_by_the_same_reader(tmp_path):
 
 
 def test_last_of_each_key_turns_layers_into_one_command_line():
-    from bestk.train.config_io import check_each_key_once, last_of_each_key
+    from bestk.train.config.io import check_each_key_once, last_of_each_key
 
     layers = ["rollout.n=4", "eval.n=8", "seed=1", "rollout.n=16", "eval.n=16"]
     once = last_of_each_key(layers)

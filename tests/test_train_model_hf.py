@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from bestk.cli import app
 from bestk.tasks import load_task
 from bestk.train.config import LoRAConfig, TrainConfig
-from bestk.train.config_io import apply_overrides
+from bestk.train.config.io import apply_overrides
 from bestk.train.model.chat import chat_messages, chat_prompt, render_messages, render_task_prompts
 from bestk.train.model.hf import autocast
 from bestk.train.model.logprobs import sequence_logprobs
@@ -361,7 +361,7 @@ def test_the_real_model_recipe_is_a_valid_config():
     check that needs neither the GPU nor the downloaded files."""
     from pathlib import Path
 
-    from bestk.train.config_io import load_config
+    from bestk.train.config.io import load_config
     from bestk.train.validation import check_names, check_values
 
     path = Path(__file__).resolve().parents[1] / "examples/train/qwen2.5-0.5b-gsm8k-lora.yaml"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bestk.train.config import CHUNKED_FROM_VOCAB, TrainConfig
-from bestk.train.config_io import apply_overrides
+from bestk.train.config.io import apply_overrides
 from bestk.train.model.source import smollm2_gguf, vocab_size
 from bestk.train.validation import resolve_config
 

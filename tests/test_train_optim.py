@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from bestk.train.config import TrainConfig
-from bestk.train.config_io import apply_overrides
+from bestk.train.config.io import apply_overrides
 from bestk.train.optim import PolicyOptimizer, make_optimizer
 
 

@@ -13,7 +13,7 @@ import torch
 
 from bestk.kappo import Calibration, calibrate
 from bestk.train.config import TrainConfig
-from bestk.train.config_io import apply_overrides
+from bestk.train.config.io import apply_overrides
 from bestk.train.reference.bank import (
     ReferenceBank,
     bank_examples,
@@ -73,7 +73,7 @@ def test_rollout_n_and_out_follow_the_algorithm_until_set():
     assert cfg.rollout.n is None and resolved(cfg)[0] == 1
     cfg.rollout.n = 4
     assert resolved(cfg)[0] == 4
-    from bestk.train.config_io import config_from_dict, config_to_dict
+    from bestk.train.config.io import config_from_dict, config_to_dict
 
     stored = config_to_dict(resolve_defaults(TrainConfig(algorithm="apo")))  # config.yaml
     assert stored["rollout"]["n"] == 1 and stored["out"] == "runs/bestk-apo"

@@ -10,7 +10,7 @@ import pytest
 
 from bestk.compare import run_compare
 from bestk.train.config import TrainConfig
-from bestk.train.config_io import apply_overrides
+from bestk.train.config.io import apply_overrides
 from bestk.train.model.policy import load_policy
 from bestk.train.rollout.evaluate import EvalResult
 from bestk.train.rollout.shared_start import (

@@ -240,7 +240,7 @@ def test_smollm2_gguf_trains_with_the_vllm_engine(smollm2_gguf, tmp_path, open_t
     bfloat16 engine sampling for the float32 policy, two RL steps and the evaluations."""
     open_trainer()  # closes the engine the earlier tests left open
     from bestk.train.config import TrainConfig
-    from bestk.train.config_io import apply_overrides
+    from bestk.train.config.io import apply_overrides
     from bestk.train.run.directory import read_metrics
 
     out = tmp_path / "run"

@@ -398,7 +398,7 @@ def test_an_out_that_cannot_be_written_or_recorded_is_refused_before_any_work(
 
 def test_a_tilde_in_out_and_config_is_the_home_directory(tmp_path, monkeypatch):
     from bestk.train.config import TrainConfig
-    from bestk.train.config_io import apply_overrides
+    from bestk.train.config.io import apply_overrides
     from bestk.train.validation import resolve_defaults
 
     home, work = tmp_path / "home", tmp_path / "work"
@@ -812,7 +812,7 @@ def test_rerun_extends_with_max_steps_and_eval_every_exactly(run, tmp_path):
 
 def test_resume_policy_classifies_every_key():
     from bestk.train.config import TrainConfig
-    from bestk.train.config_io import apply_overrides
+    from bestk.train.config.io import apply_overrides
 
     old = TrainConfig()
     new = apply_overrides(TrainConfig(), ["threads=4", "checkpoint_every=5", "max_steps=200"])

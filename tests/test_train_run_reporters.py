@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from bestk.train.config import TrainConfig
-from bestk.train.config_io import apply_overrides
+from bestk.train.config.io import apply_overrides
 from bestk.train.rollout.metrics import rollout_stats
 from bestk.train.run.directory import RESUME_FREE, check_resume, read_metrics
 from bestk.train.run.reporters import TRL_NAMES, resolve_report_to, scalars

@@ -12,7 +12,7 @@ import torch
 
 from bestk.tasks import load_task
 from bestk.train.config import TrainConfig
-from bestk.train.config_io import apply_overrides
+from bestk.train.config.io import apply_overrides
 from bestk.train.model.policy import load_policy
 from bestk.train.rollout.sampler import sample
 from bestk.train.rollout.scoring import score_batch

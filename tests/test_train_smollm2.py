@@ -15,7 +15,7 @@ pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 def test_smollm2_gguf_trains_with_lora_micro_batches_and_checkpointing(
         smollm2_gguf, tmp_path, hide_modules):
     from bestk.train.config import TrainConfig
-    from bestk.train.config_io import apply_overrides
+    from bestk.train.config.io import apply_overrides
     from bestk.train.trainer import Trainer
 
     out = tmp_path / "run"

@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from bestk.train.config import TrainConfig
-from bestk.train.config_io import apply_overrides, load_config
+from bestk.train.config.io import apply_overrides, load_config
 from bestk.train.run.directory import read_metrics
 from bestk.train.runtime.files import latest_checkpoint, list_checkpoints, save_checkpoint
 from bestk.train.trainer import Trainer
@@ -365,7 +365,7 @@ def test_yaml_config_file(tmp_path):
     assert cfg.rollout.prompts_per_step == TrainConfig().rollout.prompts_per_step
     import yaml
 
-    from bestk.train.config_io import config_to_dict
+    from bestk.train.config.io import config_to_dict
 
     p.write_text(yaml.safe_dump(config_to_dict(TrainConfig())))  # config.yaml round trip
     assert config_to_dict(load_config(p)) == config_to_dict(TrainConfig())

@@ -65,7 +65,7 @@ def compare_command(
     from bestk.compare.jobs import CompareInterrupted
     from bestk.compare.methods import Method
     from bestk.train.commands import check_flag_conflicts
-    from bestk.train.config_io import check_each_key_once
+    from bestk.train.config.io import check_each_key_once
 
     try:
         with cli_errors():

@@ -30,7 +30,7 @@ from typing import Any
 
 from bestk._atomic import is_temporary, write_text_atomic
 from bestk.train.config import TrainConfig
-from bestk.train.config_io import config_from_dict, config_to_dict
+from bestk.train.config.io import config_from_dict, config_to_dict
 from bestk.train.run.directory import (
     PREVIOUS_ATTEMPT,
     RUN_FILES,

@@ -47,7 +47,7 @@ from bestk.compare.summary import summarize, write_summary
 from bestk.estimators import estimator_info
 from bestk.lr_sweep import fixed_rate, sweep_until_interior
 from bestk.train.config import INT64_MAX, TrainConfig
-from bestk.train.config_io import config_to_dict
+from bestk.train.config.io import config_to_dict
 from bestk.train.setup import load_run_task
 from bestk.train.trainer import check_run
 from bestk.train.validation import resolve_defaults

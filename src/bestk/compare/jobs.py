@@ -45,7 +45,7 @@ from bestk.kappo.calibration import calibrate, calibration_kind
 from bestk.tasks import Example
 from bestk.train.algorithms import ALGORITHMS
 from bestk.train.config import ResolvedTrainConfig
-from bestk.train.config_io import resolved_from_dict
+from bestk.train.config.io import resolved_from_dict
 from bestk.train.reference.bank import (
     BANK_FILE,
     CALIBRATION_FILE,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bestk.train.config import ResolvedTrainConfig, TrainConfig
-from bestk.train.config_io import config_to_dict
+from bestk.train.config.io import config_to_dict
 from bestk.train.rollout.shared_start import state_digest
 from bestk.train.runtime.files import load_weights
 from bestk.train.validation import (

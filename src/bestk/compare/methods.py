@@ -15,7 +15,7 @@ from bestk._seeds import CONTROL_SAMPLING
 from bestk.estimators import ESTIMATORS, estimator_info
 from bestk.train.algorithms import ALGORITHMS
 from bestk.train.config import ResolvedTrainConfig, TrainConfig
-from bestk.train.config_io import apply_overrides, config_to_dict, load_config
+from bestk.train.config.io import apply_overrides, config_to_dict, load_config
 from bestk.train.validation import (
     check_device,
     check_names,

@@ -24,8 +24,8 @@ from bestk._lazy import lazy_attributes
 
 _LAZY: dict[str, str] = {
     "TrainConfig": "bestk.train.config",
-    "apply_overrides": "bestk.train.config_io",
-    "load_config": "bestk.train.config_io",
+    "apply_overrides": "bestk.train.config.io",
+    "load_config": "bestk.train.config.io",
     "validate": "bestk.train.validation",
     "Trainer": "bestk.train.trainer",
     "train": "bestk.train.trainer",
@@ -35,7 +35,7 @@ __all__ = ["TrainConfig", "Trainer", "train", "apply_overrides", "load_config", 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from bestk.train.config import TrainConfig
-    from bestk.train.config_io import apply_overrides, load_config
+    from bestk.train.config.io import apply_overrides, load_config
     from bestk.train.trainer import Trainer, train
     from bestk.train.validation import validate
 

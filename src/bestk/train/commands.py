@@ -106,13 +106,13 @@ def check_flag_conflicts(flags: Sequence[tuple[str, str, object]], overrides: li
     """A one-line ``ValueError`` when the command line gives a config key two values rather
     than one silently winning: the same key twice by ``--set`` (``--set max_steps=12 --set
     max_steps=20``, or a key and a key inside it, ``--set rollout={n: 4} --set rollout.n=8``:
-    :func:`~bestk.train.config_io.check_each_key_once`), or a flag and a ``--set`` of the key it
+    :func:`~bestk.train.config.io.check_each_key_once`), or a flag and a ``--set`` of the key it
     sets that disagree (``--max-steps 20 --set max_steps=12``, ``--estimator grpo --set
     estimator=rloo``, ``--out A --set out=B``, ``-n 4 --set eval={n: 8}``). ``flags``:
     ``(flag, key, value)`` for each flag, ``value`` ``None`` when the flag was not given.
     Values are compared as the config reads them (``--set max_steps=12`` is the integer 12;
     ``out`` as a path, ``runs/x/`` = ``runs/x``)."""
-    from bestk.train.config_io import check_each_key_once
+    from bestk.train.config.io import check_each_key_once
 
     set_by = check_each_key_once(overrides)
     for flag, key, value in flags:
@@ -183,7 +183,7 @@ def train_command(
     listed in docs/training.md, section Configuration.
     """
     from bestk.train.config import TrainConfig
-    from bestk.train.config_io import apply_overrides, load_config
+    from bestk.train.config.io import apply_overrides, load_config
     from bestk.train.run.nesting import check_outside_grids
     from bestk.train.trainer import Trainer
 
@@ -297,7 +297,7 @@ def check_eval_overrides(overrides: list[str]) -> None:
             ignored.append(key)
     if ignored:
         from bestk.train.config import TrainConfig
-        from bestk.train.config_io import apply_overrides
+        from bestk.train.config.io import apply_overrides
 
         for item in overrides:  # a key that is none at all is said so, as bestk train says it
             try:
@@ -329,7 +329,7 @@ def eval_config(model: Path | None, task: str | None, n: int | None, overrides: 
     eval.n`` set the same key: given both with different values is an error.
     """
     from bestk.train.config import TrainConfig
-    from bestk.train.config_io import apply_overrides
+    from bestk.train.config.io import apply_overrides
     from bestk.train.run.directory import read_run_config
 
     if model is None and run is None:

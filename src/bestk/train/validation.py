@@ -40,7 +40,7 @@ from bestk.kappo.calibration import calibrate, calibration_kind
 from bestk.tasks import Task, task_options
 from bestk.train.algorithms import ALGORITHMS
 from bestk.train.config import DEFAULT_OUT, DEFAULT_SFT_STEPS, ResolvedTrainConfig, TrainConfig
-from bestk.train.config_io import check_schema, config_to_dict, resolved_from_dict
+from bestk.train.config.io import check_schema, config_to_dict, resolved_from_dict
 from bestk.train.model.source import GGUF_MODULES, check_model_source, is_gguf, vocab_size
 from bestk.train.reference.bank import calibration_prompt_ids
 from bestk.train.reference.plan import load_kappo_file
@@ -185,7 +185,7 @@ def check_names(cfg: TrainConfig) -> None:
 
 
 def check_values(cfg: TrainConfig) -> None:
-    """The schema's rules on the whole config (:func:`bestk.train.config_io.check_schema`) and
+    """The schema's rules on the whole config (:func:`bestk.train.config.io.check_schema`) and
     the ``report_to`` integrations' names."""
     check_schema(cfg)
     resolve_report_to(cfg.report_to)

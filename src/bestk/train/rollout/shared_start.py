@@ -35,7 +35,7 @@ import torch
 
 from bestk._atomic import write_text_atomic
 from bestk.train.config import ResolvedTrainConfig
-from bestk.train.config_io import config_to_dict
+from bestk.train.config.io import config_to_dict
 from bestk.train.rollout.evaluate import EvalResult
 
 __all__ = ["START_SECTIONS", "shared_start_evaluation", "start_digest", "start_key",

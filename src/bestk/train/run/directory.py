@@ -38,7 +38,7 @@ import yaml
 from bestk._atomic import is_temporary, write_text_atomic
 from bestk._records import loads_finite
 from bestk.train.config import ResolvedTrainConfig, TrainConfig
-from bestk.train.config_io import (
+from bestk.train.config.io import (
     apply_overrides,
     config_from_dict,
     config_to_dict,

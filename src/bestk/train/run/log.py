@@ -23,7 +23,7 @@ from typing import Any, TypeAlias
 from bestk._atomic import write_text_atomic
 from bestk.tasks import Task
 from bestk.train.config import ResolvedTrainConfig
-from bestk.train.config_io import config_to_dict
+from bestk.train.config.io import config_to_dict
 from bestk.train.rollout.evaluate import EvalResult
 from bestk.train.rollout.sample_log import (
     SAMPLES_FILE,

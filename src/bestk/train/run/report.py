@@ -18,7 +18,7 @@ from bestk.figures import save_figure
 from bestk.kappo.calibration import Calibration
 from bestk.train.algorithms import ALGORITHMS
 from bestk.train.algorithms._base import rollout_batch_text
-from bestk.train.config_io import config_to_dict
+from bestk.train.config.io import config_to_dict
 from bestk.train.reference.bank import BANK_FILE, CALIBRATION_FILE
 from bestk.train.run.console import rate
 from bestk.train.run.directory import read_metrics, read_run_config

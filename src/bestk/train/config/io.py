@@ -23,7 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
-from bestk.train.config import (
+from bestk.train.config.schema import (
     ResolvedTrainConfig,
     TrainConfig,
     _Section,

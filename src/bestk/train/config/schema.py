@@ -8,7 +8,7 @@ or assigned to (``validate_assignment``); its errors become one-line ``ValueErro
 the key, the valid values and the value given.
 
 Configs load from YAML, nested dicts and ``--set key=value`` overrides with dotted keys
-(:mod:`bestk.train.config_io`), then the result is validated by this schema:
+(:mod:`bestk.train.config.io`), then the result is validated by this schema:
 
     bestk train --set rollout.n=16 --set estimator_options.tau=0.3 --set model.path=./my-model
 
