@@ -9,8 +9,8 @@ import math
 import pytest
 import torch
 
+from bestk.train.config.sampling import DEFAULTS, resolve_sampling
 from bestk.train.rollout.sampler import top_k_filter
-from bestk.train.rollout.settings import DEFAULTS, resolve_sampling
 
 
 def test_top_k_filter_keeps_the_k_largest_and_ties():

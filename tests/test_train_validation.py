@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from bestk.train.config import machine
 from tests.conftest import tiny_config
 
 
@@ -72,7 +73,8 @@ def test_one_command_resolves_its_config_once(tiny_hf_model, gsm8k_parquet, tmp_
 
     from typer.testing import CliRunner
 
-    import bestk.train.rollout.settings as settings
+    import bestk.train.config.resolve as resolve
+    import bestk.train.model.source as source
     import bestk.train.validation as validation
     from bestk.cli import app
     from bestk.train.config import ResolvedTrainConfig
@@ -81,7 +83,7 @@ def test_one_command_resolves_its_config_once(tiny_hf_model, gsm8k_parquet, tmp_
     (model / "generation_config.json").write_text(json.dumps(
         {"do_sample": True, "temperature": 0.9, "top_k": 5}))
     resolutions, reads = [], []
-    real_fill, real_read = validation.fill_sampling, settings.model_generation_config
+    real_fill, real_read = resolve.fill_sampling, source.model_generation_config
 
     def counted_fill(cfg, generation_config):
         resolutions.append(cfg.out)
@@ -91,9 +93,9 @@ def test_one_command_resolves_its_config_once(tiny_hf_model, gsm8k_parquet, tmp_
         reads.append(path)
         return real_read(path)
 
-    monkeypatch.setattr(validation, "fill_sampling", counted_fill)
+    monkeypatch.setattr(resolve, "fill_sampling", counted_fill)
     monkeypatch.setattr(validation, "model_generation_config", counted_read)
-    monkeypatch.setattr(settings, "model_generation_config", counted_read)
+    monkeypatch.setattr(source, "model_generation_config", counted_read)
     train, test = gsm8k_parquet
     out = tmp_path / "run"
     args = ["train", "--quiet", "--out", str(out), "--max-steps", "1",
@@ -134,7 +136,7 @@ def test_a_rollout_batch_beyond_memory_is_refused_up_front(tmp_path, monkeypatch
     def no_dry_run(*args, **kw):
         raise AssertionError("the estimator's dry run ran before the memory check")
 
-    monkeypatch.setattr(validation, "_memory_bytes", lambda device: 2**20)  # a 1 MiB machine
+    monkeypatch.setattr(machine, "_memory_bytes", lambda device: 2**20)  # a 1 MiB machine
     monkeypatch.setattr(validation, "check_estimator_runs", no_dry_run)
     with pytest.raises(ValueError) as e:
         validation.validate(tiny_config(tmp_path, "rollout.n=100000"))
@@ -185,7 +187,7 @@ def test_every_batch_key_is_bounded_before_any_work(tmp_path, monkeypatch, items
     def no_dry_run(*args, **kw):
         raise AssertionError("the estimator's dry run ran before the memory check")
 
-    monkeypatch.setattr(validation, "_memory_bytes", lambda device: 2**20)  # a 1 MiB machine
+    monkeypatch.setattr(machine, "_memory_bytes", lambda device: 2**20)  # a 1 MiB machine
     monkeypatch.setattr(validation, "check_estimator_runs", no_dry_run)
     with pytest.raises(ValueError) as e:
         validation.validate(tiny_config(tmp_path, *items))
@@ -205,7 +207,7 @@ def test_the_evaluation_bound_counts_the_held_out_prompts_that_exist(tmp_path, m
     from bestk.train import validation
     from bestk.train.trainer import Trainer
 
-    monkeypatch.setattr(validation, "_memory_bytes", lambda device: 2**20)  # a 1 MiB machine
+    monkeypatch.setattr(machine, "_memory_bytes", lambda device: 2**20)  # a 1 MiB machine
     validation.validate(tiny_config(tmp_path, "eval.num_prompts=1000000000"))
     cfg = tiny_config(tmp_path / "run", "eval.num_prompts=1000000000", "eval.n=5000")
     validation.validate(cfg)  # 5000 completions of one prompt fit
@@ -226,7 +228,7 @@ def test_the_bank_bound_counts_the_bank_prompts_that_exist(tmp_path, monkeypatch
     from bestk.train.trainer import Trainer
     from tests.conftest import kappo_config
 
-    monkeypatch.setattr(validation, "_memory_bytes", lambda device: 2**20)  # a 1 MiB machine
+    monkeypatch.setattr(machine, "_memory_bytes", lambda device: 2**20)  # a 1 MiB machine
     cfg = kappo_config(tmp_path / "run", "algorithm=apo", "rollout.n=1", "kappo.bank_size=4000",
                        "kappo.bank_prompts=1000000")
     validation.validate(cfg)  # 4000 samples of one prompt fit
@@ -244,11 +246,10 @@ def test_the_sft_batch_and_sampling_seed_are_refused_before_anything_is_written(
     ``--max-steps`` beyond int64: one line naming the key, and no run directory. (The SFT
     batch is small and the machine 1 MiB, so that a regression trains a few seconds instead
     of being killed for memory, as ``sft.batch_size=1000000000`` was after 89 s.)"""
-    from bestk.train import validation
     from tests.conftest import TINY
     from tests.test_train_run_directory import invoke, one_line_error
 
-    monkeypatch.setattr(validation, "_memory_bytes", lambda device: 2**20)  # a 1 MiB machine
+    monkeypatch.setattr(machine, "_memory_bytes", lambda device: 2**20)  # a 1 MiB machine
     out = tmp_path / "run"
     tiny = [x for item in TINY if not item.startswith("sft.batch_size")
             for x in ("--set", item)]

