@@ -60,7 +60,7 @@ CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 
 def _config(a: argparse.Namespace, out: Path) -> Any:
     from bestk.train.config import TrainConfig
-    from bestk.train.config_io import apply_overrides
+    from bestk.train.config.io import apply_overrides
     from bestk.train.validation import resolve_config
 
     sets = [f"out={out}", "task.name=arithmetic", f"threads={a.threads}", "optim.lr=1e-5",

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from bestk.train.config import TrainConfig
-from bestk.train.config_io import apply_overrides
+from bestk.train.config.io import apply_overrides
 from bestk.train.run.directory import read_metrics
 from bestk.train.trainer import Trainer
 

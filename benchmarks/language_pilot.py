@@ -29,9 +29,9 @@ import torch
 
 import results_specs as specs  # the testbeds (a sibling module: this folder is on sys.path)
 from bestk.compare import KappoAuto, method_slug, validation_runs
-from bestk.lab.io import write_text_atomic
+from bestk.lab.common.io import write_text_atomic
 from bestk.train.config import TrainConfig
-from bestk.train.config_io import apply_overrides
+from bestk.train.config.io import apply_overrides
 from bestk.train.run.directory import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -70,7 +70,7 @@ from bestk.lab.claims import (
     evaluate_claims,
     power_plan,
 )
-from bestk.lab.io import (
+from bestk.lab.common.io import (
     metric_key,
     write_json_atomic,
     write_text_atomic,

@@ -137,7 +137,7 @@ def _rl_config(a: argparse.Namespace, out: Path) -> Any:
     ``arithmetic`` task, ``--batch / --n`` prompts x ``--n`` completions of ``--tokens`` tokens,
     GRPO advantages, PPO-clip token-mean loss, no KL (TRL's ``beta = 0``)."""
     from bestk.train.config import TrainConfig
-    from bestk.train.config_io import apply_overrides
+    from bestk.train.config.io import apply_overrides
 
     sets = [
         f"out={out}", f"model.path={a.model}", f"model.dtype={a.dtype}", f"threads={a.threads}",

@@ -34,8 +34,8 @@ from typing import Any
 from bestk.compare import Method, method_slug
 from bestk.compare.jobs import calibration_job, execute
 from bestk.compare.methods import base_config
-from bestk.lab.io import write_json_atomic
-from bestk.train.config_io import config_to_dict, last_of_each_key
+from bestk.lab.common.io import write_json_atomic
+from bestk.train.config.io import config_to_dict, last_of_each_key
 from bestk.train.run.directory import finished_step, read_metrics
 from bestk.train.validation import resolve_defaults
 

@@ -30,7 +30,7 @@ from bestk.lab.claims import (
     render_claims,
     render_declared,
 )
-from bestk.lab.io import (
+from bestk.lab.common.io import (
     fmt,
     markdown_table,
     metric_key,

@@ -115,7 +115,7 @@ def main() -> None:
     if a.json is not None:
         import platform
 
-        from bestk.lab.io import write_text_atomic
+        from bestk.lab.common.io import write_text_atomic
 
         # the time is the sampling's (the allocation itself takes a second); the environment
         # is the one that computed the allocation

@@ -110,10 +110,10 @@ def main() -> None:
 
     import torch
 
-    from bestk.lab.io import write_text_atomic
+    from bestk.lab.common.io import write_text_atomic
     from bestk.tasks import load_task
     from bestk.train.config import TrainConfig
-    from bestk.train.config_io import apply_overrides
+    from bestk.train.config.io import apply_overrides
     from bestk.train.model.chat import render_task_prompts
     from bestk.train.model.policy import load_policy
     from bestk.train.rollout.engine import open_engines

@@ -32,8 +32,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bestk.lab.io import write_json_atomic
-from bestk.train.config_io import last_of_each_key
+from bestk.lab.common.io import write_json_atomic
+from bestk.train.config.io import last_of_each_key
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "docs" / "results" / "data" / "pilots" / "smollm2-steps.json"

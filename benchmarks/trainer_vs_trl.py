@@ -66,7 +66,7 @@ MAX_NEW = 16
 
 def _bestk_times(model_dir: Path, steps: int, warmup: int, out: Path) -> list[float]:
     from bestk.train.config import TrainConfig
-    from bestk.train.config_io import apply_overrides
+    from bestk.train.config.io import apply_overrides
     from bestk.train.trainer import Trainer
 
     cfg = TrainConfig()
@@ -141,7 +141,7 @@ def _trl_times(model_dir: Path, steps: int, warmup: int, out: Path) -> list[floa
 def _real_config(a: argparse.Namespace, out: Path, *, own: bool = True) -> Any:
     """The run's config; ``own`` ``False``: without ``--bestk-set`` (the model TRL trains)."""
     from bestk.train.config import TrainConfig
-    from bestk.train.config_io import apply_overrides
+    from bestk.train.config.io import apply_overrides
 
     return apply_overrides(TrainConfig(), [
         f"out={out}", f"model.path={a.model}", f"threads={a.threads}", "task.name=arithmetic",

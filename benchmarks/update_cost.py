@@ -61,7 +61,7 @@ CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 
 def _config(a: argparse.Namespace, out: Path, variant: str) -> Any:
     from bestk.train.config import TrainConfig
-    from bestk.train.config_io import apply_overrides
+    from bestk.train.config.io import apply_overrides
     from bestk.train.validation import resolve_config
     from bf16 import model_overrides  # the same model, --model or the tiny default
 

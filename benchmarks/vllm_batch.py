@@ -31,7 +31,7 @@ def one(a: argparse.Namespace, seqs: int, kv: float) -> dict[str, float]:
 
     from bestk.tasks import load_task
     from bestk.train.config import TrainConfig
-    from bestk.train.config_io import apply_overrides
+    from bestk.train.config.io import apply_overrides
     from bestk.train.model.chat import render_task_prompts
     from bestk.train.model.policy import load_policy
     from bestk.train.rollout.engine import open_engines

@@ -421,6 +421,78 @@ def test_module_graph_is_acyclic(graph):
     assert not problems, "import cycles:\n" + "\n".join(problems)
 
 
+def all_edges(graph: Graph) -> dict[str, set[str]]:
+    """Every import between two modules of ``graph``, those under ``if TYPE_CHECKING:``
+    included (what a reader, and a type checker, follows)."""
+    edges: dict[str, set[str]] = {m: set() for m in graph.modules}
+    for imp in graph.imports:
+        if imp.target in graph.modules and imp.target != imp.importer:
+            edges[imp.importer].add(imp.target)
+    return edges
+
+
+def folder_of(module: str, graph: Graph) -> str:
+    """The folder (package) ``module`` lives in: the package itself for an ``__init__``; a
+    module of the root package ``bestk`` is a node of its own (the root holds both the lowest
+    helpers and the command line, so as one node it would close every layer into a loop)."""
+    package = module if graph.modules[module].name == "__init__.py" else module.rsplit(".", 1)[0]
+    return module if package == "bestk" else package
+
+
+def folder_edges(graph: Graph) -> dict[str, set[str]]:
+    """The import graph between folders (:func:`folder_of`), type-only imports included."""
+    edges: dict[str, set[str]] = {folder_of(m, graph): set() for m in graph.modules}
+    for a, targets in all_edges(graph).items():
+        for b in targets:
+            if folder_of(a, graph) != folder_of(b, graph):
+                edges[folder_of(a, graph)].add(folder_of(b, graph))
+    return edges
+
+
+def loops_of(edges: dict[str, set[str]]) -> list[str]:
+    """Each cycle of ``edges`` as one loop ``a -> ... -> a`` (for messages)."""
+    g = Graph.__new__(Graph)
+    g.edges = edges
+    out = []
+    for comp in g.cycles():
+        a, b = comp[0], comp[1]
+        out.append(" -> ".join(g.path(a, b) + g.path(b, a)[1:]))
+    return out
+
+
+def test_module_graph_is_acyclic_with_type_only_imports(graph):
+    """No two modules import each other, even where one side does so only for annotations
+    (``if TYPE_CHECKING:``): a type-only cycle is still two modules that cannot be read,
+    moved or tested one without the other."""
+    assert loops_of(all_edges(graph)) == []
+
+
+def test_folder_graph_is_acyclic(graph):
+    """No two folders import each other (type-only imports included): the rooms of src/bestk
+    stack in layers, folder by folder."""
+    assert loops_of(folder_edges(graph)) == []
+
+
+def test_the_folder_check_finds_folder_cycles(tmp_path):
+    """Two folders whose modules import each other's, with no module cycle (``a.x -> b.y``,
+    ``b.z -> a.w``), and a type-only module cycle: both are found."""
+    pkg = tmp_path / "bestk"
+    for folder, files in {"a": {"x": "import bestk.b.y\n", "w": ""},
+                          "b": {"y": "", "z": "import bestk.a.w\n"},
+                          "c": {"p": "import bestk.c.q\n",
+                                "q": ("from typing import TYPE_CHECKING\n"
+                                      "if TYPE_CHECKING:\n    import bestk.c.p\n")}}.items():
+        (pkg / folder).mkdir(parents=True)
+        (pkg / folder / "__init__.py").write_text("")
+        for name, text in files.items():
+            (pkg / folder / f"{name}.py").write_text(text)
+    (pkg / "__init__.py").write_text("")
+    g = Graph(tmp_path)
+    assert g.cycles() == []  # the imports that run have no cycle
+    assert loops_of(all_edges(g)) == ["bestk.c.p -> bestk.c.q -> bestk.c.p"]
+    assert loops_of(folder_edges(g)) == ["bestk.a -> bestk.b -> bestk.a"]
+
+
 def test_imports_inside_functions_are_only_heavy_optional_ones(graph):
     bad = []
     for imp in graph.imports:

@@ -26,7 +26,7 @@ from bestk.lab.bandit import (
     objective_gradient,
     ordered_moments,
 )
-from bestk.lab.exact import best_at_k_exact, j_objective
+from bestk.lab.common.exact import best_at_k_exact, j_objective
 
 GRADED = torch.tensor([1.0, 0.5, 0.5, -0.25], dtype=torch.float64)
 LOGITS = torch.tensor([-1.0, 0.3, 0.1, 0.6], dtype=torch.float64)

@@ -174,8 +174,8 @@ def test_config_validation():
 def test_plot_gives_each_learner_one_colour_and_every_panel_a_legend(tmp_path, monkeypatch):
     """The graded panel trains argmaxrl where the binary one trains maxrl: each line keeps its
     learner's colour and label in every panel, and each top panel has its own legend."""
+    from bestk.lab.common.io import metric_key
     from bestk.lab.digits import LEARNERS, learner_colour, plot
-    from bestk.lab.io import metric_key
 
     ks = [1, 2]
     learners = {"binary": ["grpo", "maxrl", "pkpo(k=4)"], "graded": ["grpo", "argmaxrl"]}

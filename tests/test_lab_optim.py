@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bestk.lab._optim import SlotAdam, torch_threads
+from bestk.lab.common.optim import SlotAdam, torch_threads
 
 
 def test_slot_adam_equals_one_torch_adam_per_model():

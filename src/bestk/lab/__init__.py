@@ -1,6 +1,6 @@
 """The lab: fast testbeds with exact answers where the papers' claims are measured small.
 
-* :mod:`bestk.lab.exact` — closed-form best@k / pass@k / J_N of a categorical policy over
+* :mod:`bestk.lab.common.exact` — closed-form best@k / pass@k / J_N of a categorical policy over
   arms with fixed rewards (differentiable; the reference every lab number is checked against).
 * :mod:`bestk.lab.bandit` — exact-enumeration softmax bandits: the exact bias and variance of
   every estimator against the gradient of the objective it claims, plus sampled learning curves.
@@ -8,7 +8,7 @@
   likelihood and by each estimator at equal rollouts (the classification engine: slots of
   learner x learning rate x seed trained as one batch, validation sweep, A/A control).
 * :mod:`bestk.lab.sparse` — SoftmaxGRPO section 6.1 (ImageNet) small: 1000-class composites.
-* :mod:`bestk.lab.io` — atomic outputs, markdown tables, per-seed metric keys (statistics:
+* :mod:`bestk.lab.common.io` — atomic outputs, markdown tables, per-seed metric keys (statistics:
   :mod:`bestk.stats`; figures: :mod:`bestk.figures`, shared with ``bestk compare``).
 * :mod:`bestk.lab.claims` — the claims declared as data and the verdict rule.
 * :mod:`bestk.lab.commands` — ``bestk lab bandit`` / ``digits`` / ``sparse`` / ``kappo``.

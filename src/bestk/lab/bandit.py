@@ -20,7 +20,7 @@ multisets (count vectors ``c``) with multinomial weights ``N!/prod c_a! prod pi_
 ``E[g_hat]`` is compared with ``grad_theta J`` of the objective the estimator claims in the
 registry (:meth:`bestk.estimators.EstimatorInfo.objective_for`, the table of ``bestk
 estimators``), computed independently by autograd of the closed form of
-:func:`bestk.lab.exact.best_at_k_exact`; an estimator that claims none (GRPO, SoftmaxGRPO) is
+:func:`bestk.lab.common.exact.best_at_k_exact`; an estimator that claims none (GRPO, SoftmaxGRPO) is
 compared with best@1. On binary rewards the implied prompt weight
 ``E[g_hat].grad p / |grad p|^2`` is reported next to the one the registry predicts (from the
 claimed objective, or SoftmaxGRPO's Eq. 4).
@@ -58,9 +58,8 @@ from bestk._seeds import (
 from bestk.estimators import EstimatorInfo, advantages, estimator_info
 from bestk.estimators.objectives import Objective, best_at, joint
 from bestk.figures import save_figure
-from bestk.lab._optim import SlotAdam, torch_threads
-from bestk.lab.exact import best_at_k_exact
-from bestk.lab.io import (
+from bestk.lab.common.exact import best_at_k_exact
+from bestk.lab.common.io import (
     BiasRow,
     TestbedData,
     fmt,
@@ -69,6 +68,7 @@ from bestk.lab.io import (
     write_json_atomic,
     write_text_atomic,
 )
+from bestk.lab.common.optim import SlotAdam, torch_threads
 from bestk.lr_sweep import SweepRecord, fixed_rate, sweep_until_interior
 from bestk.stats import mean_ci
 
@@ -252,7 +252,7 @@ EXPLORATORY_SPECS: list[EstimatorSpec] = [
 def objective_value(objective: Objective | None, probs: torch.Tensor, values: torch.Tensor,
                     n: int) -> torch.Tensor:
     """The closed form of ``objective`` (``None`` -> best@1) at group size ``n``:
-    ``sum_k c_k best@k`` over its terms, from :func:`bestk.lab.exact.best_at_k_exact`."""
+    ``sum_k c_k best@k`` over its terms, from :func:`bestk.lab.common.exact.best_at_k_exact`."""
     ks, coefs = zip(*(objective or best_at(1)).terms(n), strict=True)
     b = best_at_k_exact(probs, values, list(ks))
     return (b * torch.tensor(coefs, dtype=b.dtype, device=b.device)).sum(-1)

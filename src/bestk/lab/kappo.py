@@ -127,9 +127,9 @@ from bestk.kappo import (
     reconstruct_max_at_k,
     transform_rewards,
 )
-from bestk.lab._optim import torch_threads
-from bestk.lab.exact import best_at_k_exact
-from bestk.lab.io import fmt, markdown_table, write_json_atomic
+from bestk.lab.common.exact import best_at_k_exact
+from bestk.lab.common.io import fmt, markdown_table, write_json_atomic
+from bestk.lab.common.optim import torch_threads
 from bestk.lab.kappo_bandits import (
     BINARY_ONLY,
     KINDS,

@@ -29,7 +29,8 @@ from pydantic import Field, field_validator
 from bestk._optional import pyplot
 from bestk._schema import Float, Int, SchemaChecks, schema_dataclass
 from bestk.figures import save_figure
-from bestk.lab._optim import torch_threads
+from bestk.lab.common.io import TestbedData, markdown_table, write_text_atomic
+from bestk.lab.common.optim import torch_threads
 from bestk.lab.digits.data import learner_data, record_sweep
 from bestk.lab.digits.engine import RunSpec, make_problem
 from bestk.lab.digits.report import render_testbed
@@ -42,7 +43,6 @@ from bestk.lab.digits.settings import (
     positive_ks,
 )
 from bestk.lab.digits.sweep import SettingResult, sweep_and_test
-from bestk.lab.io import TestbedData, markdown_table, write_text_atomic
 
 __all__ = ["SparseConfig", "run_sparse", "testbed_data"]
 

@@ -49,7 +49,7 @@ from bestk.lab.claims.specs import (
     arm_id,
 )
 from bestk.lab.claims.table import CLAIMS, PAPER_EFFECTS, RULE_DECLARED, SESOI, TESTBEDS
-from bestk.lab.io import TestbedData, fmt
+from bestk.lab.common.io import TestbedData, fmt
 from bestk.lr_sweep import is_interior
 from bestk.stats import (
     EXACT_MAX_N,

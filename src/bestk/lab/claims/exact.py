@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeAlias
 
-from bestk.lab.io import BiasRow, TestbedData, fmt
+from bestk.lab.common.io import BiasRow, TestbedData, fmt
 
 
 def _rel_weight_errors(rows: list[BiasRow]) -> list[tuple[int, str, float, float, float]]:

@@ -13,7 +13,7 @@ from typing import Any
 from bestk.lab.claims.rule import significantly_worse
 from bestk.lab.claims.specs import ArmEntry, ClaimsDoc
 from bestk.lab.claims.table import PAPER_EFFECTS
-from bestk.lab.io import fmt, markdown_table
+from bestk.lab.common.io import fmt, markdown_table
 from bestk.stats import BIMODAL_ABOVE
 
 

@@ -81,7 +81,7 @@ import math
 from collections.abc import Sequence
 
 from bestk.lab.claims.specs import GREATER, LESS, ClaimsDoc
-from bestk.lab.io import fmt
+from bestk.lab.common.io import fmt
 from bestk.stats import holm
 
 ALPHA = 0.05

@@ -22,7 +22,7 @@ from pathlib import Path
 from string import Formatter
 from typing import Any, TypeAlias
 
-from bestk.lab.io import metric_key
+from bestk.lab.common.io import metric_key
 
 #: One arm's entry of ``claims.json`` (:func:`bestk.lab.claims.evaluate_claims`): its id, the
 #: claim's fields, ``primary`` / ``secondary`` tests, ``noninferiority``, ``power``, the

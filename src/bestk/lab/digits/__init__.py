@@ -7,11 +7,12 @@ advantages of a bestk estimator. Exact maximum likelihood (``ml``) is the cross-
 true label.
 
 Everything trains as one batch of independent MLPs ("slots": learner x learning rate x seed),
-with :class:`bestk.lab._optim.SlotAdam` (Adam with a learning rate per slot), so a learning-rate
-sweep is one batch too. For a given seed every slot starts from the same weights and sees the
-same minibatches; the slots differ in how they turn *their own* sampled rewards into a gradient
-(each slot draws its own rollouts). The A/A control ``grpo (A/A)`` is GRPO again: same weights,
-same minibatches, independent sampling noise — every difference to ``grpo`` is noise.
+with :class:`bestk.lab.common.optim.SlotAdam` (Adam with a learning rate per slot), so a
+learning-rate sweep is one batch too. For a given seed every slot starts from the same weights
+and sees the same minibatches; the slots differ in how they turn *their own* sampled rewards
+into a gradient (each slot draws its own rollouts). The A/A control ``grpo (A/A)`` is GRPO
+again: same weights, same minibatches, independent sampling noise — every difference to
+``grpo`` is noise.
 
 Every seed first trains by exact maximum likelihood for ``sft_steps`` steps (the SFT stage,
 shared by every learner of the seed), and RL starts from that policy: as with language models,
@@ -26,7 +27,7 @@ A/A control uses GRPO's rate.
 
 Evaluation is exact, not sampled: for a test example with policy ``pi`` the pass rate is
 ``p = pi(label | x)``, ``pass@k = 1 - (1 - p)^k`` and graded ``best@k`` follows from the closed
-form of :func:`bestk.lab.exact.best_at_k_exact`, averaged over the test examples. These are
+form of :func:`bestk.lab.common.exact.best_at_k_exact`, averaged over the test examples. These are
 continuous in the weights, so two seeds never tie by construction (argmax accuracy is not
 reported: on a few hundred test images it moves in steps of one image).
 

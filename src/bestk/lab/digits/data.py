@@ -9,6 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from bestk.lab.common.io import (
+    MethodData,
+    TestbedData,
+    alloc_key,
+)
 from bestk.lab.digits.engine import SlotResults
 from bestk.lab.digits.settings import (
     LEARNERS,
@@ -16,11 +21,6 @@ from bestk.lab.digits.settings import (
     Learner,
 )
 from bestk.lab.digits.sweep import SettingResult
-from bestk.lab.io import (
-    MethodData,
-    TestbedData,
-    alloc_key,
-)
 
 
 def per_learner(test: SlotResults, label: str, when: str) -> dict[str, list[float]]:

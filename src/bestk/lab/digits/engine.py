@@ -1,7 +1,7 @@
 """The classification engine: the digits data, the batched MLP, and slots trained as one batch.
 
 A slot is one MLP of the batch (learner x learning rate x seed, :class:`Slot`);
-:func:`run_slots` trains every slot of a list together (:class:`bestk.lab._optim.SlotAdam`),
+:func:`run_slots` trains every slot of a list together (:class:`bestk.lab.common.optim.SlotAdam`),
 sampling each slot's own rollouts, and evaluates them exactly (:func:`evaluate_slots`). The
 data are scikit-learn's digits (:func:`make_problem`: single images, or several side by side
 for the sparse testbed). The sparse testbed shares all of it.
@@ -31,7 +31,11 @@ from bestk._seeds import (
 )
 from bestk.estimators import ESTIMATORS, advantages, estimator_info
 from bestk.kappo.calibration import Calibration, calibrate
-from bestk.lab._optim import SlotAdam
+from bestk.lab.common.exact import best_at_k_exact
+from bestk.lab.common.io import (
+    metric_key,
+)
+from bestk.lab.common.optim import SlotAdam
 from bestk.lab.digits.settings import (
     AT_K,
     BIN_LABELS,
@@ -40,10 +44,6 @@ from bestk.lab.digits.settings import (
     REWARD_KINDS,
     REWARDS,
     Learner,
-)
-from bestk.lab.exact import best_at_k_exact
-from bestk.lab.io import (
-    metric_key,
 )
 
 #: What :func:`run_slots` returns: ``slots`` (learner, lr, seed, beta of each), ``start`` /

@@ -15,19 +15,19 @@ import numpy as np
 
 from bestk._optional import pyplot
 from bestk.figures import save_figure
-from bestk.lab.digits.settings import (
-    BIN_LABELS,
-    LEARNERS,
-    REWARD_KINDS,
-)
-from bestk.lab.digits.sweep import SettingResult
-from bestk.lab.io import (
+from bestk.lab.common.io import (
     TestbedData,
     alloc_key,
     fmt,
     markdown_table,
     metric_key,
 )
+from bestk.lab.digits.settings import (
+    BIN_LABELS,
+    LEARNERS,
+    REWARD_KINDS,
+)
+from bestk.lab.digits.sweep import SettingResult
 from bestk.stats import mean_ci
 
 

@@ -16,7 +16,12 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from rich.progress import Progress
 
-from bestk.lab._optim import torch_threads
+from bestk.lab.common.io import (
+    TestbedData,
+    write_json_atomic,
+    write_text_atomic,
+)
+from bestk.lab.common.optim import torch_threads
 from bestk.lab.digits.data import testbed_data
 from bestk.lab.digits.engine import (
     Problem,
@@ -30,11 +35,6 @@ from bestk.lab.digits.settings import (
     Learner,
 )
 from bestk.lab.digits.sweep import SettingResult, merge_settings, sweep_and_test
-from bestk.lab.io import (
-    TestbedData,
-    write_json_atomic,
-    write_text_atomic,
-)
 
 
 def _spec(cfg: DigitsConfig) -> RunSpec:

@@ -13,6 +13,9 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
+from bestk.lab.common.io import (
+    metric_key,
+)
 from bestk.lab.digits.engine import (
     Problem,
     RunSpec,
@@ -25,9 +28,6 @@ from bestk.lab.digits.settings import (
     SWEEP_SEED0,
     Learner,
     check_lrs,
-)
-from bestk.lab.io import (
-    metric_key,
 )
 from bestk.lr_sweep import fixed_rate, sweep_until_interior
 
