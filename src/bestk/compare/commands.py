@@ -6,10 +6,14 @@ Heavy imports happen inside the command body so ``bestk --help`` stays fast.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from bestk._typer import cli_errors, fail, out_directory
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from bestk.compare.methods import Method
 
 __all__ = ["register"]
 
@@ -63,43 +67,14 @@ def compare_command(
     a table of final pass@k / best@k with CIs over seeds and one overlay plot."""
     from bestk.compare.grid import run_compare
     from bestk.compare.jobs import CompareInterrupted
-    from bestk.compare.methods import Method
     from bestk.train.commands import check_flag_conflicts
-    from bestk.train.config.io import check_each_key_once
 
     try:
         with cli_errors():
             out_directory(out)
             check_flag_conflicts([("--max-steps", "max_steps", max_steps)], set_)
-            specs: dict[str, tuple[str, list[str]]] = {}
-            for item in (e.strip() for e in estimators.split(",")):
-                if not item:
-                    continue
-                label, _, est = item.partition("=")
-                label, est = label.strip(), est.strip() or label.strip()
-                if label in specs:
-                    fail(f"--estimators lists {label!r} twice; give each method once (a variant of "
-                         f"an estimator gets a label of its own: {label},{label}_2={est})")
-                specs[label] = (est, [])
-            for item in set_for:
-                label, sep, kv = item.partition(":")
-                if not sep or "=" not in kv:
-                    fail(f"--set-for expects LABEL:key=value, got {item!r}")
-                if label not in specs:
-                    fail(f"--set-for {item!r}: {label!r} is not among the methods {list(specs)}")
-                specs[label][1].append(kv)
-            for lb, (_, ov) in specs.items():  # each key once per method, as --set
-                check_each_key_once(ov, f"--set-for {lb}:")
-            methods = [Method(lb, est, overrides=tuple(ov)) for lb, (est, ov) in specs.items()]
-            grid = None
-            if lr_sweep is not None:
-                try:
-                    grid = [float(x) for x in lr_sweep.split(",") if x.strip()]
-                except ValueError:
-                    fail(f"--lr-sweep must be comma-separated numbers, got {lr_sweep!r}")
-                if not grid:  # else no sweep ran, silently
-                    fail(f"--lr-sweep {lr_sweep!r} lists no learning rate; give comma-separated "
-                         "rates, or drop --lr-sweep")
+            methods = _methods(estimators, set_for)
+            grid = _lr_grid(lr_sweep)
             table = run_compare(
                 methods, seeds=seeds, out=out, config=config, max_steps=max_steps, overrides=set_,
                 progress=not quiet, controls=control, workers=workers, lr_sweep=grid,
@@ -110,6 +85,49 @@ def compare_command(
         typer.echo(str(e), err=True)
         raise typer.Exit(e.status) from None
     typer.echo(table)
+
+
+def _methods(estimators: str, set_for: list[str]) -> list[Method]:
+    """The methods of ``--estimators`` (``NAME`` or ``LABEL=ESTIMATOR``, each label once) with
+    their ``--set-for LABEL:key=value`` overrides (each key once per method)."""
+    from bestk.compare.methods import Method
+    from bestk.train.config.io import check_each_key_once
+
+    specs: dict[str, tuple[str, list[str]]] = {}
+    for item in (e.strip() for e in estimators.split(",")):
+        if not item:
+            continue
+        label, _, est = item.partition("=")
+        label, est = label.strip(), est.strip() or label.strip()
+        if label in specs:
+            fail(f"--estimators lists {label!r} twice; give each method once (a variant of "
+                 f"an estimator gets a label of its own: {label},{label}_2={est})")
+        specs[label] = (est, [])
+    for item in set_for:
+        label, sep, kv = item.partition(":")
+        if not sep or "=" not in kv:
+            fail(f"--set-for expects LABEL:key=value, got {item!r}")
+        if label not in specs:
+            fail(f"--set-for {item!r}: {label!r} is not among the methods {list(specs)}")
+        specs[label][1].append(kv)
+    for lb, (_, ov) in specs.items():  # each key once per method, as --set
+        check_each_key_once(ov, f"--set-for {lb}:")
+    return [Method(lb, est, overrides=tuple(ov)) for lb, (est, ov) in specs.items()]
+
+
+def _lr_grid(lr_sweep: str | None) -> list[float] | None:
+    """The learning rates of ``--lr-sweep`` (``None``: no sweep); not numbers, or none at
+    all, is refused (an empty grid would silently run no sweep)."""
+    if lr_sweep is None:
+        return None
+    try:
+        grid = [float(x) for x in lr_sweep.split(",") if x.strip()]
+    except ValueError:
+        fail(f"--lr-sweep must be comma-separated numbers, got {lr_sweep!r}")
+    if not grid:
+        fail(f"--lr-sweep {lr_sweep!r} lists no learning rate; give comma-separated "
+             "rates, or drop --lr-sweep")
+    return grid
 
 
 def register(app: typer.Typer) -> None:

@@ -224,6 +224,61 @@ def on_register(callback: Callable[[EstimatorInfo], None]) -> None:
     _LISTENERS.append(callback)
 
 
+def _check_properties(name: str, objective: Objective | ByOption | None, reward_domain: str,
+                      min_group: int | Callable[[Options], int]) -> None:
+    """The properties :func:`register_estimator` is given are well formed: a non-empty name,
+    an objective of the known kinds, ``min_group`` an integer >= 1 (or a function of the
+    options), a known reward domain. One-line ``ValueError`` naming the estimator."""
+    if not isinstance(name, str) or not name:
+        raise ValueError("estimator name must be a non-empty string")
+    if objective is not None and not isinstance(objective, (Objective, ByOption)):
+        raise ValueError(
+            f"estimator {name!r}: objective must be an Objective, a ByOption or None, got "
+            f"{type(objective).__name__}"
+        )
+    if not callable(min_group) and (isinstance(min_group, bool) or not isinstance(min_group, int)
+                                    or min_group < 1):
+        raise ValueError(
+            f"estimator {name!r}: min_group must be an integer >= 1 or a function of the "
+            f"options, got {min_group!r}"
+        )
+    if reward_domain not in REWARD_DOMAINS:
+        raise ValueError(
+            f"estimator {name!r}: reward_domain must be one of {', '.join(REWARD_DOMAINS)}, "
+            f"got {reward_domain!r}"
+        )
+
+
+def _check_signature(name: str, fn: EstimatorFn, objective: Objective | ByOption | None,
+                     reward_domain: str, path_options: Mapping[str, PathLoader] | None,
+                     default_options: Options | None, group_bounded: Sequence[str]) -> None:
+    """``fn`` takes ``(rewards, groups)`` positionally and every option its properties name
+    as a keyword-only parameter (a ``calibrated`` domain: a ``calibration`` option)."""
+    params = list(inspect.signature(fn).parameters.values())
+    positional = [
+        p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if len(positional) != 2:
+        raise ValueError(
+            f"estimator {name!r} must take (rewards, groups) positionally and options as "
+            "keyword-only parameters"
+        )
+    keywords = {p.name for p in params if p.kind == p.KEYWORD_ONLY}
+    named = set(path_options or {}) | set(default_options or {}) | set(group_bounded) | (
+        {objective.option} if isinstance(objective, ByOption) else set()) | (
+        {objective.k} if isinstance(objective, Objective) and isinstance(objective.k, str)
+        else set())
+    if named - keywords:
+        raise ValueError(
+            f"estimator {name!r}: its properties name option(s) "
+            f"{', '.join(sorted(named - keywords))} that it does not take"
+        )
+    if reward_domain == "calibrated" and "calibration" not in keywords:
+        raise ValueError(
+            f"estimator {name!r}: a 'calibrated' reward domain needs a 'calibration' option"
+        )
+
+
 def register_estimator(
     name: str,
     *,
@@ -248,24 +303,7 @@ def register_estimator(
     ... def centered(rewards, groups):
     ...     return groups.center(rewards)[0]        # r_i - mean of its group
     """
-    if not isinstance(name, str) or not name:
-        raise ValueError("estimator name must be a non-empty string")
-    if objective is not None and not isinstance(objective, (Objective, ByOption)):
-        raise ValueError(
-            f"estimator {name!r}: objective must be an Objective, a ByOption or None, got "
-            f"{type(objective).__name__}"
-        )
-    if not callable(min_group) and (isinstance(min_group, bool) or not isinstance(min_group, int)
-                                    or min_group < 1):
-        raise ValueError(
-            f"estimator {name!r}: min_group must be an integer >= 1 or a function of the "
-            f"options, got {min_group!r}"
-        )
-    if reward_domain not in REWARD_DOMAINS:
-        raise ValueError(
-            f"estimator {name!r}: reward_domain must be one of {', '.join(REWARD_DOMAINS)}, "
-            f"got {reward_domain!r}"
-        )
+    _check_properties(name, objective, reward_domain, min_group)
 
     def decorator(fn: EstimatorFn) -> EstimatorFn:
         current = ESTIMATORS.info.get(name)
@@ -273,29 +311,8 @@ def register_estimator(
             raise ValueError(
                 f"estimator {name!r} is already registered; pass overwrite=True to replace it"
             )
-        params = list(inspect.signature(fn).parameters.values())
-        positional = [
-            p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-        ]
-        if len(positional) != 2:
-            raise ValueError(
-                f"estimator {name!r} must take (rewards, groups) positionally and options as "
-                "keyword-only parameters"
-            )
-        keywords = {p.name for p in params if p.kind == p.KEYWORD_ONLY}
-        named = set(path_options or {}) | set(default_options or {}) | set(group_bounded) | (
-            {objective.option} if isinstance(objective, ByOption) else set()) | (
-            {objective.k} if isinstance(objective, Objective) and isinstance(objective.k, str)
-            else set())
-        if named - keywords:
-            raise ValueError(
-                f"estimator {name!r}: its properties name option(s) "
-                f"{', '.join(sorted(named - keywords))} that it does not take"
-            )
-        if reward_domain == "calibrated" and "calibration" not in keywords:
-            raise ValueError(
-                f"estimator {name!r}: a 'calibrated' reward domain needs a 'calibration' option"
-            )
+        _check_signature(name, fn, objective, reward_domain, path_options, default_options,
+                         group_bounded)
         info = EstimatorInfo(
             name, fn, objective, reward_domain, needs_prompt_ids, dict(path_options or {}),
             prompt_weight, dict(default_options or {}), tuple(group_bounded), min_group,

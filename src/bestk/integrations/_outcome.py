@@ -94,6 +94,33 @@ def real_rows(response_mask: torch.Tensor) -> torch.Tensor:
     return real
 
 
+def _check_batch(name: str, token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
+                 index: GroupLabels) -> None:
+    """The framework's batch is what :func:`outcome_advantages` takes: 2-D rewards, a mask
+    of their shape and one group label per row (one-line ``ValueError`` naming the field)."""
+    if not isinstance(token_level_rewards, torch.Tensor) or token_level_rewards.ndim != 2:
+        raise ValueError(
+            "token_level_rewards must be a 2-D (bs, response_length) tensor, got "
+            f"{getattr(token_level_rewards, 'shape', type(token_level_rewards).__name__)}"
+        )
+    if not isinstance(response_mask, torch.Tensor) or tuple(response_mask.shape) != tuple(
+        token_level_rewards.shape
+    ):
+        raise ValueError(
+            "response_mask must be a tensor with the shape of token_level_rewards "
+            f"{tuple(token_level_rewards.shape)}, got "
+            f"{getattr(response_mask, 'shape', type(response_mask).__name__)}"
+        )
+    if index is None:
+        raise ValueError(
+            f"bestk estimator {name!r} needs the group labels: the framework passes them as "
+            "`index` (verl: non_tensor_batch['uid']; SkyRL: metadata['uids'])"
+        )
+    bs, n_labels = token_level_rewards.shape[0], len(index)
+    if n_labels != bs:
+        raise ValueError(f"index has {n_labels} labels but the batch has {bs} rows")
+
+
 def outcome_advantages(
     name: str,
     token_level_rewards: torch.Tensor,
@@ -129,28 +156,9 @@ def outcome_advantages(
     ``A[:, None] * response_mask`` with ``A = bestk.advantages(name, scores, group=index)``
     over the real rows, and 0 on padding rows.
     """
-    if not isinstance(token_level_rewards, torch.Tensor) or token_level_rewards.ndim != 2:
-        raise ValueError(
-            "token_level_rewards must be a 2-D (bs, response_length) tensor, got "
-            f"{getattr(token_level_rewards, 'shape', type(token_level_rewards).__name__)}"
-        )
-    if not isinstance(response_mask, torch.Tensor) or tuple(response_mask.shape) != tuple(
-        token_level_rewards.shape
-    ):
-        raise ValueError(
-            "response_mask must be a tensor with the shape of token_level_rewards "
-            f"{tuple(token_level_rewards.shape)}, got "
-            f"{getattr(response_mask, 'shape', type(response_mask).__name__)}"
-        )
-    if index is None:
-        raise ValueError(
-            f"bestk estimator {name!r} needs the group labels: the framework passes them as "
-            "`index` (verl: non_tensor_batch['uid']; SkyRL: metadata['uids'])"
-        )
+    _check_batch(name, token_level_rewards, response_mask, index)
+    assert index is not None  # refused above
     bs = token_level_rewards.shape[0]
-    n_labels = len(index)
-    if n_labels != bs:
-        raise ValueError(f"index has {n_labels} labels but the batch has {bs} rows")
     opts = resolve_options(name, options or {})  # path-valued options loaded (cached)
 
     with torch.no_grad():

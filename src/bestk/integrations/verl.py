@@ -244,6 +244,24 @@ def resolve_score_fn(spec: Any) -> Callable[..., Any]:
     return fn
 
 
+def _base_score(result: object, base: Any) -> tuple[dict[str, object], float]:
+    """``(info, raw)`` of what the base score function returned: a dict with a ``score``
+    (its keys kept) or a number (kept as ``acc``, as verl logs it); ``raw`` the score as a
+    float. Anything else is a one-line ``ValueError`` naming ``base``."""
+    if isinstance(result, Mapping):
+        if "score" not in result:
+            raise ValueError(f"base score function {base!r} returned a dict without 'score'")
+        info = dict(result)
+        raw = info["score"]
+    else:
+        info = {"acc": result}
+        raw = result
+    try:
+        return info, float(raw)
+    except (TypeError, ValueError):
+        raise ValueError(f"base score function {base!r} returned a non-number {raw!r}") from None
+
+
 def kappo_compute_score(
     data_source: Any,
     solution_str: str,
@@ -305,18 +323,7 @@ def kappo_compute_score(
         extra_info=extra_info,
         **kwargs,
     )
-    if isinstance(result, Mapping):
-        if "score" not in result:
-            raise ValueError(f"base score function {base!r} returned a dict without 'score'")
-        info = dict(result)
-        raw = info["score"]
-    else:
-        info = {"acc": result}
-        raw = result
-    try:
-        raw = float(raw)
-    except (TypeError, ValueError):
-        raise ValueError(f"base score function {base!r} returned a non-number {raw!r}") from None
+    info, raw = _base_score(result, base)
     info["raw_score"] = raw
     extra = extra_info if isinstance(extra_info, Mapping) else {}
     split = extra.get("split")

@@ -156,6 +156,21 @@ def quiet_libraries() -> None:
         disable_progress_bars()
 
 
+def _check_resume_flags(resume: Path, config: Path | None, out: str | None,
+                        set_out: str | None) -> None:
+    """``--resume DIR`` continues DIR in place with its own ``config.yaml``: a ``--config``,
+    or an ``--out`` / ``--set out=`` naming another directory, is refused in one line."""
+    if config is not None:
+        fail("--resume continues a run with its own config.yaml; drop --config (or "
+             "run `bestk train --config FILE --out DIR`, which continues DIR when "
+             "FILE matches its config)")
+    for flag, other in (("--out", out), ("--set out=", set_out)):
+        if other is not None and Path(other).resolve() != resume.resolve():
+            fail(f"--resume {str(resume)!r} continues that run in place; "
+                 f"{flag}{'' if flag.endswith('=') else ' '}{other!r} differs "
+                 "(copy the directory first to branch a run)")
+
+
 def train_command(
     config: Path | None = typer.Option(None, "--config", help="YAML config file."),
     out: str | None = typer.Option(
@@ -207,15 +222,7 @@ def train_command(
             check_flag_conflicts(given, set_)  # a flag and a --set of its key: one value
             set_out = _set_value(set_, "out")
             if resume is not None:
-                if config is not None:
-                    fail("--resume continues a run with its own config.yaml; drop --config (or "
-                         "run `bestk train --config FILE --out DIR`, which continues DIR when "
-                         "FILE matches its config)")
-                for flag, other in (("--out", out), ("--set out=", set_out)):
-                    if other is not None and Path(other).resolve() != resume.resolve():
-                        fail(f"--resume {str(resume)!r} continues that run in place; "
-                             f"{flag}{'' if flag.endswith('=') else ' '}{other!r} differs "
-                             "(copy the directory first to branch a run)")
+                _check_resume_flags(resume, config, out, set_out)
                 check_outside_grids(resume, "--resume")
                 trainer = Trainer.resume(resume, overrides=[*flags, *set_])
             else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from bestk._atomic import write_text_atomic
 from bestk._optional import pyplot
@@ -132,20 +133,34 @@ def _evaluations_table(evals: Sequence[Mapping[str, float]], n: int) -> list[str
 
 
 def write_report(out: str | Path) -> Path:
-    """(Re)write ``out/report.md`` and its plots from ``out/metrics.jsonl``."""
+    """(Re)write ``out/report.md`` and its plots from ``out/metrics.jsonl``: the run's
+    description (:func:`_header_lines`), its held-out evaluations (:func:`_eval_lines`) and
+    its training curve (:func:`_training_lines`)."""
     out = Path(out)
     rows = read_metrics(out / "metrics.jsonl")
     cfg = config_to_dict(read_run_config(out)) if (out / "config.yaml").exists() else {}
-    model = cfg.get("model", {})
     train = [r for r in rows if r.get("phase") == "train"]
     evals = [r for r in rows if r.get("phase") == "eval"]
     sft = [r for r in rows if r.get("phase") == "sft"]
-    lines = [f"# bestk training report: `{out}`", ""]
+    lines = [f"# bestk training report: `{out}`", "", *_header_lines(out, cfg, train, sft), ""]
+    if len(evals) >= 1:
+        lines += _eval_lines(out, evals, train[-1]["step"] if train else 0)
+    if train:
+        lines += _training_lines(out, train, evals)
+    path = out / "report.md"
+    write_text_atomic(path, "\n".join(lines))
+    return path
+
+
+def _header_lines(out: Path, cfg: Mapping[str, Any], train: list[dict[str, Any]],
+                  sft: list[dict[str, Any]]) -> list[str]:
+    """The run's description: task, algorithm and estimator, model, steps and batch, the SFT
+    warm-up and, for a KAPPO run, its calibration (:func:`_kappo_lines`)."""
+    model = cfg.get("model", {})
     algorithm = cfg.get("algorithm", "pg")
     spec = ALGORITHMS.get(algorithm)
-    kp = cfg.get("kappo", {})
     batch = (spec.batch_text if spec is not None else rollout_batch_text)(cfg)
-    lines += [
+    return [
         f"- task: `{cfg.get('task', {}).get('name')}` "
         f"{cfg.get('task', {}).get('options') or '(default options)'}",
         f"- algorithm: `{algorithm}` ({spec.title if spec is not None else 'unknown algorithm'})"
@@ -156,68 +171,61 @@ def write_report(out: str | Path) -> Path:
         f"- RL steps: {train[-1]['step'] if train else 0} of {cfg.get('max_steps')}; {batch}",
         f"- SFT warm-up: {sft[-1]['sft_step'] if sft else cfg.get('sft', {}).get('steps', 0)} "
         "steps" + (f" (final loss {sft[-1]['loss']:.3f})" if sft else ""),
+        *_kappo_lines(out, spec.pool_note if spec is not None else "", cfg.get("kappo", {})),
     ]
-    lines += [*_kappo_lines(out, spec.pool_note if spec is not None else "", kp), ""]
-    if len(evals) >= 1:
-        start, end = evals[0], evals[-1]
-        n = int(end.get("n", 1))
-        last_step = train[-1]["step"] if train else 0
-        lines += [
-            "## Held-out pass@k (unbiased, 95% bootstrap CI over prompts)",
-            "",
-            f"{int(end.get('num_prompts', 0))} held-out prompts, n = {n} samples each, "
-            "start = before RL (after SFT), end = last evaluation.",
-            "",
-            *([f"**No evaluation was run at the end of RL (step {last_step})**: the end column "
-               f"is the last evaluation, of step {end['step']}.", ""]
-              if end["step"] != last_step else []),
-            *_table(start, end, "pass"),
-            "",
-            "![pass@k](passk.png)",
-            "",
-        ]
-        _plot_curves(out / "passk.png", start, end, "pass", "held-out pass@k")
-        if "best@1" in end:
-            lines += ["## Held-out best@k (unbiased)", "", *_table(start, end, "best"), ""]
-            lines += ["![best@k](bestk.png)", ""]
-            _plot_curves(out / "bestk.png", start, end, "best", "held-out best@k")
-        lines += [
-            "## Other held-out metrics",
-            "",
-            "| metric | start | end |",
-            "|---|---|---|",
-        ]
-        for key in ("reward_mean", "entropy", "distinct", "response_len"):
-            if key in start and key in end:
-                lines.append(f"| {key} | {start[key]:.3f} | {end[key]:.3f} |")
-        lines += ["", "## Every evaluation", "",
-                  "The held-out metrics at each evaluated step (95% intervals over prompts):",
-                  "", *_evaluations_table(evals, n), ""]
-    if train:
-        n_eval = int(evals[-1].get("n", 1)) if evals else 1
-        _plot_training(out / "training.png", train, evals, n_eval)
-        if "reward_mean" in train[0]:
-            speed = sum(r["completions_per_s"] for r in train) / len(train)
-            summary = (f"Mean training reward {train[0]['reward_mean']:.3f} (step "
-                       f"{train[0]['step']}) -> {train[-1]['reward_mean']:.3f} (step "
-                       f"{train[-1]['step']}); {rate(speed)} completions/s per RL step on average.")
-        else:
-            speed = sum(r["pairs_per_s"] for r in train) / len(train)
-            summary = (f"Pair accuracy of the implicit reward {train[0]['reward_accuracy']:.3f} "
-                       f"(step {train[0]['step']}) -> {train[-1]['reward_accuracy']:.3f} (step "
-                       f"{train[-1]['step']}), loss {train[0]['loss']:.3f} -> "
-                       f"{train[-1]['loss']:.3f}; {rate(speed)} pairs/s on average.")
-        lines += [
-            "## Training",
-            "",
-            summary,
-            "",
-            "![training](training.png)",
-            "",
-        ]
-    path = out / "report.md"
-    write_text_atomic(path, "\n".join(lines))
-    return path
+
+
+def _eval_lines(out: Path, evals: list[dict[str, Any]], last_step: int) -> list[str]:
+    """The held-out sections: pass@k (and best@k for a graded task) at the start and the end
+    with their plots, the other metrics, and every evaluation's row."""
+    start, end = evals[0], evals[-1]
+    n = int(end.get("n", 1))
+    lines = [
+        "## Held-out pass@k (unbiased, 95% bootstrap CI over prompts)",
+        "",
+        f"{int(end.get('num_prompts', 0))} held-out prompts, n = {n} samples each, "
+        "start = before RL (after SFT), end = last evaluation.",
+        "",
+        *([f"**No evaluation was run at the end of RL (step {last_step})**: the end column "
+           f"is the last evaluation, of step {end['step']}.", ""]
+          if end["step"] != last_step else []),
+        *_table(start, end, "pass"),
+        "",
+        "![pass@k](passk.png)",
+        "",
+    ]
+    _plot_curves(out / "passk.png", start, end, "pass", "held-out pass@k")
+    if "best@1" in end:
+        lines += ["## Held-out best@k (unbiased)", "", *_table(start, end, "best"), ""]
+        lines += ["![best@k](bestk.png)", ""]
+        _plot_curves(out / "bestk.png", start, end, "best", "held-out best@k")
+    lines += ["## Other held-out metrics", "", "| metric | start | end |", "|---|---|---|"]
+    for key in ("reward_mean", "entropy", "distinct", "response_len"):
+        if key in start and key in end:
+            lines.append(f"| {key} | {start[key]:.3f} | {end[key]:.3f} |")
+    return lines + ["", "## Every evaluation", "",
+                    "The held-out metrics at each evaluated step (95% intervals over prompts):",
+                    "", *_evaluations_table(evals, n), ""]
+
+
+def _training_lines(out: Path, train: list[dict[str, Any]], evals: list[dict[str, Any]]
+                    ) -> list[str]:
+    """The training section: the plot and a line on the reward (or, for @k-DPO, the pair
+    accuracy) from the first step to the last, with the mean speed."""
+    n_eval = int(evals[-1].get("n", 1)) if evals else 1
+    _plot_training(out / "training.png", train, evals, n_eval)
+    if "reward_mean" in train[0]:
+        speed = sum(r["completions_per_s"] for r in train) / len(train)
+        summary = (f"Mean training reward {train[0]['reward_mean']:.3f} (step "
+                   f"{train[0]['step']}) -> {train[-1]['reward_mean']:.3f} (step "
+                   f"{train[-1]['step']}); {rate(speed)} completions/s per RL step on average.")
+    else:
+        speed = sum(r["pairs_per_s"] for r in train) / len(train)
+        summary = (f"Pair accuracy of the implicit reward {train[0]['reward_accuracy']:.3f} "
+                   f"(step {train[0]['step']}) -> {train[-1]['reward_accuracy']:.3f} (step "
+                   f"{train[-1]['step']}), loss {train[0]['loss']:.3f} -> "
+                   f"{train[-1]['loss']:.3f}; {rate(speed)} pairs/s on average.")
+    return ["## Training", "", summary, "", "![training](training.png)", ""]
 
 
 def _kappo_lines(out: Path, pool_note: str, kp: Mapping[str, object]) -> list[str]:
