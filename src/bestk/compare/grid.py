@@ -48,8 +48,7 @@ from bestk.estimators import estimator_info
 from bestk.lr_sweep import fixed_rate, sweep_until_interior
 from bestk.train.config import INT64_MAX, TrainConfig
 from bestk.train.config.io import config_to_dict
-from bestk.train.setup import load_run_task
-from bestk.train.trainer import check_run
+from bestk.train.steps import check_run
 from bestk.train.validation import resolve_defaults
 
 __all__ = ["run_compare", "validation_runs", "Method", "KappoAuto", "summarize",
@@ -107,7 +106,7 @@ __all__ = ["run_compare", "validation_runs", "Method", "KappoAuto", "summarize",
 
 
 def _checked_method(m: Method, kappo: KappoAuto | None) -> Method:
-    """``m`` as a run that :func:`~bestk.train.trainer.check_run` can check before any work.
+    """``m`` as a run that :func:`~bestk.train.steps.check_run` can check before any work.
     Its ``calibration: auto`` file is made later, from the seed's SFT weights, on every
     training prompt with ``kappo``'s kind: checked as the in-run calibration of that kind on
     every training prompt, which the trainer checks the same way."""
@@ -124,7 +123,7 @@ def _checked_method(m: Method, kappo: KappoAuto | None) -> Method:
 def check_runs(methods: Sequence[Method], base: TrainConfig, seeds: Sequence[int], out: Path,
                kappo: KappoAuto | None = None, lrs: Sequence[float | None] = (None,)) -> None:
     """Check every run of a grid -- each method, seed and learning rate of ``lrs`` (``None``:
-    the config's) -- as its trainer will (:func:`~bestk.train.trainer.check_run`: config
+    the config's) -- as its trainer will (:func:`~bestk.train.steps.check_run`: config
     values, task, KAPPO plan, estimator options and reward domain, prompt pool), before any
     work: the first problem is a one-line ``ValueError`` naming the method. Each seed's task
     is loaded once (the methods share it: their overrides may not change it)."""
@@ -134,10 +133,8 @@ def check_runs(methods: Sequence[Method], base: TrainConfig, seeds: Sequence[int
             for lr in lrs:
                 cfg = run_config(base, _checked_method(m, kappo), i, sid,
                                  out / method_slug(m.label) / f"seed{i}", lr)
-                if task is None:
-                    task, _ = load_run_task(cfg)
                 try:
-                    check_run(cfg, task=task)
+                    task = check_run(cfg, task=task).task  # the seed's task, loaded once
                 except ValueError as e:
                     raise ValueError(f"method {m.label!r}: {e}") from None
 

@@ -1,31 +1,105 @@
 """How a run starts, before any run-directory work: its task and device, then its policy.
 
-The :class:`~bestk.train.trainer.Trainer` and the jobs of ``bestk compare`` (SFT, calibration
-and bank jobs that need a policy but no run directory) start the same way, so that a policy
-built by either is the same tensor for tensor.
+:class:`RunSetup` is a run before its directory: the config checked and resolved, the task
+loaded, the KAPPO plan and the prompts RL draws from, every check made. The
+:class:`~bestk.train.trainer.Trainer` is one (it starts as one), and
+:func:`bestk.train.steps.check_run` makes one to check a run without starting it. The Trainer
+and the steps of ``bestk compare`` (SFT, calibration and bank jobs that need a policy but no
+run directory, :mod:`bestk.train.steps`) start the same way (:func:`load_run_task`,
+:func:`load_run_policy`), so that a policy built by either is the same tensor for tensor.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
 from bestk.tasks import Example, Task, load_task
-from bestk.train.config import ResolvedTrainConfig
+from bestk.train.algorithms import ALGORITHMS
+from bestk.train.config import ResolvedTrainConfig, TrainConfig
 from bestk.train.model.chat import render_task_prompts
 from bestk.train.model.hf import enable_gradient_checkpointing
 from bestk.train.model.policy import load_policy
+from bestk.train.reference.bank import calibration_prompt_ids
+from bestk.train.reference.plan import ReferencePlan, plan_reference, restrict_prompts
 from bestk.train.rollout.prompts import check_prompt_lengths, lengths_over, prompt_lengths
 from bestk.train.rollout.settings import sampling_header
+from bestk.train.run.data import data_digest
+from bestk.train.validation import check_reward_domain, check_task_memory, resolve_config
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers is optional)
     from transformers import PreTrainedTokenizerBase
 
+    from bestk.train.algorithms import AlgorithmSpec
     from bestk.train.model.policy import Policy
 
-__all__ = ["load_run_task", "load_run_policy", "max_new_tokens", "check_run_prompts",
-           "check_prompt_pool", "model_context", "check_context", "run_header"]
+__all__ = ["RunSetup", "load_run_task", "load_run_policy", "max_new_tokens",
+           "check_run_prompts", "check_prompt_pool", "model_context", "check_context",
+           "run_header"]
+
+
+class RunSetup:
+    """A run of ``cfg`` before it touches its run directory or builds a model, and every check
+    ``Trainer(cfg)`` makes by then: the config's values (:attr:`cfg`, checked and resolved
+    once, :func:`~bestk.train.validation.resolve_config`), the task's options and sizes
+    (:attr:`task`, or the ``task`` given, loaded already), the held-out prompts, the KAPPO
+    plan (:attr:`plan`, :func:`~bestk.train.reference.plan.plan_reference`), the memory the
+    task's prompts need, a calibration given in ``estimator_options`` (the spec's
+    ``given_calibration``: RL then draws only its prompts), the estimator's reward domain and
+    the prompt pool. Nothing is written. :attr:`rl_prompts` are the training prompts RL draws
+    from (all, or the calibrated ones)."""
+
+    cfg: ResolvedTrainConfig
+    out: Path
+    sampling_seed: int
+    task: Task
+    device: torch.device
+    data: str | None
+    max_new_tokens: int
+    eval_examples: list[Example]
+    spec: AlgorithmSpec
+    plan: ReferencePlan | None
+    rl_prompts: list[Example]
+
+    def __init__(self, cfg: TrainConfig, *, task: Task | None = None) -> None:
+        # every value checked, before the directory is touched or anything is built
+        self.cfg = cfg = resolve_config(cfg)
+        self.out = Path(os.path.abspath(cfg.out))  # before user code can chdir
+        self.sampling_seed = cfg.seed if cfg.sampling_seed is None else cfg.sampling_seed
+        self.task, self.device = load_run_task(cfg, task)  # options and sizes checked
+        self.data = data_digest(cfg, self.task)  # a task read from files: what they held
+        self.max_new_tokens = max_new_tokens(cfg, self.task)
+        self.eval_examples = self.task.eval[: cfg.eval.num_prompts or len(self.task.eval)]
+        if not self.eval_examples:
+            raise ValueError(f"task {self.task.name!r} has no held-out prompts to evaluate on")
+        self.spec = ALGORITHMS[cfg.algorithm]
+        self.plan = plan_reference(cfg, self.spec, self.task) if self.spec.calibrated(cfg) \
+            else None
+        self.rl_prompts = list(self.task.train) if self.plan is None else self.plan.prompts
+        check_task_memory(cfg, self.task, len(self.plan.bank_examples or [])
+                          if self.plan is not None else 0)  # the prompts that exist
+        given = self.spec.given_calibration(cfg)  # pg: a file of estimator_options, loaded
+        if given is not None:  # train on its prompts only
+            ids = set(calibration_prompt_ids(given[0]))
+            self.rl_prompts = restrict_prompts(self.rl_prompts, ids, given[1], self.task)
+        check_reward_domain(cfg, self.task, given[0].kind if given is not None
+                            else self.kappo_kind)
+        if not self.spec.bank_completions:  # @k-DPO draws bank pairs, not prompts
+            check_prompt_pool(cfg, self.task, self.rl_prompts, banked=self.plan is not None
+                              and self.plan.bank_examples is not None)
+
+    @property
+    def kappo_kind(self) -> str | None:
+        """The kind of the run's KAPPO calibration (``None`` when it needs none)."""
+        return None if self.plan is None else self.plan.kind
+
+    @property
+    def bank_samples(self) -> int:
+        """Reference samples of the run's KAPPO bank (0 without one): rollout budget."""
+        return 0 if self.plan is None else self.plan.bank_samples
 
 
 def load_run_task(cfg: ResolvedTrainConfig, task: Task | None = None

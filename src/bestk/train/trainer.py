@@ -36,7 +36,6 @@ the config allows it (see :mod:`bestk.train.run.directory`).
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -50,7 +49,6 @@ from rich.progress import Progress
 from bestk._seeds import EVAL_SAMPLING, PROMPTS, SAMPLING
 from bestk.kappo import Calibration
 from bestk.tasks import Example, Task
-from bestk.train.algorithms import ALGORITHMS
 from bestk.train.algorithms._base import StepMetrics
 from bestk.train.config import (
     ResolvedTrainConfig,
@@ -61,7 +59,6 @@ from bestk.train.model.lora import reference_policy
 from bestk.train.model.policy import count_parameters
 from bestk.train.optim import PolicyOptimizer
 from bestk.train.reference.bank import ReferenceBank, save_reference
-from bestk.train.reference.plan import ReferencePlan, plan_reference, restrict_prompts
 from bestk.train.rollout.batch import Rollout
 from bestk.train.rollout.engine import open_engines, synced_sample
 from bestk.train.rollout.evaluate import evaluate, pass_summary
@@ -69,7 +66,7 @@ from bestk.train.rollout.scoring import score_batch
 from bestk.train.rollout.settings import eval_noise_seed
 from bestk.train.rollout.shared_start import shared_start_evaluation
 from bestk.train.run.console import RunProgress, interrupted_line, progress_bar, start_line
-from bestk.train.run.data import check_run_data, data_digest
+from bestk.train.run.data import check_run_data
 from bestk.train.run.directory import (
     RunDirectory,
     RunState,
@@ -89,31 +86,29 @@ from bestk.train.runtime.files import (
 )
 from bestk.train.runtime.stop import Stopped, StopRequest
 from bestk.train.setup import (
-    check_prompt_pool,
+    RunSetup,
     load_run_policy,
-    load_run_task,
-    max_new_tokens,
     run_header,
     tokenizer_hint,
     unknown_characters_warning,
 )
 from bestk.train.sft import sft_warmup
-from bestk.train.validation import check_reward_domain, check_task_memory, resolve_config
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from transformers import PreTrainedTokenizerBase
 
     from bestk.train.model.policy import Reference
 
-__all__ = ["Trainer", "check_run", "train", "evaluation_due"]
+__all__ = ["Trainer", "train", "evaluation_due"]
 
 _MODES = {True: "resume", False: "new", "auto": "auto", "resume": "resume", "new": "new"}
 
 
-class Trainer:
+class Trainer(RunSetup):
     """State of one run (module docstring): ``Trainer(cfg)`` for a new run in ``cfg.out`` (or
-    the one there), ``Trainer.resume(dir)``; then :meth:`run`. :attr:`cfg` is ``cfg`` checked
-    and resolved once (:func:`~bestk.train.validation.resolve_config`). ``on_step(step,
+    the one there), ``Trainer.resume(dir)``; then :meth:`run`. It starts as a
+    :class:`~bestk.train.setup.RunSetup` (:attr:`cfg` checked and resolved once, the task,
+    the KAPPO plan, every check made before the directory is touched). ``on_step(step,
     metrics)`` is called after each RL step (tests simulate crashes with it); ``warm_start``
     (a state dict, or its file) is the policy after an SFT made elsewhere (``bestk compare``
     shares one per seed): a new run starts from it and skips its own SFT. The algorithm
@@ -133,19 +128,18 @@ class Trainer:
             raise ValueError(
                 f"resume must be True, False, 'auto', 'resume' or 'new', got {resume!r}"
             )
-        # every value checked, before the directory is touched or anything is built
-        self.cfg: ResolvedTrainConfig = resolve_config(cfg)
+        super().__init__(cfg)  # every check, before the directory is touched or a model built
         self.on_step, self.warm_start = on_step, warm_start
-        self.out = Path(os.path.abspath(self.cfg.out))  # before user code can chdir
         self.ckpt_dir = self.out / "checkpoints"
-        self.sampling_seed = self.cfg.seed if self.cfg.sampling_seed is None \
-            else self.cfg.sampling_seed
         self.notes: list[str] = []
         self.stop = StopRequest()  # Ctrl-C while running
         self.continue_with: str | None = None  # what continues it, if not bestk train --resume
         self.interrupted = False
         self.step_rewards: np.ndarray | None = None  # the rewards of the RL step in progress
-        self._load_task()  # task options and sizes are checked here, still before any write
+        self.calibration: Calibration | None = None
+        self.bank: ReferenceBank | None = None
+        self._given_bank: ReferenceBank | None = None  # kappo.bank, loaded when a run starts
+        self.algo = self.spec.make(self)
         self.directory = RunDirectory(self.out)
         try:
             self.state: RunState = self.directory.open(self.cfg, _MODES[resume], stored, self.say)
@@ -166,31 +160,6 @@ class Trainer:
         :data:`~bestk.train.run.directory.RESUME_FREE`); other changes are refused."""
         cfg, stored = resume_config(out, overrides)
         return cls(cfg, resume=True, stored=stored, **kw)
-
-    def _load_task(self, task: Task | None = None) -> None:
-        cfg = self.cfg
-        self.task, self.device = load_run_task(cfg, task)
-        self.data = data_digest(cfg, self.task)  # a task read from files: what they held
-        self.max_new_tokens = max_new_tokens(cfg, self.task)
-        self.eval_examples = self.task.eval[: cfg.eval.num_prompts or len(self.task.eval)]
-        if not self.eval_examples:
-            raise ValueError(f"task {self.task.name!r} has no held-out prompts to evaluate on")
-        self.spec = ALGORITHMS[cfg.algorithm]
-        self.plan: ReferencePlan | None = (
-            plan_reference(cfg, self.spec, self.task) if self.spec.calibrated(cfg) else None)
-        self.rl_prompts: list[Example] = (
-            list(self.task.train) if self.plan is None else self.plan.prompts)
-        check_task_memory(cfg, self.task, len(self.plan.bank_examples or [])
-                          if self.plan is not None else 0)  # the prompts that exist
-        self.calibration: Calibration | None = None
-        self.bank: ReferenceBank | None = None
-        self._given_bank: ReferenceBank | None = None  # kappo.bank, loaded when a run starts
-        self.algo = self.spec.make(self)  # pg loads an estimator_options calibration here
-        check_reward_domain(cfg, self.task, getattr(
-            self.estimator_options.get("calibration"), "kind", self.kappo_kind))
-        if not self.spec.bank_completions:  # @k-DPO draws bank pairs, not prompts
-            check_prompt_pool(cfg, self.task, self.rl_prompts, banked=self.plan is not None
-                              and self.plan.bank_examples is not None)
 
     def _build(self) -> None:
         cfg, kind = self.cfg, self.state.kind
@@ -252,19 +221,9 @@ class Trainer:
 
     # -- what the run is ------------------------------------------------------------------------
     @property
-    def kappo_kind(self) -> str | None:
-        """The kind of the run's KAPPO calibration (``None`` when it needs none)."""
-        return None if self.plan is None else self.plan.kind
-
-    @property
     def estimator_options(self) -> dict[str, object]:
         """``pg``: the options given to ``bestk.advantages`` (a calibration loaded); else {}."""
         return dict(getattr(self.algo, "options", {}))
-
-    @property
-    def bank_samples(self) -> int:
-        """Reference samples of the run's KAPPO bank (0 without one): rollout budget."""
-        return 0 if self.plan is None else self.plan.bank_samples
 
     @property
     def binary_advantages(self) -> bool:
@@ -420,10 +379,6 @@ class Trainer:
         self.notes.append(f"{level}: {msg}")
         print(f"{level}: {msg}", file=sys.stderr, flush=True)
 
-    def restrict_prompts(self, ids: set[int | str], source: str) -> None:
-        """Let RL draw only the training prompts whose id is in ``ids`` (a calibration's)."""
-        self.rl_prompts = restrict_prompts(self.rl_prompts, ids, source, self.task)
-
     def prompt_rng(self, step: int) -> np.random.Generator:
         """The generator of step ``step``'s prompt draws (a function of ``(seed, step)``)."""
         return np.random.default_rng(PROMPTS.seed(self.cfg.seed, step))
@@ -503,17 +458,6 @@ def evaluations_between(cfg: ResolvedTrainConfig, step: int, last: int) -> int:
     every = cfg.eval.every
     end = int(last >= cfg.max_steps > step and cfg.max_steps % every != 0)
     return last // every - step // every + end
-
-
-def check_run(cfg: TrainConfig, *, task: Task | None = None) -> None:
-    """Every check ``Trainer(cfg)`` makes before it touches the run directory or builds a model
-    -- the config's values, the task's options and sizes, the KAPPO plan, the estimator's
-    options and reward domain, the prompt pool -- and nothing else: nothing is written.
-    ``task``: the run's task, already loaded (``bestk compare`` checks every run of its grid
-    this way before any work, loading each seed's task once)."""
-    run = Trainer.__new__(Trainer)
-    run.cfg = resolve_config(cfg)
-    run._load_task(task)
 
 
 def train(cfg: TrainConfig, *, progress: bool = True) -> Record:

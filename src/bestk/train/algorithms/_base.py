@@ -79,10 +79,6 @@ class RunContext(Protocol):
         ``(gradient norm, learning rate)``."""
         ...
 
-    def restrict_prompts(self, ids: set[int | str], source: str) -> None:
-        """Let RL draw only the training prompts whose id is in ``ids`` (a calibration's)."""
-        ...
-
     def say(self, level: str, msg: str) -> None:
         """A one-line ``note`` / ``warning`` to the user."""
         ...
@@ -127,6 +123,11 @@ class AlgorithmSpec:
         bank's).
     check: ``check(cfg)`` raises ``ValueError`` for settings the algorithm does not support
         (on a config whose defaults are resolved).
+    given_calibration: ``given_calibration(cfg)``: the KAPPO calibration a run of ``cfg`` is
+        given outside its ``kappo`` section (``pg``: a ``kappo_grpo`` calibration file in
+        ``estimator_options``), loaded, with what to call it in errors (``"calibration
+        'PATH'"``), or ``None``; RL then draws only its prompts
+        (:class:`~bestk.train.setup.RunSetup`). Its option errors are raised here.
     uses_estimator: whether its updates come from ``bestk.advantages`` of ``cfg.estimator``
         (with ``estimator_options``): the progress line, the report and ``bestk compare``
         name the estimator of such a run, and its KAPPO kind otherwise.
@@ -147,6 +148,8 @@ class AlgorithmSpec:
     binary_only: bool = False
     online: bool = True
     check: Callable[[ResolvedTrainConfig], None] = lambda cfg: None
+    given_calibration: Callable[[ResolvedTrainConfig], tuple[Calibration, str] | None] = \
+        lambda cfg: None
     uses_estimator: bool = False
     batch_text: Callable[[Mapping[str, Any]], str] = lambda cfg: rollout_batch_text(cfg)
     pool_note: str = ""

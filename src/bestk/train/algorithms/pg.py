@@ -40,7 +40,7 @@ from bestk.train.algorithms._base import (
 from bestk.train.algorithms.update import micro_slices, optimizer_steps
 from bestk.train.config import ResolvedTrainConfig
 from bestk.train.model.logprobs import sequence_logprobs
-from bestk.train.reference.bank import ReferenceBank, calibration_prompt_ids
+from bestk.train.reference.bank import ReferenceBank
 from bestk.train.rollout.batch import Rollout
 from bestk.train.rollout.metrics import rollout_metrics, rollout_stats, rollout_time
 
@@ -58,10 +58,8 @@ class PolicyGradient:
         cfg = run.cfg
         self.info = estimator_info(cfg.estimator)
         self.options = resolve_options(cfg.estimator, cfg.estimator_options)
+        # a file in estimator_options: RL draws only its prompts (the run's rl_prompts already)
         cal = self.options.get("calibration") if self.info.calibrated else None
-        if cal is not None:  # a file in estimator_options: train on its prompts only
-            path = str(cfg.estimator_options["calibration"])
-            run.restrict_prompts(set(calibration_prompt_ids(cal)), f"calibration {path!r}")
         kind = cal.kind if cal is not None else run.kappo_kind
         self.binary = binary_advantages(cfg.advantage_reward, self.info, kind)
         #: one PPO epoch of one minibatch: the update's forward sees the weights that sampled
@@ -208,6 +206,18 @@ def binary_advantages(mode: str, info: EstimatorInfo, calibration_kind: str | No
     return info.binary_rewards(calibration_kind)
 
 
+def _given_calibration(cfg: ResolvedTrainConfig) -> tuple[Calibration, str] | None:
+    """The calibration file of ``estimator_options`` (an estimator of the ``calibrated`` reward
+    domain), loaded, and ``"calibration 'PATH'"``; ``None`` without one. The options are
+    resolved (:func:`~bestk.estimators.resolve_options`: a file that does not load is a
+    ``ValueError``) whether or not they give one."""
+    options = resolve_options(cfg.estimator, cfg.estimator_options)
+    cal = options.get("calibration") if estimator_info(cfg.estimator).calibrated else None
+    if cal is None:
+        return None
+    return cal, f"calibration {str(cfg.estimator_options['calibration'])!r}"
+
+
 def _calibrated(cfg: ResolvedTrainConfig) -> bool:
     """The run calibrates from its ``kappo`` section: the estimator takes a calibration and
     ``estimator_options`` gives none."""
@@ -221,5 +231,6 @@ SPEC = AlgorithmSpec(
     default_n=8,
     calibrated=_calibrated,
     keeps_reference=lambda cfg: cfg.loss.kl_coef > 0,
+    given_calibration=_given_calibration,
     uses_estimator=True,
 )
