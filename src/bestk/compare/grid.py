@@ -24,7 +24,6 @@ from bestk.compare.jobs import (
     bank_job,
     execute,
     rl_job,
-    samples_bank,
     sft_job,
     stop_on_signals,
 )
@@ -48,7 +47,7 @@ from bestk.estimators import estimator_info
 from bestk.lr_sweep import fixed_rate, sweep_until_interior
 from bestk.train.config import INT64_MAX, TrainConfig
 from bestk.train.config.io import config_to_dict
-from bestk.train.steps import check_run
+from bestk.train.steps import check_run, samples_bank
 from bestk.train.validation import resolve_defaults
 
 __all__ = ["run_compare", "validation_runs", "Method", "KappoAuto", "summarize",

@@ -1,6 +1,8 @@
 """The jobs of a grid (module-level functions: they run in worker processes): a seed's SFT
 warm-up (and KAPPO calibration), a shared reference bank, one RL run; and :func:`execute`, which
-runs them in order in this process or a pool of single-threaded workers.
+runs them in order in this process or a pool of single-threaded workers. A job runs the
+trainer's public steps (:mod:`bestk.train.steps`) and :class:`~bestk.train.trainer.Trainer`,
+and keeps what a comparison caches and records around them (keys, ``result.json``).
 
 **Ctrl-C and SIGTERM.** A comparison runs under :func:`stop_on_signals`: the first Ctrl-C or
 SIGTERM stops every job at its next safe point (an SFT step, a bank or evaluation batch, the
@@ -30,9 +32,8 @@ from typing import Any, TypedDict
 import torch
 from rich.progress import Progress
 
-from bestk._atomic import atomic_path, write_text_atomic
+from bestk._atomic import write_text_atomic
 from bestk._optional import require
-from bestk._seeds import KAPPO_AUTO_BANK
 from bestk.compare.directory import set_run_aside
 from bestk.compare.keys import (
     fingerprint,
@@ -41,32 +42,20 @@ from bestk.compare.keys import (
 from bestk.compare.methods import (
     KappoAuto,
 )
-from bestk.kappo.calibration import calibrate, calibration_kind
-from bestk.tasks import Example
-from bestk.train.algorithms import ALGORITHMS
 from bestk.train.config import ResolvedTrainConfig
 from bestk.train.config.io import resolved_from_dict
-from bestk.train.reference.bank import (
-    BANK_FILE,
-    CALIBRATION_FILE,
-    TOKENS_FILE,
-    calibrate_bank,
-    calibration_values,
-    save_reference,
+from bestk.train.steps import (
+    Stopped,
+    StopRequest,
+    bank_complete,
+    load_weights,
+    reference_bank,
+    resumable,
+    sampled_calibration,
+    save_weights,
+    sft_weights,
 )
-from bestk.train.reference.plan import plan_reference
-from bestk.train.rollout.engine import ENGINES
-from bestk.train.rollout.evaluate import evaluate
-from bestk.train.rollout.settings import sampling_options
-from bestk.train.run.directory import read_metrics
-from bestk.train.runtime.files import last_run_checkpoint, load_weights
-from bestk.train.runtime.stop import Stopped, StopRequest
-from bestk.train.setup import load_run_policy, load_run_task, max_new_tokens
-from bestk.train.sft import sft_weights
 from bestk.train.trainer import Trainer
-from bestk.train.validation import (
-    resolve_config,
-)
 
 #: What an interrupted run of a comparison says continues it (:attr:`Trainer.continue_with`).
 CONTINUE_WITH = "the same `bestk compare` command"
@@ -179,11 +168,9 @@ def sft_job(cfg_dict: Mapping[str, object], path: str, kappo: KappoFields | None
         if cal_path is not None:  # made from the weights this replaces
             Path(cal_path).unlink(missing_ok=True)
         try:
-            weights = sft_weights(cfg, should_stop=stop_requested)
+            save_weights(sft_weights(cfg, should_stop=stop_requested), path)
         except Stopped:
             raise _stopped() from None
-        with atomic_path(path) as tmp:
-            torch.save(weights, tmp)
         write_text_atomic(Path(path + ".json"), json.dumps(key))
     if kappo is not None and cal_path is not None and not Path(cal_path).exists():
         _calibrate(cfg, path, KappoAuto(**kappo), Path(cal_path))
@@ -210,27 +197,15 @@ def _sft_cached(path: Path, key: object) -> bool:
 
 def _calibrate(cfg: ResolvedTrainConfig, sft_path: str | None, kp: KappoAuto,
                cal_path: Path) -> None:
-    """A bank of ``bank_n`` samples of the policy (``sft_path``'s weights, else the model as
-    ``cfg`` loads it) on every training prompt, drawn by the run's rollout engine with its
-    sampling settings -> calibration."""
-    task, device = load_run_task(cfg)
-    model, tokenizer = load_run_policy(cfg, task, device)
-    if sft_path is not None:
-        model.load_state_dict(load_weights(sft_path))
-    exs = task.train
-    backend = ENGINES[cfg.rollout.engine].make(model, tokenizer, cfg, max_new_tokens(cfg, task))
-    try:  # the calibration reads rewards only: the entropy of one sample per prompt suffices
-        res = evaluate(backend.engine(sampling_options(cfg)), task, exs, n=kp.bank_n,
-                       max_new_tokens=max_new_tokens(cfg, task),
-                       seed=KAPPO_AUTO_BANK.seed(cfg.seed), should_stop=stop_requested,
-                       entropy_samples=1)
+    """The calibration of ``kp`` (:func:`~bestk.train.steps.sampled_calibration`: ``bank_n``
+    samples of the policy -- ``sft_path``'s weights, else the model as ``cfg`` loads it -- on
+    every training prompt) saved atomically to ``cal_path``."""
+    try:
+        cal = sampled_calibration(cfg, k=kp.k, beta=kp.beta, kind=kp.kind, samples=kp.bank_n,
+                                  weights=sft_path, should_stop=stop_requested)
     except Stopped:
         raise _stopped() from None
-    finally:
-        backend.close()
-    vals = calibration_values(task, kp.kind, res.rewards)
-    bank = {int(ex["id"]): row.tolist() for ex, row in zip(exs, vals, strict=True)}
-    calibrate(bank, k=kp.k, beta=kp.beta, kind=kp.kind).save(cal_path)
+    cal.save(cal_path)
 
 
 def calibration_job(cfg_dict: Mapping[str, object], kappo: KappoFields, cal_path: str) -> str:
@@ -245,62 +220,24 @@ def calibration_job(cfg_dict: Mapping[str, object], kappo: KappoFields, cal_path
     return cal_path
 
 
-def samples_bank(cfg: ResolvedTrainConfig) -> tuple[bool, bool]:
-    """``(samples a reference bank in-run, keeps its completions)`` for a run config."""
-    spec = ALGORITHMS[cfg.algorithm]
-    samples = spec.samples_bank(cfg)
-    return samples, samples and spec.bank_completions
-
-
 def bank_job(cfg_dict: Mapping[str, object], sft_path: str | None, bank_dir: str, key: str,
               completions: bool) -> str:
-    """Sample the reference bank of ``cfg``'s run from the seed's SFT weights once, with the
-    trainer's own code (the run's :class:`~bestk.train.reference.plan.ReferencePlan`), into
-    ``bank_dir`` (``bank.jsonl``, ``bank_tokens.safetensors`` when the run keeps completions,
-    then ``calibration.json`` of ``cfg``'s k and beta -- its presence marks a complete bank --
-    and ``bank.key``)."""
-
+    """Sample the reference bank of ``cfg``'s run from the seed's SFT weights once
+    (:func:`~bestk.train.steps.reference_bank`: the trainer's own code) into ``bank_dir``
+    (``bank.jsonl``, ``bank_tokens.safetensors`` when the run keeps completions, then
+    ``calibration.json`` of ``cfg``'s k and beta -- its presence marks a complete bank -- and
+    ``bank.key``); a complete bank of ``key`` there is kept."""
     out = Path(bank_dir)
-    if (out / CALIBRATION_FILE).exists() and (out / "bank.key").exists() and \
-            (out / "bank.key").read_text() == key and \
-            (not completions or (out / TOKENS_FILE).exists()):
+    if bank_complete(out, completions) and (out / "bank.key").exists() and \
+            (out / "bank.key").read_text() == key:
         return bank_dir
     cfg = resolved_from_dict(copy.deepcopy(cfg_dict))
-    work = Path(bank_dir + ".work")
-    for d in (out, work):
-        shutil.rmtree(d, ignore_errors=True)
-    cfg.out, cfg.kappo.bank = str(work), None
-    cfg = resolve_config(cfg)  # checked again after the changes (not resolved again)
-    task, device = load_run_task(cfg)
-    plan = plan_reference(cfg, ALGORITHMS[cfg.algorithm], task)
-    model, tokenizer = load_run_policy(cfg, task, device)
-    if sft_path is not None:
-        model.load_state_dict(load_weights(sft_path))
     try:
-        bank = plan.reference_bank(model, tokenizer, task, max_new_tokens(cfg, task),
-                                   should_stop=stop_requested)
+        reference_bank(cfg, out, weights=sft_path, should_stop=stop_requested)
     except Stopped:
         raise _stopped() from None
-    k = cfg.kappo
-    if bank is None:
-        raise ValueError(f"the bank job of {key} samples no reference bank")
-    work.mkdir(parents=True)
-    save_reference(work, calibrate_bank(bank, task, plan.kind, k.k, k.beta), bank)
-    out.mkdir(parents=True)
-    for name in (BANK_FILE, TOKENS_FILE, CALIBRATION_FILE):  # calibration.json last
-        if (work / name).exists():
-            (work / name).replace(out / name)
     write_text_atomic(out / "bank.key", key)
-    shutil.rmtree(work, ignore_errors=True)
     return bank_dir
-
-
-def _prompt_fingerprint(task: str, rl_prompts: list[Example], eval_examples: list[Example]
-                        ) -> str:
-    """Which prompts a run trained on (those RL drew from) and evaluated on."""
-    ids = sorted(int(e["id"]) for e in rl_prompts)
-    ev = [int(e["id"]) for e in eval_examples]
-    return fingerprint({"task": task, "train": ids, "eval": ev})
 
 
 def rl_job(cfg_dict: Mapping[str, object], sft_path: str | None, label: str, key: str,
@@ -324,11 +261,11 @@ def rl_job(cfg_dict: Mapping[str, object], sft_path: str | None, label: str, key
 
     def poll(step: int, metrics: object) -> None:
         """After each RL step: a stop asked of the comparison stops the run here."""
-        if stop_requested() and not tr.stop.requested:
-            tr.stop.requested, tr.stop.signum = True, _signum()
+        if stop_requested():
+            tr.stop.request(_signum())
 
     same = (run_dir / "run.key").exists() and (run_dir / "run.key").read_text() == key
-    if same and last_run_checkpoint(run_dir / "checkpoints") is not None:
+    if same and resumable(run_dir):
         tr = Trainer.resume(run_dir, on_step=poll)
     else:  # a run of another key (or none) is kept beside, whole; one of this key starts over
         if not same and run_dir.is_dir() and any(run_dir.iterdir()):
@@ -347,34 +284,28 @@ def rl_job(cfg_dict: Mapping[str, object], sft_path: str | None, label: str, key
         raise CompareInterrupted(tr.stop.exit_status, aborted=True) from None
     if tr.interrupted:
         raise CompareInterrupted(tr.stop.exit_status)
-    evals = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["phase"] == "eval"]
+    s = tr.summary()
+    evals, trains = s["evaluations"], s["train"]
     keep = [k for k in evals[-1] if not k.endswith(("_lo", "_hi"))]
-    task = tr.task
-    # what the method learns from: the 0/1 success for estimators that see it, binary tasks
-    # and binary KAPPO calibrations of apo / dpo
-    binary = tr.binary_advantages or not task.graded or (
-        not tr.spec.uses_estimator and tr.kappo_kind is not None
-        and calibration_kind(tr.kappo_kind).binary)
     run: dict[str, object] = {
-        "estimator": cfg.estimator if tr.spec.uses_estimator else None,
-        "options": {k: (v if not hasattr(v, "kind") else f"calibration ({v.kind})")
-                    for k, v in tr.estimator_options.items()},
-        "reward": "success" if binary else "graded",
-        "prompts": _prompt_fingerprint(tr.task.name, tr.rl_prompts, tr.eval_examples),
-        "algorithm": cfg.algorithm,
+        "estimator": s["estimator"],
+        "options": s["options"],
+        "reward": s["reward"],  # what the method learns from: the 0/1 success, or graded
+        # which prompts the run trained on (those RL drew from) and evaluated on
+        "prompts": fingerprint({"task": s["task"], "train": s["train_prompt_ids"],
+                                "eval": s["eval_prompt_ids"]}),
+        "algorithm": s["algorithm"],
         # on-policy completions sampled during RL, plus the reference bank of a calibration
         # made in the run (an offline algorithm such as dpo samples none during RL)
-        "rollouts": (cfg.max_steps * cfg.rollout.prompts_per_step * (cfg.rollout.n or 0)
-                     if tr.spec.online else 0),
-        "bank": tr.bank_samples,
-        "bank_shared": cfg.kappo.bank is not None,
-        "lr": cfg.optim.lr,
-        "seed": cfg.seed,
-        "sampling_seed": tr.sampling_seed,
+        "rollouts": s["rollouts"],
+        "bank": s["bank"],
+        "bank_shared": s["bank_shared"],
+        "lr": s["lr"],
+        "seed": s["seed"],
+        "sampling_seed": s["sampling_seed"],
         "reference_weights": weights,  # weights_digest of the SFT warm start (None: none)
         "wall_seconds": time.perf_counter() - t0,
     }
-    trains = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["phase"] == "train"]
     out: RunResult = {"label": label, "key": key, "run": run,
            "start": {k: evals[0][k] for k in keep if k in evals[0]},
            "end": {k: evals[-1][k] for k in keep},

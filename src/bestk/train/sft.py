@@ -5,8 +5,9 @@ tokens only) for ``sft.steps`` steps of ``sft.batch_size`` training examples dra
 ``SFT_ORDER`` stream, AdamW with a linear warm-up over the first tenth of the steps and a
 cosine decay, global-norm clipping at ``optim.grad_clip`` (bfloat16 weights step through
 float32 masters, :class:`~bestk.train.optim.MasterAdamW`). The
-:class:`~bestk.train.trainer.Trainer` runs it first; :func:`sft_weights` runs it without a run
-directory (``bestk compare`` shares one warm-up between the methods of a seed).
+:class:`~bestk.train.trainer.Trainer` runs it first; :func:`bestk.train.steps.sft_weights` runs
+it without a run directory (``bestk compare`` shares one warm-up between the methods of a
+seed).
 """
 
 from __future__ import annotations
@@ -20,12 +21,10 @@ import torch
 
 from bestk._seeds import SFT_ORDER
 from bestk.tasks import Task
-from bestk.train.config import ResolvedTrainConfig, TrainConfig
+from bestk.train.config import ResolvedTrainConfig
 from bestk.train.guards import check_sft_update
 from bestk.train.optim import MasterAdamW, make_optimizer
 from bestk.train.runtime.stop import Stopped
-from bestk.train.setup import load_run_policy, load_run_task
-from bestk.train.validation import resolve_config
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers is optional)
     from rich.progress import Progress
@@ -33,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers is option
 
     from bestk.train.model.policy import Policy
 
-__all__ = ["sft_warmup", "make_optimizer", "sft_weights"]
+__all__ = ["sft_warmup", "make_optimizer"]
 
 
 
@@ -90,19 +89,3 @@ def sft_warmup(model: Policy, tokenizer: PreTrainedTokenizerBase, task: Task,
         if progress:
             assert task_id is not None  # added with the progress bar
             progress.update(task_id, advance=1, description=f"SFT warm-up loss={loss.item():.3f}")
-
-
-def sft_weights(cfg: TrainConfig, should_stop: Callable[[], bool] | None = None
-                ) -> dict[str, torch.Tensor]:
-    """The policy's weights after ``cfg``'s SFT warm-up, with no run directory: the run's task
-    and fresh policy (:func:`~bestk.train.setup.load_run_task`,
-    :func:`~bestk.train.setup.load_run_policy`), :func:`sft_warmup` (its log dropped; stopped
-    by ``should_stop``), then a detached copy of the state dict. ``cfg`` is checked and
-    resolved first (:func:`~bestk.train.validation.resolve_config`; a resolved config only
-    checked)."""
-    cfg = resolve_config(cfg)
-    task, device = load_run_task(cfg)
-    model, tokenizer = load_run_policy(cfg, task, device)
-    sft_warmup(model, tokenizer, task, cfg, device, log=lambda record: None,
-               should_stop=should_stop)
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}

@@ -93,6 +93,7 @@ from bestk.train.setup import (
     unknown_characters_warning,
 )
 from bestk.train.sft import sft_warmup
+from bestk.train.steps import RunSummary, run_summary
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from transformers import PreTrainedTokenizerBase
@@ -229,6 +230,11 @@ class Trainer(RunSetup):
     def binary_advantages(self) -> bool:
         """``pg``: whether the estimator sees the 0/1 success rather than the raw reward."""
         return bool(getattr(self.algo, "binary", False))
+
+    def summary(self) -> RunSummary:
+        """What the run was and measured (:func:`~bestk.train.steps.run_summary`), with its
+        algorithm's estimator options and reward (known once it is prepared)."""
+        return run_summary(self, self.estimator_options, self.binary_advantages)
 
     # -- the driver -----------------------------------------------------------------------------
     def run(self, *, progress: bool = True) -> Record:

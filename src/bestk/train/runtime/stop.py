@@ -64,6 +64,13 @@ class StopRequest:
                      f"batch, or RL step (with a checkpoint once the run has one); {again} "
                      "aborts at once\n").encode())
 
+    def request(self, signum: int | None = None) -> None:
+        """Ask the run to stop at its next safe point, as a first signal ``signum`` does but
+        without its note (``bestk compare`` passes its own stop on to a run; ``None``: exit
+        status 130); a stop already requested is kept as it is."""
+        if not self.requested:
+            self.requested, self.signum = True, signum
+
     def should_stop(self) -> bool:
         """Whether a stop was requested (what long phases poll between steps / batches)."""
         return self.requested
