@@ -297,97 +297,38 @@ def run_slots(problem: Problem, slots: Sequence[Slot], spec: RunSpec,
               progress: Callable[[], None] | None = None) -> SlotResults:
     """Train every slot for ``spec.steps`` steps; return per-slot metrics at the start and the
     end (``{"start": {key: [P]}, "end": {key: [P]}}``, keys from :func:`metric_key`), the
-    gradient allocation shares, training curves of pass@1 and the KAPPO calibration summary."""
+    gradient allocation shares, training curves of pass@1 and the KAPPO calibration summary.
+
+    Per step: one minibatch per seed, ``spec.n`` rollouts per image from each slot's policy
+    (:func:`_sample_rollouts`), the summed loss of every learner group
+    (:func:`_batch_loss`), one :class:`~bestk.lab.common.optim.SlotAdam` step; exact
+    evaluation every ``spec.eval_every`` steps and at the end (:func:`evaluate_slots`)."""
     slots = list(slots)
-    missing = [s.learner.label for s in slots
-               if s.learner.estimator is not None and s.learner.estimator not in ESTIMATORS]
-    if missing:
-        raise ValueError(f"estimator(s) of {sorted(set(missing))} are not registered in bestk")
+    _check_estimators(slots)
     n, b = spec.n, min(spec.batch_size, problem.n_train)
     seeds = sorted({s.seed for s in slots})
     seed_pos = {sd: i for i, sd in enumerate(seeds)}
     pos = torch.tensor([seed_pos[s.seed] for s in slots])
-    n_slots, n_seeds = len(slots), len(seeds)
-    d_in = problem.x_train.shape[1] * problem.parts
-    inits = {}
-    for sd in seeds:
-        g = torch.Generator().manual_seed(LAB_DIGITS_INIT.seed(spec.seed, slot_seed=sd))
-        inits[sd] = BatchedMLP.init(d_in, spec.hidden, problem.n_classes, g)
-    if spec.sft_steps:
-        inits = supervised_warm_start(problem, inits, spec)
+    inits = _initial_weights(problem, seeds, spec)
     model = BatchedMLP([inits[s.seed] for s in slots])
     lr = torch.tensor([s.lr for s in slots], dtype=torch.float32)[:, None, None]
     opt = SlotAdam(list(model.parameters()), lr)
-    setting_seed = LAB_DIGITS_ROLLOUTS.seed(spec.seed, reward=REWARDS.index(problem.reward) + 1,
-                                            n=n)
-    if spec.exploratory:
-        setting_seed = LAB_DIGITS_EXPLORATORY_ROLLOUTS.seed(setting_seed)
-    gen = torch.Generator().manual_seed(setting_seed)
+    gen = _rollout_generator(problem, spec)
     batch_gen = torch.Generator().manual_seed(
         LAB_DIGITS_BATCHES.seed(spec.seed, first_slot_seed=seeds[0]))
-
-    # group the slots by learner and KL strength (one advantage call per group and step)
-    groups: dict[tuple[str, float | None], list[int]] = {}
-    for i, s in enumerate(slots):
-        groups.setdefault((s.learner.label, s.beta), []).append(i)
-    calibrations: dict[float, Calibration] = {}
-    kappo = [i for i, s in enumerate(slots) if s.learner.calibrated]
-    if kappo:
-        no_beta = sorted({slots[i].learner.label for i in kappo if slots[i].beta is None})
-        if no_beta:
-            raise ValueError(f"calibrated learner(s) {no_beta} need a KL strength (Slot.beta)")
-        calibrations = _kappo_calibration(spec, problem, model, kappo,
-                                          [int(pos[i]) for i in kappo], gen,
-                                          sorted({_beta(slots[i]) for i in kappo}))
-    alloc = torch.zeros(n_slots, len(BINS) - 1, dtype=torch.float64)
-    edges = torch.tensor(BINS[1:-1], dtype=torch.float64)
-    curve_steps: list[int] = []
-    curves: list[torch.Tensor] = []
+    groups = _learner_groups(slots)
+    calibrations = _calibrations(spec, problem, model, slots, pos, gen)
+    alloc = torch.zeros(len(slots), len(BINS) - 1, dtype=torch.float64)
     start = evaluate_slots(model, problem, spec.ks, spec.eval_chunk)
-    curve_steps.append(0)
-    curves.append(start["pass"][:, 0].clone())
-    n_classes = problem.n_classes
+    curve_steps: list[int] = [0]
+    curves: list[torch.Tensor] = [start["pass"][:, 0].clone()]
     # 0/1 rewards: the indicator of the true class; else the variant's reward matrix
     rmat = None if REWARD_KINDS[problem.reward].binary else problem.reward_matrix()
     for step in range(1, spec.steps + 1):
-        xs, ys, ids = problem.batch(batch_gen, n_seeds, b)  # (S, b, d), (S, b), (S, b)
-        xb, yb = xs[pos], ys[pos]  # (P, b, d), (P, b)
-        logp = torch.log_softmax(model(xb), -1)  # (P, b, C)
-        with torch.no_grad():
-            probs = logp.exp().double()
-            draws = torch.multinomial(probs.reshape(-1, n_classes), n, replacement=True,
-                                      generator=gen).reshape(n_slots, b, n)
-            if rmat is None:
-                rewards = (draws == yb[..., None]).double()  # (P, b, n)
-            else:
-                rewards = rmat[yb[..., None].expand_as(draws), draws]
-            p_true = probs.gather(2, yb[..., None])[..., 0]  # (P, b) exact pass rate
-        loss = torch.zeros(())
-        for idx in groups.values():
-            lrn = slots[idx[0]].learner
-            it = torch.tensor(idx)
-            if lrn.estimator is None:
-                loss = loss - logp[it].gather(2, yb[it, :, None]).mean() * len(idx)
-                continue
-            r = rewards[it]  # (s, b, n)
-            opts = dict(lrn.options)
-            if lrn.calibrated:
-                opts["calibration"] = calibrations[_beta(slots[idx[0]])]
-            # groups labelled by the bank ids of the images
-            if estimator_info(lrn.estimator).needs_prompt_ids:
-                gid = (pos[it][:, None] * problem.n_train + ids[pos[it]])[..., None]
-                adv = advantages(lrn.estimator, r.reshape(-1), gid.expand_as(r).reshape(-1),
-                                 **opts).reshape(r.shape)
-            else:
-                adv = advantages(lrn.estimator, r.reshape(-1, n), **opts).reshape(r.shape)
-            adv = adv.to(torch.float32)
-            lp = logp[it].gather(2, draws[it])  # (s, b, n)
-            loss = loss - (adv * lp).mean() * len(idx)  # mean over examples and rollouts
-            with torch.no_grad():
-                mass = adv.abs().double().sum(2)  # (s, b)
-                bin_id = torch.bucketize(p_true[it], edges, right=True)
-                alloc[it] += torch.zeros(len(idx), len(BINS) - 1,
-                                         dtype=torch.float64).scatter_add_(1, bin_id, mass)
+        ro = _sample_rollouts(problem, model, pos, len(seeds), n, b, batch_gen, gen, rmat)
+        loss, masses = _batch_loss(problem, slots, groups, pos, ro, calibrations)
+        for it, mass in masses:
+            alloc[it] += mass
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -397,7 +338,156 @@ def run_slots(problem: Problem, slots: Sequence[Slot], spec: RunSpec,
             curves.append(ev["pass"][:, 0].clone())
         if progress is not None:
             progress()
-    end = ev
+    return _slot_results(slots, spec, start, ev, alloc, curve_steps, curves, calibrations)
+
+
+def _check_estimators(slots: Sequence[Slot]) -> None:
+    """Every slot's estimator is registered in bestk (else ``ValueError`` naming the learners)."""
+    missing = [s.learner.label for s in slots
+               if s.learner.estimator is not None and s.learner.estimator not in ESTIMATORS]
+    if missing:
+        raise ValueError(f"estimator(s) of {sorted(set(missing))} are not registered in bestk")
+
+
+def _initial_weights(problem: Problem, seeds: Sequence[int], spec: RunSpec
+                     ) -> dict[int, dict[str, torch.Tensor]]:
+    """Each seed's initial MLP (its own :data:`~bestk._seeds.LAB_DIGITS_INIT` stream), trained
+    by :func:`supervised_warm_start` first when ``spec.sft_steps > 0``: the slots of one seed
+    start from the same weights (the pairing)."""
+    d_in = problem.x_train.shape[1] * problem.parts
+    inits = {}
+    for sd in seeds:
+        g = torch.Generator().manual_seed(LAB_DIGITS_INIT.seed(spec.seed, slot_seed=sd))
+        inits[sd] = BatchedMLP.init(d_in, spec.hidden, problem.n_classes, g)
+    if spec.sft_steps:
+        inits = supervised_warm_start(problem, inits, spec)
+    return inits
+
+
+def _rollout_generator(problem: Problem, spec: RunSpec) -> torch.Generator:
+    """The rollouts' stream, one per (base seed, reward variant, group size); the exploratory
+    learners' batch draws from a stream of its own."""
+    setting_seed = LAB_DIGITS_ROLLOUTS.seed(spec.seed, reward=REWARDS.index(problem.reward) + 1,
+                                            n=spec.n)
+    if spec.exploratory:
+        setting_seed = LAB_DIGITS_EXPLORATORY_ROLLOUTS.seed(setting_seed)
+    return torch.Generator().manual_seed(setting_seed)
+
+
+def _learner_groups(slots: Sequence[Slot]) -> dict[tuple[str, float | None], list[int]]:
+    """Slot indices grouped by (learner, KL strength): one advantage call per group and step."""
+    groups: dict[tuple[str, float | None], list[int]] = {}
+    for i, s in enumerate(slots):
+        groups.setdefault((s.learner.label, s.beta), []).append(i)
+    return groups
+
+
+def _calibrations(spec: RunSpec, problem: Problem, model: BatchedMLP, slots: Sequence[Slot],
+                  pos: torch.Tensor, gen: torch.Generator) -> dict[float, Calibration]:
+    """KL strength -> @k-GRPO's calibration from the calibrated slots' starting policies
+    (:func:`_kappo_calibration`, banks drawn from ``gen``); empty when no learner is
+    calibrated. A calibrated slot without a ``beta`` is a ``ValueError``."""
+    kappo = [i for i, s in enumerate(slots) if s.learner.calibrated]
+    if not kappo:
+        return {}
+    no_beta = sorted({slots[i].learner.label for i in kappo if slots[i].beta is None})
+    if no_beta:
+        raise ValueError(f"calibrated learner(s) {no_beta} need a KL strength (Slot.beta)")
+    return _kappo_calibration(spec, problem, model, kappo, [int(pos[i]) for i in kappo], gen,
+                              sorted({_beta(slots[i]) for i in kappo}))
+
+
+@dataclass
+class _Rollouts:
+    """One training step's minibatch and rollouts for every slot (``P`` slots, ``S`` seeds,
+    ``b`` images, ``n`` rollouts per image, ``C`` classes)."""
+
+    ids: torch.Tensor  # (S, b) image ids of each seed's minibatch (-1 for composites)
+    yb: torch.Tensor  # (P, b) labels of each slot's minibatch
+    logp: torch.Tensor  # (P, b, C) log pi(c | x), in the autograd graph
+    draws: torch.Tensor  # (P, b, n) sampled classes
+    rewards: torch.Tensor  # (P, b, n) their rewards (float64)
+    p_true: torch.Tensor  # (P, b) exact pass rate pi(y | x) (float64)
+
+
+def _sample_rollouts(problem: Problem, model: BatchedMLP, pos: torch.Tensor, n_seeds: int,
+                     n: int, b: int, batch_gen: torch.Generator, gen: torch.Generator,
+                     rmat: torch.Tensor | None) -> _Rollouts:
+    """One minibatch of ``b`` images per seed (``batch_gen``; slot ``i`` sees seed position
+    ``pos[i]``'s) and ``n`` classes per image drawn from each slot's policy (``gen``), rewarded
+    ``1[c = y]`` (``rmat`` None: 0/1 rewards) or ``rmat[y, c]``."""
+    xs, ys, ids = problem.batch(batch_gen, n_seeds, b)  # (S, b, d), (S, b), (S, b)
+    xb, yb = xs[pos], ys[pos]  # (P, b, d), (P, b)
+    logp = torch.log_softmax(model(xb), -1)  # (P, b, C)
+    with torch.no_grad():
+        probs = logp.exp().double()
+        draws = torch.multinomial(probs.reshape(-1, problem.n_classes), n, replacement=True,
+                                  generator=gen).reshape(len(pos), b, n)
+        if rmat is None:
+            rewards = (draws == yb[..., None]).double()  # (P, b, n)
+        else:
+            rewards = rmat[yb[..., None].expand_as(draws), draws]
+        p_true = probs.gather(2, yb[..., None])[..., 0]  # (P, b) exact pass rate
+    return _Rollouts(ids, yb, logp, draws, rewards, p_true)
+
+
+def _batch_loss(problem: Problem, slots: Sequence[Slot],
+                groups: dict[tuple[str, float | None], list[int]], pos: torch.Tensor,
+                ro: _Rollouts, calibrations: dict[float, Calibration]
+                ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+    """The loss whose gradient is every slot's update, and the gradient mass per pass-rate bin.
+
+    Per group of ``s`` slots: exact ML is ``-mean log pi(y | x)``, a policy-gradient learner
+    ``-mean(A * log pi(c | x))`` over images and rollouts (:func:`_group_advantages`); each
+    group's mean is multiplied by ``s`` so that every slot's own loss has weight 1. The masses
+    are ``(slot indices, (s, bins) sum of |A| by the image's pass-rate bin)`` per
+    policy-gradient group, to add to the allocation."""
+    edges = torch.tensor(BINS[1:-1], dtype=torch.float64)
+    loss = torch.zeros(())
+    masses = []
+    for idx in groups.values():
+        lrn = slots[idx[0]].learner
+        it = torch.tensor(idx)
+        if lrn.estimator is None:
+            loss = loss - ro.logp[it].gather(2, ro.yb[it, :, None]).mean() * len(idx)
+            continue
+        calibration = calibrations[_beta(slots[idx[0]])] if lrn.calibrated else None
+        adv = _group_advantages(problem, lrn, ro.rewards[it], pos[it], ro.ids, calibration)
+        lp = ro.logp[it].gather(2, ro.draws[it])  # (s, b, n)
+        loss = loss - (adv * lp).mean() * len(idx)  # mean over examples and rollouts
+        with torch.no_grad():
+            mass = adv.abs().double().sum(2)  # (s, b)
+            bin_id = torch.bucketize(ro.p_true[it], edges, right=True)
+            masses.append((it, torch.zeros(len(idx), len(BINS) - 1, dtype=torch.float64
+                                           ).scatter_add_(1, bin_id, mass)))
+    return loss, masses
+
+
+def _group_advantages(problem: Problem, lrn: Learner, r: torch.Tensor, seed_pos: torch.Tensor,
+                      ids: torch.Tensor, calibration: Calibration | None) -> torch.Tensor:
+    """``lrn``'s advantages (float32, ``(s, b, n)``) of the rewards ``r (s, b, n)``: per image's
+    group of ``n`` rollouts, or, for estimators that need prompt ids, with every rollout
+    labelled by its image's bank id (seed position x n_train + image index, the ids
+    :func:`_kappo_calibration` used)."""
+    opts = dict(lrn.options)
+    if calibration is not None:
+        opts["calibration"] = calibration
+    assert lrn.estimator is not None
+    if estimator_info(lrn.estimator).needs_prompt_ids:
+        gid = (seed_pos[:, None] * problem.n_train + ids[seed_pos])[..., None]
+        adv = advantages(lrn.estimator, r.reshape(-1), gid.expand_as(r).reshape(-1),
+                         **opts).reshape(r.shape)
+    else:
+        adv = advantages(lrn.estimator, r.reshape(-1, r.shape[-1]), **opts).reshape(r.shape)
+    return adv.to(torch.float32)
+
+
+def _slot_results(slots: Sequence[Slot], spec: RunSpec, start: dict[str, torch.Tensor],
+                  end: dict[str, torch.Tensor], alloc: torch.Tensor, curve_steps: list[int],
+                  curves: list[torch.Tensor], calibrations: dict[float, Calibration]
+                  ) -> SlotResults:
+    """The :data:`SlotResults` of a finished batch; allocation shares are each slot's gradient
+    mass per pass-rate bin over its total (0 where it had none)."""
     tot = alloc.sum(1, keepdim=True)
     share = torch.where(tot > 0, alloc / tot.clamp_min(1e-300), torch.zeros_like(alloc))
     out: SlotResults = {
