@@ -285,90 +285,133 @@ def expected_update(method: str, problem: KappoProblem, cfg: KappoLabConfig) -> 
     ``dpo`` and ``direct`` are the exact gradients of their population losses (returned as the
     merit too); ``apo`` is the on-policy semi-gradient of Eq. 14 (:math:`\pi_{old}` held
     fixed: not the gradient of a fixed function); the GRPO family is minus its expected ascent
-    update with the exact KL gradient.
+    update with the exact KL gradient. One builder per method (the module docstring derives
+    each): :func:`_apo_dynamics`, :func:`_dpo_dynamics`, :func:`_direct_dynamics`,
+    :func:`_kappo_grpo_dynamics`, :func:`_grpo_family_dynamics`.
     """
-    ref, beta, n = problem.ref, problem.beta, cfg.group_size
-    log_ref = ref.log()
     if not is_run(problem.kind, method):
         raise ValueError(f"{method} is not run on {problem.kind} rewards: {BINARY_ONLY[method]}")
-
+    n = cfg.group_size
     if method == "apo":
-        ids = np.repeat(np.asarray(problem.prompt_ids, dtype=object), ref.shape[1])
-        raw = problem.rewards.expand_as(ref).reshape(-1).numpy()
-        targets = torch.as_tensor(problem.calibration.regression_target(ids, raw))
-
-        def apo(theta: torch.Tensor) -> torch.Tensor:
-            logp = torch.log_softmax(theta, -1)
-            per = kappo_apo_loss(
-                logp.reshape(-1), log_ref.reshape(-1), targets, beta, reduction="none"
-            ).reshape(logp.shape)
-            return (per * logp.exp().detach()).sum(-1)
-
-        # g / pi = -2 beta (t - beta ell - mean): h = 2 beta t, scale 2 beta^2.
-        return Dynamics(_loss_dynamics(apo).field, scale=2 * beta * beta)
-
+        return _apo_dynamics(problem)
     if method == "dpo":
-        succ = torch.nonzero(problem.rewards == 1)[:, 0]
-        fail = torch.nonzero(problem.rewards == 0)[:, 0]
-        w, lo = torch.cartesian_prod(succ, fail).T
-        q = torch.from_numpy(problem.q)[:, None]
-        weight = (ref[:, w] / q) * (ref[:, lo] / (1 - q))  # rho_w rho_l
-        beta_eff = torch.from_numpy(problem.calibration.get("beta_eff", problem.prompt_ids))
-        be = beta_eff[:, None].expand_as(weight).reshape(-1)
-        up = 1.0 / (1.0 + math.exp(-1.0))  # Bradley-Terry: P(success preferred) = sigma(1)
-
-        def dpo(theta: torch.Tensor) -> torch.Tensor:
-            logp = torch.log_softmax(theta, -1)
-            cw, cl = logp[:, w].reshape(-1), logp[:, lo].reshape(-1)
-            rw, rl = log_ref[:, w].reshape(-1), log_ref[:, lo].reshape(-1)
-            fwd = kappo_dpo_loss(cw, cl, rw, rl, be, reduction="none")
-            bwd = kappo_dpo_loss(cl, cw, rl, rw, be, reduction="none")
-            return (weight * (up * fwd + (1 - up) * bwd).reshape(weight.shape)).sum(-1)
-
-        return _loss_dynamics(dpo)
-
+        return _dpo_dynamics(problem)
     if method == "direct":
-        k = problem.k
-        if problem.calibration.kind_spec.binary:
-            def value(pi: torch.Tensor) -> torch.Tensor:
-                return 1 - (1 - (pi * problem.rewards).sum(-1)) ** k
-        else:
-            wins = torch.arange(1, ref.shape[1] + 1, dtype=torch.float64) / ref.shape[1]
-
-            def value(pi: torch.Tensor) -> torch.Tensor:
-                return best_at_k_exact(pi, wins, [k])[..., 0]
-
-        def direct(theta: torch.Tensor) -> torch.Tensor:
-            logp = torch.log_softmax(theta, -1)
-            pi = logp.exp()
-            return -(value(pi) - beta * (pi * (logp - log_ref)).sum(-1))
-
-        return _loss_dynamics(direct)
-
-    kl_coef = beta
+        return _direct_dynamics(problem)
     if method == "kappo_grpo":
-        plus, minus = _binary_count_advantages(
-            problem, "kappo_grpo", n, False, calibration=problem.calibration
-        )
-    elif method in _GRPO_FAMILY:
-        name, options = _GRPO_FAMILY[method]
-        c = _linear_weight(name, n, **options)
-        kl_coef = beta * c  # beta (n-1)/n for Dr.GRPO
-        if problem.calibration.kind_spec.binary:
-            plus, minus = _binary_count_advantages(problem, name, n, True, **options)
-        else:
-            s_arm = problem.adaptive
+        return _kappo_grpo_dynamics(problem, n)
+    if method in _GRPO_FAMILY:
+        return _grpo_family_dynamics(method, problem, n)
+    raise ValueError(f"unknown method {method!r}; valid: {', '.join(METHODS)}")
 
-            def linear(theta: torch.Tensor) -> torch.Tensor:
-                pi = torch.softmax(theta, -1)
-                up = c * pi * (s_arm - (pi * s_arm).sum(-1, keepdim=True))
-                return -(up - kl_coef * _kl_grad(pi, ref))
 
-            return Dynamics(linear, scale=kl_coef)
+def _apo_dynamics(problem: KappoProblem) -> Dynamics:
+    r"""@k-A*PO on-policy: the gradient of :math:`L = \sum_a \pi_{old}(a)(t_a - \beta\ell_a)^2`
+    with :math:`\pi_{old} = \pi` held fixed (:func:`bestk.kappo.kappo_apo_loss`, targets
+    ``Calibration.regression_target``); :math:`g/\pi = -2\beta(t - \beta\ell - \mathrm{mean})`,
+    so ``scale`` = :math:`2\beta^2`."""
+    ref, beta = problem.ref, problem.beta
+    log_ref = ref.log()
+    ids = np.repeat(np.asarray(problem.prompt_ids, dtype=object), ref.shape[1])
+    raw = problem.rewards.expand_as(ref).reshape(-1).numpy()
+    targets = torch.as_tensor(problem.calibration.regression_target(ids, raw))
+
+    def apo(theta: torch.Tensor) -> torch.Tensor:
+        logp = torch.log_softmax(theta, -1)
+        per = kappo_apo_loss(
+            logp.reshape(-1), log_ref.reshape(-1), targets, beta, reduction="none"
+        ).reshape(logp.shape)
+        return (per * logp.exp().detach()).sum(-1)
+
+    # g / pi = -2 beta (t - beta ell - mean): h = 2 beta t, scale 2 beta^2.
+    return Dynamics(_loss_dynamics(apo).field, scale=2 * beta * beta)
+
+
+def _dpo_dynamics(problem: KappoProblem) -> Dynamics:
+    r"""@k-DPO's population loss (binary): every (success w, failure l) pair weighted
+    :math:`\rho_w\rho_l = \pi_{ref}(w|R=1)\,\pi_{ref}(l|R=0)`, labelled by Bradley-Terry,
+    :math:`\sigma(1)\lambda(\beta_{eff}d_{wl}) + \sigma(-1)\lambda(-\beta_{eff}d_{wl})`
+    (:func:`bestk.kappo.kappo_dpo_loss`, :math:`\beta_{eff}` from the calibration)."""
+    ref, log_ref = problem.ref, problem.ref.log()
+    succ = torch.nonzero(problem.rewards == 1)[:, 0]
+    fail = torch.nonzero(problem.rewards == 0)[:, 0]
+    w, lo = torch.cartesian_prod(succ, fail).T
+    q = torch.from_numpy(problem.q)[:, None]
+    weight = (ref[:, w] / q) * (ref[:, lo] / (1 - q))  # rho_w rho_l
+    beta_eff = torch.from_numpy(problem.calibration.get("beta_eff", problem.prompt_ids))
+    be = beta_eff[:, None].expand_as(weight).reshape(-1)
+    up = 1.0 / (1.0 + math.exp(-1.0))  # Bradley-Terry: P(success preferred) = sigma(1)
+
+    def dpo(theta: torch.Tensor) -> torch.Tensor:
+        logp = torch.log_softmax(theta, -1)
+        cw, cl = logp[:, w].reshape(-1), logp[:, lo].reshape(-1)
+        rw, rl = log_ref[:, w].reshape(-1), log_ref[:, lo].reshape(-1)
+        fwd = kappo_dpo_loss(cw, cl, rw, rl, be, reduction="none")
+        bwd = kappo_dpo_loss(cl, cw, rl, rw, be, reduction="none")
+        return (weight * (up * fwd + (1 - up) * bwd).reshape(weight.shape)).sum(-1)
+
+    return _loss_dynamics(dpo)
+
+
+def _direct_dynamics(problem: KappoProblem) -> Dynamics:
+    r"""Minus :math:`J_k(\pi) = V_k(\pi) - \beta\,\mathrm{KL}(\pi\|\pi_{ref})` by autograd:
+    binary :math:`V = 1 - (1 - p)^k`, win-rate :math:`V` = max@k of :math:`Q_j = j/K`."""
+    ref, beta, k = problem.ref, problem.beta, problem.k
+    log_ref = ref.log()
+    if problem.calibration.kind_spec.binary:
+        def value(pi: torch.Tensor) -> torch.Tensor:
+            return 1 - (1 - (pi * problem.rewards).sum(-1)) ** k
     else:
-        raise ValueError(f"unknown method {method!r}; valid: {', '.join(METHODS)}")
+        wins = torch.arange(1, ref.shape[1] + 1, dtype=torch.float64) / ref.shape[1]
+
+        def value(pi: torch.Tensor) -> torch.Tensor:
+            return best_at_k_exact(pi, wins, [k])[..., 0]
+
+    def direct(theta: torch.Tensor) -> torch.Tensor:
+        logp = torch.log_softmax(theta, -1)
+        pi = logp.exp()
+        return -(value(pi) - beta * (pi * (logp - log_ref)).sum(-1))
+
+    return _loss_dynamics(direct)
+
+
+def _kappo_grpo_dynamics(problem: KappoProblem, n: int) -> Dynamics:
+    """@k-GRPO as registered (Eq. 140, binary): the success-count update
+    (:func:`_count_dynamics`) of its own advantages, KL coefficient beta."""
+    plus, minus = _binary_count_advantages(
+        problem, "kappo_grpo", n, False, calibration=problem.calibration
+    )
+    return _count_dynamics(problem, plus, minus, problem.beta)
+
+
+def _grpo_family_dynamics(method: str, problem: KappoProblem, n: int) -> Dynamics:
+    """Reward-side @k-GRPO (``rloo``, ``drgrpo``): the estimator on the adaptive reward, KL
+    coefficient ``beta W_11`` (``W_11`` = 1 for RLOO, (n-1)/n for Dr.GRPO,
+    :func:`_linear_weight`); binary by the success count (:func:`_count_dynamics`), win-rate
+    by linearity, ``W_11 (pi * (S - E_pi S))``."""
+    name, options = _GRPO_FAMILY[method]
+    c = _linear_weight(name, n, **options)
+    kl_coef = problem.beta * c  # beta (n-1)/n for Dr.GRPO
+    if problem.calibration.kind_spec.binary:
+        plus, minus = _binary_count_advantages(problem, name, n, True, **options)
+        return _count_dynamics(problem, plus, minus, kl_coef)
+    ref, s_arm = problem.ref, problem.adaptive
+
+    def linear(theta: torch.Tensor) -> torch.Tensor:
+        pi = torch.softmax(theta, -1)
+        up = c * pi * (s_arm - (pi * s_arm).sum(-1, keepdim=True))
+        return -(up - kl_coef * _kl_grad(pi, ref))
+
+    return Dynamics(linear, scale=kl_coef)
+
+
+def _count_dynamics(problem: KappoProblem, plus: np.ndarray, minus: np.ndarray,
+                    kl_coef: float) -> Dynamics:
+    """The expected update of an advantage ``A+-(s)`` that depends on the sample's 0/1 reward
+    and the group's success count s: ``omega(p) grad p - kl_coef grad KL`` with ``grad p =
+    pi * (R - p)`` and ``omega`` from :func:`_omega`."""
     plus_t, minus_t = torch.from_numpy(plus), torch.from_numpy(minus)
-    r = problem.rewards
+    ref, r = problem.ref, problem.rewards
 
     def counts(theta: torch.Tensor) -> torch.Tensor:
         pi = torch.softmax(theta, -1)
