@@ -79,6 +79,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from bestk.lab.claims.specs import GREATER, LESS, ClaimsDoc
 from bestk.lab.common.io import fmt
@@ -185,90 +186,177 @@ def verdict(primary_diff: float, primary_p_holm: float, direction: str,
     an A/A control is never inconclusive (it has no effect to detect). Raises ``ValueError``
     on a direction other than greater / less, a p-value outside [0, 1], a bad interval or
     SESOI, or a non-significant claim arm without them.
+
+    The steps are tried in the rule's order, the first that decides giving the verdict:
+    :func:`_design_step` (1), :func:`_opposite_step` (2), :func:`_premise_step` (3), then
+    :func:`_not_significant_step` (5) or :func:`_significant_step` (4) (exclusive).
     """
     sign = _sign(direction)
     if not 0.0 <= primary_p_holm <= 1.0:
         raise ValueError(f"primary_p_holm must lie in [0, 1], got {primary_p_holm}")
     _check_sesoi(sesoi, "verdict")
     interval = None if ci95 is None else claimed_interval(ci95, direction)
-    significant = primary_p_holm < alpha
-    x = sign * primary_diff
-    where = f"Holm p = {fmt(primary_p_holm)}"
-    if design and not control:
-        way = "claimed" if x > 0 else "opposite"
-        shown = (f"primary significant in the {way} direction ({where})" if significant
-                 else f"primary not significant ({where})")
-        return "inconclusive", shown + "; the design cannot support a verdict: " + \
-            "; ".join(design)
+    pr = _Primary(significant=primary_p_holm < alpha, x=sign * primary_diff,
+                  where=f"Holm p = {fmt(primary_p_holm)}", sign=sign)
+    decided = _design_step(pr, design, control)
+    if decided is not None:
+        return decided
     premise_status, premise_why = premise if premise is not None else (None, "")
-    if significant and x < 0:
-        why = f"primary significantly {'worse' if sign > 0 else 'higher'} than claimed ({where})"
-        guards = [] if control else list(type_m)
-        if premise_status is not None and premise_status != "holds" and not control:
-            guards.append(premise_why)
-        if guards:
-            why += ("; contradicted whatever the power: " + "; ".join(guards)
-                    + " only guards a result in the claimed direction")
-        return "contradicted", why
-    if premise_status in ("refuted", "undecided") and not control:
-        shown = (f"primary significant in the claimed direction ({where})" if significant
-                 else f"primary not significant ({where})")
-        if premise_status == "refuted":
-            return "not reproduced", shown + "; the claim's premise, that b fails to train, " \
-                                             "is refuted: " + premise_why
-        return "inconclusive", shown + "; the claim's premise, that b fails to train, is " \
-                                       "neither shown nor refuted: " + premise_why
-    if not significant:
-        why = f"primary not significant ({where})"
-        if control:
-            return "not reproduced", why
-        if underpowered:
-            return "inconclusive", why + "; the experiment cannot show the absence of an " \
-                                         "effect of interest: " + "; ".join(underpowered)
-        if interval is None or sesoi is None:
-            raise ValueError("verdict: a non-significant primary is judged by its 95% interval "
-                             "against the SESOI: pass ci95 and sesoi")
-        if interval[1] < sesoi:
-            return "not reproduced", why + (f"; its 95% interval in the claimed direction ends "
-                                            f"at {fmt(interval[1])} < SESOI {fmt(sesoi)}: "
-                                            "every effect of interest is excluded")
-        return "inconclusive", why + (f"; its 95% interval in the claimed direction reaches "
-                                      f"{fmt(interval[1])} >= SESOI {fmt(sesoi)}: an effect "
-                                      "of interest is not excluded")
+    decided = (_opposite_step(pr, type_m, premise_status, premise_why, control)
+               or _premise_step(pr, premise_status, premise_why, control))
+    if decided is not None:
+        return decided
+    if not pr.significant:
+        return _not_significant_step(pr, interval, sesoi, underpowered, control)
+    return _significant_step(pr, secondaries, noninferiority, alpha, sesoi=sesoi,
+                             noninferiority_diff=noninferiority_diff, control=control,
+                             type_m=type_m, premise=(premise_status, premise_why),
+                             margin_claim=margin_claim)
+
+
+@dataclass(frozen=True)
+class _Primary:
+    """What the rule's steps read of the primary test: ``significant`` (Holm p < alpha), ``x``
+    (the difference counted in the claimed direction), ``where`` (the Holm p in words) and
+    ``sign`` (+1 for ``greater`` claims, -1 for ``less``)."""
+
+    significant: bool
+    x: float
+    where: str
+    sign: float
+
+    def shown(self, way: str) -> str:
+        """The primary's outcome in words, ``way`` the direction a significant one went."""
+        return (f"primary significant in the {way} direction ({self.where})" if self.significant
+                else f"primary not significant ({self.where})")
+
+
+def _design_step(pr: _Primary, design: Sequence[str], control: bool) -> tuple[str, str] | None:
+    """Step 1: **inconclusive** when the design cannot support a verdict (not for controls)."""
+    if design and not control:
+        return "inconclusive", pr.shown("claimed" if pr.x > 0 else "opposite") + \
+            "; the design cannot support a verdict: " + "; ".join(design)
+    return None
+
+
+def _opposite_step(pr: _Primary, type_m: Sequence[str], premise_status: str | None,
+                   premise_why: str, control: bool) -> tuple[str, str] | None:
+    """Step 2: **contradicted** when significant in the opposite direction; the power and
+    premise guards that would apply in the claimed direction are named, never applied."""
+    if not (pr.significant and pr.x < 0):
+        return None
+    why = (f"primary significantly {'worse' if pr.sign > 0 else 'higher'} than claimed "
+           f"({pr.where})")
+    guards = [] if control else list(type_m)
+    if premise_status is not None and premise_status != "holds" and not control:
+        guards.append(premise_why)
+    if guards:
+        why += ("; contradicted whatever the power: " + "; ".join(guards)
+                + " only guards a result in the claimed direction")
+    return "contradicted", why
+
+
+def _premise_step(pr: _Primary, premise_status: str | None, premise_why: str,
+                  control: bool) -> tuple[str, str] | None:
+    """Step 3: a claim that b fails to train is **not reproduced** when b is shown to train,
+    **inconclusive** when that is undecided (not for controls)."""
+    if premise_status not in ("refuted", "undecided") or control:
+        return None
+    shown = pr.shown("claimed")
+    if premise_status == "refuted":
+        return "not reproduced", shown + "; the claim's premise, that b fails to train, " \
+                                         "is refuted: " + premise_why
+    return "inconclusive", shown + "; the claim's premise, that b fails to train, is " \
+                                   "neither shown nor refuted: " + premise_why
+
+
+def _not_significant_step(pr: _Primary, interval: tuple[float, float] | None,
+                          sesoi: float | None, underpowered: Sequence[str],
+                          control: bool) -> tuple[str, str]:
+    """Step 5: a control is **not reproduced**; an arm that cannot show absence
+    (``underpowered``) **inconclusive**; otherwise **not reproduced** iff the interval's upper
+    end lies below the SESOI, else **inconclusive**."""
+    why = f"primary not significant ({pr.where})"
+    if control:
+        return "not reproduced", why
+    if underpowered:
+        return "inconclusive", why + "; the experiment cannot show the absence of an " \
+                                     "effect of interest: " + "; ".join(underpowered)
+    if interval is None or sesoi is None:
+        raise ValueError("verdict: a non-significant primary is judged by its 95% interval "
+                         "against the SESOI: pass ci95 and sesoi")
+    if interval[1] < sesoi:
+        return "not reproduced", why + (f"; its 95% interval in the claimed direction ends "
+                                        f"at {fmt(interval[1])} < SESOI {fmt(sesoi)}: "
+                                        "every effect of interest is excluded")
+    return "inconclusive", why + (f"; its 95% interval in the claimed direction reaches "
+                                  f"{fmt(interval[1])} >= SESOI {fmt(sesoi)}: an effect "
+                                  "of interest is not excluded")
+
+
+def _significant_step(pr: _Primary, secondaries: Sequence[tuple[str, float, float, str]],
+                      noninferiority: tuple[str, float, float] | None, alpha: float, *,
+                      sesoi: float | None, noninferiority_diff: float | None, control: bool,
+                      type_m: Sequence[str], premise: tuple[str | None, str],
+                      margin_claim: bool) -> tuple[str, str]:
+    """Step 4, significant in the claimed direction: **inconclusive** on a type M risk, then
+    the secondaries (:func:`_worse_secondaries`) and the Pareto margin
+    (:func:`_margin_outcome`), then **reproduced** or **significant, below SESOI**."""
     if type_m and not control:
-        return "inconclusive", (f"primary significant in the claimed direction ({where}); the "
-                                "design cannot support it: " + "; ".join(type_m)
+        return "inconclusive", (f"primary significant in the claimed direction ({pr.where}); "
+                                "the design cannot support it: " + "; ".join(type_m)
                                 + ", so a significant difference from it overstates the "
                                   "effect (type M)")
-    ni_metric = None if noninferiority is None else noninferiority[0]
-    # where b is shown not to train (the premise of such a claim), b's secondaries are an
-    # untrained policy's (its spread wins pass@k at large k): they judge nothing
-    worse = [] if premise_status == "holds" and not control else [
-        m for m, d, p, better in secondaries
-        if m != ni_metric and significantly_worse(d, p, better, alpha)]
+    premise_status, premise_why = premise
+    worse = _worse_secondaries(secondaries, noninferiority, alpha,
+                               b_untrained=premise_status == "holds" and not control)
     if worse:
         return "not reproduced", ("primary significant, but significantly worse on "
                                   + ", ".join(worse))
     if noninferiority is not None:
-        metric, lo, margin = noninferiority
-        if not lo > -margin:
-            why = (f"primary significant, but {metric} non-inferiority fails (95% CI low "
-                   f"{fmt(lo)} <= -{margin})")
-            if noninferiority_diff is not None and noninferiority_diff > -margin and \
-                    not control:
-                return "inconclusive", why + (f"; its point estimate {fmt(noninferiority_diff)} "
-                                              "lies inside the margin: the interval is too "
-                                              "wide to decide")
-            return "not reproduced", why
-    why = f"primary significant ({where})"
+        failed = _margin_outcome(noninferiority, noninferiority_diff, control)
+        if failed is not None:
+            return failed
+    why = f"primary significant ({pr.where})"
     if premise_status == "holds":
         why += ("; the claim's premise holds: " + premise_why
                 + " (b's secondaries, an untrained policy's, judge nothing)")
-    if not control and not margin_claim and sesoi is not None and x < sesoi:
-        return BELOW_SESOI, why + (f"; its estimate {fmt(x)} in the claimed direction is "
+    if not control and not margin_claim and sesoi is not None and pr.x < sesoi:
+        return BELOW_SESOI, why + (f"; its estimate {fmt(pr.x)} in the claimed direction is "
                                    f"below the SESOI {fmt(sesoi)}: a real effect, smaller "
                                    "than the smallest effect of interest")
     return "reproduced", why
+
+
+def _worse_secondaries(secondaries: Sequence[tuple[str, float, float, str]],
+                       noninferiority: tuple[str, float, float] | None, alpha: float, *,
+                       b_untrained: bool) -> list[str]:
+    """The secondaries significantly worse (:func:`significantly_worse`), the Pareto margin's
+    metric excluded (judged by its margin only); none where b is shown not to train
+    (``b_untrained``: b's secondaries, an untrained policy's whose spread wins pass@k at large
+    k, judge nothing)."""
+    if b_untrained:
+        return []
+    ni_metric = None if noninferiority is None else noninferiority[0]
+    return [m for m, d, p, better in secondaries
+            if m != ni_metric and significantly_worse(d, p, better, alpha)]
+
+
+def _margin_outcome(noninferiority: tuple[str, float, float], point: float | None,
+                    control: bool) -> tuple[str, str] | None:
+    """The Pareto margin (None: it holds, 95% CI low > -margin): **inconclusive** when the
+    point estimate lies inside the margin (the interval too wide to decide; not for
+    controls), else **not reproduced**."""
+    metric, lo, margin = noninferiority
+    if lo > -margin:
+        return None
+    why = (f"primary significant, but {metric} non-inferiority fails (95% CI low "
+           f"{fmt(lo)} <= -{margin})")
+    if point is not None and point > -margin and not control:
+        return "inconclusive", why + (f"; its point estimate {fmt(point)} "
+                                      "lies inside the margin: the interval is too "
+                                      "wide to decide")
+    return "not reproduced", why
 
 
 def type_m_reasons(mde: float | None, paper_effect: float | None) -> list[str]:
