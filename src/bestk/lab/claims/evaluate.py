@@ -45,11 +45,12 @@ from bestk.lab.claims.specs import (
     ArmEntry,
     ClaimsDoc,
     ClaimSpec,
+    NonInferiority,
     Sharpening,
     arm_id,
 )
 from bestk.lab.claims.table import CLAIMS, PAPER_EFFECTS, RULE_DECLARED, SESOI, TESTBEDS
-from bestk.lab.common.io import TestbedData, fmt
+from bestk.lab.common.io import MethodData, TestbedData, fmt
 from bestk.lr_sweep import is_interior
 from bestk.stats import (
     EXACT_MAX_N,
@@ -127,32 +128,14 @@ def _test_json(a: Sequence[float], b: Sequence[float], *, perm: bool = False,
 
 def _trained_entry(spec: ClaimSpec, arm: Arm, tb: TestbedData | None,
                    min_seeds: int | None = None) -> ArmEntry:
+    """An arm's entry with its tests (no verdict yet: ``pending`` until judged): ``dropped``,
+    or left pending with the reason when the testbed has no data, lacks a method, has fewer
+    than ``min_seeds`` seeds (default the testbed's own) or does not measure the primary
+    metric; ``not comparable`` when the two methods did not see the same reward, prompts
+    and (unless the claim compares budgets) budget."""
     tspec = TESTBEDS[arm.testbed]
     need = tspec.min_seeds if min_seeds is None else min_seeds
-    sesoi, sesoi_source = SESOI.get(spec.id, (None, "an exact claim is decided by a threshold "
-                                                    "on an exact quantity, not by an effect "
-                                                    "size"))
-    e: ArmEntry = {
-        "id": arm_id(spec, arm), "claim_id": spec.id, "claim": spec.claim,
-        "source": spec.source, "testbed": arm.testbed, "kind": spec.kind, "a": arm.a,
-        "b": arm.b, "reward": spec.reward, "seeds": 0,
-        "primary": {"metric": spec.primary.label, "direction": spec.direction,
-                    "per_seed_a": [], "per_seed_b": [], "diff": None, "ci95": None, "p": None,
-                    "p_holm": None, "p_perm": None, "p_perm_holm": None,
-                    "margin": spec.margin,
-                    "test": "paired t-test of a - b" if spec.margin is None else
-                            f"non-inferiority: paired t-test of a - b + {spec.margin}",
-                    "test_perm": None},
-        "secondary": [], "noninferiority": None, "change_from_start": None,
-        "sesoi": sesoi, "sesoi_source": sesoi_source,
-        "mde": None, "paper_effect": None, "paper_effect_why": None, "headroom": None,
-        "seeds_needed": None, "power": None, "robust": None,
-        "lr_a": None, "lr_b": None, "lr_grid": None, "lr_interior": None, "lr_rule": None,
-        "reward_matched": None, "prompt_matched": None, "budget_matched": None,
-        "budget_by_design": spec.budget == "by design", "budget": None,
-        "control": spec.control, "status": spec.status, "verdict": "pending", "why": "",
-        "command": tspec.command,
-    }
+    e = _blank_entry(spec, arm)
     why_dropped = tspec.dropped_why(arm.a) or tspec.dropped_why(arm.b)
     if why_dropped is not None:
         e["verdict"], e["why"] = "dropped", why_dropped
@@ -175,11 +158,7 @@ def _trained_entry(spec: ClaimSpec, arm: Arm, tb: TestbedData | None,
     if key not in ma["end"] or key not in mb["end"]:
         e["why"] = f"metric {key} not measured on this testbed"
         return e
-    e["primary"]["test_perm"] = (
-        f"two-sided sign-flip permutation test of the same differences: exact over all "
-        f"2^{n_seeds} sign patterns" if n_seeds <= EXACT_MAX_N else
-        f"two-sided sign-flip permutation test of the same differences: Monte Carlo over "
-        f"{MC_DRAWS} sign patterns (numpy default_rng(0))")
+    e["primary"]["test_perm"] = _perm_test_text(n_seeds)
     e["primary"].update(metric=key, per_seed_a=list(ma["end"][key]),
                         per_seed_b=list(mb["end"][key]),
                         **_test_json(ma["end"][key], mb["end"][key], perm=True,
@@ -187,9 +166,62 @@ def _trained_entry(spec: ClaimSpec, arm: Arm, tb: TestbedData | None,
     if key in ma.get("start", {}):
         e["change_from_start"] = {side: _test_json(m["end"][key], m["start"][key])
                                   for side, m in (("a", ma), ("b", mb))}
+    e["secondary"] = _secondary_tests(spec, key, ks, tspec.primary_k, ma, mb)
+    if spec.noninferiority is not None:
+        e["noninferiority"] = _noninferiority_test(spec.noninferiority, ks, tspec.primary_k,
+                                                   ma, mb)
+    unmatched = _unmatched(e)
+    if unmatched:
+        e["verdict"] = "not comparable"
+        e["why"] = unmatched + " not matched"
+    return e
+
+
+def _blank_entry(spec: ClaimSpec, arm: Arm) -> ArmEntry:
+    """An arm's entry before any data: what the claim and testbed declare (SESOI and its
+    source, the primary test), every measured field None, verdict ``pending``."""
+    sesoi, sesoi_source = SESOI.get(spec.id, (None, "an exact claim is decided by a threshold "
+                                                    "on an exact quantity, not by an effect "
+                                                    "size"))
+    return {
+        "id": arm_id(spec, arm), "claim_id": spec.id, "claim": spec.claim,
+        "source": spec.source, "testbed": arm.testbed, "kind": spec.kind, "a": arm.a,
+        "b": arm.b, "reward": spec.reward, "seeds": 0,
+        "primary": {"metric": spec.primary.label, "direction": spec.direction,
+                    "per_seed_a": [], "per_seed_b": [], "diff": None, "ci95": None, "p": None,
+                    "p_holm": None, "p_perm": None, "p_perm_holm": None,
+                    "margin": spec.margin,
+                    "test": "paired t-test of a - b" if spec.margin is None else
+                            f"non-inferiority: paired t-test of a - b + {spec.margin}",
+                    "test_perm": None},
+        "secondary": [], "noninferiority": None, "change_from_start": None,
+        "sesoi": sesoi, "sesoi_source": sesoi_source,
+        "mde": None, "paper_effect": None, "paper_effect_why": None, "headroom": None,
+        "seeds_needed": None, "power": None, "robust": None,
+        "lr_a": None, "lr_b": None, "lr_grid": None, "lr_interior": None, "lr_rule": None,
+        "reward_matched": None, "prompt_matched": None, "budget_matched": None,
+        "budget_by_design": spec.budget == "by design", "budget": None,
+        "control": spec.control, "status": spec.status, "verdict": "pending", "why": "",
+        "command": TESTBEDS[arm.testbed].command,
+    }
+
+
+def _perm_test_text(n_seeds: int) -> str:
+    """How the sign-flip test of ``n_seeds`` paired differences is computed: exact up to
+    ``EXACT_MAX_N`` seeds, else Monte Carlo."""
+    return (f"two-sided sign-flip permutation test of the same differences: exact over all "
+            f"2^{n_seeds} sign patterns" if n_seeds <= EXACT_MAX_N else
+            f"two-sided sign-flip permutation test of the same differences: Monte Carlo over "
+            f"{MC_DRAWS} sign patterns (numpy default_rng(0))")
+
+
+def _secondary_tests(spec: ClaimSpec, key: str, ks: Sequence[int], primary_k: int | None,
+                     ma: MethodData, mb: MethodData) -> list[SecondaryTest]:
+    """The paired tests (t and sign-flip, each Holm-adjusted within the arm) of every
+    secondary metric key both methods measured, the primary's ``key`` excluded."""
     sec: list[SecondaryTest] = []
     for metric in spec.secondary:
-        for k2 in metric.keys(ks, tspec.primary_k):
+        for k2 in metric.keys(ks, primary_k):
             if k2 == key or k2 not in ma["end"] or k2 not in mb["end"]:
                 continue
             sec.append({"metric": k2, "better": metric.better,
@@ -197,21 +229,29 @@ def _trained_entry(spec: ClaimSpec, arm: Arm, tb: TestbedData | None,
     for s, p, pp in zip(sec, holm([s["p"] for s in sec]), holm([s["p_perm"] for s in sec]),
                         strict=True):
         s["p_holm"], s["p_perm_holm"] = p, pp
-    e["secondary"] = sec
-    if spec.noninferiority is not None:
-        (k3,) = spec.noninferiority.metric.keys(ks, tspec.primary_k)
-        if k3 in ma["end"] and k3 in mb["end"]:
-            t = _test_json(ma["end"][k3], mb["end"][k3])
-            e["noninferiority"] = {"metric": k3, "margin": spec.noninferiority.margin,
-                                   "diff": t["diff"], "ci95": t["ci95"],
-                                   "holds": bool(t["ci95"][0] > -spec.noninferiority.margin)}
+    return sec
+
+
+def _noninferiority_test(ni: NonInferiority, ks: Sequence[int], primary_k: int | None,
+                         ma: MethodData, mb: MethodData) -> dict[str, object] | None:
+    """A Pareto claim's margin on its metric: the difference a - b, its 95% interval and
+    whether the interval lies above ``-margin`` (None when a method did not measure it)."""
+    (k3,) = ni.metric.keys(ks, primary_k)
+    if k3 not in ma["end"] or k3 not in mb["end"]:
+        return None
+    t = _test_json(ma["end"][k3], mb["end"][k3])
+    return {"metric": k3, "margin": ni.margin, "diff": t["diff"], "ci95": t["ci95"],
+            "holds": bool(t["ci95"][0] > -ni.margin)}
+
+
+def _unmatched(e: ArmEntry) -> str:
+    """What the arm's two methods did not share (``"reward, budget"``; empty when all
+    matched): reward, prompts and, unless the claim compares budgets, budget."""
     matches = ["reward_matched", "prompt_matched"] + ([] if e["budget_by_design"] else
                                                       ["budget_matched"])
-    if not all(e[k] for k in matches):
-        e["verdict"] = "not comparable"
-        e["why"] = ", ".join(k for k in matches if not e[k]).replace("_matched", "") + \
-            " not matched"
-    return e
+    if all(e[k] for k in matches):
+        return ""
+    return ", ".join(k for k in matches if not e[k]).replace("_matched", "")
 
 
 def _exact_entry(spec: ClaimSpec, arm: Arm, tb: TestbedData | None) -> ArmEntry:
