@@ -280,3 +280,40 @@ def test_the_length_check_finds_a_long_file(tmp_path):
 def test_no_source_file_is_longer_than_the_limit():
     src = Path(bestk.__file__).parent
     assert long_source_files(src) == {}, "split these files by job (docs/design.md, Layout)"
+
+
+#: The most lines a function of src/bestk may span (``def`` to its last line, docstring
+#: included), unless its docstring says why it reads better whole ("Reads better whole:").
+MAX_FUNCTION_LINES = 80
+WHOLE = "Reads better whole:"
+
+
+def long_functions(root: Path, limit: int = MAX_FUNCTION_LINES) -> dict[str, int]:
+    """``{"path:name": lines}`` of the functions (and methods) under ``root`` longer than
+    ``limit`` lines whose docstring does not say why they read better whole."""
+    out = {}
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            n = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+            if n > limit and WHOLE not in (ast.get_docstring(node) or ""):
+                out[f"{path.relative_to(root)}:{node.name}"] = n
+    return out
+
+
+def test_the_function_length_check_finds_a_long_function(tmp_path):
+    body = "    x = 1\n" * 80
+    (tmp_path / "m.py").write_text(
+        f"def long():\n{body}\n\ndef short():\n{body[:-10]}\n\n"
+        f"def whole():\n    \"\"\"{WHOLE} one rule, read top to bottom.\"\"\"\n{body}\n"
+        "class C:\n    def method(self):\n" + body.replace("    ", "        "))
+    assert long_functions(tmp_path) == {"m.py:long": 81, "m.py:method": 81}
+
+
+def test_no_function_is_longer_than_the_limit():
+    """Functions stay under 80 lines (docs/design.md, Style), except where the docstring says
+    why one reads better whole."""
+    src = Path(bestk.__file__).parent
+    assert long_functions(src) == {}, "split these functions into named steps"
