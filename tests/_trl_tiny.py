@@ -1,4 +1,4 @@
-"""The tiny TRL set-up shared by ``tests/test_integrations_trl.py`` and its 2-process worker:
+"""The tiny TRL set-up shared by ``tests/integrations/test_trl.py`` and its 2-process worker:
 a ~20k-parameter Qwen2 with a character tokenizer, built locally (nothing downloaded), and the
 seeded CPU ``GRPOConfig`` of a 2-step run."""
 

@@ -1,4 +1,4 @@
-"""Worker of ``tests/test_integrations_trl.py``: one rank of a real 2-process
+"""Worker of ``tests/integrations/test_trl.py``: one rank of a real 2-process
 ``BestkGRPOTrainer`` run (``torchrun --nproc_per_node 2``, ``use_cpu=True``: gloo on CPU).
 
 Each rank trains 2 steps and writes ``OUT/rank<r>.json``: its world size and index, and per

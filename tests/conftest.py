@@ -19,7 +19,10 @@ import numpy as np
 import pytest
 from hypothesis import settings
 
-DESIGN = Path(__file__).resolve().parents[1] / "docs" / "design.md"
+#: The repository root (tests/ moved into folders: take it from here, not from a test's
+#: own ``__file__``).
+ROOT = Path(__file__).resolve().parents[1]
+DESIGN = ROOT / "docs" / "design.md"
 
 #: Hypothesis draws each test's examples from a seed derived from the test itself
 #: (``derandomize``), so a failing example reproduces on every run; per-test ``@settings``
@@ -290,3 +293,35 @@ def benchmark_script(name: str) -> Any:
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def invoke(*args: str):
+    """``bestk ARGS`` run in-process (typer's ``CliRunner``): its result."""
+    from typer.testing import CliRunner
+
+    from bestk.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def one_line_error(result, code: int = 2) -> str:
+    """The CLI exited with ``code`` printing exactly one line, ``error: ...``, no traceback."""
+    assert result.exit_code == code, result.output
+    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit)
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in result.output, result.output
+    return errors[0]
+
+
+#: A reward module whose functions fail as careless rewards do (shared by the tasks' and the
+#: set-up's tests).
+RAISING = '''
+def crash(prompt, completion, **_):
+    """Fails on an empty completion, as a careless reward does."""
+    return 1.0 / len(completion.strip())
+
+
+def wrong_field(prompt, completion, *, solution, **_):
+    return float(completion == solution)
+'''

@@ -231,10 +231,12 @@ def test_tests_seed_deterministically():
     """No test calls ``hash()`` (of a string it changes with PYTHONHASHSEED, so a failure seeded
     by it would not reproduce)."""
     bad = []
-    for path in sorted((ROOT / "tests").glob("*.py")):
+    paths = sorted((ROOT / "tests").rglob("*.py"))
+    assert any(p.parent != ROOT / "tests" for p in paths)  # the folders are searched too
+    for path in paths:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "hash":
-                bad.append(f"{path.name}:{node.lineno}")
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not bad, bad
 
 
@@ -317,3 +319,52 @@ def test_no_function_is_longer_than_the_limit():
     why one reads better whole."""
     src = Path(bestk.__file__).parent
     assert long_functions(src) == {}, "split these functions into named steps"
+
+
+def untested_modules(src: Path, tests: Path) -> list[str]:
+    """The modules of ``src`` with behaviour of their own (a top-level function or class)
+    that have neither a test file named after them in the mirroring folder of ``tests``
+    (``a/b/_x.py`` -> ``tests/a/b/test_x.py``; a package's ``__init__`` -> ``test_<package>.py``
+    beside or inside its folder) nor a line of that folder's ``README.md`` naming them
+    (``- `x.py`: `test_y.py`, ...``) whose test files all exist."""
+    out = []
+    for path in sorted(src.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if not any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                   for n in tree.body):
+            continue
+        rel = path.relative_to(src)
+        if path.name == "__init__.py":
+            name, folders = rel.parent.name, [tests / rel.parent.parent, tests / rel.parent]
+        else:
+            name, folders = path.stem.lstrip("_"), [tests / rel.parent]
+        if any((f / f"test_{name}.py").is_file() for f in folders):
+            continue
+        readme = tests / rel.parent / "README.md"
+        lines = readme.read_text().splitlines() if readme.is_file() else []
+        named = [ln for ln in lines if ln.startswith(f"- `{path.name}`: ")]
+        covers = [re.findall(r"`([^`]+\.py)`", ln.split(": ", 1)[1]) for ln in named]
+        if not covers or not all(covers[0]) or not all(
+                (tests / rel.parent / t).resolve().is_file() for t in covers[0]):
+            out.append(str(rel))
+    return out
+
+
+def test_the_test_map_check_finds_an_untested_module(tmp_path):
+    src, tests = tmp_path / "src", tmp_path / "tests"
+    for d in (src / "pkg", tests / "pkg"):
+        d.mkdir(parents=True)
+    for name in ("a", "b", "c", "d"):
+        (src / "pkg" / f"{name}.py").write_text("def f():\n    pass\n")
+    (src / "pkg" / "consts.py").write_text("X = 1\n")  # no behaviour of its own
+    (tests / "pkg" / "test_a.py").write_text("")
+    (tests / "pkg" / "test_other.py").write_text("")
+    (tests / "pkg" / "README.md").write_text(
+        "- `b.py`: `test_other.py` (b, through other)\n- `c.py`: `test_gone.py` (c)\n")
+    assert untested_modules(src, tests) == ["pkg/c.py", "pkg/d.py"]
+
+
+def test_every_module_has_a_test_file_or_a_readme_line():
+    """tests/ mirrors src/bestk/: each module with behaviour of its own has a test file named
+    after it, or its test folder's README.md says which tests cover it."""
+    assert untested_modules(Path(bestk.__file__).parent, ROOT / "tests") == []

@@ -14,13 +14,14 @@ TESTS = Path(__file__).resolve().parent
 
 
 def hypothesis_modules() -> list[str]:
-    """The test modules that import hypothesis's ``given``."""
+    """The test modules (dotted names, ``tests.estimators.test_fuzz``) that import
+    hypothesis's ``given``, in every folder of ``tests/``."""
     out = []
-    for path in sorted(TESTS.glob("test_*.py")):
+    for path in sorted(TESTS.rglob("test_*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module == "hypothesis" and any(
                     a.name == "given" for a in node.names):
-                out.append(path.stem)
+                out.append(".".join(path.relative_to(TESTS.parent).with_suffix("").parts))
                 break
     return out
 
@@ -45,10 +46,11 @@ def test_the_default_profile_is_derandomised():
 
 def test_every_hypothesis_test_is_derandomised():
     modules = hypothesis_modules()
-    assert "test_fuzz" in modules and "test_estimators" in modules
+    assert "tests.estimators.test_fuzz" in modules and \
+        "tests.estimators.test_estimators" in modules
     found, bad = 0, []
     for name in modules:
-        module = importlib.import_module(f"tests.{name}")
+        module = importlib.import_module(name)
         for attr, fn in vars(module).items():
             if attr.startswith("test_") and hasattr(fn, "hypothesis"):
                 found += 1

@@ -14,8 +14,7 @@ from typer.testing import CliRunner
 
 from bestk._optional import MissingDependency, available, missing_from, require
 from bestk.cli import app
-from tests.conftest import TINY, set_args
-from tests.test_train_run_directory import one_line_error
+from tests.conftest import TINY, one_line_error, set_args
 
 pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 

@@ -23,7 +23,7 @@ centred=True)``     includes the sample itself)                 (Dr.GRPO)
 expectation of ``(1/N) sum_i A_i grad log pi(y_i | x)`` over groups of ``N`` samples equals
 ``grad J``. :class:`ByOption` makes the objective depend on one option's value (``argmaxrl``'s
 ``baseline``, ``grpo``'s ``scale``); ``None`` means the estimator is not an unbiased gradient
-of any fixed objective. ``tests/test_estimators_unbiased.py`` checks every claim by exact
+of any fixed objective. ``tests/estimators/test_unbiased.py`` checks every claim by exact
 enumeration on small bandits, reading the claims from the registry.
 """
 

@@ -48,7 +48,7 @@ option (``pkpo``'s ``k``) and invalid values raise ``ValueError`` naming them. v
 ``algorithm`` keys do not reach bestk's estimators: ``norm_adv_by_std_in_grpo`` switches verl's
 ``grpo_passk`` between std-scaled and plain leave-one-out max; with ``loo_max`` the same switch
 is ``+algorithm.bestk.scale=std`` / ``none`` (the default), which then gives verl's numbers
-(``tests/test_integrations_verl.py``).
+(``tests/integrations/test_verl.py``).
 
 ``kappo_grpo``: ``calibration`` is a path to a file written by ``bestk calibrate`` (loaded
 once and cached per path, modification time and size) or a :class:`bestk.kappo.Calibration`; the

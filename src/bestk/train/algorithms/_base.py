@@ -33,7 +33,7 @@ StepMetrics: TypeAlias = dict[str, float | str]
 @runtime_checkable
 class RunContext(Protocol):
     """What an algorithm may use of the run (the :class:`~bestk.train.trainer.Trainer` is one):
-    exactly these attributes and methods (``tests/test_train_trainer.py`` checks the algorithms use
+    exactly these attributes and methods (``tests/train/test_trainer.py`` checks the algorithms use
     no other).
 
     Attributes: ``cfg`` (the resolved ``TrainConfig``), ``task``, ``device``, ``model`` (the

@@ -20,7 +20,7 @@ samples share the KV cache (``num_return_sequences`` expands the prompts before 
 ``processed_logprobs`` returns, so both engines' ``Rollout.logprobs`` mean the same) and the
 entropy of the tempered policy come out of the same loop (from ``generate`` they would be
 rebuilt from its returned logits). The loop is short, batched per token, and tested against a
-full forward pass (``tests/test_train_rollout_sampler.py``).
+full forward pass (``tests/train/rollout/test_sampler.py``).
 """
 
 from __future__ import annotations
