@@ -3,8 +3,6 @@ of the rule was declared against each testbed's data."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from bestk.lab.claims.table import (
@@ -95,7 +93,7 @@ def _git(*args: str) -> str | None:
     import subprocess
 
     try:
-        out = subprocess.run(["git", *args], cwd=Path(__file__).resolve().parent,
+        out = subprocess.run(["git", *args], cwd=ROOT,
                              capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError):
         return None
@@ -121,7 +119,7 @@ def test_when_each_part_of_the_rule_was_declared_is_what_git_says():
         if t.first_data is None:
             continue
         file = f"docs/results/data/{t.data}.json"
-        first = _git("log", "--reverse", "--diff-filter=A", "--format=%h %aI", "--", f"../{file}")
+        first = _git("log", "--reverse", "--diff-filter=A", "--format=%h %aI", "--", file)
         assert first and first.splitlines()[0].split() == [t.first_data[0][:7], t.first_data[1]
                                                            ], (t.id, first)
     doc = evaluate_claims({})
