@@ -253,7 +253,13 @@ class _ChunkedLogprobs(torch.autograd.Function):
     Backward recomputes each chunk's softmax ``p`` (float32) from the saved logits and the
     saved log-normaliser: ``d logp_y / dz = (onehot(y) - p) / tau`` and
     ``dH / dz = -p (log p + H) / tau``, written chunk by chunk into a gradient of the logits'
-    dtype.
+    dtype. An output whose gradient is not asked for (e.g. the entropies of an update that
+    only logs them) adds nothing to the backward pass: no all-zero term is computed (whose
+    subtraction could only turn a ``-0`` of the gradient into ``+0``).
+
+    Each chunk works in place in a few float32 buffers reused from chunk to chunk, and
+    ``/ tau`` is skipped at ``tau = 1`` (``x / 1 == x`` exactly): the values are those of the
+    plain elementwise formulas above, bit for bit.
     """
 
     @staticmethod
@@ -263,20 +269,28 @@ class _ChunkedLogprobs(torch.autograd.Function):
         logp = torch.empty(B, T, dtype=work, device=logits.device)
         lse = torch.empty_like(logp)
         ent = torch.zeros_like(logp)
+        bufs = _Buffers(work, logits.device)
         for bs, ts in _blocks(B, T, chunk_tokens):
-            z = logits[bs, ts].to(work) / temperature
+            z = bufs.scaled(logits[bs, ts], temperature)
             norm = torch.logsumexp(z, -1)
             lse[bs, ts] = norm
             logp[bs, ts] = z.gather(-1, tokens[bs, ts, None]).squeeze(-1) - norm
             if with_entropy:
-                lp = z - norm[..., None]
-                p = torch.exp(lp)
-                ent[bs, ts] = -torch.where(p > 0, p * lp, torch.zeros_like(p)).sum(-1)
+                lp = z.sub_(norm[..., None])      # z is no longer needed: log p in place
+                p = bufs.get("p", lp.shape)
+                torch.exp(lp, out=p)
+                # -sum_v where(p > 0, p log p, 0): where p = 0, p log p is 0 * -inf = NaN
+                # (a -inf logit, set to 0 here) or -0 (an underflow), which changes a sum
+                # only where it is 0: + 0.0 makes that +0, as the sum of where()'s +0 was
+                plogp = lp.mul_(p).nan_to_num_(nan=0.0)
+                ent[bs, ts] = -(plogp.sum(-1).add_(0.0))
         ctx.save_for_backward(logits, tokens, lse, ent)
         ctx.temperature, ctx.chunk_tokens = temperature, chunk_tokens
         ctx.with_entropy = with_entropy
         if not with_entropy:
             ctx.mark_non_differentiable(ent)
+        # an output the loss does not use gets ``None`` in backward, not a tensor of zeros
+        ctx.set_materialize_grads(False)
         return logp, ent
 
     @staticmethod
@@ -284,20 +298,66 @@ class _ChunkedLogprobs(torch.autograd.Function):
     def backward(ctx, grad_logp, grad_ent):
         logits, tokens, lse, ent = ctx.saved_tensors
         tau = ctx.temperature
-        grad = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
         B, T, _ = logits.shape
+        use_ent = ctx.with_entropy and grad_ent is not None
+        if grad_logp is None:
+            if not use_ent:
+                return None, None, None, None, None
+            grad_logp = torch.zeros_like(lse)  # the entropies' gradient alone (rare)
+        grad = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
+        bufs = _Buffers(lse.dtype, logits.device)
         for bs, ts in _blocks(B, T, ctx.chunk_tokens):
-            z = logits[bs, ts].to(lse.dtype) / tau
-            lp = z - lse[bs, ts, None]
-            p = torch.exp(lp)
+            lp = bufs.scaled(logits[bs, ts], tau).sub_(lse[bs, ts, None])   # z - lse
+            p = bufs.get("p", lp.shape)
+            torch.exp(lp, out=p)
+            if use_ent:
+                # -grad_ent * p * (where(p > 0, lp, 0) + H), before p is overwritten
+                safe_lp = lp.masked_fill_(bufs.not_positive(p), 0.0)
+                h = safe_lp.add_(ent[bs, ts, None])
+                term = torch.mul(grad_ent[bs, ts, None].to(lse.dtype), p,
+                                 out=bufs.get("term", p.shape)).mul_(h)
             g_lp = grad_logp[bs, ts, None].to(lse.dtype)
-            g = -p * g_lp
+            g = p.mul_(-g_lp)                     # -p * g_lp (negation is exact)
             g.scatter_add_(-1, tokens[bs, ts, None], g_lp)
-            if ctx.with_entropy and grad_ent is not None:
-                safe_lp = torch.where(p > 0, lp, torch.zeros_like(lp))
-                g -= grad_ent[bs, ts, None].to(lse.dtype) * p * (safe_lp + ent[bs, ts, None])
-            grad[bs, ts] = (g / tau).to(logits.dtype)
+            if use_ent:
+                g.sub_(term)
+            if tau != 1.0:
+                g.div_(tau)
+            grad[bs, ts] = g                      # rounded to the logits' dtype
         return grad, None, None, None, None
+
+
+class _Buffers:
+    """Float buffers of :class:`_ChunkedLogprobs`, allocated once per pass and reused by
+    every chunk of at most the first chunk's size (the last chunk may be smaller)."""
+
+    def __init__(self, dtype: torch.dtype, device: torch.device):
+        self.dtype, self.device = dtype, device
+        self.store: dict[str, torch.Tensor] = {}
+
+    def get(self, name: str, shape: torch.Size, dtype: torch.dtype | None = None
+            ) -> torch.Tensor:
+        """A buffer of ``shape`` (contiguous; garbage contents) named ``name``."""
+        n = 1
+        for d in shape:
+            n *= d
+        buf = self.store.get(name)
+        if buf is None or buf.numel() < n:
+            buf = torch.empty(n, dtype=dtype or self.dtype, device=self.device)
+            self.store[name] = buf
+        return buf[:n].view(shape)
+
+    def scaled(self, logits: torch.Tensor, tau: float) -> torch.Tensor:
+        """``logits.to(float32) / tau`` (``tau = 1``: no division) in a buffer of its own."""
+        z = self.get("z", logits.shape)
+        z.copy_(logits)
+        return z if tau == 1.0 else z.div_(tau)
+
+    def not_positive(self, p: torch.Tensor) -> torch.Tensor:
+        """``~(p > 0)`` (NaN included) as a boolean buffer."""
+        pos = self.get("pos", p.shape, torch.bool)
+        torch.gt(p, 0, out=pos)
+        return pos.logical_not_()
 
 
 def chunked_token_logprobs(

@@ -30,8 +30,15 @@ def _batch():
 def _run(model, group_size, trim):
     """(log-probs, entropies, gradients, logits_to_keep of each forward call)."""
     seen: list = []
-    handle = model.register_forward_pre_hook(
-        lambda m, args, kw: seen.append(kw.get("logits_to_keep")), with_kwargs=True)
+
+    def keep(m, args, kw):  # the count kept: an index tensor of the last positions, or None
+        k = kw.get("logits_to_keep")
+        if k is not None:
+            assert isinstance(k, torch.Tensor) and k.tolist() == list(range(-len(k), 0))
+            k = len(k)
+        seen.append(k)
+
+    handle = model.register_forward_pre_hook(keep, with_kwargs=True)
     try:
         model.zero_grad(set_to_none=True)
         lp, ent = sequence_logprobs(model, *_batch(), temperature=0.9, with_entropy=True,

@@ -274,8 +274,8 @@ def cache_kwarg(model: torch.nn.Module) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
-def logits_to_keep(model: torch.nn.Module, n: int, trim: bool | None = None
-                   ) -> dict[str, int]:
+def logits_to_keep(model: torch.nn.Module, n: int, trim: bool | None = None, *,
+                   index: bool = False) -> dict[str, int | torch.Tensor]:
     """Keyword arguments of a forward pass of ``model`` that uses the logits of its last
     ``n`` positions only: ``{"logits_to_keep": n}`` when ``trim`` and the forward takes that
     argument (transformers' causal LMs; a PEFT model or the reference view: their base
@@ -288,6 +288,16 @@ def logits_to_keep(model: torch.nn.Module, n: int, trim: bool | None = None
     and the gradient of the tied embedding change in the last bits), so a float32 run keeps
     the full computation and stays bit-identical to bestk's before trimming existed. The
     values are the same up to that rounding.
+
+    ``index``: pass the positions as an index tensor (``torch.arange(-n, 0)``, which
+    transformers' causal LMs take in place of the count) rather than as ``n``. A count makes
+    the model project the strided slice ``hidden[:, -n:, :]`` of a batch of several rows; when
+    that slice requires grad (a training forward), ``torch.matmul`` does not fold it into one
+    matrix product but broadcasts the output weight to a ``(batch, hidden, vocab)`` copy
+    for a batched product, in the forward and again in the backward pass (SmolLM2's tied
+    head: 226 MB per prompt-prefill of 4 rows, 1.8 GB for a one-forward batch of 32). The
+    index gathers the rows into a contiguous tensor first: one matrix product, the same
+    logits and gradients bit for bit (measured on the CPU, bfloat16).
     """
     base = model
     if hasattr(model, "get_base_model"):  # a PEFT model forwards **kwargs to its base model
@@ -297,6 +307,9 @@ def logits_to_keep(model: torch.nn.Module, n: int, trim: bool | None = None
         trim = any(p.dtype != torch.float32 for p in base.parameters() if p.is_floating_point())
     if not trim or "logits_to_keep" not in inspect.signature(base.forward).parameters:
         return {}
+    if index:
+        device = next((p.device for p in base.parameters()), torch.device("cpu"))
+        return {"logits_to_keep": torch.arange(-int(n), 0, device=device)}
     return {"logits_to_keep": int(n)}
 
 

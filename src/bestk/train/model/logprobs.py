@@ -66,7 +66,7 @@ def sequence_logprobs(
     if shared:
         uniq_mask = prompt_mask[::n]
         out = model(input_ids=uniq_ids, attention_mask=uniq_mask, position_ids=pos[::n, :P],
-                    use_cache=True, **logits_to_keep(model, 1, trim_logits))
+                    use_cache=True, **logits_to_keep(model, 1, trim_logits, index=True))
         cache = output_cache(out)
         shared = cache is not None and hasattr(cache, "batch_repeat_interleave")
     if shared:
@@ -87,7 +87,7 @@ def sequence_logprobs(
     else:
         ids = torch.cat([prompt_ids, completion_ids], 1)
         out = model(input_ids=ids, attention_mask=mask, position_ids=pos,
-                    **logits_to_keep(model, T + 1, trim_logits))
+                    **logits_to_keep(model, T + 1, trim_logits, index=True))
         logits = out.logits[:, -(T + 1) : -1, :]  # positions P - 1 .. P + T - 2
     if chunked:
         return chunked_token_logprobs(logits, completion_ids, temperature=temperature,
