@@ -9,60 +9,8 @@ This package imports only the schema (pydantic), so ``from bestk.train.config im
 TrainConfig`` stays light.
 """
 
-from bestk.train.config.schema import (
-    CALIBRATION_KINDS,
-    CHUNKED_FROM_VOCAB,
-    DEFAULT_OUT,
-    DEFAULT_SFT_STEPS,
-    INT64_MAX,
-    EvalConfig,
-    KappoConfig,
-    LoRAConfig,
-    LossConfig,
-    ModelConfig,
-    OptimConfig,
-    ResolvedEvalConfig,
-    ResolvedRolloutConfig,
-    ResolvedSFTConfig,
-    ResolvedTrainConfig,
-    RolloutConfig,
-    SFTConfig,
-    TaskConfig,
-    TrainConfig,
-    VLLMConfig,
-    error_line,
-    field_at,
-    is_mapping_field,
-    is_section,
-    section_class,
-    unknown_key,
-)
+from bestk.train.config.schema import *  # noqa: F403 - the room's public names are the schema's
+from bestk.train.config.schema import CHUNKED_FROM_VOCAB
+from bestk.train.config.schema import __all__ as _SCHEMA_NAMES
 
-__all__ = [
-    "LoRAConfig",
-    "ModelConfig",
-    "TaskConfig",
-    "SFTConfig",
-    "VLLMConfig",
-    "RolloutConfig",
-    "LossConfig",
-    "OptimConfig",
-    "EvalConfig",
-    "KappoConfig",
-    "TrainConfig",
-    "ResolvedRolloutConfig",
-    "ResolvedSFTConfig",
-    "ResolvedEvalConfig",
-    "ResolvedTrainConfig",
-    "CALIBRATION_KINDS",
-    "DEFAULT_OUT",
-    "DEFAULT_SFT_STEPS",
-    "INT64_MAX",
-    "error_line",
-    "field_at",
-    "is_mapping_field",
-    "is_section",
-    "section_class",
-    "unknown_key",
-    "CHUNKED_FROM_VOCAB",
-]
+__all__ = [*_SCHEMA_NAMES, "CHUNKED_FROM_VOCAB"]
