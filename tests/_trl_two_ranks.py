@@ -82,6 +82,9 @@ def main(out: str) -> None:
     )
     with open(os.path.join(out, f"rank{acc.process_index}.json"), "w") as f:
         json.dump(record, f)
+    if torch.distributed.is_initialized():  # a clean teardown: a rank left with live gloo
+        torch.distributed.barrier()          # threads at exit can abort ("terminate called
+        torch.distributed.destroy_process_group()  # without an active exception")
 
 
 if __name__ == "__main__":
