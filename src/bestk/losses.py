@@ -338,9 +338,7 @@ class _Buffers:
     def get(self, name: str, shape: torch.Size, dtype: torch.dtype | None = None
             ) -> torch.Tensor:
         """A buffer of ``shape`` (contiguous; garbage contents) named ``name``."""
-        n = 1
-        for d in shape:
-            n *= d
+        n = shape.numel()
         buf = self.store.get(name)
         if buf is None or buf.numel() < n:
             buf = torch.empty(n, dtype=dtype or self.dtype, device=self.device)

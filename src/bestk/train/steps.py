@@ -28,7 +28,7 @@ import copy
 import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 
@@ -57,6 +57,11 @@ from bestk.train.runtime.stop import Stopped, StopRequest
 from bestk.train.setup import RunSetup, load_run_policy, load_run_task, max_new_tokens
 from bestk.train.sft import sft_warmup
 from bestk.train.validation import resolve_config
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only (transformers is optional)
+    from transformers import PreTrainedTokenizerBase
+
+    from bestk.train.model.policy import Policy
 
 __all__ = ["RunSetup", "check_run", "sft_weights", "save_weights", "load_weights",
            "sampled_calibration", "samples_bank", "bank_complete", "reference_bank",
@@ -109,9 +114,7 @@ def sampled_calibration(cfg: ResolvedTrainConfig, *, k: int, beta: float, kind: 
     calibration reads rewards only, so the entropy of one sample per prompt is measured).
     ``should_stop`` is asked between batches: :class:`Stopped` when it says so."""
     task, device = load_run_task(cfg)
-    model, tokenizer = load_run_policy(cfg, task, device)
-    if weights is not None:
-        model.load_state_dict(load_weights(weights))
+    model, tokenizer = _policy(cfg, task, device, weights)
     exs = task.train
     new_tokens = max_new_tokens(cfg, task)
     backend = ENGINES[cfg.rollout.engine].make(model, tokenizer, cfg, new_tokens)
@@ -124,6 +127,16 @@ def sampled_calibration(cfg: ResolvedTrainConfig, *, k: int, beta: float, kind: 
     vals = calibration_values(task, kind, res.rewards)
     bank = {int(ex["id"]): row.tolist() for ex, row in zip(exs, vals, strict=True)}
     return calibrate(bank, k=k, beta=beta, kind=kind)
+
+
+def _policy(cfg: ResolvedTrainConfig, task: Task, device: torch.device,
+            weights: str | Path | None) -> tuple[Policy, PreTrainedTokenizerBase]:
+    """The policy a run of ``cfg`` loads (:func:`~bestk.train.setup.load_run_policy`), with
+    the state dict of the file ``weights`` over it when given (SFT weights)."""
+    model, tokenizer = load_run_policy(cfg, task, device)
+    if weights is not None:
+        model.load_state_dict(load_weights(weights))
+    return model, tokenizer
 
 
 def samples_bank(cfg: ResolvedTrainConfig) -> tuple[bool, bool]:
@@ -165,9 +178,7 @@ def reference_bank(cfg: ResolvedTrainConfig, out: str | Path, *,
     cfg = resolve_config(cfg)  # checked again after the changes (not resolved again)
     task, device = load_run_task(cfg)
     plan = plan_reference(cfg, ALGORITHMS[cfg.algorithm], task)
-    model, tokenizer = load_run_policy(cfg, task, device)
-    if weights is not None:
-        model.load_state_dict(load_weights(weights))
+    model, tokenizer = _policy(cfg, task, device, weights)
     bank = plan.reference_bank(model, tokenizer, task, max_new_tokens(cfg, task),
                                should_stop=should_stop)
     if bank is None:
